@@ -1,0 +1,64 @@
+"""renderd: run Unity-built simulators on headless servers and hand their frames to agents.
+
+``renderd.launch()`` spawns and owns one player; ``renderd.connect()`` leases a ready player from the
+daemon. Both return a :class:`Session` whose ``step()`` returns an :class:`Event`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from renderd.errors import (
+    AlreadyPendingCallError,
+    CallOrderError,
+    ConfigError,
+    LeaseError,
+    NoPendingCallError,
+    PlatformError,
+    PlayerCrashed,
+    PlayerTimeout,
+    ProtocolError,
+    RenderdError,
+)
+from renderd.event import Event
+
+__version__ = "0.1.0"
+
+# Public names that live in heavier modules, imported on first use so `import renderd` stays cheap.
+_LAZY = {
+    "launch": "renderd.client",
+    "connect": "renderd.client",
+    "Session": "renderd.client",
+    "launch_many": "renderd.vector",
+    "connect_many": "renderd.vector",
+    "VectorSession": "renderd.vector",
+}
+
+__all__ = [
+    "AlreadyPendingCallError",
+    "CallOrderError",
+    "ConfigError",
+    "Event",
+    "LeaseError",
+    "NoPendingCallError",
+    "PlatformError",
+    "PlayerCrashed",
+    "PlayerTimeout",
+    "ProtocolError",
+    "RenderdError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'renderd' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

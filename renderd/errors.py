@@ -1,0 +1,236 @@
+"""One error tree for everything renderd raises.
+
+Every error says what happened, where, and (where there is something to do) what to do about it.
+Errors that cross the control API travel as ``{"type": ..., "message": ...}`` and are rebuilt on the
+other side from :data:`ERROR_TYPES`, an allow-list: a type name is never evaluated.
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import signal as _signal
+from typing import Any
+
+__all__ = [
+    "RenderdError",
+    "ProtocolError",
+    "PlayerCrashed",
+    "PlayerTimeout",
+    "PlatformError",
+    "ConfigError",
+    "LeaseError",
+    "CallOrderError",
+    "AlreadyPendingCallError",
+    "NoPendingCallError",
+    "ERROR_TYPES",
+    "error_to_dict",
+    "error_from_dict",
+    "describe_exit",
+    "os_error_message",
+]
+
+
+class RenderdError(Exception):
+    """Base class of every error renderd raises on purpose."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ProtocolError(RenderdError):
+    """The bytes on the wire do not follow the framing: says what was expected, and at which byte offset.
+
+    ``offset`` is the byte offset in the stream (counted from the first byte the decoder saw) of the
+    field header where the problem was found, or ``None`` when the error is not about a position.
+    """
+
+    def __init__(self, message: str, *, offset: int | None = None, field_type: int | None = None) -> None:
+        if offset is not None:
+            message = f"{message} (at byte offset {offset})"
+        super().__init__(message)
+        self.offset = offset
+        self.field_type = field_type
+
+
+def describe_exit(returncode: int | None) -> str:
+    """Describe a ``Popen.returncode`` the way a person reads it: ``exit code 3`` or ``signal SIGSEGV``."""
+    if returncode is None:
+        return "still running"
+    if returncode < 0:
+        try:
+            name = _signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return f"killed by {name}"
+    return f"exit code {returncode}"
+
+
+def _exit_hint(returncode: int | None) -> str:
+    if returncode == -_signal.SIGKILL:
+        return " SIGKILL usually means something outside the player killed it (the out-of-memory killer?)."
+    if returncode in (-_signal.SIGSEGV, -_signal.SIGABRT, -_signal.SIGBUS, -_signal.SIGILL, -_signal.SIGFPE):
+        return " The player crashed; its log (quoted below) usually says why."
+    return ""
+
+
+class PlayerCrashed(RenderdError):
+    """The player process exited (or closed its pipe) while renderd was waiting for it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        pid: int | None = None,
+        returncode: int | None = None,
+        log_tail: str = "",
+        log_path: str | None = None,
+    ) -> None:
+        text = message
+        if returncode is not None:
+            text = f"{message}: {describe_exit(returncode)}.{_exit_hint(returncode)}"
+        if log_path:
+            text += f"\nPlayer log: {log_path}"
+        if log_tail:
+            quoted = "\n".join("  | " + line for line in log_tail.rstrip("\n").splitlines())
+            text += f"\nLast lines of the player's log:\n{quoted}"
+        super().__init__(text)
+        self.pid = pid
+        self.returncode = returncode
+        self.log_tail = log_tail
+        self.log_path = log_path
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return _signal.Signals(-self.returncode).name
+            except ValueError:
+                return None
+        return None
+
+
+class PlayerTimeout(RenderdError):
+    """No answer within a deadline. ``deadline`` names which one (``start_timeout``, ``step_timeout``...)."""
+
+    def __init__(self, message: str, *, deadline: str | None = None, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.deadline = deadline
+        self.seconds = seconds
+
+
+class PlatformError(RenderdError):
+    """No platform can serve the request. ``reports`` holds every platform's reasons and instructions."""
+
+    def __init__(self, message: str, *, reports: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.reports = list(reports or [])
+
+
+class ConfigError(RenderdError):
+    """A configuration is wrong: which file, which key, and why."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        prefix = ""
+        if path and key:
+            prefix = f"{path}: {key}: "
+        elif path:
+            prefix = f"{path}: "
+        elif key:
+            prefix = f"{key}: "
+        super().__init__(prefix + message)
+        self.path = path
+        self.key = key
+        self.reason = message
+
+
+class LeaseError(RenderdError):
+    """A lease could not be granted, or was used after it ended."""
+
+
+class CallOrderError(RenderdError):
+    """A method was called in a state that does not allow it (for example ``step`` after ``close``)."""
+
+
+class AlreadyPendingCallError(CallOrderError):
+    """``send`` was called while the answers to an earlier ``send`` are still pending."""
+
+
+class NoPendingCallError(CallOrderError):
+    """``recv`` was called with nothing pending."""
+
+
+#: Errors that may cross the control API, by the name they travel under. Anything else arrives as
+#: :class:`RenderdError`.
+ERROR_TYPES: dict[str, type[RenderdError]] = {
+    cls.__name__: cls
+    for cls in (
+        RenderdError,
+        ProtocolError,
+        PlayerCrashed,
+        PlayerTimeout,
+        PlatformError,
+        ConfigError,
+        LeaseError,
+        CallOrderError,
+        AlreadyPendingCallError,
+        NoPendingCallError,
+    )
+}
+
+
+def error_to_dict(exc: BaseException) -> dict[str, str]:
+    """The ``{"type", "message"}`` form an error takes on the control API."""
+    name = type(exc).__name__ if isinstance(exc, RenderdError) else "RenderdError"
+    if name not in ERROR_TYPES:
+        # A subclass not on the allow-list travels as its nearest listed ancestor.
+        for base in type(exc).__mro__:
+            if base.__name__ in ERROR_TYPES:
+                name = base.__name__
+                break
+    return {"type": name, "message": str(exc)}
+
+
+def error_from_dict(data: Any) -> RenderdError:
+    """Rebuild an error from its ``{"type", "message"}`` form, by allow-list only."""
+    if not isinstance(data, dict):
+        return RenderdError(f"malformed error from the daemon: {data!r}")
+    cls = ERROR_TYPES.get(str(data.get("type")), RenderdError)
+    message = str(data.get("message", "unknown error"))
+    err = cls.__new__(cls)
+    RenderdError.__init__(err, message)
+    # Give the optional attributes their defaults so callers can read them safely.
+    for attr in ("offset", "field_type", "pid", "returncode", "log_path", "deadline", "seconds", "path", "key"):
+        if not hasattr(err, attr):
+            setattr(err, attr, None)
+    if not hasattr(err, "log_tail"):
+        err.log_tail = ""
+    if not hasattr(err, "reports"):
+        err.reports = []
+    if not hasattr(err, "reason"):
+        err.reason = message
+    return err
+
+
+def os_error_message(exc: OSError, what: str) -> str:
+    """Translate an OSError by errno into a sentence that says what failed and what to do."""
+    code = exc.errno
+    hints = {
+        _errno.EACCES: "permission denied: check the owner and mode of the path",
+        _errno.EPERM: "operation not permitted",
+        _errno.ENOENT: "no such file or directory",
+        _errno.EEXIST: "already exists",
+        _errno.ENOSPC: "no space left on the device",
+        _errno.EMFILE: "too many open files in this process (raise `ulimit -n`)",
+        _errno.ENFILE: "too many open files on the system",
+        _errno.EPIPE: "the other end closed the pipe",
+        _errno.ENXIO: "no process has the other end of the pipe open",
+        _errno.ECONNREFUSED: "connection refused: is the daemon running?",
+    }
+    reason = hints.get(code, exc.strerror or str(exc))
+    name = _errno.errorcode.get(code, "") if code else ""
+    filename = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    return f"{what}{filename}: {reason}" + (f" [{name}]" if name else "")

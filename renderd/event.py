@@ -1,0 +1,288 @@
+"""Events: what a client sees of one player message, and the (I/O-free) assembly of messages into them.
+
+:class:`FrameAssembler` keeps the state a stream needs across messages (the previous metadata and images,
+for METADATA_PATCH) and turns each decoded :class:`~renderd.protocol.Message` into an :class:`Event`.
+Image arrays are numpy views of the bodies the decoder produced: nothing is copied, and rows are flipped
+with a negative stride (players send them bottom-up).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from renderd.errors import ProtocolError
+from renderd.protocol import IMAGE_FIELDS, FieldType, Message, decode_metadata
+
+__all__ = ["Event", "FrameAssembler", "build_events"]
+
+_THIRD_PARTY = {
+    FieldType.THIRD_PARTY_IMAGE,
+    FieldType.THIRD_PARTY_DEPTH,
+    FieldType.THIRD_PARTY_NORMALS,
+    FieldType.THIRD_PARTY_IMAGE_IDS,
+    FieldType.THIRD_PARTY_CLASSES,
+    FieldType.THIRD_PARTY_FLOW,
+}
+
+# Depth units a player may declare, in metres per unit ("Normalized" is scaled by the far-near range).
+_DEPTH_SCALE = {"Meters": 1.0, "Millimeters": 0.001}
+
+
+class Event:
+    """One agent's view of one step.
+
+    ``frame`` is (H, W, 3) uint8, top row first; ``depth_frame`` (H, W) float32 in metres;
+    ``instance_segmentation_frame``, ``semantic_segmentation_frame``, ``normals_frame`` and
+    ``flow_frame`` (H, W, 3) uint8. Any of them is ``None`` when the player did not send it.
+    ``bool(event)`` is the agent's ``lastActionSuccess``. ``events`` lists every agent's event
+    (``[self]`` with one agent).
+    """
+
+    __slots__ = (
+        "metadata",
+        "screen_width",
+        "screen_height",
+        "sequence_id",
+        "frame",
+        "depth_frame",
+        "normals_frame",
+        "flow_frame",
+        "instance_segmentation_frame",
+        "semantic_segmentation_frame",
+        "third_party_camera_frames",
+        "third_party_depth_frames",
+        "third_party_normals_frames",
+        "third_party_flow_frames",
+        "third_party_instance_segmentation_frames",
+        "third_party_semantic_segmentation_frames",
+        "events",
+        "__weakref__",
+    )
+
+    def __init__(self, metadata: dict[str, Any], sequence_id: int | None = None) -> None:
+        self.metadata = metadata
+        self.screen_width = metadata.get("screenWidth")
+        self.screen_height = metadata.get("screenHeight")
+        self.sequence_id = sequence_id
+        self.frame: np.ndarray | None = None
+        self.depth_frame: np.ndarray | None = None
+        self.normals_frame: np.ndarray | None = None
+        self.flow_frame: np.ndarray | None = None
+        self.instance_segmentation_frame: np.ndarray | None = None
+        self.semantic_segmentation_frame: np.ndarray | None = None
+        self.third_party_camera_frames: list[np.ndarray] = []
+        self.third_party_depth_frames: list[np.ndarray] = []
+        self.third_party_normals_frames: list[np.ndarray] = []
+        self.third_party_flow_frames: list[np.ndarray] = []
+        self.third_party_instance_segmentation_frames: list[np.ndarray] = []
+        self.third_party_semantic_segmentation_frames: list[np.ndarray] = []
+        self.events: list[Event] = [self]
+
+    def __bool__(self) -> bool:
+        return bool(self.metadata.get("lastActionSuccess", False))
+
+    @property
+    def color_to_object_id(self) -> dict[tuple[int, ...], str]:
+        return {tuple(c["color"]): c["name"] for c in self.metadata.get("colors") or ()}
+
+    @property
+    def object_id_to_color(self) -> dict[str, tuple[int, ...]]:
+        return {c["name"]: tuple(c["color"]) for c in self.metadata.get("colors") or ()}
+
+    def __repr__(self) -> str:
+        md = self.metadata
+        return (
+            f"<renderd.Event seq={self.sequence_id} lastAction={md.get('lastAction')!r} "
+            f"success={md.get('lastActionSuccess')!r} {self.screen_width}x{self.screen_height}"
+            + (f" error={md.get('errorMessage')!r}" if md.get("errorMessage") else "")
+            + ">"
+        )
+
+
+def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *, depth: bool = False) -> np.ndarray:
+    arr = body if isinstance(body, np.ndarray) else np.frombuffer(body, dtype=np.uint8)
+    pixels = width * height
+    n = arr.nbytes
+    if depth:
+        if n == pixels * 4:
+            return arr.view("<f4").reshape(height, width)[::-1]
+        if n == pixels * 3:  # legacy 24-bit depth: 1/256 precision in three bytes
+            a = arr.reshape(height, width, 3)[::-1].astype(np.float32)
+            return a[..., 0] + a[..., 1] / np.float32(256) + a[..., 2] / np.float32(256 * 256)
+        raise ProtocolError(
+            f"{ftype.name} body is {n} bytes, but screenWidth x screenHeight = {width} x {height} "
+            f"needs {pixels * 4} bytes (float32 per pixel)",
+            offset=offset,
+            field_type=ftype,
+        )
+    if n == pixels * 3:
+        return arr.reshape(height, width, 3)[::-1]
+    if n == pixels * 4:
+        return arr.reshape(height, width, 4)[::-1, :, :3]
+    raise ProtocolError(
+        f"{ftype.name} body is {n} bytes, but screenWidth x screenHeight = {width} x {height} "
+        f"needs {pixels * 3} (RGB) or {pixels * 4} (RGBA) bytes",
+        offset=offset,
+        field_type=ftype,
+    )
+
+
+def _depth_to_metres(depth: np.ndarray, fmt: str | None, agent: dict[str, Any]) -> np.ndarray:
+    if fmt in (None, "Meters"):
+        return depth
+    if fmt == "Normalized":
+        near = float(agent.get("cameraNearPlane", 0.1))
+        far = float(agent.get("cameraFarPlane", 20.0))
+        return depth * np.float32(far - near)
+    scale = _DEPTH_SCALE.get(fmt)
+    if scale is None:
+        raise ProtocolError(f"unknown depthFormat {fmt!r} (expected Meters, Millimeters or Normalized)")
+    return depth * np.float32(scale)
+
+
+_AGENT_SETTERS = {
+    FieldType.RGB_IMAGE: "frame",
+    FieldType.NORMALS_IMAGE: "normals_frame",
+    FieldType.FLOWS_IMAGE: "flow_frame",
+    FieldType.IDS_IMAGE: "instance_segmentation_frame",
+    FieldType.CLASSES_IMAGE: "semantic_segmentation_frame",
+}
+_THIRD_PARTY_LISTS = {
+    FieldType.THIRD_PARTY_IMAGE: "third_party_camera_frames",
+    FieldType.THIRD_PARTY_NORMALS: "third_party_normals_frames",
+    FieldType.THIRD_PARTY_FLOW: "third_party_flow_frames",
+    FieldType.THIRD_PARTY_IMAGE_IDS: "third_party_instance_segmentation_frames",
+    FieldType.THIRD_PARTY_CLASSES: "third_party_semantic_segmentation_frames",
+}
+
+
+def build_events(
+    metadata: dict[str, Any], images: dict[FieldType, list[tuple[Any, int]]], sequence_id: int | None = None
+) -> Event:
+    """Build the event of the active agent (its ``events`` lists all agents) from metadata and images.
+
+    ``images`` maps each image field type to its ``(body, stream offset)`` pairs in wire order.
+    """
+    agents = metadata.get("agents")
+    if not isinstance(agents, list) or not agents:
+        raise ProtocolError("metadata has no 'agents' list (every player message must describe its agents)")
+    events: list[Event] = []
+    for i, agent in enumerate(agents):
+        if not isinstance(agent, dict):
+            raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected a map")
+        try:
+            width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"metadata agents[{i}] lacks a valid screenWidth/screenHeight: {exc}") from exc
+        if width <= 0 or height <= 0:
+            raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")
+        ev = Event(agent, sequence_id)
+        for ftype, attr in _AGENT_SETTERS.items():
+            items = images.get(ftype)
+            if items and i < len(items):
+                body, off = items[i]
+                setattr(ev, attr, _image(body, ftype, width, height, off))
+        items = images.get(FieldType.DEPTH_IMAGE)
+        if items and i < len(items):
+            body, off = items[i]
+            depth = _image(body, FieldType.DEPTH_IMAGE, width, height, off, depth=True)
+            ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent)
+        cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
+        n_cameras = len(cameras) if isinstance(cameras, list) else 0
+        for ftype in _THIRD_PARTY:
+            items = images.get(ftype) or []
+            count = min(len(items), n_cameras) if n_cameras else len(items)
+            for body, off in items[:count]:
+                if ftype == FieldType.THIRD_PARTY_DEPTH:
+                    d = _image(body, ftype, width, height, off, depth=True)
+                    ev.third_party_depth_frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent))
+                else:
+                    getattr(ev, _THIRD_PARTY_LISTS[ftype]).append(_image(body, ftype, width, height, off))
+        events.append(ev)
+    active = metadata.get("activeAgentId", 0)
+    if not isinstance(active, int) or not 0 <= active < len(events):
+        raise ProtocolError(f"activeAgentId {active!r} does not name one of the {len(events)} agent(s)")
+    for ev in events:
+        ev.events = events
+    return events[active]
+
+
+class FrameAssembler:
+    """Turns a stream's decoded messages into events, carrying state for METADATA_PATCH.
+
+    A patch is merged the way AI2-THOR merges it: shallow copies of the previous message's agents, the
+    patch applied to agent ``agentId`` (which becomes the active agent), the previous message's
+    third-party cameras, and the previous message's images reused.
+    """
+
+    def __init__(self) -> None:
+        self.metadata: dict[str, Any] | None = None
+        self.images: dict[FieldType, list[tuple[Any, int]]] = {}
+
+    def assemble(self, message: Message, sequence_id: int | None = None) -> tuple[dict[str, Any], dict]:
+        """Metadata and images of ``message`` (patches merged); raises ProtocolError if it has none."""
+        metadata: dict[str, Any] | None = None
+        images: dict[FieldType, list[tuple[Any, int]]] = {}
+        patched = False
+        offsets = message.offsets or [message.offset] * len(message.fields)
+        for (ftype, body), offset in zip(message.fields, offsets):
+            if ftype == FieldType.METADATA:
+                if metadata is not None:
+                    raise ProtocolError("message has two metadata fields", offset=offset, field_type=ftype)
+                metadata = decode_metadata(body, offset=offset, ftype=ftype)
+            elif ftype == FieldType.METADATA_PATCH:
+                if metadata is not None:
+                    raise ProtocolError("message has two metadata fields", offset=offset, field_type=ftype)
+                patch = decode_metadata(body, offset=offset, ftype=ftype)
+                metadata = self._apply_patch(patch, sequence_id, offset)
+                patched = True
+            elif ftype in IMAGE_FIELDS:
+                images.setdefault(ftype, []).append((body, offset))
+            else:
+                raise ProtocolError(
+                    f"unexpected {ftype.name} field in a player message (expected metadata and images)",
+                    offset=offset,
+                    field_type=ftype,
+                )
+        if metadata is None:
+            raise ProtocolError(
+                "message has no METADATA or METADATA_PATCH field (a player message must start with metadata)",
+                offset=message.offset,
+            )
+        if patched:
+            images = self.images
+        self.metadata = metadata
+        self.images = images
+        return metadata, images
+
+    def _apply_patch(self, patch: dict[str, Any], sequence_id: int | None, offset: int) -> dict[str, Any]:
+        previous = self.metadata
+        if previous is None:
+            raise ProtocolError(
+                "METADATA_PATCH before any full METADATA (there is nothing to patch)",
+                offset=offset,
+                field_type=FieldType.METADATA_PATCH,
+            )
+        agent_id = patch.get("agentId")
+        agents = previous.get("agents") or []
+        if not isinstance(agent_id, int) or not 0 <= agent_id < len(agents):
+            raise ProtocolError(
+                f"METADATA_PATCH agentId {agent_id!r} does not name one of the {len(agents)} agent(s)",
+                offset=offset,
+                field_type=FieldType.METADATA_PATCH,
+            )
+        merged_agents = [dict(a) for a in agents]
+        merged_agents[agent_id].update(patch)
+        return {
+            "agents": merged_agents,
+            "thirdPartyCameras": previous.get("thirdPartyCameras"),
+            "sequenceId": sequence_id if sequence_id is not None else previous.get("sequenceId"),
+            "activeAgentId": agent_id,
+        }
+
+    def event(self, message: Message, sequence_id: int | None = None) -> Event:
+        """Assemble ``message`` and build its event."""
+        metadata, images = self.assemble(message, sequence_id)
+        return build_events(metadata, images, metadata.get("sequenceId"))

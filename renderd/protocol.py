@@ -1,0 +1,498 @@
+"""The wire codec: framed messages between a client and a player, with no I/O in it.
+
+A message is a sequence of fields followed by an end-of-message marker::
+
+      0        1        2        3        4        5 ...                 5+length
+    +--------+--------+--------+--------+--------+--------------------------+
+    |  type  |     body length (uint32, big-endian)  |  body (length bytes)   |   one field
+    +--------+--------+--------+--------+--------+--------------------------+
+    +--------+--------+--------+--------+--------+
+    |  0xff  |  0x00     0x00     0x00     0x00  |                              end of message
+    +--------+--------+--------+--------+--------+
+
+(``struct`` format ``!BI``). Field types are :class:`FieldType`. A player sends METADATA (msgpack) or
+METADATA_PATCH, then image fields, then the end marker; a client sends one ACTION (JSON) then the marker.
+
+This module turns messages into buffers (:func:`encode_message`, ready for one ``writev``) and bytes into
+messages (:class:`Decoder`). The decoder is fed either by copying bytes in (:meth:`Decoder.receive_data`)
+or, on the fast path, by letting the transport read straight into the decoder's buffers
+(:meth:`Decoder.get_buffers` / :meth:`Decoder.buffers_updated`): a large body is read directly into the
+buffer that becomes its numpy array, never assembled with ``bytes + bytes``. It never touches a file
+descriptor, a clock or a logger. After a :class:`~renderd.errors.ProtocolError` the decoder stays failed.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Sequence
+
+import msgpack
+import numpy as np
+
+from renderd.errors import ProtocolError
+
+__all__ = [
+    "FieldType",
+    "IMAGE_FIELDS",
+    "FORM_FIELD_NAMES",
+    "HEADER",
+    "HEADER_SIZE",
+    "END_OF_MESSAGE",
+    "DEFAULT_MAX_BODY_SIZE",
+    "DEFAULT_MAX_FIELDS",
+    "NEED_DATA",
+    "Message",
+    "Decoder",
+    "encode_message",
+    "encode_action",
+    "encode_metadata",
+    "decode_metadata",
+    "decode_action",
+    "message_nbytes",
+]
+
+
+class FieldType(enum.IntEnum):
+    METADATA = 1
+    ACTION = 2
+    ACTION_RESULT = 3
+    RGB_IMAGE = 4
+    DEPTH_IMAGE = 5
+    NORMALS_IMAGE = 6
+    FLOWS_IMAGE = 7
+    CLASSES_IMAGE = 8
+    IDS_IMAGE = 9
+    THIRD_PARTY_IMAGE = 10
+    METADATA_PATCH = 11
+    THIRD_PARTY_DEPTH = 12
+    THIRD_PARTY_NORMALS = 13
+    THIRD_PARTY_IMAGE_IDS = 14
+    THIRD_PARTY_CLASSES = 15
+    THIRD_PARTY_FLOW = 16
+    END_OF_MESSAGE = 255
+
+
+#: Field types that carry an image body.
+IMAGE_FIELDS = frozenset(
+    {
+        FieldType.RGB_IMAGE,
+        FieldType.DEPTH_IMAGE,
+        FieldType.NORMALS_IMAGE,
+        FieldType.FLOWS_IMAGE,
+        FieldType.CLASSES_IMAGE,
+        FieldType.IDS_IMAGE,
+        FieldType.THIRD_PARTY_IMAGE,
+        FieldType.THIRD_PARTY_DEPTH,
+        FieldType.THIRD_PARTY_NORMALS,
+        FieldType.THIRD_PARTY_IMAGE_IDS,
+        FieldType.THIRD_PARTY_CLASSES,
+        FieldType.THIRD_PARTY_FLOW,
+    }
+)
+
+#: The multipart form names HTTP players use for each image field (and the reverse map below).
+FORM_FIELD_NAMES: dict[FieldType, str] = {
+    FieldType.RGB_IMAGE: "image",
+    FieldType.DEPTH_IMAGE: "image_depth",
+    FieldType.NORMALS_IMAGE: "image_normals",
+    FieldType.FLOWS_IMAGE: "image_flow",
+    FieldType.CLASSES_IMAGE: "image_classes",
+    FieldType.IDS_IMAGE: "image_ids",
+    FieldType.THIRD_PARTY_IMAGE: "image-thirdParty-camera",
+    FieldType.THIRD_PARTY_DEPTH: "image_thirdParty_depth",
+    FieldType.THIRD_PARTY_NORMALS: "image_thirdParty_normals",
+    FieldType.THIRD_PARTY_IMAGE_IDS: "image_thirdParty_image_ids",
+    FieldType.THIRD_PARTY_CLASSES: "image_thirdParty_classes",
+    FieldType.THIRD_PARTY_FLOW: "image_thirdParty_flow",
+}
+FIELD_TYPES_BY_FORM_NAME: dict[str, FieldType] = {v: k for k, v in FORM_FIELD_NAMES.items()}
+
+HEADER = struct.Struct("!BI")
+HEADER_SIZE = HEADER.size  # 5
+END_OF_MESSAGE = HEADER.pack(FieldType.END_OF_MESSAGE, 0)
+
+#: Largest body accepted by default: one 4096 x 4096 RGBA frame (64 MiB). A length above the limit is
+#: rejected from the header alone, before any of the body is read or allocated.
+DEFAULT_MAX_BODY_SIZE = 4096 * 4096 * 4
+#: Most fields accepted in one message by default (a player with many agents and third-party cameras
+#: sends a few dozen); a stream that never sends its end marker is rejected instead of growing forever.
+DEFAULT_MAX_FIELDS = 1024
+#: Bodies up to this size are copied out of the decoder's scratch buffer; larger ones get a buffer of
+#: their own that the transport reads into directly.
+SMALL_BODY = 16 * 1024
+#: Size of the scratch buffer that headers and small bodies are read into.
+SCRATCH_SIZE = 64 * 1024
+
+_VALID_TYPES = frozenset(int(t) for t in FieldType)
+
+
+class _NeedData:
+    """Sentinel returned by :meth:`Decoder.next_message` when more bytes are needed."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NEED_DATA"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NEED_DATA = _NeedData()
+
+
+@dataclass
+class Message:
+    """One decoded message: its fields in wire order, and the stream offset of its first byte."""
+
+    fields: list[tuple[FieldType, Any]] = field(default_factory=list)
+    offset: int = 0
+    nbytes: int = 0
+    #: stream offset of each field's header, parallel to ``fields``
+    offsets: list[int] = field(default_factory=list)
+
+    def first(self, ftype: FieldType) -> Any | None:
+        for t, body in self.fields:
+            if t == ftype:
+                return body
+        return None
+
+    def bodies(self, ftype: FieldType) -> list[Any]:
+        return [body for t, body in self.fields if t == ftype]
+
+
+def _nbytes(buf: Any) -> int:
+    if isinstance(buf, (bytes, bytearray)):
+        return len(buf)
+    return memoryview(buf).nbytes
+
+
+def encode_message(fields: Iterable[tuple[int, Any]]) -> list[Any]:
+    """Turn ``(field type, body)`` pairs into a list of buffers ready for one ``writev``.
+
+    Bodies are any objects with the buffer protocol (bytes, bytearray, memoryview, contiguous numpy
+    arrays) and are not copied; headers are packed, and the end-of-message marker is appended.
+    """
+    out: list[Any] = []
+    for ftype, body in fields:
+        ftype = int(ftype)
+        if ftype not in _VALID_TYPES or ftype == FieldType.END_OF_MESSAGE:
+            raise ValueError(f"cannot encode field type {ftype}")
+        if isinstance(body, np.ndarray):
+            if not body.flags.c_contiguous:
+                body = np.ascontiguousarray(body)
+            body = memoryview(body).cast("B")
+        n = _nbytes(body)
+        if n > 0xFFFFFFFF:
+            raise ValueError(f"body of {FieldType(ftype).name} is {n} bytes, over the 4 GiB framing limit")
+        out.append(HEADER.pack(ftype, n))
+        if n:
+            out.append(body)
+    out.append(END_OF_MESSAGE)
+    return out
+
+
+def message_nbytes(buffers: Sequence[Any]) -> int:
+    """Total size of an encoded message's buffers."""
+    return sum(_nbytes(b) for b in buffers)
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"action value of type {type(obj).__name__} cannot be sent as JSON: {obj!r}")
+
+
+def encode_action(action: dict[str, Any]) -> list[Any]:
+    """Encode one action (a JSON object; numpy scalars and arrays allowed) as a complete message."""
+    try:
+        body = json.dumps(action, default=_json_default, separators=(",", ":")).encode("utf-8")
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"action cannot be encoded as JSON: {exc}") from exc
+    return [HEADER.pack(FieldType.ACTION, len(body)), body, END_OF_MESSAGE]
+
+
+def encode_metadata(metadata: dict[str, Any]) -> bytes:
+    """Pack metadata with msgpack (numpy scalars and arrays allowed)."""
+    return msgpack.packb(metadata, default=_msgpack_default, use_bin_type=True)
+
+
+def _msgpack_default(obj: Any) -> Any:
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, (set, frozenset)):
+        return list(obj)
+    raise TypeError(f"metadata value of type {type(obj).__name__} cannot be packed: {obj!r}")
+
+
+def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = FieldType.METADATA) -> dict:
+    """Unpack a METADATA or METADATA_PATCH body; anything but a msgpack map is a ProtocolError."""
+    try:
+        value = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for bad input
+        raise ProtocolError(
+            f"{ftype.name} body is not valid msgpack ({type(exc).__name__}: {exc})", offset=offset, field_type=ftype
+        ) from exc
+    if not isinstance(value, dict):
+        raise ProtocolError(
+            f"{ftype.name} body must be a msgpack map, got {type(value).__name__}", offset=offset, field_type=ftype
+        )
+    return value
+
+
+def decode_action(message: Message) -> dict[str, Any]:
+    """The action a client sent: the single ACTION field of ``message``, parsed as a JSON object."""
+    bodies = message.bodies(FieldType.ACTION)
+    if len(bodies) != 1:
+        raise ProtocolError(
+            f"a client message must hold exactly one ACTION field, got {len(bodies)}", offset=message.offset
+        )
+    try:
+        action = json.loads(bytes(bodies[0]).decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"ACTION body is not valid UTF-8 JSON: {exc}", offset=message.offset) from exc
+    if not isinstance(action, dict):
+        raise ProtocolError(f"ACTION body must be a JSON object, got {type(action).__name__}", offset=message.offset)
+    return action
+
+
+class Decoder:
+    """Incremental decoder: bytes in, whole messages out.
+
+    Two ways to feed it:
+
+    * ``receive_data(data)`` copies bytes in (any transport; tests feed bytes one at a time);
+    * ``get_buffers()`` returns writable memoryviews the next bytes should land in, in order; after
+      reading ``n`` bytes into them (``os.readv``), call ``buffers_updated(n)``. The first buffer is the
+      rest of a large body when one is being read, so its bytes are never copied.
+
+    ``next_message()`` returns a :class:`Message` or :data:`NEED_DATA`. ``end_of_input()`` says the
+    stream ended; it raises :class:`ProtocolError` if that happened inside a message. Errors leave the
+    decoder failed: every later call raises the same error.
+    """
+
+    def __init__(self, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE, max_fields: int = DEFAULT_MAX_FIELDS) -> None:
+        if max_body_size < 0:
+            raise ValueError("max_body_size must be >= 0")
+        self.max_body_size = max_body_size
+        self.max_fields = max_fields
+        self._scratch = bytearray(SCRATCH_SIZE)
+        self._sview = memoryview(self._scratch)
+        self._start = 0  # first unparsed byte in scratch
+        self._end = 0  # end of valid bytes in scratch
+        self._consumed = 0  # stream offset of scratch[_start]
+        # The large body being filled, if any.
+        self._body: np.ndarray | None = None
+        self._body_view: memoryview | None = None
+        self._body_filled = 0
+        self._body_type: FieldType | None = None
+        self._body_offset = 0
+        # The message being assembled.
+        self._fields: list[tuple[FieldType, Any]] = []
+        self._offsets: list[int] = []
+        self._msg_offset: int | None = None
+        self._ready: list[Message] = []
+        self._error: ProtocolError | None = None
+        self._eof = False
+
+    # -- feeding -----------------------------------------------------------------------------------
+    def get_buffers(self) -> list[memoryview]:
+        """Writable buffers to read the next bytes into, in order (pass them to ``os.readv``)."""
+        self._check()
+        if self._body is not None:
+            rest = self._body_view[self._body_filled :]
+            self._compact()
+            return [rest, self._sview[self._end :]]
+        self._compact()
+        return [self._sview[self._end :]]
+
+    def buffers_updated(self, nbytes: int) -> None:
+        """``nbytes`` bytes were written into the buffers from :meth:`get_buffers`, in order."""
+        self._check()
+        if nbytes < 0:
+            raise ValueError("nbytes must be >= 0")
+        if self._body is not None:
+            want = self._body_view.nbytes - self._body_filled
+            take = min(want, nbytes)
+            self._body_filled += take
+            nbytes -= take
+            if self._body_filled == self._body_view.nbytes:
+                self._finish_body()
+        self._end += nbytes
+        if self._end > len(self._scratch):
+            raise ValueError("buffers_updated() was told of more bytes than get_buffers() offered")
+        self._parse()
+
+    def receive_data(self, data: bytes | bytearray | memoryview) -> None:
+        """Copy ``data`` into the decoder (the general path; every byte is accepted)."""
+        self._check()
+        if self._eof:
+            raise RuntimeError("receive_data() after end_of_input()")
+        view = memoryview(data).cast("B")
+        pos = 0
+        total = view.nbytes
+        while pos < total:
+            # Fill the first offered buffer, then ask again: the layout changes once a body completes.
+            first = self.get_buffers()[0]
+            n = min(first.nbytes, total - pos)
+            first[:n] = view[pos : pos + n]
+            pos += n
+            self.buffers_updated(n)
+
+    def end_of_input(self) -> None:
+        """The stream ended. Raises :class:`ProtocolError` if it ended inside a header, body or message."""
+        self._check()
+        self._eof = True
+        if self._body is not None:
+            missing = self._body_view.nbytes - self._body_filled
+            self._fail(
+                f"end of input inside the body of a {self._body_type.name} field: "
+                f"expected {self._body_view.nbytes} bytes, got {self._body_filled} ({missing} missing)",
+                self._body_offset,
+                self._body_type,
+            )
+        pending = self._end - self._start
+        if pending:
+            if pending < HEADER_SIZE:
+                self._fail(
+                    f"end of input inside a field header: got {pending} of {HEADER_SIZE} bytes",
+                    self._consumed,
+                )
+            ftype, length = HEADER.unpack_from(self._scratch, self._start)
+            name = FieldType(ftype).name if ftype in _VALID_TYPES else str(ftype)
+            self._fail(
+                f"end of input inside the body of a {name} field: expected {length} bytes, "
+                f"got {pending - HEADER_SIZE}",
+                self._consumed,
+                ftype,
+            )
+        if self._fields:
+            self._fail(
+                f"end of input inside a message: {len(self._fields)} field(s) received, "
+                "no end-of-message marker",
+                self._msg_offset,
+            )
+
+    @property
+    def in_message(self) -> bool:
+        """True while part of a message has been received (so ending now would be an error)."""
+        return bool(self._fields) or self._body is not None or self._end > self._start
+
+    @property
+    def offset(self) -> int:
+        """Stream offset of the next byte to parse."""
+        if self._body is not None:
+            return self._body_offset + HEADER_SIZE + self._body_filled
+        return self._consumed
+
+    @property
+    def failed(self) -> ProtocolError | None:
+        return self._error
+
+    # -- output ------------------------------------------------------------------------------------
+    def next_message(self) -> Message | _NeedData:
+        """The next whole message, or :data:`NEED_DATA`."""
+        self._check()
+        if self._ready:
+            return self._ready.pop(0)
+        return NEED_DATA
+
+    # -- internals ---------------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _fail(self, message: str, offset: int | None, ftype: int | None = None) -> None:
+        self._error = ProtocolError(message, offset=offset, field_type=ftype)
+        raise self._error
+
+    def _compact(self) -> None:
+        # Move unparsed bytes to the front of scratch so the free space is as large as possible.
+        if self._start == self._end:
+            self._start = self._end = 0
+        elif self._start > 0 and (len(self._scratch) - self._end) < HEADER_SIZE + SMALL_BODY:
+            n = self._end - self._start
+            self._scratch[0:n] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, n
+
+    def _finish_body(self) -> None:
+        body = self._body
+        ftype = self._body_type
+        self._body = self._body_view = None
+        self._body_filled = 0
+        self._add_field(ftype, body, self._body_offset)
+
+    def _add_field(self, ftype: FieldType, body: Any, offset: int) -> None:
+        if self._msg_offset is None:
+            self._msg_offset = offset
+        self._fields.append((ftype, body))
+        self._offsets.append(offset)
+        if len(self._fields) > self.max_fields:
+            self._fail(
+                f"message has more than {self.max_fields} fields without an end-of-message marker",
+                offset,
+                ftype,
+            )
+
+    def _parse(self) -> None:
+        scratch = self._scratch
+        while self._body is None:
+            avail = self._end - self._start
+            if avail < HEADER_SIZE:
+                return
+            offset = self._consumed
+            ftype, length = HEADER.unpack_from(scratch, self._start)
+            if ftype not in _VALID_TYPES:
+                self._fail(f"unknown field type {ftype} (expected 1-16 or 255)", offset, ftype)
+            ftype = FieldType(ftype)
+            if ftype == FieldType.END_OF_MESSAGE:
+                if length != 0:
+                    self._fail(f"end-of-message marker with length {length} (expected 0)", offset, ftype)
+                self._start += HEADER_SIZE
+                self._consumed += HEADER_SIZE
+                start = self._msg_offset if self._msg_offset is not None else offset
+                self._ready.append(Message(self._fields, start, self._consumed - start, self._offsets))
+                self._fields = []
+                self._offsets = []
+                self._msg_offset = None
+                continue
+            if length > self.max_body_size:
+                self._fail(
+                    f"{ftype.name} field declares a body of {length} bytes, over the limit of "
+                    f"{self.max_body_size} bytes (max_body_size)",
+                    offset,
+                    ftype,
+                )
+            have = avail - HEADER_SIZE
+            body_start = self._start + HEADER_SIZE
+            if length <= SMALL_BODY:
+                if have < length:
+                    return
+                body = bytes(scratch[body_start : body_start + length])
+                self._start = body_start + length
+                self._consumed += HEADER_SIZE + length
+                self._add_field(ftype, body, offset)
+                continue
+            # A large body: give it its own buffer (uninitialised: it is about to be overwritten) and
+            # move whatever part of it is already in scratch.
+            buf = np.empty(length, dtype=np.uint8)
+            view = memoryview(buf)
+            take = min(have, length)
+            view[:take] = scratch[body_start : body_start + take]
+            self._start = body_start + take
+            self._consumed += HEADER_SIZE + length  # the body's bytes are counted now, filled or not
+            if take == length:
+                self._add_field(ftype, buf, offset)
+                continue
+            self._body, self._body_view, self._body_filled = buf, view, take
+            self._body_type, self._body_offset = ftype, offset
+            return
