@@ -1,0 +1,160 @@
+"""Events from decoded messages: zero-copy views, orientation, sizes, patches, several agents."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from renderd.errors import ProtocolError
+from renderd.event import FrameAssembler
+from renderd.protocol import Decoder, FieldType, encode_message, encode_metadata
+
+W, H = 5, 4
+
+
+def agent(**kw):
+    a = {
+        "screenWidth": W,
+        "screenHeight": H,
+        "lastAction": "Pass",
+        "lastActionSuccess": True,
+        "errorMessage": "",
+        "depthFormat": "Meters",
+        "thirdPartyCameras": [],
+    }
+    a.update(kw)
+    return a
+
+
+def message(fields):
+    d = Decoder()
+    d.receive_data(b"".join(bytes(memoryview(b).cast("B")) for b in encode_message(fields)))
+    m = d.next_message()
+    assert m
+    return m
+
+
+def bottom_up(img: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(img[::-1])
+
+
+def rgb_image(channels=3):
+    img = np.zeros((H, W, channels), np.uint8)
+    img[0, :, 0] = 255  # top row red
+    img[-1, :, 2] = 255  # bottom row blue
+    if channels == 4:
+        img[..., 3] = 255
+    return img
+
+
+def test_frame_is_a_top_row_first_view_of_the_received_bytes():
+    img = rgb_image()
+    md = {"agents": [agent()], "sequenceId": 3, "activeAgentId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, bottom_up(img).reshape(-1))])
+    ev = FrameAssembler().event(m)
+    assert ev.frame.shape == (H, W, 3) and ev.frame.dtype == np.uint8
+    assert (ev.frame == img).all()
+    assert ev.frame[0, 0, 0] == 255 and ev.frame[-1, 0, 2] == 255
+    assert np.shares_memory(ev.frame, np.frombuffer(m.fields[1][1], dtype=np.uint8))
+    assert ev.sequence_id == 3 and bool(ev) and ev.screen_width == W and ev.screen_height == H
+    assert ev.events == [ev]
+
+
+def test_rgba_frames_drop_alpha_without_copying():
+    img = rgb_image(4)
+    md = {"agents": [agent()], "sequenceId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, bottom_up(img).reshape(-1))])
+    ev = FrameAssembler().event(m)
+    assert ev.frame.shape == (H, W, 3)
+    assert (ev.frame == img[..., :3]).all()
+
+
+def test_depth_is_float32_metres():
+    depth = np.linspace(0.5, 9.5, W * H, dtype=np.float32).reshape(H, W)
+    md = {"agents": [agent()], "sequenceId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.DEPTH_IMAGE, bottom_up(depth).view(np.uint8))])
+    ev = FrameAssembler().event(m)
+    assert ev.depth_frame.dtype == np.float32 and ev.depth_frame.shape == (H, W)
+    assert np.array_equal(ev.depth_frame, depth)
+    md = {"agents": [agent(depthFormat="Millimeters")], "sequenceId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.DEPTH_IMAGE, bottom_up(depth * 1000).view(np.uint8))])
+    assert np.allclose(FrameAssembler().event(m).depth_frame, depth)
+
+
+def test_wrong_image_size_names_both_sizes():
+    md = {"agents": [agent()], "sequenceId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, b"x" * 7)])
+    with pytest.raises(ProtocolError) as info:
+        FrameAssembler().event(m)
+    text = str(info.value)
+    assert "7 bytes" in text and f"{W} x {H}" in text and str(W * H * 3) in text
+    assert info.value.offset == m.offsets[1]
+
+
+def test_message_without_metadata():
+    m = message([(FieldType.RGB_IMAGE, b"x" * (W * H * 3))])
+    with pytest.raises(ProtocolError, match="no METADATA"):
+        FrameAssembler().event(m)
+
+
+def test_metadata_without_agents():
+    m = message([(FieldType.METADATA, encode_metadata({"sequenceId": 0}))])
+    with pytest.raises(ProtocolError, match="no 'agents' list"):
+        FrameAssembler().event(m)
+
+
+def test_patch_merges_as_ai2thor_does():
+    a0, a1 = agent(x=0, lastAction="A"), agent(x=1, lastAction="B")
+    md = {"agents": [a0, a1], "sequenceId": 1, "activeAgentId": 0, "thirdPartyCameras": []}
+    img0, img1 = rgb_image(), rgb_image()[::-1]
+    fa = FrameAssembler()
+    first = fa.event(
+        message(
+            [
+                (FieldType.METADATA, encode_metadata(md)),
+                (FieldType.RGB_IMAGE, bottom_up(img0).reshape(-1)),
+                (FieldType.RGB_IMAGE, bottom_up(img1).reshape(-1)),
+            ]
+        )
+    )
+    assert len(first.events) == 2 and first.metadata["x"] == 0
+    patch = {"agentId": 1, "lastAction": "RotateLeft", "x": 11}
+    ev = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata(patch))]), sequence_id=2)
+    # the active agent is the patched one; the other agents are shallow copies of the previous ones
+    assert ev.metadata["lastAction"] == "RotateLeft" and ev.metadata["x"] == 11 and ev.metadata["agentId"] == 1
+    assert ev.events[0].metadata == a0 and ev.events[0].metadata is not first.events[0].metadata
+    assert ev.sequence_id == 2
+    # the previous frame's images stay valid
+    assert (ev.frame == img1).all() and (ev.events[0].frame == img0).all()
+    assert first.events[1].metadata["x"] == 1  # the earlier event was not mutated
+
+
+def test_patch_before_metadata_and_bad_agent_id():
+    fa = FrameAssembler()
+    with pytest.raises(ProtocolError, match="before any full METADATA"):
+        fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0}))]))
+    fa.event(message([(FieldType.METADATA, encode_metadata({"agents": [agent()], "sequenceId": 0}))]))
+    with pytest.raises(ProtocolError, match="agentId 3"):
+        fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 3}))]))
+
+
+def test_third_party_cameras_and_segmentation():
+    md = {
+        "agents": [agent(thirdPartyCameras=[{"id": 0}], colors=[{"name": "Box|1", "color": [1, 2, 3]}])],
+        "sequenceId": 0,
+    }
+    tp = rgb_image()
+    ids = np.zeros((H, W, 4), np.uint8)
+    ids[..., :3] = [1, 2, 3]
+    m = message(
+        [
+            (FieldType.METADATA, encode_metadata(md)),
+            (FieldType.THIRD_PARTY_IMAGE, bottom_up(tp).reshape(-1)),
+            (FieldType.IDS_IMAGE, ids.reshape(-1)),
+        ]
+    )
+    ev = FrameAssembler().event(m)
+    assert len(ev.third_party_camera_frames) == 1 and (ev.third_party_camera_frames[0] == tp).all()
+    assert ev.instance_segmentation_frame.shape == (H, W, 3)
+    assert ev.color_to_object_id[(1, 2, 3)] == "Box|1"
+    assert ev.frame is None and ev.depth_frame is None

@@ -1,0 +1,309 @@
+"""The wire codec, byte by byte: round trips fed whole, one byte at a time and in random chunks, and every
+malformed input raising ProtocolError with what and where."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+import msgpack
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from renderd.errors import ProtocolError
+from renderd.protocol import (
+    END_OF_MESSAGE,
+    HEADER,
+    NEED_DATA,
+    SMALL_BODY,
+    Decoder,
+    FieldType,
+    decode_action,
+    decode_metadata,
+    encode_action,
+    encode_message,
+    encode_metadata,
+)
+
+
+def join(buffers) -> bytes:
+    return b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
+
+
+def drain(decoder: Decoder) -> list:
+    out = []
+    while True:
+        m = decoder.next_message()
+        if m is NEED_DATA:
+            return out
+        out.append(m)
+
+
+def feed_readv(decoder: Decoder, data: bytes, chunk: int) -> None:
+    """Feed through the zero-copy path the FIFO transport uses (get_buffers / buffers_updated)."""
+    pos = 0
+    while pos < len(data):
+        want = min(chunk, len(data) - pos)
+        got = 0
+        for buf in decoder.get_buffers():
+            n = min(buf.nbytes, want - got)
+            buf[:n] = data[pos + got : pos + got + n]
+            got += n
+            if got == want:
+                break
+        decoder.buffers_updated(got)
+        pos += got
+
+
+def test_wire_bytes_match_the_design():
+    assert END_OF_MESSAGE == b"\xff\x00\x00\x00\x00"
+    assert HEADER.format == "!BI"
+    out = join(encode_message([(FieldType.ACTION, b'{"action":"Pass"}')]))
+    assert out == b"\x02\x00\x00\x00\x11" + b'{"action":"Pass"}' + b"\xff\x00\x00\x00\x00"
+
+
+def test_encoder_does_not_copy_bodies():
+    body = np.arange(100_000, dtype=np.uint8)
+    bufs = encode_message([(FieldType.RGB_IMAGE, body)])
+    assert len(bufs) == 3
+    mv = bufs[1]
+    assert np.shares_memory(np.frombuffer(mv, dtype=np.uint8), body)
+
+
+def test_encode_action_handles_numpy():
+    bufs = encode_action({"action": "Teleport", "x": np.float32(1.5), "pos": np.array([1, 2]), "n": np.int64(3)})
+    d = Decoder()
+    d.receive_data(join(bufs))
+    action = decode_action(d.next_message())
+    assert action == {"action": "Teleport", "x": 1.5, "pos": [1, 2], "n": 3}
+
+
+def test_encode_action_rejects_unencodable():
+    with pytest.raises(ValueError, match="JSON"):
+        encode_action({"action": "X", "obj": object()})
+
+
+def _sample_stream(n_messages=3, big=200_000):
+    rng = np.random.default_rng(7)
+    msgs = []
+    for i in range(n_messages):
+        md = {"agents": [{"screenWidth": 4, "screenHeight": 3, "i": i}], "sequenceId": i}
+        fields = [
+            (FieldType.METADATA, encode_metadata(md)),
+            (FieldType.RGB_IMAGE, rng.integers(0, 255, 36, dtype=np.uint8)),
+            (FieldType.DEPTH_IMAGE, rng.integers(0, 255, big, dtype=np.uint8)),
+            (FieldType.IDS_IMAGE, b""),
+        ]
+        msgs.append(fields)
+    data = b"".join(join(encode_message(f)) for f in msgs)
+    return msgs, data
+
+
+def _check(msgs, decoded):
+    assert len(decoded) == len(msgs)
+    pos = 0
+    for fields, m in zip(msgs, decoded):
+        assert m.offset == pos
+        assert [t for t, _ in m.fields] == [t for t, _ in fields]
+        for (_, a), (_, b) in zip(fields, m.fields):
+            assert bytes(memoryview(a).cast("B")) == bytes(memoryview(b).cast("B"))
+        pos += m.nbytes
+    assert decode_metadata(decoded[-1].fields[0][1])["sequenceId"] == len(msgs) - 1
+
+
+@pytest.mark.parametrize("mode", ["whole", "bytewise", "readv-7", "readv-65536"])
+def test_round_trip(mode):
+    msgs, data = _sample_stream(big=SMALL_BODY * 3 if mode == "bytewise" else 200_000)
+    d = Decoder()
+    if mode == "whole":
+        d.receive_data(data)
+    elif mode == "bytewise":
+        for i in range(len(data)):
+            d.receive_data(data[i : i + 1])
+    else:
+        feed_readv(d, data, int(mode.split("-")[1]))
+    decoded = drain(d)
+    d.end_of_input()
+    _check(msgs, decoded)
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=70_000), min_size=1, max_size=40), readv=st.booleans())
+def test_round_trip_random_chunks(cuts, readv):
+    msgs, data = _sample_stream()
+    d = Decoder()
+    pos = 0
+    i = 0
+    while pos < len(data):
+        n = cuts[i % len(cuts)]
+        i += 1
+        if readv:
+            feed_readv(d, data[pos : pos + n], n)
+        else:
+            d.receive_data(data[pos : pos + n])
+        pos += n
+    decoded = drain(d)
+    d.end_of_input()
+    _check(msgs, decoded)
+
+
+bodies = st.one_of(st.binary(max_size=64), st.binary(min_size=SMALL_BODY - 2, max_size=SMALL_BODY + 2))
+field_types = st.sampled_from([t for t in FieldType if t != FieldType.END_OF_MESSAGE])
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.tuples(field_types, bodies), max_size=5), min_size=1, max_size=4), st.data())
+def test_round_trip_arbitrary_fields(messages, data):
+    stream = b"".join(join(encode_message(m)) for m in messages)
+    d = Decoder()
+    pos = 0
+    while pos < len(stream):
+        n = data.draw(st.integers(min_value=1, max_value=max(1, len(stream) - pos)))
+        d.receive_data(stream[pos : pos + n])
+        pos += n
+    decoded = drain(d)
+    d.end_of_input()
+    assert [[(t, bytes(memoryview(b).cast("B"))) for t, b in m.fields] for m in decoded] == [
+        [(t, bytes(b)) for t, b in m] for m in messages
+    ]
+
+
+def test_large_body_is_read_into_its_own_buffer():
+    """The fast path hands the transport the body's final buffer: no copy of the bulk."""
+    body = np.arange(300_000, dtype=np.uint32).view(np.uint8)[:1_000_000]
+    data = join(encode_message([(FieldType.RGB_IMAGE, body)]))
+    d = Decoder()
+    bufs = d.get_buffers()
+    first = 1000
+    bufs[0][:first] = data[:first]
+    d.buffers_updated(first)
+    bufs = d.get_buffers()
+    assert len(bufs) == 2  # the rest of the body, then scratch for what follows
+    target = bufs[0]
+    assert target.nbytes == len(body) - (first - 5)
+    n = len(data) - first
+    target[:] = data[first : first + target.nbytes]
+    bufs[1][: n - target.nbytes] = data[first + target.nbytes :]
+    d.buffers_updated(n)
+    (m,) = drain(d)
+    out = m.fields[0][1]
+    assert isinstance(out, np.ndarray)
+    assert np.shares_memory(out, np.frombuffer(target, dtype=np.uint8))
+    assert out.tobytes() == body.tobytes()
+
+
+def test_need_data_is_falsy_and_incremental():
+    d = Decoder()
+    assert d.next_message() is NEED_DATA
+    assert not NEED_DATA
+    d.receive_data(b"\x02\x00\x00")
+    assert d.next_message() is NEED_DATA
+    assert d.in_message
+
+
+# -- malformed input ------------------------------------------------------------------------------
+
+
+def _err(data: bytes, *, eof: bool = False, **kw) -> ProtocolError:
+    d = Decoder(**kw)
+    with pytest.raises(ProtocolError) as info:
+        d.receive_data(data)
+        drain(d)
+        if eof:
+            d.end_of_input()
+    return info.value
+
+
+def test_unknown_field_type_names_type_and_offset():
+    good = join(encode_message([(FieldType.ACTION, b"{}")]))
+    e = _err(good + b"\x63\x00\x00\x00\x01x")
+    assert "unknown field type 99" in str(e)
+    assert e.offset == len(good)
+    assert f"byte offset {len(good)}" in str(e)
+
+
+def test_length_over_limit_rejected_before_body():
+    e = _err(struct.pack("!BI", FieldType.RGB_IMAGE, 1001), max_body_size=1000)
+    assert "RGB_IMAGE" in str(e) and "1001" in str(e) and "1000" in str(e)
+    assert e.offset == 0
+
+
+def test_default_limit_fits_4096_square_rgba_and_no_more():
+    d = Decoder()
+    d.receive_data(struct.pack("!BI", FieldType.RGB_IMAGE, 4096 * 4096 * 4))  # accepted: waits for the body
+    assert d.next_message() is NEED_DATA
+    e = _err(struct.pack("!BI", FieldType.RGB_IMAGE, 4096 * 4096 * 4 + 1))
+    assert "over the limit" in str(e)
+
+
+def test_eom_with_nonzero_length():
+    e = _err(b"\xff\x00\x00\x00\x01")
+    assert "end-of-message marker with length 1" in str(e)
+
+
+@pytest.mark.parametrize(
+    "data,expect",
+    [
+        (b"\x04\x00\x00", "inside a field header: got 3 of 5"),
+        (b"\x04\x00\x00\x00\x10abc", "inside the body of a RGB_IMAGE field: expected 16 bytes, got 3"),
+        (
+            struct.pack("!BI", 5, 100_000) + b"x" * 50_000,
+            "inside the body of a DEPTH_IMAGE field: expected 100000 bytes, got 50000",
+        ),
+        (b"\x02\x00\x00\x00\x02{}", "inside a message: 1 field(s) received, no end-of-message marker"),
+    ],
+)
+def test_end_of_input_inside(data, expect):
+    e = _err(data, eof=True)
+    assert expect in str(e)
+    assert e.offset == 0
+
+
+def test_end_of_input_between_messages_is_clean():
+    d = Decoder()
+    d.receive_data(join(encode_action({"action": "Pass"})))
+    assert len(drain(d)) == 1
+    d.end_of_input()
+
+
+def test_decoder_stays_failed():
+    d = Decoder()
+    with pytest.raises(ProtocolError) as first:
+        d.receive_data(b"\x63\x00\x00\x00\x00")
+    for call in (lambda: d.receive_data(b"\xff\x00\x00\x00\x00"), d.next_message, d.get_buffers, d.end_of_input):
+        with pytest.raises(ProtocolError) as again:
+            call()
+        assert again.value is first.value
+
+
+def test_too_many_fields_without_end_marker():
+    e = _err(b"\x02\x00\x00\x00\x00" * 11, max_fields=10)
+    assert "more than 10 fields" in str(e)
+
+
+def test_metadata_must_be_a_msgpack_map():
+    with pytest.raises(ProtocolError, match="not valid msgpack"):
+        decode_metadata(b"\xc1", offset=12)
+    with pytest.raises(ProtocolError, match="must be a msgpack map, got list"):
+        decode_metadata(msgpack.packb([1, 2]))
+    assert decode_metadata(msgpack.packb({1: "int keys allowed"})) == {1: "int keys allowed"}
+
+
+@pytest.mark.parametrize(
+    "body,expect",
+    [(b"\xff\xfe", "not valid UTF-8 JSON"), (b"{bad", "not valid UTF-8 JSON"), (json.dumps([1]).encode(), "JSON object")],
+)
+def test_bad_actions(body, expect):
+    d = Decoder()
+    d.receive_data(join(encode_message([(FieldType.ACTION, body)])))
+    with pytest.raises(ProtocolError, match=expect):
+        decode_action(d.next_message())
+
+
+def test_action_message_needs_exactly_one_action():
+    d = Decoder()
+    d.receive_data(join(encode_message([(FieldType.ACTION, b"{}"), (FieldType.ACTION, b"{}")])))
+    with pytest.raises(ProtocolError, match="exactly one ACTION field, got 2"):
+        decode_action(d.next_message())
