@@ -1,0 +1,744 @@
+"""The daemon's configuration: every key defined once, with its default, type and help text.
+
+A configuration file is TOML::
+
+    [daemon]
+    socket = "/run/renderd/renderd.sock"
+    runtime_dir = "/run/renderd"
+    http = "127.0.0.1:8200"
+
+    [environments.demo]
+    executable = "renderd-player"
+    width = 300
+    ...
+
+Each key is one dataclass field of :class:`DaemonConfig` or :class:`EnvironmentConfig`, declared with
+:func:`setting` (default, help text, and a check for impossible values). Those definitions feed the TOML
+parser (:func:`load`), ``renderd validate``, ``renderd start``, the control API's
+``PUT /v1/environments/{name}`` (:func:`parse_environment`) and the key tables of docs/configuration.md
+(``python -m renderd.config --markdown``). Unknown keys, wrong types and impossible values raise
+:class:`~renderd.errors.ConfigError` naming the file, the key (``environments.demo.width``) and why.
+
+Constructing a config has no side effects: nothing is created, opened or started. Loading reads the file
+and resolves executables to absolute paths (an executable that cannot be found is an error at load time).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import re
+import shutil
+import sys
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import click
+
+from renderd.errors import ConfigError
+
+__all__ = [
+    "DaemonConfig",
+    "EnvironmentConfig",
+    "Config",
+    "PLATFORMS",
+    "QUALITIES",
+    "RESTART_POLICIES",
+    "TRANSPORTS",
+    "DEFAULT_ENVIRONMENT",
+    "default_socket_path",
+    "default_runtime_dir",
+    "load",
+    "loads",
+    "default_config",
+    "parse_environment",
+    "parse_http_address",
+    "resolve_executable",
+    "markdown",
+    "validate_command",
+]
+
+#: Platform names an environment may ask for (``auto`` lets renderd choose; see docs/platforms.md).
+PLATFORMS = ("auto", "CloudRendering", "Linux64", "OSXIntel64", "headless")
+#: Unity quality levels, as AI2-THOR builds name them.
+QUALITIES = ("Very Low", "Low", "Medium", "MediumCloseFitShadows", "High", "Very High", "Ultra", "High WebGL")
+#: When a player that exited is started again.
+RESTART_POLICIES = ("always", "on-failure", "never")
+#: How a player talks to its client.
+TRANSPORTS = ("fifo", "http")
+#: The environment served when renderd starts with no configuration file.
+DEFAULT_ENVIRONMENT = "demo"
+#: The longest path a unix socket address holds (``sun_path`` is 108 bytes including the NUL).
+MAX_SOCKET_PATH = 107
+#: Environment names appear in URLs and file names: keep them to a safe alphabet.
+ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_X_DISPLAY = re.compile(r"^[A-Za-z0-9_.-]*:\d+(\.\d+)?$")
+#: Largest width or height accepted (Unity's own limit for a render target).
+MAX_RESOLUTION = 16384
+
+
+# -- defaults that depend on who runs the daemon ------------------------------------------------------
+def default_runtime_dir() -> str:
+    """``/run/renderd`` for root, else ``$XDG_RUNTIME_DIR/renderd``, else ``/tmp/renderd-$UID``."""
+    if os.geteuid() == 0:
+        return "/run/renderd"
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isabs(xdg):
+        return os.path.join(xdg, "renderd")
+    return f"/tmp/renderd-{os.geteuid()}"
+
+
+def default_socket_path() -> str:
+    """The control socket when none is configured: ``renderd.sock`` in :func:`default_runtime_dir`."""
+    return os.path.join(default_runtime_dir(), "renderd.sock")
+
+
+# -- one definition per key ---------------------------------------------------------------------------
+Check = Callable[[Any], "str | None"]
+
+
+def setting(
+    default: Any = dataclasses.MISSING,
+    *,
+    help: str,
+    check: Check | None = None,
+    default_factory: Callable[[], Any] | None = None,
+    doc_default: str | None = None,
+    doc_type: str | None = None,
+) -> Any:
+    """Declare one configuration key: its default, its help text, and a check returning why a value is
+    impossible (or ``None`` when it is fine). Types come from the field's annotation."""
+    metadata = {"help": help, "check": check, "doc_default": doc_default, "doc_type": doc_type}
+    if default_factory is not None:
+        return field(default_factory=default_factory, metadata=metadata)
+    if isinstance(default, (list, dict)):
+        value = default
+        return field(default_factory=lambda: type(value)(value), metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _positive(value: Any) -> str | None:
+    return None if value > 0 else "must be greater than 0"
+
+
+def _non_negative(value: Any) -> str | None:
+    return None if value >= 0 else "must be 0 or more"
+
+
+def _one_of(choices: tuple[str, ...]) -> Check:
+    def check(value: str) -> str | None:
+        if value in choices:
+            return None
+        return f"{value!r} is not one of: {', '.join(choices)}"
+
+    return check
+
+
+def _absolute_path(value: str) -> str | None:
+    if not value:
+        return "must not be empty"
+    if not os.path.isabs(value):
+        return f"{value!r} must be an absolute path"
+    if "\0" in value:
+        return "must not contain a NUL byte"
+    return None
+
+
+def _socket_path(value: str) -> str | None:
+    why = _absolute_path(value)
+    if why:
+        return why
+    if len(os.fsencode(value)) > MAX_SOCKET_PATH:
+        return f"{value!r} is {len(os.fsencode(value))} bytes long; a unix socket path holds at most {MAX_SOCKET_PATH}"
+    return None
+
+
+def _optional_absolute_path(value: str) -> str | None:
+    return None if value == "" else _absolute_path(value)
+
+
+def parse_http_address(value: str) -> tuple[str, int]:
+    """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6) into an IP literal and a port.
+
+    Raises ValueError saying what is wrong.
+    """
+    if value.startswith("["):
+        host, sep, port = value[1:].partition("]:")
+        if not sep:
+            raise ValueError(f"{value!r} is not [IPV6]:PORT")
+    else:
+        host, sep, port = value.rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"{value!r} is not HOST:PORT (for example 127.0.0.1:8200)")
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        raise ValueError(f"host {host!r} is not an IP address (players are told it as AI2THOR_HOST)") from None
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"port {port!r} is not a number from 0 to 65535")
+    return host, int(port)
+
+
+def _http_address(value: str) -> str | None:
+    if value == "":
+        return None
+    try:
+        parse_http_address(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def _resolution(value: int) -> str | None:
+    if value <= 0:
+        return "must be greater than 0"
+    if value > MAX_RESOLUTION:
+        return f"must be at most {MAX_RESOLUTION}"
+    return None
+
+
+def _x_display(value: str) -> str | None:
+    if value in ("auto", "managed") or _X_DISPLAY.match(value):
+        return None
+    return f"{value!r} is not auto, managed or an X display name such as ':0' or ':1.0'"
+
+
+def _gpus(value: list[int]) -> str | None:
+    for i, gpu in enumerate(value):
+        if gpu < 0:
+            return f"[{i}] is {gpu}; a device index is 0 or more"
+    if len(set(value)) != len(value):
+        return "lists a device twice"
+    return None
+
+
+def _executable(value: str | list[str]) -> str | None:
+    argv = [value] if isinstance(value, str) else value
+    if not argv:
+        return "must not be an empty list"
+    if not argv[0]:
+        return "must not be empty"
+    return None
+
+
+def _env(value: dict[str, str]) -> str | None:
+    for name in value:
+        if not name or "=" in name or "\0" in name:
+            return f"{name!r} is not a valid environment variable name"
+    return None
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """The ``[daemon]`` table."""
+
+    socket: str = setting(
+        default_factory=default_socket_path,
+        doc_default="`/run/renderd/renderd.sock` as root, else `$XDG_RUNTIME_DIR/renderd/renderd.sock` "
+        "(`/tmp/renderd-$UID/renderd.sock` without `XDG_RUNTIME_DIR`)",
+        help="Unix socket of the control API. Its directory is created with mode 0700, the socket with 0600.",
+        check=_socket_path,
+    )
+    runtime_dir: str = setting(
+        default_factory=default_runtime_dir,
+        doc_default="`/run/renderd` as root, else `$XDG_RUNTIME_DIR/renderd` (`/tmp/renderd-$UID`)",
+        help="Directory (mode 0700) for the players' pipes and logs and the daemon's lock file. "
+        "What renderd creates in it is removed when it stops.",
+        check=_absolute_path,
+    )
+    http: str = setting(
+        "",
+        doc_default='`""` (off)',
+        help="Address (`HOST:PORT`, IP literal) of the HTTP listener for `transport = \"http\"` players; "
+        "each player gets its own token. Empty: no listener.",
+        check=_http_address,
+    )
+    stop_grace: float = setting(
+        5.0,
+        help="Seconds a player gets to exit after SIGTERM before it is killed with SIGKILL.",
+        check=_positive,
+    )
+    max_boot_failures: int = setting(
+        5,
+        help="Consecutive boot failures (exit or undecodable first frame before readiness) after which "
+        "a player slot is given up (state FAILED, with the reason).",
+        check=_positive,
+    )
+    backoff_initial: float = setting(
+        0.5,
+        help="Seconds before the first restart of a crashed player; doubles with each consecutive failure.",
+        check=_positive,
+    )
+    backoff_max: float = setting(
+        30.0,
+        help="Longest wait, in seconds, between restarts of a player that keeps failing.",
+        check=_positive,
+    )
+    lease_timeout: float = setting(
+        30.0,
+        help="Seconds a lease request waits for a ready player when the client does not say.",
+        check=_non_negative,
+    )
+    api_threads: int = setting(
+        16,
+        help="Worker threads of the control API. A lease request waiting for a player holds one.",
+        check=_positive,
+    )
+    log_dir: str = setting(
+        "",
+        doc_default='`""` (`RUNTIME_DIR/logs`, removed at stop)',
+        help="Directory for the players' own log files (`-logFile`), kept after renderd stops. "
+        "Empty: a directory inside `runtime_dir`, removed with it.",
+        check=_optional_absolute_path,
+    )
+
+
+@dataclass(frozen=True)
+class EnvironmentConfig:
+    """One ``[environments.NAME]`` table: what to run and how many ready players to keep."""
+
+    name: str = field(default=DEFAULT_ENVIRONMENT, metadata={"internal": True})
+    executable: str | list[str] = setting(
+        "renderd-player",
+        doc_type="string or list of strings",
+        help="The player: a path or command name, or an argv list. Resolved to an absolute path when the "
+        "configuration is loaded (searching `PATH`, then the directory of the Python running renderd).",
+        check=_executable,
+    )
+    width: int = setting(300, help="Frame width in pixels (`-screen-width`).", check=_resolution)
+    height: int = setting(300, help="Frame height in pixels (`-screen-height`).", check=_resolution)
+    quality: str = setting(
+        "Ultra", help=f"Unity quality level (`-screen-quality`): {', '.join(QUALITIES)}.", check=_one_of(QUALITIES)
+    )
+    platform: str = setting(
+        "auto",
+        help=f"Platform to render on: {' | '.join(PLATFORMS)}. `auto` picks the first valid one "
+        "(see docs/platforms.md).",
+        check=_one_of(PLATFORMS),
+    )
+    x_display: str = setting(
+        "auto",
+        help='X display for Linux64: `auto`, a display name such as `":0.0"`, or `managed` '
+        "(renderd starts and owns an Xvfb).",
+        check=_x_display,
+    )
+    gpus: list[int] = setting([], help="GPU device indices to spread instances over, round-robin.", check=_gpus)
+    transport: str = setting(
+        "fifo",
+        help='How players talk to clients: `fifo` (named pipes) or `http` (needs `[daemon] http`).',
+        check=_one_of(TRANSPORTS),
+    )
+    instances: int = setting(1, help="Number of ready players to keep.", check=_non_negative)
+    start_timeout: float = setting(
+        300.0, help="Seconds a player has to send its first frame (readiness).", check=_positive
+    )
+    step_timeout: float = setting(100.0, help="Seconds a client waits for the answer to one step.", check=_positive)
+    restart: str = setting(
+        "on-failure",
+        help="Restart a player that exited: `always`, `on-failure` (not after exit code 0) or `never`. "
+        "A player whose lease ended uncleanly is always replaced.",
+        check=_one_of(RESTART_POLICIES),
+    )
+    env: dict[str, str] = setting({}, help="Extra environment variables for the player.", check=_env)
+
+    @property
+    def argv(self) -> list[str]:
+        """The executable as an argv list."""
+        return [self.executable] if isinstance(self.executable, str) else list(self.executable)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The keys of this table as plain JSON/TOML values (without ``name``)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in settings(EnvironmentConfig)}
+
+    def replaces_players(self, other: EnvironmentConfig) -> bool:
+        """Whether moving from ``other`` to this configuration needs new player processes (anything but
+        ``instances`` and the client-side timeouts changed)."""
+        keep = {"instances", "step_timeout", "restart"}
+        return any(
+            getattr(self, f.name) != getattr(other, f.name) for f in settings(EnvironmentConfig) if f.name not in keep
+        )
+
+
+@dataclass(frozen=True)
+class Config:
+    """A whole configuration: the daemon's settings, its environments, and the file they came from."""
+
+    daemon: DaemonConfig = field(default_factory=DaemonConfig)
+    environments: dict[str, EnvironmentConfig] = field(default_factory=dict)
+    path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "daemon": {f.name: _plain(getattr(self.daemon, f.name)) for f in settings(DaemonConfig)},
+            "environments": {name: env.to_dict() for name, env in self.environments.items()},
+        }
+
+    def with_daemon(self, **changes: Any) -> Config:
+        """A copy with some ``[daemon]`` keys replaced (command-line overrides), checked like the file.
+
+        Raises ConfigError naming the key.
+        """
+        source = "command line"
+        values = {}
+        for name, value in changes.items():
+            if value is None:
+                continue
+            f = _field(DaemonConfig, name)
+            values[name] = _check_value(f, value, source, f"daemon.{name}")
+        config = dataclasses.replace(self, daemon=dataclasses.replace(self.daemon, **values))
+        _check_daemon(config.daemon, source)
+        _check_cross(config, source)
+        return config
+
+
+def settings(cls: type) -> list[dataclasses.Field]:
+    """The configuration keys of ``cls`` (a dataclass of this module), in declaration order."""
+    return [f for f in dataclasses.fields(cls) if not f.metadata.get("internal")]
+
+
+def _field(cls: type, name: str) -> dataclasses.Field:
+    for f in settings(cls):
+        if f.name == name:
+            return f
+    raise KeyError(name)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+# -- type checking -----------------------------------------------------------------------------------
+_HINTS: dict[type, dict[str, Any]] = {}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
+
+
+def _type_name(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in typing.get_args(tp))
+    if origin is list:
+        return f"list of {_type_name(typing.get_args(tp)[0])}s"
+    if origin is dict:
+        k, v = typing.get_args(tp)
+        return f"table of {_type_name(k)} to {_type_name(v)}"
+    return {str: "string", int: "integer", float: "number", bool: "boolean"}.get(tp, getattr(tp, "__name__", str(tp)))
+
+
+def _a(noun: str) -> str:
+    return ("an " if noun[:1] in "aeiou" else "a ") + noun
+
+
+def _value_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {str(value).lower()}"
+    if isinstance(value, str):
+        return f"string {value!r}"
+    if isinstance(value, int):
+        return f"integer {value}"
+    if isinstance(value, float):
+        return f"number {value}"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return type(value).__name__
+
+
+def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
+    """Check ``value`` against the annotation ``tp``; returns (ok, value converted)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):
+            ok, converted = _conform(arg, value)
+            if ok:
+                return True, converted
+        return False, value
+    if origin is list:
+        if not isinstance(value, list):
+            return False, value
+        (item,) = typing.get_args(tp)
+        out = []
+        for v in value:
+            ok, converted = _conform(item, v)
+            if not ok:
+                return False, value
+            out.append(converted)
+        return True, out
+    if origin is dict:
+        if not isinstance(value, dict):
+            return False, value
+        kt, vt = typing.get_args(tp)
+        out_d = {}
+        for k, v in value.items():
+            ok_k, k2 = _conform(kt, k)
+            ok_v, v2 = _conform(vt, v)
+            if not (ok_k and ok_v):
+                return False, value
+            out_d[k2] = v2
+        return True, out_d
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False, value
+        return True, float(value)
+    if tp is str:
+        return isinstance(value, str), value
+    return isinstance(value, tp), value
+
+
+def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any:
+    tp = _hints(_owner(f))[f.name]
+    ok, converted = _conform(tp, value)
+    if not ok:
+        raise ConfigError(f"expected {_a(_type_name(tp))}, got {_value_name(value)}", path=source, key=key)
+    if isinstance(converted, float) and converted != converted:  # NaN
+        raise ConfigError("must be a number, not nan", path=source, key=key)
+    check = f.metadata.get("check")
+    why = check(converted) if check else None
+    if why:
+        raise ConfigError(why, path=source, key=key)
+    return converted
+
+
+def _owner(f: dataclasses.Field) -> type:
+    for cls in (DaemonConfig, EnvironmentConfig):
+        if any(g is f for g in dataclasses.fields(cls)):
+            return cls
+    raise KeyError(f.name)
+
+
+def _table(cls: type, data: Any, source: str, prefix: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"expected a table, got {_value_name(data)}", path=source, key=prefix)
+    known = {f.name: f for f in settings(cls)}
+    values: dict[str, Any] = {}
+    for name, value in data.items():
+        key = f"{prefix}.{name}"
+        f = known.get(name)
+        if f is None:
+            raise ConfigError(
+                f"unknown key (known keys: {', '.join(known)})", path=source, key=key
+            )
+        values[name] = _check_value(f, value, source, key)
+    return values
+
+
+# -- executables -------------------------------------------------------------------------------------
+def resolve_executable(name: str) -> str:
+    """The absolute path of an executable: a path is made absolute, a bare name is searched on ``PATH``
+    and then next to the running Python (where ``pip install`` puts console scripts).
+
+    Raises ValueError saying where it looked. An application bundle directory (``*.app``) is accepted
+    as it is; the platform finds the program inside it.
+    """
+    if os.sep in name:
+        path = os.path.abspath(os.path.expanduser(name))
+        if path.endswith(".app") and os.path.isdir(path):
+            return path
+        if not os.path.exists(path):
+            raise ValueError(f"{path} does not exist")
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise ValueError(f"{path} is not an executable file")
+        return path
+    found = shutil.which(name)
+    if found is None:
+        found = shutil.which(name, path=os.path.dirname(sys.executable))
+    if found is None:
+        raise ValueError(
+            f"{name!r} was not found on PATH or in {os.path.dirname(sys.executable)}; give its absolute path"
+        )
+    return os.path.abspath(found)
+
+
+def _resolve(env: EnvironmentConfig, source: str, key: str) -> EnvironmentConfig:
+    argv = env.argv
+    try:
+        argv[0] = resolve_executable(argv[0])
+    except ValueError as exc:
+        raise ConfigError(str(exc), path=source, key=key) from None
+    executable: str | list[str] = argv[0] if isinstance(env.executable, str) else argv
+    return dataclasses.replace(env, executable=executable)
+
+
+# -- loading -----------------------------------------------------------------------------------------
+def parse_environment(
+    name: str, data: Any, *, source: str = "<request>", resolve: bool = True
+) -> EnvironmentConfig:
+    """Build one environment from a mapping of its keys (a TOML table or a JSON request body).
+
+    Missing keys take their defaults. Raises ConfigError naming ``source`` and ``environments.NAME.KEY``.
+    """
+    prefix = f"environments.{name}"
+    if not isinstance(name, str) or not ENVIRONMENT_NAME.match(name):
+        raise ConfigError(
+            "an environment name is 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit",
+            path=source,
+            key=prefix,
+        )
+    values = _table(EnvironmentConfig, data, source, prefix)
+    env = EnvironmentConfig(name=name, **values)
+    return _resolve(env, source, f"{prefix}.executable") if resolve else env
+
+
+def _check_daemon(daemon: DaemonConfig, source: str) -> None:
+    if daemon.backoff_max < daemon.backoff_initial:
+        raise ConfigError(
+            f"{daemon.backoff_max} is less than daemon.backoff_initial ({daemon.backoff_initial})",
+            path=source,
+            key="daemon.backoff_max",
+        )
+
+
+def _check_cross(config: Config, source: str) -> None:
+    for name, env in config.environments.items():
+        if env.transport == "http" and not config.daemon.http:
+            raise ConfigError(
+                "transport 'http' needs the HTTP listener: set [daemon] http (or renderd start --http)",
+                path=source,
+                key=f"environments.{name}.transport",
+            )
+
+
+def loads(text: str, *, path: str = "<string>", resolve: bool = True) -> Config:
+    """Parse a configuration from TOML text. Raises ConfigError naming ``path``, the key and why."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"not valid TOML: {exc}", path=path) from None
+    unknown = sorted(set(data) - {"daemon", "environments"})
+    if unknown:
+        raise ConfigError("unknown table or key (known: daemon, environments)", path=path, key=unknown[0])
+    daemon = DaemonConfig(**_table(DaemonConfig, data.get("daemon", {}), path, "daemon"))
+    _check_daemon(daemon, path)
+    envs_data = data.get("environments", {})
+    if not isinstance(envs_data, dict):
+        raise ConfigError(f"expected a table, got {_value_name(envs_data)}", path=path, key="environments")
+    environments = {
+        name: parse_environment(name, table, source=path, resolve=resolve) for name, table in envs_data.items()
+    }
+    config = Config(daemon=daemon, environments=environments, path=path)
+    _check_cross(config, path)
+    return config
+
+
+def load(path: str | os.PathLike[str], *, resolve: bool = True) -> Config:
+    """Read and parse a configuration file. Raises ConfigError (also for a file that cannot be read)."""
+    name = os.fspath(path)
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", path=name) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text: {exc}", path=name) from None
+    return loads(text, path=name, resolve=resolve)
+
+
+def default_config(*, resolve: bool = True) -> Config:
+    """The configuration used without a file: one environment ``demo`` on the reference player."""
+    env = EnvironmentConfig(name=DEFAULT_ENVIRONMENT)
+    if resolve:
+        env = _resolve(env, "<default configuration>", f"environments.{DEFAULT_ENVIRONMENT}.executable")
+    return Config(environments={DEFAULT_ENVIRONMENT: env}, path=None)
+
+
+# -- documentation -----------------------------------------------------------------------------------
+def _doc_default(f: dataclasses.Field) -> str:
+    if f.metadata.get("doc_default"):
+        return f.metadata["doc_default"]
+    default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if isinstance(default, str):
+        return f'`"{default}"`'
+    if isinstance(default, list):
+        return "`[]`" if not default else f"`{default}`"
+    if isinstance(default, dict):
+        return "`{}`"
+    return f"`{default}`"
+
+
+def markdown() -> str:
+    """The key tables of docs/configuration.md, generated from the definitions above."""
+    lines: list[str] = []
+    for title, cls in (("[daemon]", DaemonConfig), ("[environments.NAME]", EnvironmentConfig)):
+        lines += [f"### `{title}`", "", "| Key | Type | Default | Meaning |", "| --- | --- | --- | --- |"]
+        for f in settings(cls):
+            tp = f.metadata.get("doc_type") or _type_name(_hints(cls)[f.name])
+            help_text = f.metadata["help"].replace("|", "\\|")
+            default = _doc_default(f).replace("|", "\\|")
+            lines.append(f"| `{f.name}` | {tp} | {default} | {help_text} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+#: Markers around the generated part of docs/configuration.md.
+DOC_BEGIN = "<!-- BEGIN GENERATED KEYS (python -m renderd.config --write docs/configuration.md) -->"
+DOC_END = "<!-- END GENERATED KEYS -->"
+
+
+def update_document(text: str) -> str:
+    """``text`` (docs/configuration.md) with its generated section replaced by :func:`markdown`."""
+    begin = text.index(DOC_BEGIN) + len(DOC_BEGIN)
+    end = text.index(DOC_END)
+    return text[:begin] + "\n\n" + markdown() + "\n" + text[end:]
+
+
+# -- renderd validate ----------------------------------------------------------------------------------
+def describe(config: Config) -> list[str]:
+    """One line per environment, as ``renderd validate`` prints them."""
+    lines = []
+    for name, env in config.environments.items():
+        lines.append(
+            f"{name}: {env.instances} x {' '.join(env.argv)} at {env.width}x{env.height}, "
+            f"platform {env.platform}, transport {env.transport}, restart {env.restart}"
+        )
+    return lines
+
+
+@click.command("validate")
+@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+def validate_command(config_path: str) -> None:
+    """Check a configuration file: every key, type and value, and that executables exist.
+
+    Exits 0 and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
+    """
+    try:
+        config = load(config_path)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"{config_path}: valid; socket {config.daemon.socket}, {len(config.environments)} environment(s)")
+    for line in describe(config):
+        click.echo(f"  {line}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m renderd.config --markdown`` prints the key tables; ``--write FILE`` updates a document."""
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--markdown"]:
+        sys.stdout.write(markdown())
+        return 0
+    if len(args) == 2 and args[0] == "--write":
+        doc = Path(args[1])
+        doc.write_text(update_document(doc.read_text(encoding="utf-8")), encoding="utf-8")
+        return 0
+    sys.stderr.write("usage: python -m renderd.config --markdown | --write docs/configuration.md\n")
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
