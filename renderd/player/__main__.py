@@ -1,0 +1,290 @@
+"""``renderd-player`` / ``python -m renderd.player``: the reference player's command line.
+
+It reads what an AI2-THOR Unity build reads (the ``AI2THOR_*`` environment variables and Unity's
+single-dash flags) plus a few double-dash flags of its own; ``renderd-player --help`` lists them all,
+and docs/player.md describes the program. Exit codes: 0 normal end (client closed the pipe, SIGTERM),
+1 pipe I/O error, 2 bad command line or environment, 4 malformed message from the client; a fault hook
+exits with the code or signal it was asked for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import time
+from typing import Sequence
+
+
+class Terminated(BaseException):
+    """Raised in the main thread by the SIGTERM/SIGINT handler to unwind any blocking call."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_signal(signum: int, frame: object) -> None:
+    # Only raise: the main thread unwinds out of whatever it blocks in (open, read, pause, sleep) and
+    # main() logs and exits; nothing is logged or allocated here.
+    raise Terminated(signum)
+
+
+def _install_signal_handlers() -> None:
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
+
+
+EXIT_OK = 0
+EXIT_USAGE = 2
+#: Seconds to sleep at most in --start-delay.
+MAX_START_DELAY = 3600.0
+
+ENV_SERVER_TYPE = "AI2THOR_SERVER_TYPE"
+ENV_SERVER_PIPE = "AI2THOR_FIFO_SERVER_PIPE_PATH"
+ENV_CLIENT_PIPE = "AI2THOR_FIFO_CLIENT_PIPE_PATH"
+ENV_HOST = "AI2THOR_HOST"
+ENV_PORT = "AI2THOR_PORT"
+ENV_TOKEN = "AI2THOR_CLIENT_TOKEN"
+ENV_SCREENSHOT = "AI2THOR_SERVER_SIDE_SCREENSHOT"
+ENV_PLATFORM = "RENDERD_PLATFORM"
+ENV_FAULT_AT_START = "RENDERD_PLAYER_FAULT_AT_START"
+ENV_LOG_LEVEL = "RENDERD_PLAYER_LOG_LEVEL"
+
+KNOWN_PLATFORMS = ("CloudRendering", "Linux64", "OSXIntel64", "headless")
+LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMAT = "%(asctime)s.%(msecs)03d %(levelname)s renderd-player[%(process)d] %(name)s: %(message)s"
+LOG_DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+logger = logging.getLogger("renderd.player")
+
+_EPILOG = f"""\
+environment (read as an AI2-THOR build reads them):
+  {ENV_SERVER_TYPE}            FIFO (default) or WSGI (HTTP, via renderd.player.http_link)
+  {ENV_SERVER_PIPE}  path of server.pipe (player -> client), FIFO
+  {ENV_CLIENT_PIPE}  path of client.pipe (client -> player), FIFO
+  {ENV_HOST}, {ENV_PORT}      address of the HTTP endpoint, WSGI
+  {ENV_TOKEN}           token for the HTTP endpoint, WSGI
+  {ENV_SCREENSHOT} True/False (logged; images follow -nographics)
+  {ENV_PLATFORM}               set by renderd: CloudRendering => RGB is RGBA (4 bytes/pixel);
+                                 Linux64, headless or unset => 3 bytes/pixel
+  {ENV_FAULT_AT_START}  same as --fault-at-start
+  {ENV_LOG_LEVEL}       same as --log-level
+
+fault hooks (action {{"action": "RenderdFault", "fault": KIND, ...}}): abort, segfault,
+  exit (code), hang, sleep (seconds), garbage, oversize, truncate (code), close; "when": "after"
+  answers first. Unknown single-dash (Unity) arguments are ignored and logged.
+
+exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error, 2 bad command line or
+  environment, 4 malformed message from the client.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from renderd.player.faults import START_FAULTS
+    from renderd.player.renderer import RENDERERS
+
+    p = argparse.ArgumentParser(
+        prog="renderd-player",
+        description="renderd's reference player: speaks the player side of the AI2-THOR wire protocol and "
+        "renders a small deterministic 3-D room with numpy.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    unity = p.add_argument_group("Unity player flags (as AI2-THOR passes them)")
+    unity.add_argument("-screen-width", dest="screen_width", type=int, default=300, metavar="W",
+                       help="frame width in pixels (default 300)")
+    unity.add_argument("-screen-height", dest="screen_height", type=int, default=300, metavar="H",
+                       help="frame height in pixels (default 300)")
+    unity.add_argument("-screen-quality", dest="screen_quality", default=None, metavar="Q",
+                       help="quality level (logged; the numpy renderer has one quality)")
+    unity.add_argument("-screen-fullscreen", dest="screen_fullscreen", default=None, metavar="0|1",
+                       help="fullscreen flag (logged, ignored: there is no window)")
+    unity.add_argument("-batchmode", dest="batchmode", action="store_true",
+                       help="run without user interaction (always the case; logged)")
+    unity.add_argument("-nographics", dest="nographics", action="store_true",
+                       help="no rendering: messages carry metadata only, no image fields")
+    unity.add_argument("-force-device-index", dest="device_index", type=int, default=None, metavar="N",
+                       help="GPU (Vulkan device) index to render on; passed to the renderer")
+    unity.add_argument("-logFile", dest="log_file", default=None, metavar="PATH",
+                       help="append the player's log to PATH ('-' means stdout; default stderr)")
+    own = p.add_argument_group("renderd-player flags")
+    own.add_argument("--renderer", choices=RENDERERS, default="numpy",
+                     help="numpy (CPU ray casting, default) or gl (renderd.player.gl)")
+    own.add_argument("--static-frame", action="store_true",
+                     help="skip rendering: send one precomputed frame every step (transport benchmarks)")
+    own.add_argument("--metadata-objects", type=int, default=0, metavar="N",
+                     help="add N synthetic objects (~0.9 KB of metadata each) to every message")
+    own.add_argument("--fault-at-start", choices=START_FAULTS, default=os.environ.get(ENV_FAULT_AT_START) or None,
+                     metavar="KIND",
+                     help="misbehave at startup: " + ", ".join(START_FAULTS)
+                     + " (no-open: exit 1 before opening server.pipe; hang: hang before opening it; "
+                     "hang-open: open it, then hang; exit/abort/segfault: open it, then die before the "
+                     "first message; garbage: send a malformed first message)")
+    own.add_argument("--start-delay", type=float, default=0.0, metavar="SECONDS",
+                     help="sleep this long before opening server.pipe (a slow boot)")
+    own.add_argument("--log-level", choices=LOG_LEVELS, default=(os.environ.get(ENV_LOG_LEVEL) or "info").lower(),
+                     help="log level; debug logs every action (default info)")
+    return p
+
+
+def _setup_logging(log_file: str | None, level: str) -> None:
+    if log_file is None:
+        handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    elif log_file == "-":
+        handler = logging.StreamHandler(sys.stdout)
+    else:
+        handler = logging.FileHandler(log_file, mode="a", encoding="utf-8")
+    handler.setFormatter(logging.Formatter(LOG_FORMAT, LOG_DATEFMT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
+
+
+def _usage_error(message: str) -> int:
+    logger.error("%s", message)
+    print(f"renderd-player: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def _start_fault(kind: str | None, when: str) -> None:
+    """Carry out --fault-at-start ``kind`` if it belongs at ``when`` ("before-open" or "after-open")."""
+    from renderd.player import faults
+
+    if kind is None:
+        return
+    if when == "before-open":
+        if kind == "no-open":
+            faults.crash("exit", faults.DEFAULT_FAULT_EXIT_CODE)
+        if kind == "hang":
+            faults.hang()
+    elif when == "after-open":
+        if kind == "hang-open":
+            faults.hang()
+        if kind in ("exit", "abort", "segfault"):
+            faults.crash(kind, faults.DEFAULT_FAULT_EXIT_CODE)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the player; returns the process exit code."""
+    _install_signal_handlers()
+    try:
+        return _main(argv)
+    except Terminated as exc:
+        name = signal.Signals(exc.signum).name
+        logger.info("received %s; exiting", name)
+        return EXIT_OK
+    finally:
+        logging.shutdown()
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    from renderd.player.faults import START_FAULTS
+
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if args.fault_at_start is not None and args.fault_at_start not in START_FAULTS:
+        parser.error(f"{ENV_FAULT_AT_START}={args.fault_at_start!r}: expected one of {', '.join(START_FAULTS)}")
+    if args.log_level not in LOG_LEVELS:
+        parser.error(f"{ENV_LOG_LEVEL}={args.log_level!r}: expected one of {', '.join(LOG_LEVELS)}")
+    try:
+        _setup_logging(args.log_file, args.log_level)
+    except OSError as exc:
+        print(f"renderd-player: error: cannot open -logFile {args.log_file}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+
+    env = os.environ
+    server_type = (env.get(ENV_SERVER_TYPE) or "FIFO").upper()
+    platform = env.get(ENV_PLATFORM) or None
+    logger.info("starting: pid %d, argv %s", os.getpid(), " ".join([sys.argv[0]] + list(argv if argv is not None else sys.argv[1:])))
+    if unknown:
+        logger.warning("ignoring unknown arguments (as Unity does): %s", " ".join(unknown))
+    logger.info(
+        "server type %s, platform %s, %d x %d, quality %s, fullscreen %s, batchmode %s, nographics %s, "
+        "device index %s, renderer %s%s, server-side screenshot %s, client token %s",
+        server_type, platform or "(unset)", args.screen_width, args.screen_height, args.screen_quality,
+        args.screen_fullscreen, args.batchmode, args.nographics, args.device_index, args.renderer,
+        " (static frame)" if args.static_frame else "", env.get(ENV_SCREENSHOT, "(unset)"),
+        "set" if env.get(ENV_TOKEN) else "unset",
+    )
+    if platform is not None and platform not in KNOWN_PLATFORMS:
+        logger.warning("unknown %s=%r (expected one of %s); using 3-byte RGB", ENV_PLATFORM, platform,
+                       ", ".join(KNOWN_PLATFORMS))
+    from renderd.player.core import MAX_RESOLUTION, Player
+    from renderd.player.renderer import make_renderer
+
+    if not (0 < args.screen_width <= MAX_RESOLUTION and 0 < args.screen_height <= MAX_RESOLUTION):
+        return _usage_error(f"-screen-width/-screen-height must be 1..{MAX_RESOLUTION}, "
+                            f"got {args.screen_width} x {args.screen_height}")
+    if args.metadata_objects < 0:
+        return _usage_error("--metadata-objects must be >= 0")
+    if not 0 <= args.start_delay <= MAX_START_DELAY:
+        return _usage_error(f"--start-delay must be 0..{MAX_START_DELAY:g} seconds")
+    if server_type not in ("FIFO", "WSGI"):
+        return _usage_error(f"{ENV_SERVER_TYPE}={server_type!r}: expected FIFO or WSGI")
+
+    if server_type == "FIFO":
+        server_path, client_path = env.get(ENV_SERVER_PIPE), env.get(ENV_CLIENT_PIPE)
+        if not server_path or not client_path:
+            return _usage_error(f"{ENV_SERVER_TYPE}=FIFO needs {ENV_SERVER_PIPE} and {ENV_CLIENT_PIPE}")
+        link_args = (server_path, client_path)
+    else:
+        try:
+            from renderd.player.http_link import run_http
+        except ImportError as exc:
+            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs renderd.player.http_link, which cannot be "
+                                f"imported ({exc}); use FIFO")
+        host, port = env.get(ENV_HOST) or "127.0.0.1", env.get(ENV_PORT)
+        try:
+            port_number = int(port or "")
+        except ValueError:
+            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number), got {port!r}")
+        link_args = (host, port_number, env.get(ENV_TOKEN))
+
+    try:
+        renderer = make_renderer(args.renderer, device_index=args.device_index)
+    except (ImportError, ValueError, RuntimeError) as exc:
+        return _usage_error(f"cannot start the {args.renderer} renderer: {exc}")
+    player = Player(
+        width=args.screen_width,
+        height=args.screen_height,
+        platform=platform,
+        headless=args.nographics,
+        renderer=renderer,
+        static_frame=args.static_frame,
+        metadata_objects=args.metadata_objects,
+        logger=logging.getLogger("renderd.player.core"),
+    )
+    if args.start_delay:
+        logger.info("start delay: sleeping %.3f s", args.start_delay)
+        time.sleep(args.start_delay)
+    fault = args.fault_at_start
+    if fault:
+        logger.warning("fault at start: %s", fault)
+    _start_fault(fault, "before-open")
+
+    try:
+        if server_type == "FIFO":
+            from renderd.player.fifo_link import FifoLink
+
+            link = FifoLink(player, *link_args)
+            if fault in ("hang-open", "exit", "abort", "segfault"):
+                link.open_server()
+                _start_fault(fault, "after-open")
+            code = link.serve(garbage_first=fault == "garbage")
+        else:
+            result = run_http(player, *link_args)
+            code = EXIT_OK if result is None else int(result)
+    finally:
+        close = getattr(renderer, "close", None)
+        if close is not None:
+            close()
+    logger.info("exiting with code %d", code)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

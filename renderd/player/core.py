@@ -1,0 +1,624 @@
+"""The reference player's state machine, independent of any transport.
+
+Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.py`` both use it)::
+
+    from renderd.player.core import Player
+
+    player = Player(width=300, height=300, platform="Linux64", headless=False, renderer=None,
+                    static_frame=False, metadata_objects=0, logger=None)
+    metadata, images = player.first_message()    # the readiness message, sequenceId 0
+    metadata, images = player.handle(action)     # one answer per action dict
+
+* ``platform``: ``"CloudRendering"`` makes RGB images 4 bytes per pixel (RGBA, alpha 255), as Unity does
+  there; anything else (``"Linux64"``, ``"headless"``, ``None``) gives 3 bytes per pixel.
+* ``headless``: Unity's ``-nographics``: no image fields at all, metadata only.
+* ``renderer``: any object with the :mod:`renderd.player.renderer` interface (``None``: a NumpyRenderer).
+* ``static_frame``: skip rendering: every step sends the same precomputed frame (the scene's start
+  view); metadata still follows the actions.
+* ``metadata_objects``: add that many synthetic objects (about 1 KB of msgpack each) to ``objects``.
+* ``logger``: a :class:`logging.Logger` (default: this module's).
+
+``metadata`` is a dict ready for :func:`renderd.protocol.encode_metadata`. ``images`` is a list of
+``(FieldType, ndarray)`` in wire order (third-party camera images first, then RGB, DEPTH, IDS), each
+array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4) uint8``; depth
+``(H, W) float32`` little-endian metres; ids ``(H, W, 4) uint8`` RGBA with alpha 255. Pass them to
+``renderd.protocol.encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])`` or take
+their bytes for HTTP form parts. Arrays may be shared between calls: treat them as read-only.
+
+``handle`` never raises for a bad action: an unknown action or a bad argument is answered with
+``lastActionSuccess: False``, an ``errorMessage`` and an ``errorCode`` (``InvalidAction``,
+``InvalidArgument``, ``MissingArguments``). A ``RenderdFault`` action is validated and answered as a
+no-op here: the transport link carries out the fault itself (see :mod:`renderd.player.faults`), because
+most faults need the pipe or the process. Renderer failures propagate (the player should crash then).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections import OrderedDict
+from typing import Any, Callable
+
+import numpy as np
+
+from renderd.player import faults
+from renderd.player.renderer import NumpyRenderer, RenderState, Renderer
+from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, DEFAULT_SCENE, Pose, Scene, scene_by_name, scene_names
+from renderd.protocol import FieldType
+
+__all__ = [
+    "Player",
+    "Images",
+    "ActionFailed",
+    "ACTIONS",
+    "RGBA_PLATFORMS",
+    "MAX_RESOLUTION",
+    "CAMERA_NEAR_PLANE",
+    "CAMERA_FAR_PLANE",
+]
+
+Images = list[tuple[FieldType, np.ndarray]]
+
+#: Platforms whose RGB images are RGBA (4 bytes per pixel).
+RGBA_PLATFORMS = frozenset({"CloudRendering"})
+#: Largest width or height ChangeResolution accepts (a 4096 x 4096 RGBA frame fits the codec's limit).
+MAX_RESOLUTION = 4096
+CAMERA_NEAR_PLANE = 0.1
+CAMERA_FAR_PLANE = 20.0
+DEFAULT_GRID_SIZE = 0.25
+DEFAULT_ROTATE_DEGREES = 90.0
+DEFAULT_LOOK_DEGREES = 30.0
+DEFAULT_FOV = 90.0
+DEFAULT_VISIBILITY_DISTANCE = 1.5
+#: cameraHorizon limits: looking up is negative, down positive (AI2-THOR's defaults).
+MAX_LOOK_UP = 30.0
+MAX_LOOK_DOWN = 60.0
+MAX_THIRD_PARTY_CAMERAS = 8
+#: Width of the small ids render used to decide which objects are visible.
+VISIBILITY_RENDER_WIDTH = 64
+#: How many wire-layout frames (keyed by camera state) a Player keeps, so an unchanged view costs nothing.
+WIRE_CACHE_SIZE = 4
+_EPS = 1e-6
+
+
+class ActionFailed(Exception):
+    """An action could not be carried out: answered with lastActionSuccess false."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+
+
+#: Action name -> Player method name. Filled by the @_action decorator below.
+ACTIONS: dict[str, str] = {}
+
+
+def _action(*names: str) -> Callable:
+    def register(fn: Callable) -> Callable:
+        for name in names:
+            ACTIONS[name] = fn.__name__
+        return fn
+
+    return register
+
+
+def _number(action: dict, key: str, default: float | None = None, *, lo: float | None = None,
+            hi: float | None = None, required: bool = False) -> float:
+    value = action.get(key, default)
+    if value is None:
+        if required:
+            raise ActionFailed(f"{action.get('action')} needs the argument {key!r}", "MissingArguments")
+        raise ActionFailed(f"{key} must be a number", "InvalidArgument")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise ActionFailed(f"{key} must be between {lo:g} and {hi:g}, got {value!r}", "InvalidArgument")
+    return float(value)
+
+
+def _vector(value: Any, key: str) -> tuple[float, float, float]:
+    if not isinstance(value, dict):
+        raise ActionFailed(f"{key} must be an object with x, y and z, got {value!r}", "InvalidArgument")
+    out = []
+    for axis in ("x", "y", "z"):
+        v = value.get(axis, 0.0)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
+        out.append(float(v))
+    return out[0], out[1], out[2]
+
+
+def _xyz(x: float, y: float, z: float) -> dict[str, float]:
+    return {"x": round(x, 4), "y": round(y, 4), "z": round(z, 4)}
+
+
+def _synthetic_objects(n: int) -> list[dict[str, Any]]:
+    """``n`` deterministic objects shaped like AI2-THOR's object metadata (about 1 KB each packed)."""
+    out = []
+    for i in range(n):
+        x, y, z = (i % 17) * 0.25 - 2.0, 0.5 + (i % 3) * 0.25, (i // 17) * 0.25 - 2.0
+        corners = [
+            [round(x + dx, 3), round(y + dy, 3), round(z + dz, 3)]
+            for dx in (-0.1, 0.1)
+            for dy in (-0.1, 0.1)
+            for dz in (-0.1, 0.1)
+        ]
+        out.append(
+            {
+                "objectId": f"Synthetic|{x:+06.2f}|{y:+06.2f}|{z:+06.2f}|{i}",
+                "objectType": "Synthetic",
+                "name": f"Synthetic_{i:05d}",
+                "position": _xyz(x, y, z),
+                "rotation": _xyz(0.0, (i * 37) % 360, 0.0),
+                "visible": False,
+                "isInteractable": False,
+                "receptacle": False,
+                "toggleable": False,
+                "isToggled": False,
+                "breakable": False,
+                "isBroken": False,
+                "canFillWithLiquid": False,
+                "isFilledWithLiquid": False,
+                "dirtyable": False,
+                "isDirty": False,
+                "cookable": False,
+                "isCooked": False,
+                "sliceable": False,
+                "isSliced": False,
+                "openable": False,
+                "isOpen": False,
+                "openness": 0.0,
+                "pickupable": False,
+                "isPickedUp": False,
+                "moveable": False,
+                "mass": 1.0,
+                "salientMaterials": ["Plastic", "Wood"],
+                "receptacleObjectIds": None,
+                "distance": round(math.hypot(x, z), 4),
+                "objectOrientedBoundingBox": None,
+                "axisAlignedBoundingBox": {
+                    "cornerPoints": corners,
+                    "center": _xyz(x, y, z),
+                    "size": _xyz(0.2, 0.2, 0.2),
+                },
+                "parentReceptacles": None,
+                "isMoving": False,
+                "assetId": f"Synthetic_Asset_{i % 50}",
+            }
+        )
+    return out
+
+
+class _Camera:
+    """A third-party camera added with AddThirdPartyCamera."""
+
+    __slots__ = ("position", "rotation", "fov")
+
+    def __init__(self, position: tuple[float, float, float], rotation: tuple[float, float, float], fov: float):
+        self.position = position
+        self.rotation = rotation
+        self.fov = fov
+
+    def metadata(self, index: int) -> dict[str, Any]:
+        return {
+            "thirdPartyCameraId": index,
+            "position": _xyz(*self.position),
+            "rotation": _xyz(*self.rotation),
+            "fieldOfView": self.fov,
+        }
+
+
+class Player:
+    """One agent in one scene: applies actions and produces (metadata, images). See the module docstring."""
+
+    def __init__(
+        self,
+        width: int = 300,
+        height: int = 300,
+        platform: str | None = None,
+        headless: bool = False,
+        renderer: Renderer | None = None,
+        static_frame: bool = False,
+        metadata_objects: int = 0,
+        logger: logging.Logger | None = None,
+    ) -> None:
+        if not (0 < width <= MAX_RESOLUTION and 0 < height <= MAX_RESOLUTION):
+            raise ValueError(f"screen size {width} x {height} is outside 1..{MAX_RESOLUTION}")
+        if metadata_objects < 0:
+            raise ValueError("metadata_objects must be >= 0")
+        self.width = width
+        self.height = height
+        self.platform = platform
+        self.headless = headless
+        self.renderer: Renderer = renderer if renderer is not None else NumpyRenderer()
+        # Visibility always uses a small CPU render, whatever renders the frames.
+        self._probe = self.renderer if isinstance(self.renderer, NumpyRenderer) else NumpyRenderer()
+        self.static_frame = static_frame
+        self.log = logger or logging.getLogger(__name__)
+        self.rgb_bytes_per_pixel = 4 if platform in RGBA_PLATFORMS else 3
+        self._synthetic = _synthetic_objects(metadata_objects)
+        self._wire_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._static: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # Settings from Initialize (they persist across Reset, as the controller re-sends them anyway).
+        self.grid_size = DEFAULT_GRID_SIZE
+        self.rotate_step = DEFAULT_ROTATE_DEGREES
+        self.fov = DEFAULT_FOV
+        self.visibility_distance = DEFAULT_VISIBILITY_DISTANCE
+        self.render_depth = False
+        self.render_ids = False
+        self.sequence_id = 0
+        self._load_scene(scene_by_name(DEFAULT_SCENE), DEFAULT_SCENE)
+
+    # -- public API ----------------------------------------------------------------------------------
+    def first_message(self) -> tuple[dict[str, Any], Images]:
+        """The message a build sends once it is up: sequenceId 0, lastAction "", the start view."""
+        self.sequence_id = 0
+        return self._answer({}, "", True, "", "", None)
+
+    def handle(self, action: dict[str, Any]) -> tuple[dict[str, Any], Images]:
+        """Apply ``action`` and return its answer. Never raises for a bad action (see module docstring)."""
+        started = time.perf_counter()
+        name = action.get("action")
+        seq = action.get("sequenceId")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            self.sequence_id = seq
+        else:
+            self.sequence_id += 1
+        success, error, code, result = True, "", "", None
+        try:
+            if not isinstance(name, str) or not name:
+                raise ActionFailed(f"the action has no 'action' name: {action!r}"[:500], "InvalidAction")
+            agent_id = action.get("agentId", 0)
+            if agent_id != 0:
+                raise ActionFailed(f"agentId {agent_id!r}: this player has a single agent (0)", "InvalidArgument")
+            method = ACTIONS.get(name)
+            if method is None:
+                raise ActionFailed(f"Invalid action: {name!r} is not an action this player knows", "InvalidAction")
+            result = getattr(self, method)(action)
+        except ActionFailed as exc:
+            success, error, code = False, exc.message, exc.code
+        answer = self._answer(action, name if isinstance(name, str) else "", success, error, code, result)
+        self.log.debug(
+            "action %s seq=%s -> %s%s (%.1f ms)",
+            name,
+            self.sequence_id,
+            "ok" if success else "failed",
+            f": {error}" if error else "",
+            (time.perf_counter() - started) * 1000,
+        )
+        return answer
+
+    def error_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> tuple[dict, Images]:
+        """An answer to ``action`` reporting failure (for a link that rejects an action itself)."""
+        seq = action.get("sequenceId")
+        if isinstance(seq, int) and not isinstance(seq, bool):
+            self.sequence_id = seq
+        name = action.get("action")
+        return self._answer(action, name if isinstance(name, str) else "", False, message, code, None)
+
+    @property
+    def pose(self) -> Pose:
+        return Pose(self.x, self.z, self.yaw, self.horizon)
+
+    # -- actions -------------------------------------------------------------------------------------
+    @_action("Initialize")
+    def _initialize(self, action: dict) -> None:
+        if "gridSize" in action:
+            self.grid_size = _number(action, "gridSize", lo=0.01, hi=10.0)
+        if "rotateStepDegrees" in action:
+            self.rotate_step = _number(action, "rotateStepDegrees", lo=0.0, hi=360.0)
+        if "fieldOfView" in action:
+            self.fov = _number(action, "fieldOfView", lo=1.0, hi=179.0)
+        if "visibilityDistance" in action:
+            self.visibility_distance = _number(action, "visibilityDistance", lo=0.0, hi=1000.0)
+        if "renderDepthImage" in action:
+            self.render_depth = bool(action["renderDepthImage"])
+        if "renderInstanceSegmentation" in action:
+            self.render_ids = bool(action["renderInstanceSegmentation"])
+        agent_count = action.get("agentCount", 1)
+        if agent_count != 1:
+            raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
+
+    @_action("Reset")
+    def _reset(self, action: dict) -> None:
+        name = action.get("sceneName", self.scene_name)
+        scene = scene_by_name(name) if isinstance(name, str) else None
+        if scene is None:
+            raise ActionFailed(
+                f"Reset: no scene named {name!r} in this build (scenes: {', '.join(scene_names())})", "InvalidArgument"
+            )
+        self._load_scene(scene, name)
+
+    @_action("GetScenesInBuild")
+    def _get_scenes(self, action: dict) -> list[str]:
+        return scene_names()
+
+    @_action("Pass", "Done")
+    def _pass(self, action: dict) -> None:
+        return None
+
+    @_action(faults.FAULT_ACTION)
+    def _fault(self, action: dict) -> None:
+        try:
+            faults.parse_fault(action)
+        except faults.FaultError as exc:
+            raise ActionFailed(str(exc), "InvalidArgument") from None
+
+    @_action("MoveAhead", "MoveBack", "MoveLeft", "MoveRight")
+    def _move(self, action: dict) -> None:
+        name = action["action"]
+        magnitude = _number(action, "moveMagnitude", self.grid_size, lo=0.0, hi=100.0)
+        angle = math.radians(self.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
+        x = round(self.x + magnitude * math.sin(angle), 4)
+        z = round(self.z + magnitude * math.cos(angle), 4)
+        # Check the path in small steps so a long move cannot jump through a box.
+        steps = max(1, math.ceil(magnitude / 0.05))
+        for i in range(1, steps + 1):
+            f = i / steps
+            hit = self.scene.collision(self.x + (x - self.x) * f, self.z + (z - self.z) * f)
+            if hit is not None:
+                raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
+        self.x, self.z = x, z
+
+    @_action("RotateLeft", "RotateRight")
+    def _rotate(self, action: dict) -> None:
+        degrees = _number(action, "degrees", self.rotate_step, lo=-360.0, hi=360.0)
+        sign = -1.0 if action["action"] == "RotateLeft" else 1.0
+        self.yaw = round((self.yaw + sign * degrees) % 360.0, 4)
+
+    @_action("LookUp", "LookDown")
+    def _look(self, action: dict) -> None:
+        degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES, lo=0.0, hi=180.0)
+        if action["action"] == "LookUp":
+            horizon = self.horizon - degrees
+            if horizon < -MAX_LOOK_UP - _EPS:
+                raise ActionFailed(f"can't look up beyond {MAX_LOOK_UP:g} degrees above the forward horizon")
+        else:
+            horizon = self.horizon + degrees
+            if horizon > MAX_LOOK_DOWN + _EPS:
+                raise ActionFailed(f"can't look down beyond {MAX_LOOK_DOWN:g} degrees below the forward horizon")
+        self.horizon = round(horizon, 4)
+
+    @_action("Teleport", "TeleportFull")
+    def _teleport(self, action: dict) -> None:
+        x, z, yaw, horizon = self.x, self.z, self.yaw, self.horizon
+        if action["action"] == "TeleportFull":
+            missing = [k for k in ("position", "rotation", "horizon") if k not in action]
+            if missing:
+                raise ActionFailed(f"TeleportFull needs {', '.join(missing)}", "MissingArguments")
+        if "position" in action:
+            x, _, z = _vector(action["position"], "position")
+        if "rotation" in action:
+            rot = action["rotation"]
+            yaw = _vector(rot, "rotation")[1] if isinstance(rot, dict) else _number(action, "rotation")
+        if "horizon" in action:
+            horizon = _number(action, "horizon", lo=-MAX_LOOK_UP, hi=MAX_LOOK_DOWN)
+        hit = self.scene.collision(x, z)
+        if hit is not None:
+            raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
+        self.x, self.z, self.yaw, self.horizon = round(x, 4), round(z, 4), round(yaw % 360.0, 4), round(horizon, 4)
+
+    @_action("ChangeResolution")
+    def _change_resolution(self, action: dict) -> None:
+        w = action.get("x")
+        h = action.get("y")
+        for key, v in (("x", w), ("y", h)):
+            if v is None:
+                raise ActionFailed(f"ChangeResolution needs the argument {key!r}", "MissingArguments")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 0 < v <= MAX_RESOLUTION:
+                raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
+                                   "InvalidArgument")
+        self.width, self.height = int(w), int(h)
+        self.log.info("resolution changed to %d x %d", self.width, self.height)
+
+    @_action("GetReachablePositions")
+    def _reachable(self, action: dict) -> list[dict[str, float]]:
+        return [_xyz(x, AGENT_Y, z) for x, z in self.scene.reachable_positions(self.grid_size)]
+
+    @_action("AddThirdPartyCamera")
+    def _add_camera(self, action: dict) -> dict[str, Any]:
+        if len(self.cameras) >= MAX_THIRD_PARTY_CAMERAS:
+            raise ActionFailed(f"at most {MAX_THIRD_PARTY_CAMERAS} third-party cameras", "InvalidArgument")
+        if "position" not in action or "rotation" not in action:
+            raise ActionFailed("AddThirdPartyCamera needs position and rotation", "MissingArguments")
+        camera = _Camera(
+            _vector(action["position"], "position"),
+            _vector(action["rotation"], "rotation"),
+            _number(action, "fieldOfView", self.fov, lo=1.0, hi=179.0),
+        )
+        self.cameras.append(camera)
+        return camera.metadata(len(self.cameras) - 1)
+
+    @_action("UpdateThirdPartyCamera")
+    def _update_camera(self, action: dict) -> dict[str, Any]:
+        index = action.get("thirdPartyCameraId", 0)
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.cameras):
+            raise ActionFailed(
+                f"thirdPartyCameraId {index!r} does not name one of the {len(self.cameras)} camera(s)",
+                "InvalidArgument",
+            )
+        camera = self.cameras[index]
+        if "position" in action:
+            camera.position = _vector(action["position"], "position")
+        if "rotation" in action:
+            camera.rotation = _vector(action["rotation"], "rotation")
+        if "fieldOfView" in action:
+            camera.fov = _number(action, "fieldOfView", lo=1.0, hi=179.0)
+        return camera.metadata(index)
+
+    # -- state -----------------------------------------------------------------------------------------
+    def _load_scene(self, scene: Scene, name: str) -> None:
+        self.scene = scene
+        self.scene_name = name
+        self.x, self.z = scene.start.x, scene.start.z
+        self.yaw, self.horizon = scene.start.yaw, scene.start.horizon
+        self.cameras: list[_Camera] = []
+
+    def _camera_position(self) -> tuple[float, float, float]:
+        return (self.x, AGENT_Y + CAMERA_HEIGHT, self.z)
+
+    def _state(self, width: int, height: int) -> RenderState:
+        return RenderState(self.scene, width, height, self._camera_position(), self.yaw, self.horizon, self.fov)
+
+    def _visible_ids(self) -> set[tuple[int, int, int]]:
+        vw = VISIBILITY_RENDER_WIDTH
+        vh = max(1, round(vw * self.height / self.width))
+        _, _, ids = self._probe.render(self._state(vw, vh))
+        packed = np.unique(
+            (ids[..., 0].astype(np.uint32) << 16) | (ids[..., 1].astype(np.uint32) << 8) | ids[..., 2]
+        )
+        return {(int(v >> 16) & 255, int(v >> 8) & 255, int(v) & 255) for v in packed}
+
+    # -- answers ---------------------------------------------------------------------------------------
+    def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any):
+        metadata = self._metadata(name, success, error, code, result)
+        return metadata, self._images(action)
+
+    def _objects(self) -> list[dict[str, Any]]:
+        seen = self._visible_ids()
+        cx, cy, cz = self._camera_position()
+        objects = []
+        parts = self.scene.parts()
+        for index, part in enumerate((parts[0],) + self.scene.box_parts()):
+            (lx, ly, lz), (hx, hy, hz) = part.lo, part.hi
+            # Distance from the camera to the nearest point of the part, for visibility.
+            near = math.sqrt(
+                max(lx - cx, 0.0, cx - hx) ** 2 + max(ly - cy, 0.0, cy - hy) ** 2 + max(lz - cz, 0.0, cz - hz) ** 2
+            )
+            visible = part.id_color in seen and near <= self.visibility_distance
+            px, py, pz = part.center
+            objects.append(
+                {
+                    "objectId": part.object_id,
+                    "objectType": part.object_type,
+                    "name": f"{part.object_type}_{index}",
+                    "position": _xyz(px, py, pz),
+                    "rotation": _xyz(0.0, 0.0, 0.0),
+                    "visible": visible,
+                    "isInteractable": visible,
+                    "distance": round(math.hypot(px - self.x, pz - self.z), 4),
+                    "receptacle": part.object_type in ("Table", "Shelf", "Dresser", "Cabinet", "Floor"),
+                    "pickupable": False,
+                    "moveable": False,
+                    "isMoving": False,
+                    "parentReceptacles": None,
+                    "axisAlignedBoundingBox": {
+                        "center": _xyz(px, py, pz),
+                        "size": _xyz(*part.size),
+                        "cornerPoints": [
+                            [round(a, 4), round(b, 4), round(c, 4)] for a in (lx, hx) for b in (ly, hy) for c in (lz, hz)
+                        ],
+                    },
+                }
+            )
+        return objects + self._synthetic
+
+    def _metadata(self, name: str, success: bool, error: str, code: str, result: Any) -> dict[str, Any]:
+        cameras = [c.metadata(i) for i, c in enumerate(self.cameras)]
+        sx, sy, sz = self.scene.size
+        agent = {
+            "name": "agent",
+            "screenWidth": self.width,
+            "screenHeight": self.height,
+            "lastAction": name,
+            "lastActionSuccess": success,
+            "errorMessage": error,
+            "errorCode": code,
+            "actionReturn": result,
+            "sceneName": self.scene_name,
+            "depthFormat": "Meters",
+            "cameraNearPlane": CAMERA_NEAR_PLANE,
+            "cameraFarPlane": CAMERA_FAR_PLANE,
+            "fov": self.fov,
+            "cameraPosition": _xyz(*self._camera_position()),
+            "agent": {
+                "name": "agent",
+                "position": _xyz(self.x, AGENT_Y, self.z),
+                "rotation": _xyz(0.0, self.yaw, 0.0),
+                "cameraHorizon": self.horizon,
+                "isStanding": True,
+                "inHighFrictionArea": False,
+            },
+            "objects": self._objects(),
+            "colors": [{"name": p.object_id, "color": list(p.id_color)} for p in self.scene.parts()],
+            "thirdPartyCameras": cameras,
+            "isSceneAtRest": True,
+            "inventoryObjects": [],
+            "sceneBounds": {
+                "center": _xyz(0.0, sy / 2, 0.0),
+                "size": _xyz(sx, sy, sz),
+            },
+        }
+        return {
+            "agents": [agent],
+            "sequenceId": self.sequence_id,
+            "activeAgentId": 0,
+            "thirdPartyCameras": cameras,
+        }
+
+    def _images(self, action: dict) -> Images:
+        if self.headless or action.get("renderImage", True) is False:
+            return []
+        depth_on = bool(action.get("renderDepthImage", self.render_depth))
+        ids_on = bool(action.get("renderInstanceSegmentation", self.render_ids))
+        out: Images = []
+        for camera in self.cameras:
+            rgb, depth, ids = self._frame(camera.position, camera.rotation[1], camera.rotation[0], camera.fov)
+            out.append((FieldType.THIRD_PARTY_IMAGE, rgb))
+            if depth_on:
+                out.append((FieldType.THIRD_PARTY_DEPTH, depth))
+            if ids_on:
+                out.append((FieldType.THIRD_PARTY_IMAGE_IDS, ids))
+        rgb, depth, ids = self._frame(self._camera_position(), self.yaw, self.horizon, self.fov)
+        out.append((FieldType.RGB_IMAGE, rgb))
+        if depth_on:
+            out.append((FieldType.DEPTH_IMAGE, depth))
+        if ids_on:
+            out.append((FieldType.IDS_IMAGE, ids))
+        return out
+
+    def _frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Wire-layout (rgb, depth, ids) for one camera."""
+        if self.static_frame:
+            key = (self.scene.name, self.width, self.height)
+            frame = self._static.get(key)
+            if frame is None:
+                start = self.scene.start
+                state = RenderState(
+                    self.scene, self.width, self.height, (start.x, AGENT_Y + CAMERA_HEIGHT, start.z),
+                    start.yaw, start.horizon, DEFAULT_FOV,
+                )
+                frame = self._to_wire(*self.renderer.render(state))
+                self._static = {key: frame}
+            return frame
+        state = RenderState(self.scene, self.width, self.height, tuple(position), yaw, pitch, fov)
+        frame = self._wire_cache.get(state)
+        if frame is None:
+            frame = self._to_wire(*self.renderer.render(state))
+            self._wire_cache[state] = frame
+            while len(self._wire_cache) > WIRE_CACHE_SIZE:
+                self._wire_cache.popitem(last=False)
+        else:
+            self._wire_cache.move_to_end(state)
+        return frame
+
+    def _to_wire(self, rgb: np.ndarray, depth: np.ndarray, ids: np.ndarray):
+        h, w = self.height, self.width
+        if rgb.shape[:2] != (h, w) or depth.shape != (h, w) or ids.shape[:2] != (h, w):
+            raise RuntimeError(
+                f"renderer returned images of {rgb.shape}, {depth.shape}, {ids.shape} for a {w} x {h} frame"
+            )
+        rgb_up = rgb[::-1]
+        if self.rgb_bytes_per_pixel == 4:
+            rgb_wire = np.empty((h, w, 4), dtype=np.uint8)
+            rgb_wire[..., :3] = rgb_up
+            rgb_wire[..., 3] = 255
+        else:
+            rgb_wire = np.ascontiguousarray(rgb_up, dtype=np.uint8)
+        depth_wire = np.ascontiguousarray(depth[::-1], dtype="<f4")
+        ids_wire = np.empty((h, w, 4), dtype=np.uint8)
+        ids_wire[..., :3] = ids[::-1]
+        ids_wire[..., 3] = 255
+        return rgb_wire, depth_wire, ids_wire

@@ -1,0 +1,218 @@
+"""The player side of the FIFO transport, in the order an AI2-THOR build follows.
+
+1. open ``server.pipe`` for writing (this blocks until the client opens it for reading);
+2. write one complete first message (sequenceId 0): the readiness signal;
+3. open ``client.pipe`` for reading (blocks until the client opens it for writing);
+4. loop: read one ACTION field + end-of-message, act, write one message.
+
+Messages are written with ``os.writev`` straight from the image arrays (partial writes are resumed).
+End of input on ``client.pipe`` at a message boundary means the client is done: exit 0. Anything the
+player cannot parse (bad framing, an ACTION that is not a JSON object) is logged and ends the player with
+:data:`EXIT_PROTOCOL_ERROR`, the way a build's message loop dies on an exception: the stream cannot be
+trusted after it, and renderd reports the exit with the log's tail. A client that closes ``server.pipe``
+while the player writes (EPIPE) ends the player with :data:`EXIT_IO_ERROR`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Sequence
+
+from renderd.errors import ProtocolError, os_error_message
+from renderd.player import faults
+from renderd.player.core import Images, Player
+from renderd.protocol import NEED_DATA, Decoder, FieldType, decode_action, encode_message, encode_metadata
+
+__all__ = ["run_fifo", "write_all", "EXIT_OK", "EXIT_IO_ERROR", "EXIT_PROTOCOL_ERROR", "ACTION_MAX_BODY_SIZE"]
+
+EXIT_OK = 0
+EXIT_IO_ERROR = 1
+EXIT_PROTOCOL_ERROR = 4
+#: Largest ACTION body the player accepts (actions are small JSON objects).
+ACTION_MAX_BODY_SIZE = 16 * 1024 * 1024
+#: Bytes read from client.pipe per read.
+READ_SIZE = 64 * 1024
+#: Most buffers passed to one writev (Linux's IOV_MAX is 1024).
+MAX_IOV = 512
+
+logger = logging.getLogger(__name__)
+
+
+class _ClientGone(Exception):
+    """The client closed its end (EOF on client.pipe, or EPIPE on server.pipe)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def write_all(fd: int, buffers: Sequence[Any]) -> int:
+    """Write every buffer to ``fd`` with ``os.writev``, resuming after partial writes. Returns the byte count.
+
+    Raises OSError (BrokenPipeError when the reader is gone).
+    """
+    views = [memoryview(b).cast("B") for b in buffers]
+    views = [v for v in views if v.nbytes]
+    total = 0
+    while views:
+        n = os.writev(fd, views[:MAX_IOV])
+        total += n
+        while n and views:
+            first = views[0]
+            if n >= first.nbytes:
+                n -= first.nbytes
+                views.pop(0)
+            else:
+                views[0] = first[n:]
+                n = 0
+    return total
+
+
+def encode_answer(metadata: dict, images: Images) -> list[Any]:
+    """The buffers of one player message: METADATA, the images, end-of-message."""
+    return encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])
+
+
+class FifoLink:
+    """Owns the two pipe descriptors and runs the message loop for one :class:`Player`."""
+
+    def __init__(self, player: Player, server_path: str, client_path: str) -> None:
+        self.player = player
+        self.server_path = server_path
+        self.client_path = client_path
+        self.server_fd: int | None = None
+        self.client_fd: int | None = None
+        self.decoder = Decoder(max_body_size=ACTION_MAX_BODY_SIZE)
+        self.steps = 0
+
+    # -- pipes ---------------------------------------------------------------------------------------
+    def open_server(self) -> None:
+        logger.info("opening %s for writing (waits for the client to open it)", self.server_path)
+        self.server_fd = os.open(self.server_path, os.O_WRONLY | os.O_CLOEXEC)
+
+    def open_client(self) -> None:
+        logger.info("opening %s for reading (waits for the client to open it)", self.client_path)
+        self.client_fd = os.open(self.client_path, os.O_RDONLY | os.O_CLOEXEC)
+
+    def close_server(self) -> None:
+        if self.server_fd is not None:
+            fd, self.server_fd = self.server_fd, None
+            os.close(fd)
+
+    def close(self) -> None:
+        self.close_server()
+        if self.client_fd is not None:
+            fd, self.client_fd = self.client_fd, None
+            os.close(fd)
+
+    # -- I/O -------------------------------------------------------------------------------------------
+    def send(self, buffers: Sequence[Any]) -> None:
+        if self.server_fd is None:
+            raise _ClientGone("server.pipe is closed", EXIT_IO_ERROR)
+        try:
+            write_all(self.server_fd, buffers)
+        except BrokenPipeError:
+            raise _ClientGone("the client closed server.pipe while the player was writing (EPIPE)", EXIT_IO_ERROR)
+
+    def send_answer(self, metadata: dict, images: Images) -> None:
+        self.send(encode_answer(metadata, images))
+
+    def recv_action(self) -> dict:
+        """The next action. Raises _ClientGone at end of input, ProtocolError on bad bytes."""
+        while True:
+            message = self.decoder.next_message()
+            if message is not NEED_DATA:
+                return decode_action(message)
+            data = os.read(self.client_fd, READ_SIZE)
+            if not data:
+                self.decoder.end_of_input()  # raises ProtocolError if it ended inside a message
+                raise _ClientGone("the client closed client.pipe", EXIT_OK)
+            self.decoder.receive_data(data)
+
+    def drain_until_eof(self) -> None:
+        """Discard whatever the client sends until it closes client.pipe (after a stream fault)."""
+        if self.client_fd is None:
+            self.open_client()
+        while os.read(self.client_fd, READ_SIZE):
+            pass
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def serve(self, *, garbage_first: bool = False) -> int:
+        """Open the pipes, send the first message, answer actions until the client leaves. Returns an exit code."""
+        try:
+            self.open_server()
+            metadata, images = self.player.first_message()
+            if garbage_first:
+                logger.warning("fault at start: sending a malformed first message")
+                self.send([faults.garbage_message()])
+            else:
+                self.send_answer(metadata, images)
+            logger.info("first message sent (%d x %d); player is ready", self.player.width, self.player.height)
+            self.open_client()
+            while True:
+                action = self.recv_action()
+                self.step(action)
+        except _ClientGone as exc:
+            level = logging.INFO if exc.code == EXIT_OK else logging.ERROR
+            logger.log(level, "%s after %d step(s); exiting", exc, self.steps)
+            return exc.code
+        except ProtocolError as exc:
+            logger.error("malformed message from the client: %s; exiting", exc)
+            return EXIT_PROTOCOL_ERROR
+        except OSError as exc:
+            logger.error("%s; exiting", os_error_message(exc, "pipe I/O failed"))
+            return EXIT_IO_ERROR
+        finally:
+            self.close()
+
+    def step(self, action: dict) -> None:
+        self.steps += 1
+        try:
+            fault = faults.parse_fault(action)
+        except faults.FaultError as exc:
+            logger.warning("rejected fault action: %s", exc)
+            self.send_answer(*self.player.error_answer(action, str(exc), "InvalidArgument"))
+            return
+        if fault is None:
+            self.send_answer(*self.player.handle(action))
+            return
+        logger.warning("fault requested: %s", fault)
+        if fault.is_stream_fault:
+            self.stream_fault(fault, action)
+            return
+        if fault.when == "after":
+            self.send_answer(*self.player.handle(action))
+            faults.run_process_fault(fault)  # sleep returns; the rest never do
+            return
+        faults.run_process_fault(fault)
+        self.send_answer(*self.player.handle(action))
+
+    def stream_fault(self, fault: faults.Fault, action: dict) -> None:
+        if fault.kind == "garbage":
+            self.send([faults.garbage_message()])
+            return
+        metadata, _ = self.player.handle(action)
+        body = encode_metadata(metadata)
+        if fault.kind == "oversize":
+            self.send([faults.oversize_header()])
+            logger.warning("fault: oversize header sent; going silent until the client closes client.pipe")
+            self.drain_until_eof()
+            raise _ClientGone("the client closed client.pipe", EXIT_OK)
+        if fault.kind == "truncate":
+            self.send([faults.truncated_message(body)])
+            self.close_server()
+            logger.error("fault: truncated message sent, server.pipe closed; exiting with code %d", fault.code)
+            faults.crash("exit", fault.code)
+        if fault.kind == "close":
+            self.send([faults.unterminated_message(body)])
+            self.close_server()
+            logger.warning("fault: server.pipe closed mid-message; staying alive until client.pipe closes")
+            self.drain_until_eof()
+            raise _ClientGone("the client closed client.pipe", EXIT_OK)
+
+
+def run_fifo(player: Player, server_path: str, client_path: str, *, garbage_first: bool = False) -> int:
+    """Serve ``player`` over the FIFO pair; returns the process exit code."""
+    return FifoLink(player, server_path, client_path).serve(garbage_first=garbage_first)
+

@@ -1,0 +1,233 @@
+"""Renderers for the reference player, and the interface every renderer implements.
+
+The renderer interface
+----------------------
+A renderer is any object with::
+
+    render(state: RenderState) -> (rgb, depth, ids)
+
+* ``state`` is a :class:`RenderState` (frozen, hashable): the :class:`~renderd.player.scene.Scene`, the
+  image size, the camera position in metres, its yaw and pitch in degrees, and the vertical field of view.
+* ``rgb`` is ``(height, width, 3)`` ``uint8``; ``depth`` is ``(height, width)`` ``float32`` in metres,
+  measured along the camera's forward axis (Unity's linear eye depth, not the Euclidean distance);
+  ``ids`` is ``(height, width, 3)`` ``uint8`` holding each visible part's ``Part.id_color``.
+* All three are **top row first** (row 0 is the top of the picture). They may be views with a negative
+  row stride (the player flips them bottom-up for the wire; flipping such a view back is free), and the
+  caller treats them as read-only, so a renderer may return cached arrays.
+* Optional: ``close()`` releases resources; ``name`` (str) is logged.
+
+Camera convention (Unity's, as AI2-THOR reports it): yaw 0 looks along ``+z``, yaw 90 along ``+x``;
+a positive pitch (AI2-THOR's ``cameraHorizon``) looks down; the field of view is vertical and the
+horizontal one follows from the aspect ratio. Pixel centres are sampled (``(col + 0.5) / width``).
+
+The scene's parts (:meth:`Scene.parts`) are drawn with their ``color``, lit per face (``FACE_SHADE``
+by the face's normal axis, with a checker pattern on the floor); exact shading is a renderer's choice,
+but the ids image must use ``id_color`` exactly, since the player's ``colors`` metadata maps those
+colours to object ids.
+
+:func:`make_renderer` picks one by name: ``numpy`` (:class:`NumpyRenderer`, here) or ``gl``
+(``renderd.player.gl.GLRenderer``, constructed with ``device_index=``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from renderd.player.scene import SURFACES, Scene
+
+__all__ = ["RenderState", "Renderer", "NumpyRenderer", "make_renderer", "RENDERERS", "FACE_SHADE", "FLOOR_TILE"]
+
+#: Light falling on a face, by the axis of its normal (x, y, z).
+FACE_SHADE = (0.78, 1.0, 0.9)
+#: Floor checker tile size in metres, and the darker tiles' brightness.
+FLOOR_TILE = 0.5
+FLOOR_DARK = 0.82
+#: How many frames a NumpyRenderer keeps (keyed by RenderState) so repeated poses cost nothing.
+FRAME_CACHE_SIZE = 8
+#: How many ray-direction tables (one per width, height, field of view) a NumpyRenderer keeps.
+RAY_CACHE_SIZE = 4
+
+RENDERERS = ("numpy", "gl")
+
+
+@dataclass(frozen=True)
+class RenderState:
+    """Everything that decides a frame."""
+
+    scene: Scene
+    width: int
+    height: int
+    position: tuple[float, float, float]  # camera position, metres
+    yaw: float  # degrees about +y; 0 looks along +z
+    pitch: float  # degrees; positive looks down
+    fov: float = 90.0  # vertical field of view, degrees
+
+
+@runtime_checkable
+class Renderer(Protocol):
+    def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
+
+
+def camera_basis(yaw: float, pitch: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """World-space (right, up, forward) unit vectors of a camera with this yaw and pitch (degrees)."""
+    p, t = math.radians(yaw), math.radians(pitch)
+    right = np.array([math.cos(p), 0.0, -math.sin(p)])
+    up = np.array([math.sin(p) * math.sin(t), math.cos(t), math.cos(p) * math.sin(t)])
+    forward = np.array([math.sin(p) * math.cos(t), -math.sin(t), math.cos(p) * math.cos(t)])
+    return right, up, forward
+
+
+class NumpyRenderer:
+    """Vectorised ray casting against the room's planes and the boxes, on the CPU.
+
+    Camera-space ray directions (forward component 1, so a ray's parameter is its depth) are computed
+    once per (width, height, fov), in bottom-up row order: the images come out bottom-up and contiguous,
+    and are returned as top-row-first views, so the player's flip back to wire order copies nothing.
+    """
+
+    name = "numpy"
+
+    def __init__(self, *, device_index: int | None = None, cache_size: int = FRAME_CACHE_SIZE) -> None:
+        self.device_index = device_index  # no device to pick on the CPU; kept for the interface
+        self._rays: OrderedDict[tuple[int, int, float], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._frames: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
+        self._cache_size = cache_size
+        self._palettes: dict[Scene, tuple[np.ndarray, np.ndarray]] = {}
+
+    def close(self) -> None:
+        self._rays.clear()
+        self._frames.clear()
+
+    def _camera_rays(self, width: int, height: int, fov: float) -> tuple[np.ndarray, np.ndarray]:
+        key = (width, height, fov)
+        rays = self._rays.get(key)
+        if rays is None:
+            tan_half = math.tan(math.radians(fov) / 2)
+            xs = ((np.arange(width, dtype=np.float64) + 0.5) * (2.0 / width) - 1.0) * tan_half * (width / height)
+            ys = ((np.arange(height, dtype=np.float64) + 0.5) * (2.0 / height) - 1.0) * tan_half  # bottom row first
+            u = np.broadcast_to(xs[None, :], (height, width)).astype(np.float32).ravel()
+            v = np.broadcast_to(ys[:, None], (height, width)).astype(np.float32).ravel()
+            rays = (u, v)
+            self._rays[key] = rays
+            while len(self._rays) > RAY_CACHE_SIZE:
+                self._rays.popitem(last=False)
+        else:
+            self._rays.move_to_end(key)
+        return rays
+
+    def _palette(self, scene: Scene) -> tuple[np.ndarray, np.ndarray]:
+        pal = self._palettes.get(scene)
+        if pal is None:
+            parts = scene.parts()
+            albedo = np.array([p.color for p in parts], dtype=np.float32)
+            ids = np.array([p.id_color for p in parts], dtype=np.uint8)
+            pal = (albedo, ids)
+            self._palettes[scene] = pal
+        return pal
+
+    def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size."""
+        if state.width <= 0 or state.height <= 0:
+            raise ValueError(f"cannot render a {state.width} x {state.height} image")
+        cached = self._frames.get(state)
+        if cached is not None:
+            self._frames.move_to_end(state)
+            return cached
+        frame = self._render(state)
+        self._frames[state] = frame
+        while len(self._frames) > self._cache_size:
+            self._frames.popitem(last=False)
+        return frame
+
+    def _render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        w, h = state.width, state.height
+        u, v = self._camera_rays(w, h, state.fov)
+        right, up, forward = camera_basis(state.yaw, state.pitch)
+        f32 = np.float32
+        # World-space directions, one component array each (forward component 1 in camera space).
+        dx = u * f32(right[0]) + v * f32(up[0]) + f32(forward[0])
+        dy = v * f32(up[1]) + f32(forward[1])  # right has no y component
+        dz = u * f32(right[2]) + v * f32(up[2]) + f32(forward[2])
+        ox, oy, oz = (float(c) for c in state.position)
+        sx, sy, sz = state.scene.size
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            ix, iy, iz = f32(1.0) / dx, f32(1.0) / dy, f32(1.0) / dz
+            # Leaving the room: the nearest boundary plane ahead on each axis.
+            # From inside, the exit is the larger of the two slab parameters (+inf for a parallel ray).
+            tx = np.maximum(f32(sx / 2 - ox) * ix, f32(-sx / 2 - ox) * ix)
+            ty = np.maximum(f32(sy - oy) * iy, f32(-oy) * iy)
+            tz = np.maximum(f32(sz / 2 - oz) * iz, f32(-sz / 2 - oz) * iz)
+            # Surface indices follow SURFACES: 0 floor, 1 ceiling, 2 west, 3 east, 4 south, 5 north.
+            part = np.where(dx > 0, np.int16(3), np.int16(2))
+            axis = np.zeros(dx.shape, dtype=np.int8)
+            best = tx
+            closer = ty < best
+            best = np.where(closer, ty, best)
+            part = np.where(closer, np.where(dy > 0, np.int16(1), np.int16(0)), part)
+            axis[closer] = 1
+            closer = tz < best
+            best = np.where(closer, tz, best)
+            part = np.where(closer, np.where(dz > 0, np.int16(5), np.int16(4)), part)
+            axis[closer] = 2
+            # Boxes: slab test per box; the camera is never inside one (collisions keep it out).
+            for k, box in enumerate(state.scene.box_parts(), start=len(SURFACES)):
+                (lx, ly, lz), (hx, hy, hz) = box.lo, box.hi
+                ax = f32(lx - ox) * ix
+                bx = f32(hx - ox) * ix
+                nx = np.minimum(ax, bx)
+                fx = np.maximum(ax, bx)
+                ay = f32(ly - oy) * iy
+                by = f32(hy - oy) * iy
+                ny = np.minimum(ay, by)
+                fy = np.maximum(ay, by)
+                az = f32(lz - oz) * iz
+                bz = f32(hz - oz) * iz
+                nz = np.minimum(az, bz)
+                fz = np.maximum(az, bz)
+                near = np.maximum(np.maximum(nx, ny), nz)
+                far = np.minimum(np.minimum(fx, fy), fz)
+                hit = (near <= far) & (near > 0) & (near < best)
+                if not hit.any():
+                    continue
+                best = np.where(hit, near, best)
+                part[hit] = k
+                hn = near[hit]
+                axis[hit] = np.where(nx[hit] == hn, 0, np.where(ny[hit] == hn, 1, 2))
+        depth = best.astype(np.float32, copy=False)
+        albedo, id_palette = self._palette(state.scene)
+        shade = np.asarray(FACE_SHADE, dtype=np.float32)[axis]
+        floor = part == 0
+        if floor.any():
+            tf = depth[floor]
+            px = ox + tf * dx[floor]
+            pz = oz + tf * dz[floor]
+            dark = ((np.floor(px / FLOOR_TILE) + np.floor(pz / FLOOR_TILE)) % 2) == 1
+            shade[floor] = np.where(dark, f32(FLOOR_DARK), f32(1.0))
+        shade *= f32(1.0) / (f32(1.0) + f32(0.03) * depth)
+        rgb = albedo[part]
+        rgb *= shade[:, None]
+        rgb = rgb.astype(np.uint8).reshape(h, w, 3)
+        ids = id_palette[part].reshape(h, w, 3)
+        depth = depth.reshape(h, w)
+        out = []
+        for a in (rgb, depth, ids):
+            a.flags.writeable = False
+            out.append(a[::-1])
+        return out[0], out[1], out[2]
+
+
+def make_renderer(name: str = "numpy", *, device_index: int | None = None) -> Renderer:
+    """A renderer by name: ``numpy`` or ``gl``. Raises ValueError for another name, ImportError if ``gl``
+    is not available."""
+    if name == "numpy":
+        return NumpyRenderer(device_index=device_index)
+    if name == "gl":
+        from renderd.player.gl import GLRenderer  # written separately; needs an OpenGL context
+
+        return GLRenderer(device_index=device_index)
+    raise ValueError(f"unknown renderer {name!r} (expected one of {', '.join(RENDERERS)})")

@@ -1,0 +1,258 @@
+"""The reference player's world: small deterministic rooms made of axis-aligned boxes.
+
+Coordinates follow Unity: metres, ``y`` up, ``x`` right, ``z`` forward; a yaw of 0 degrees looks along
+``+z`` and 90 degrees along ``+x``. A room spans ``x`` in ``[-sx/2, sx/2]``, ``z`` in ``[-sz/2, sz/2]``
+and ``y`` in ``[0, sy]``; it has six surfaces (floor, ceiling, four walls) and a few coloured boxes
+standing on the floor.
+
+Every surface and box is a :class:`Part` with an ``object_id`` in AI2-THOR's ``Type|+x.xx|+y.yy|+z.zz``
+style, an albedo ``color`` and a unique instance-segmentation ``id_color``. :meth:`Scene.parts` lists
+them in a fixed order (surfaces first, in :data:`SURFACES` order, then boxes); renderers index that list
+(see :mod:`renderd.player.renderer`).
+
+Scenes are immutable and hashable, so a renderer may cache frames keyed by them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from dataclasses import dataclass, field
+
+__all__ = [
+    "AGENT_RADIUS",
+    "CAMERA_HEIGHT",
+    "AGENT_Y",
+    "SURFACES",
+    "Part",
+    "Box",
+    "Pose",
+    "Scene",
+    "SCENES",
+    "DEFAULT_SCENE",
+    "scene_by_name",
+    "scene_names",
+]
+
+#: Radius of the agent's footprint (a vertical cylinder), for collisions.
+AGENT_RADIUS = 0.2
+#: Height of the agent's reported position above the floor (as AI2-THOR's default agent reports it).
+AGENT_Y = 0.9
+#: Height of the camera above the agent's reported position.
+CAMERA_HEIGHT = 0.675
+
+#: The six room surfaces, in the order :meth:`Scene.parts` lists them.
+SURFACES = ("Floor", "Ceiling", "WallWest", "WallEast", "WallSouth", "WallNorth")
+
+
+def format_object_id(object_type: str, center: tuple[float, float, float]) -> str:
+    """An AI2-THOR style object id: ``Type|+00.00|+00.90|+01.00``."""
+    return "|".join([object_type] + [f"{v:+06.2f}" for v in center])
+
+
+def _id_color(object_id: str, taken: set[tuple[int, int, int]]) -> tuple[int, int, int]:
+    # Deterministic per object id; a collision (practically never) is resolved by rehashing.
+    seed = object_id
+    while True:
+        digest = hashlib.sha1(seed.encode("utf-8")).digest()
+        color = (digest[0], digest[1], digest[2])
+        if color not in taken and color != (0, 0, 0):
+            taken.add(color)
+            return color
+        seed += "'"
+
+
+@dataclass(frozen=True)
+class Part:
+    """One thing the camera can see: a room surface or a box."""
+
+    object_id: str
+    object_type: str
+    color: tuple[int, int, int]
+    id_color: tuple[int, int, int]
+    center: tuple[float, float, float]
+    size: tuple[float, float, float]
+
+    @property
+    def lo(self) -> tuple[float, float, float]:
+        return tuple(c - s / 2 for c, s in zip(self.center, self.size))  # type: ignore[return-value]
+
+    @property
+    def hi(self) -> tuple[float, float, float]:
+        return tuple(c + s / 2 for c, s in zip(self.center, self.size))  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class Box:
+    """A box standing in a room, as written in a scene definition."""
+
+    object_type: str
+    center: tuple[float, float, float]
+    size: tuple[float, float, float]
+    color: tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class Pose:
+    """Where the agent stands: position on the floor plane, yaw and camera horizon (degrees)."""
+
+    x: float
+    z: float
+    yaw: float = 0.0
+    horizon: float = 0.0
+
+
+@dataclass(frozen=True)
+class Scene:
+    """A room: its extents ``(sx, sy, sz)``, its boxes, surface colours and the agent's start pose."""
+
+    name: str
+    size: tuple[float, float, float]
+    boxes: tuple[Box, ...]
+    start: Pose
+    surface_colors: tuple[tuple[int, int, int], ...]
+    _parts: tuple[Part, ...] = field(default=(), compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        sx, sy, sz = self.size
+        taken: set[tuple[int, int, int]] = set()
+        parts: list[Part] = []
+        # (center, size) of each surface as a thin slab on the room's boundary.
+        slabs = {
+            "Floor": ((0.0, 0.0, 0.0), (sx, 0.0, sz)),
+            "Ceiling": ((0.0, sy, 0.0), (sx, 0.0, sz)),
+            "WallWest": ((-sx / 2, sy / 2, 0.0), (0.0, sy, sz)),
+            "WallEast": ((sx / 2, sy / 2, 0.0), (0.0, sy, sz)),
+            "WallSouth": ((0.0, sy / 2, -sz / 2), (sx, sy, 0.0)),
+            "WallNorth": ((0.0, sy / 2, sz / 2), (sx, sy, 0.0)),
+        }
+        for name, color in zip(SURFACES, self.surface_colors):
+            center, size = slabs[name]
+            object_type = "Wall" if name.startswith("Wall") else name
+            oid = format_object_id(object_type, center)
+            parts.append(Part(oid, object_type, color, _id_color(self.name + oid, taken), center, size))
+        for box in self.boxes:
+            oid = format_object_id(box.object_type, box.center)
+            parts.append(Part(oid, box.object_type, box.color, _id_color(self.name + oid, taken), box.center, box.size))
+        object.__setattr__(self, "_parts", tuple(parts))
+
+    def parts(self) -> tuple[Part, ...]:
+        """Surfaces (in :data:`SURFACES` order) then boxes, each with a unique ``id_color``."""
+        return self._parts
+
+    def box_parts(self) -> tuple[Part, ...]:
+        return self._parts[len(SURFACES) :]
+
+    def collision(self, x: float, z: float, radius: float = AGENT_RADIUS) -> str | None:
+        """The object id the agent would hit standing at ``(x, z)``, or ``None`` if the spot is free."""
+        sx, _, sz = self.size
+        parts = self._parts
+        if x - radius < -sx / 2:
+            return parts[2].object_id
+        if x + radius > sx / 2:
+            return parts[3].object_id
+        if z - radius < -sz / 2:
+            return parts[4].object_id
+        if z + radius > sz / 2:
+            return parts[5].object_id
+        for part in self.box_parts():
+            (lx, _, lz), (hx, _, hz) = part.lo, part.hi
+            # Distance from the point to the box's footprint rectangle.
+            dx = max(lx - x, 0.0, x - hx)
+            dz = max(lz - z, 0.0, z - hz)
+            if dx * dx + dz * dz < radius * radius:
+                return part.object_id
+        return None
+
+    def reachable_positions(self, grid_size: float) -> list[tuple[float, float]]:
+        """Free grid points (spacing ``grid_size``, aligned with the start pose) inside the room."""
+        sx, _, sz = self.size
+        out: list[tuple[float, float]] = []
+        i_lo = math.ceil((-sx / 2 - self.start.x) / grid_size)
+        i_hi = math.floor((sx / 2 - self.start.x) / grid_size)
+        k_lo = math.ceil((-sz / 2 - self.start.z) / grid_size)
+        k_hi = math.floor((sz / 2 - self.start.z) / grid_size)
+        for i in range(i_lo, i_hi + 1):
+            for k in range(k_lo, k_hi + 1):
+                x = round(self.start.x + i * grid_size, 4)
+                z = round(self.start.z + k * grid_size, 4)
+                if self.collision(x, z) is None:
+                    out.append((x, z))
+        return out
+
+
+def _scene(name, size, boxes, start, surface_colors) -> Scene:
+    return Scene(name, size, tuple(Box(*b) for b in boxes), start, surface_colors)
+
+
+# Surface colours: floor, ceiling, west, east, south, north wall.
+_WARM = ((150, 110, 70), (235, 235, 230), (200, 190, 160), (170, 185, 200), (190, 200, 170), (215, 205, 190))
+_COOL = ((110, 110, 120), (240, 240, 240), (160, 190, 210), (210, 170, 160), (180, 180, 200), (200, 215, 200))
+_PALE = ((120, 95, 80), (230, 230, 235), (220, 210, 190), (190, 210, 220), (210, 200, 220), (225, 225, 200))
+
+#: The scenes the player knows, by name. FloorPlan1 starts facing a tall red box 2.5 m ahead.
+SCENES: dict[str, Scene] = {
+    s.name: s
+    for s in (
+        _scene(
+            "FloorPlan1",
+            (6.0, 2.5, 6.0),
+            [
+                ("Fridge", (0.0, 0.9, 1.0), (1.0, 1.8, 1.0), (220, 30, 30)),
+                ("Cabinet", (-2.0, 0.5, 0.0), (1.0, 1.0, 1.5), (30, 60, 220)),
+                ("Sofa", (2.0, 0.4, 0.5), (1.0, 0.8, 2.0), (30, 180, 60)),
+                ("Shelf", (2.25, 1.0, -2.25), (0.5, 2.0, 0.5), (230, 210, 40)),
+            ],
+            Pose(0.0, -2.0, 0.0, 0.0),
+            _WARM,
+        ),
+        _scene(
+            "FloorPlan2",
+            (8.0, 2.5, 5.0),
+            [
+                ("Table", (0.0, 0.4, 0.5), (1.6, 0.8, 0.9), (140, 80, 40)),
+                ("Television", (0.0, 1.2, 2.3), (1.5, 0.9, 0.2), (20, 20, 20)),
+                ("Bed", (-3.0, 0.3, 1.0), (1.8, 0.6, 2.0), (200, 60, 160)),
+                ("Dresser", (3.3, 0.6, -1.5), (1.0, 1.2, 1.5), (60, 200, 200)),
+                ("Plant", (3.5, 0.5, 2.0), (0.4, 1.0, 0.4), (40, 150, 40)),
+            ],
+            Pose(0.0, -1.5, 0.0, 0.0),
+            _COOL,
+        ),
+        _scene(
+            "FloorPlan3",
+            (4.0, 3.0, 9.0),
+            [
+                ("Crate", (-1.2, 0.3, -1.0), (0.6, 0.6, 0.6), (180, 120, 60)),
+                ("Crate", (1.2, 0.3, 0.5), (0.6, 0.6, 0.6), (180, 120, 60)),
+                ("Locker", (-1.5, 1.0, 2.5), (0.8, 2.0, 0.6), (120, 120, 220)),
+                ("Barrel", (1.4, 0.5, 3.0), (0.6, 1.0, 0.6), (240, 120, 20)),
+                ("Door", (0.0, 1.1, 4.45), (1.0, 2.2, 0.1), (90, 50, 30)),
+                ("Bench", (0.0, 0.25, -3.5), (1.4, 0.5, 0.5), (100, 100, 100)),
+            ],
+            Pose(0.0, -2.5, 0.0, 0.0),
+            _PALE,
+        ),
+    )
+}
+
+DEFAULT_SCENE = "FloorPlan1"
+#: AI2-THOR's controller asks for ``FloorPlanN_physics``; both spellings name the same scene.
+_SUFFIX = "_physics"
+
+
+def scene_by_name(name: str) -> Scene | None:
+    """The scene called ``name`` (``FloorPlan1`` or ``FloorPlan1_physics``), or ``None``."""
+    if name in SCENES:
+        return SCENES[name]
+    if name.endswith(_SUFFIX):
+        return SCENES.get(name[: -len(_SUFFIX)])
+    return None
+
+
+def scene_names() -> list[str]:
+    """Every name Reset accepts: each scene plain and with the ``_physics`` suffix."""
+    names = []
+    for name in SCENES:
+        names += [name, name + _SUFFIX]
+    return names

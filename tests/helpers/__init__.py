@@ -1,0 +1,1 @@
+"""Shared test helpers: real processes, real pipes, deadlines."""
