@@ -1,0 +1,73 @@
+"""X display probe, run as a short-lived child process: ``python -P _x11probe.py NAME...``.
+
+For each display name it connects with python-xlib and prints what it found as one JSON line:
+``{"displays": [{"name", "ok", "error", "screen_count", "glx", "vendor", "screens": [{"width",
+"height", "depth"}]}]}``. It decides nothing: :mod:`renderd.platforms.x11` turns these facts into
+reasons. Running it in a child means an X server that accepts the connection but never answers cannot
+block the caller (the parent applies a deadline), and python-xlib's warnings stay out of the caller.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def probe_one(name: str) -> dict:
+    import Xlib.display
+    import Xlib.error
+
+    facts: dict = {"name": name, "ok": False}
+    try:
+        display = Xlib.display.Display(name)
+    except Xlib.error.DisplayNameError as exc:
+        facts["error"] = f"not a valid X display name ({exc})"
+        facts["error_kind"] = "name"
+        return facts
+    except (Xlib.error.DisplayConnectionError, ConnectionError, OSError) as exc:
+        facts["error"] = f"cannot connect ({exc})".replace("\n", " ").strip()
+        facts["error_kind"] = "connect"
+        return facts
+    except Exception as exc:  # python-xlib raises assorted errors on odd servers
+        facts["error"] = f"cannot connect ({type(exc).__name__}: {exc})"
+        facts["error_kind"] = "connect"
+        return facts
+    try:
+        count = display.screen_count()
+        facts["screen_count"] = count
+        facts["glx"] = "GLX" in display.list_extensions()
+        facts["vendor"] = display.display.info.vendor
+        facts["screens"] = [
+            {
+                "width": display.screen(i).width_in_pixels,
+                "height": display.screen(i).height_in_pixels,
+                "depth": display.screen(i).root_depth,
+            }
+            for i in range(count)
+        ]
+        facts["ok"] = True
+    except Exception as exc:
+        facts["error"] = f"the X server did not answer a query ({type(exc).__name__}: {exc})"
+        facts["error_kind"] = "query"
+    finally:
+        try:
+            display.close()
+        except Exception:
+            pass
+    return facts
+
+
+def main(argv: list[str]) -> int:
+    try:
+        import Xlib.display  # noqa: F401
+    except ImportError as exc:
+        sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"error": f"python-xlib is not installed ({exc})"}) + "\n")
+        return 0
+    displays = [probe_one(name) for name in argv]
+    sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"displays": displays}) + "\n")
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

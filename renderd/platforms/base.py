@@ -1,0 +1,125 @@
+"""What every platform provides (:class:`Platform`) and what a choice of platform gives the launcher (:class:`Selection`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from renderd.platforms.request import PlatformReport, PlatformRequest
+
+log = logging.getLogger(__name__)
+
+#: The variable that tells the reference player which platform it runs under.
+PLATFORM_ENV_VAR = "RENDERD_PLATFORM"
+#: Unity's flags for "no rendering at all".
+HEADLESS_ARGS = ("-batchmode", "-nographics")
+
+
+class Platform:
+    """A platform answers two questions: can it serve a request (:meth:`check`, no side effects), and
+    what does a player launched under it need (:meth:`prepare`, which may acquire resources such as a
+    managed display)."""
+
+    #: The name users write (``platform = "Linux64"``).
+    name: ClassVar[str] = ""
+    #: What to install or start for this platform, in one sentence.
+    instructions: ClassVar[str] = ""
+
+    def check(self, request: PlatformRequest) -> PlatformReport:
+        """Whether this platform can serve ``request``, with reasons and details. Never raises for
+        what it finds on the machine; problems become reasons."""
+        raise NotImplementedError
+
+    def prepare(self, request: PlatformRequest, report: PlatformReport) -> Selection:
+        """Turn a valid report into a :class:`Selection`. Raises :class:`renderd.errors.PlatformError`
+        when a resource it needs cannot be had after all (a managed display that fails to start)."""
+        raise NotImplementedError
+
+    def report(self, request: PlatformRequest, reasons: list[str], **details: Any) -> PlatformReport:
+        return PlatformReport(self.name, not reasons, reasons, self.instructions, details)
+
+    def base_env(self) -> dict[str, str]:
+        return {PLATFORM_ENV_VAR: self.name}
+
+
+class Selection:
+    """The platform chosen for a request, ready to launch players under.
+
+    ``name``: the platform. ``env``: variables to add to the player's environment (always
+    ``RENDERD_PLATFORM``; ``DISPLAY`` for Linux64). ``args``: extra player arguments (``-batchmode
+    -nographics`` when headless). ``executable``: the program to run when the platform resolved it
+    (the binary inside a macOS bundle), else None. ``report``: the check that chose it. ``display``:
+    the managed display held for it, if any (released by :meth:`release`).
+
+    A context manager; :meth:`release` is idempotent and thread-safe.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        env: dict[str, str],
+        args: Sequence[str] = (),
+        report: PlatformReport,
+        request: PlatformRequest,
+        slots: Sequence[tuple[dict[str, str], Sequence[str]]] = (),
+        slot_labels: Sequence[str] = (),
+        executable: str | None = None,
+        display: Any = None,
+    ) -> None:
+        self.name = name
+        self.env = dict(env)
+        self.args = list(args)
+        self.report = report
+        self.request = request
+        self.executable = executable
+        self.display = display
+        self._slots = [(dict(e), list(a)) for e, a in slots]
+        self._slot_labels = list(slot_labels)
+        self._release_lock = threading.Lock()
+        self.released = False
+
+    @property
+    def instances_per_cycle(self) -> int:
+        """How many distinct devices instances are spread over (1 when not spreading)."""
+        return max(1, len(self._slots))
+
+    def for_instance(self, index: int) -> tuple[dict[str, str], list[str]]:
+        """``(env, args)`` for player instance ``index`` (0-based), GPUs spread round-robin: instance
+        ``i`` gets slot ``i % len(gpus)`` (``DISPLAY=:N.s`` for Linux64, ``-force-device-index v`` for
+        CloudRendering). Without GPU spreading every instance gets ``env`` and ``args``.
+        Raises ``ValueError`` for a negative index."""
+        if index < 0:
+            raise ValueError(f"instance index must be >= 0, got {index}")
+        env = dict(self.env)
+        args = list(self.args)
+        if self._slots:
+            slot_env, slot_args = self._slots[index % len(self._slots)]
+            env.update(slot_env)
+            args.extend(slot_args)
+        return env, args
+
+    def describe_slots(self) -> list[str]:
+        """One line per GPU slot: which requested GPU maps to which device or screen."""
+        return list(self._slot_labels)
+
+    def release(self) -> None:
+        """Give back what the selection holds (the reference on a managed display). Idempotent."""
+        with self._release_lock:
+            if self.released:
+                return
+            self.released = True
+            display = self.display
+        if display is not None:
+            display.release()
+
+    def __enter__(self) -> Selection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"<Selection {self.name} env={self.env} args={self.args}>"

@@ -1,0 +1,72 @@
+"""``CloudRendering``: Unity's offscreen Vulkan player. Needs a Vulkan loader and at least one
+physical device; no X display. Spreads instances over GPUs with ``-force-device-index``."""
+
+from __future__ import annotations
+
+import logging
+
+from renderd.platforms import gpus as gpu_mod
+from renderd.platforms import vulkan
+from renderd.platforms.base import HEADLESS_ARGS, Platform, Selection
+from renderd.platforms.request import PlatformReport, PlatformRequest
+
+log = logging.getLogger(__name__)
+
+
+class CloudRendering(Platform):
+    name = "CloudRendering"
+    instructions = vulkan.INSTALL_HINT
+
+    def check(self, request: PlatformRequest) -> PlatformReport:
+        if request.system != "Linux":
+            return self.report(request, [f"CloudRendering players run on Linux only (this system is {request.system})"])
+        env = request.environ()
+        probe = vulkan.probe_vulkan(env)
+        if not probe.ok:
+            return self.report(request, [f"Vulkan is not usable: {probe.error}; fix: {vulkan.INSTALL_HINT}"])
+        if not probe.devices:
+            return self.report(
+                request,
+                [
+                    "the Vulkan loader works but lists no physical device; fix: install a driver "
+                    "(apt-get install mesa-vulkan-drivers for the CPU device lavapipe, or the NVIDIA driver)"
+                ],
+                vulkan_api=probe.api_version,
+            )
+        devices = list(probe.devices)
+        cuda_visible = env.get("CUDA_VISIBLE_DEVICES")
+        cuda = gpu_mod.nvidia_devices(env) if (request.gpus or cuda_visible is not None) else []
+        if cuda and any(d.uuid is None for d in devices):
+            # A Vulkan 1.0 driver gives no UUIDs to the probe; vulkaninfo may still know them.
+            listed = gpu_mod.vulkaninfo_devices(env)
+            if len(listed) == len(devices):
+                devices = [d if d.uuid else listed[d.index] for d in devices]
+        plan = gpu_mod.plan_vulkan(request.gpus, cuda_visible, cuda, devices)
+        details = {
+            "devices": [d.describe() for d in devices],
+            "vulkan_devices": [
+                {"index": d.index, "name": d.name, "type": d.type, "uuid": d.uuid} for d in devices
+            ],
+            "vulkan_api": probe.api_version,
+            "device_indices": plan.slots,
+            "gpu_slots": plan.labels,
+        }
+        if plan.notes:
+            details["notes"] = plan.notes
+        if all(d.type == "CPU" for d in devices):
+            details["note"] = "only a CPU Vulkan device (software rendering: it works, slowly)"
+        return self.report(request, plan.reasons, **details)
+
+    def prepare(self, request: PlatformRequest, report: PlatformReport) -> Selection:
+        args = list(HEADLESS_ARGS) if request.headless else []
+        indices = report.details.get("device_indices") or []
+        slots = [({}, ["-force-device-index", str(i)]) for i in indices]
+        return Selection(
+            self.name,
+            env=self.base_env(),
+            args=args,
+            report=report,
+            request=request,
+            slots=slots,
+            slot_labels=report.details.get("gpu_slots", []),
+        )

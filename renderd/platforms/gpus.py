@@ -1,0 +1,297 @@
+"""GPU spreading: which device each player instance renders on.
+
+An environment's ``gpus`` list names GPUs the way CUDA and ``nvidia-smi`` do; players are spread over
+it round-robin. Unity picks its Vulkan device with ``-force-device-index N`` where ``N`` counts in
+``vkEnumeratePhysicalDevices`` order, which need not be the ``nvidia-smi`` (PCI bus) order. The two are
+joined by device UUID: ``nvidia-smi -L`` prints ``GPU-<uuid>`` and Vulkan reports the same 16 bytes as
+``deviceUUID``::
+
+    gpus = [0, 1]  --CUDA_VISIBLE_DEVICES-->  nvidia-smi index  --UUID-->  Vulkan index  --> -force-device-index
+
+``CUDA_VISIBLE_DEVICES`` (indices or ``GPU-`` UUID prefixes) is applied first, as CUDA applies it: the
+``gpus`` entries index the visible list, and an invalid entry ends the list. Everything here that
+parses is pure (text in, data out) and tested on recorded outputs.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from renderd.platforms.vulkan import VulkanDevice
+
+log = logging.getLogger(__name__)
+
+#: Deadline for ``nvidia-smi -L`` and ``vulkaninfo --summary``.
+GPU_TOOL_TIMEOUT = 10.0
+#: How long the output of ``nvidia-smi -L`` is reused.
+GPU_TOOL_CACHE_SECONDS = 300.0
+
+_NVIDIA_SMI_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$")
+_VK_GPU_RE = re.compile(r"^\s*GPU(?P<index>\d+):\s*$")
+_VK_GPU_ID_RE = re.compile(r"^\s*GPU id\s*[:=]\s*(?P<index>\d+)\s*\((?P<name>.*)\)")
+_VK_FIELD_RE = re.compile(r"^\s*(?P<key>deviceName|deviceUUID|deviceType)\s*=\s*(?P<value>.+?)\s*$")
+
+
+@dataclass(frozen=True)
+class CudaDevice:
+    """A GPU as ``nvidia-smi -L`` lists it (``index`` in PCI bus order, ``uuid`` without ``GPU-``)."""
+
+    index: int
+    name: str
+    uuid: str
+
+
+def normalize_uuid(value: str) -> str:
+    """Lower-case hex digits only: ``GPU-5D5B-...`` and ``5d5b...`` compare equal."""
+    text = value.strip().lower()
+    for prefix in ("gpu-", "mig-"):
+        if text.startswith(prefix):
+            text = text[len(prefix) :]
+    return re.sub(r"[^0-9a-f]", "", text)
+
+
+def parse_nvidia_smi(text: str) -> list[CudaDevice]:
+    """Parse ``nvidia-smi -L``. MIG lines (indented ``MIG ...``) are skipped: they have no Vulkan device."""
+    devices = []
+    for line in text.splitlines():
+        match = _NVIDIA_SMI_RE.match(line)
+        if match:
+            devices.append(CudaDevice(int(match["index"]), match["name"], normalize_uuid(match["uuid"])))
+    return devices
+
+
+def parse_vulkaninfo(text: str) -> list[VulkanDevice]:
+    """Parse ``vulkaninfo`` (the default text output or ``--summary``) into devices in Vulkan order.
+
+    A device starts at a ``GPU<n>:`` line (or ``GPU id : n (name)``); its first ``deviceName``,
+    ``deviceType`` and ``deviceUUID`` lines are taken.
+    """
+    found: dict[int, dict[str, str]] = {}
+    current: int | None = None
+    for line in text.splitlines():
+        header = _VK_GPU_RE.match(line)
+        if header:
+            current = int(header["index"])
+            found.setdefault(current, {})
+            continue
+        header = _VK_GPU_ID_RE.match(line)
+        if header:
+            current = int(header["index"])
+            found.setdefault(current, {}).setdefault("fallback_name", header["name"].strip())
+            continue
+        if current is None:
+            continue
+        fields = _VK_FIELD_RE.match(line)
+        if fields:
+            found[current].setdefault(fields["key"], fields["value"])
+    devices = []
+    for index in sorted(found):
+        info = found[index]
+        name = info.get("deviceName") or info.get("fallback_name") or f"GPU{index}"
+        kind = info.get("deviceType", "OTHER").split()[0].removeprefix("PHYSICAL_DEVICE_TYPE_")
+        uuid = info.get("deviceUUID")
+        devices.append(VulkanDevice(index, name, kind, _dashed(normalize_uuid(uuid)) if uuid else None))
+    return devices
+
+
+def _dashed(hex32: str) -> str:
+    if len(hex32) != 32:
+        return hex32
+    return f"{hex32[0:8]}-{hex32[8:12]}-{hex32[12:16]}-{hex32[16:20]}-{hex32[20:32]}"
+
+
+def apply_cuda_visible_devices(devices: Sequence[CudaDevice], value: str | None) -> tuple[list[CudaDevice], list[str]]:
+    """The devices CUDA would expose under ``CUDA_VISIBLE_DEVICES=value``, in its order, and notes.
+
+    ``None`` (unset) exposes every device. Entries are indices into ``devices`` or ``GPU-`` UUIDs (a
+    unique prefix is enough). As in CUDA, the first invalid entry (unknown index, ambiguous or unknown
+    UUID, ``MIG-`` which has no Vulkan device, a repeated device) ends the list; a note says so.
+    """
+    if value is None:
+        return list(devices), []
+    visible: list[CudaDevice] = []
+    notes: list[str] = []
+    for raw in value.split(","):
+        entry = raw.strip()
+        device = _lookup(devices, entry)
+        if isinstance(device, str):
+            notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: {device}; entries from {entry!r} on are ignored, as CUDA does")
+            break
+        if device in visible:
+            notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: {entry!r} repeats a device; the list ends there, as in CUDA")
+            break
+        visible.append(device)
+    return visible, notes
+
+
+def _lookup(devices: Sequence[CudaDevice], entry: str) -> CudaDevice | str:
+    if not entry:
+        return "empty entry"
+    if re.fullmatch(r"\d+", entry):
+        index = int(entry)
+        for device in devices:
+            if device.index == index:
+                return device
+        return f"no GPU {index} (nvidia-smi lists {len(devices)})"
+    if entry.upper().startswith("MIG-"):
+        return f"{entry!r} is a MIG instance, which has no Vulkan device"
+    if entry.upper().startswith("GPU-"):
+        prefix = normalize_uuid(entry)
+        matches = [d for d in devices if d.uuid.startswith(prefix)]
+        if len(matches) == 1:
+            return matches[0]
+        return f"{entry!r} matches {len(matches)} GPUs"
+    return f"{entry!r} is neither an index nor a GPU- UUID"
+
+
+def map_cuda_to_vulkan(cuda: Sequence[CudaDevice], vulkan: Sequence[VulkanDevice]) -> dict[int, int]:
+    """``nvidia-smi`` index -> Vulkan device index, joined by UUID (devices without a match are absent)."""
+    by_uuid = {normalize_uuid(d.uuid): d.index for d in vulkan if d.uuid}
+    return {d.index: by_uuid[d.uuid] for d in cuda if d.uuid in by_uuid}
+
+
+@dataclass
+class GpuPlan:
+    """Where each slot renders: ``slots[i]`` is the device for instance ``i % len(slots)`` (empty: no
+    spreading). ``reasons`` make the request unservable; ``notes`` only inform."""
+
+    slots: list[int] = field(default_factory=list)
+    labels: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_vulkan(
+    gpus: Sequence[int],
+    cuda_visible: str | None,
+    cuda: Sequence[CudaDevice],
+    vulkan: Sequence[VulkanDevice],
+) -> GpuPlan:
+    """Vulkan device indices for CloudRendering's ``-force-device-index``, one per slot.
+
+    With ``nvidia-smi`` devices known, ``gpus`` index the CUDA-visible list (all visible devices when
+    ``gpus`` is empty and ``CUDA_VISIBLE_DEVICES`` is set) and are mapped by UUID. Without them,
+    ``gpus`` are Vulkan indices.
+    """
+    plan = GpuPlan()
+    if not cuda:
+        if cuda_visible is not None:
+            plan.notes.append("CUDA_VISIBLE_DEVICES is set but nvidia-smi lists no GPU, so it cannot be mapped; ignored")
+        for g in gpus:
+            if g >= len(vulkan):
+                plan.reasons.append(
+                    f"GPU {g} was asked for but Vulkan lists {len(vulkan)} device(s) (0..{len(vulkan) - 1}); "
+                    "fix: use an index Vulkan lists (renderd doctor shows them)"
+                )
+            else:
+                plan.slots.append(g)
+                plan.labels.append(f"gpu {g} -> vulkan {g} ({vulkan[g].name})")
+        return plan
+    visible, plan.notes = apply_cuda_visible_devices(cuda, cuda_visible)
+    wanted = list(gpus) if gpus else (list(range(len(visible))) if cuda_visible is not None else [])
+    mapping = map_cuda_to_vulkan(cuda, vulkan)
+    for g in wanted:
+        if g >= len(visible):
+            shown = f" under CUDA_VISIBLE_DEVICES={cuda_visible!r}" if cuda_visible is not None else ""
+            plan.reasons.append(
+                f"GPU {g} was asked for but {len(visible)} GPU(s) are visible{shown}; "
+                "fix: use an index below that, or widen CUDA_VISIBLE_DEVICES"
+            )
+            continue
+        device = visible[g]
+        index = mapping.get(device.index)
+        if index is None:
+            plan.reasons.append(
+                f"GPU {g} (nvidia-smi {device.index}, {device.name}, GPU-{_dashed(device.uuid)}) has no Vulkan "
+                "device with the same UUID; fix: install the NVIDIA Vulkan ICD (nvidia_icd.json, part of the "
+                "driver; in containers set NVIDIA_DRIVER_CAPABILITIES to include graphics)"
+            )
+            continue
+        plan.slots.append(index)
+        plan.labels.append(f"gpu {g} -> nvidia-smi {device.index} ({device.name}) -> vulkan {index}")
+    return plan
+
+
+def plan_screens(
+    gpus: Sequence[int],
+    cuda_visible: str | None,
+    cuda: Sequence[CudaDevice],
+) -> GpuPlan:
+    """X screen numbers for Linux64, one per slot: screen ``k`` of a multi-screen display is taken to be
+    driven by ``nvidia-smi`` GPU ``k`` (one screen per GPU, in bus order, as GPU X servers are usually
+    configured). ``gpus`` index the CUDA-visible list when ``nvidia-smi`` is present; otherwise they are
+    screen numbers."""
+    plan = GpuPlan()
+    if not cuda:
+        plan.slots = list(gpus)
+        plan.labels = [f"gpu {g} -> screen {g}" for g in gpus]
+        return plan
+    visible, plan.notes = apply_cuda_visible_devices(cuda, cuda_visible)
+    for g in gpus:
+        if g >= len(visible):
+            plan.reasons.append(
+                f"GPU {g} was asked for but {len(visible)} GPU(s) are visible; fix: use an index below that"
+            )
+            continue
+        plan.slots.append(visible[g].index)
+        plan.labels.append(f"gpu {g} -> nvidia-smi {visible[g].index} ({visible[g].name}) -> screen {visible[g].index}")
+    return plan
+
+
+# -- running the tools ------------------------------------------------------------------------------
+
+_tool_cache: dict[tuple[str, str], tuple[float, str | None]] = {}
+_tool_lock = threading.Lock()
+
+
+def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
+    """stdout of a tool, or None when it is missing, fails or times out. Cached per PATH."""
+    binary = shutil.which(argv[0], path=env.get("PATH"))
+    if binary is None:
+        return None
+    key = (" ".join(argv), env.get("PATH", ""))
+    with _tool_lock:
+        cached = _tool_cache.get(key)
+        if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:
+            return cached[1]
+    try:
+        done = subprocess.run(
+            [binary, *argv[1:]], capture_output=True, env=dict(env), timeout=GPU_TOOL_TIMEOUT, stdin=subprocess.DEVNULL
+        )
+        output = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
+        if output is None:
+            log.warning("%s failed (exit code %d): %s", argv[0], done.returncode, done.stderr.decode(errors="replace")[-300:])
+    except subprocess.TimeoutExpired:
+        log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
+        output = None
+    except OSError as exc:
+        log.warning("cannot run %s: %s", argv[0], exc)
+        output = None
+    with _tool_lock:
+        _tool_cache[key] = (time.monotonic(), output)
+    return output
+
+
+def nvidia_devices(env: Mapping[str, str]) -> list[CudaDevice]:
+    """The GPUs ``nvidia-smi -L`` lists (empty when it is missing or fails)."""
+    text = _run_tool(["nvidia-smi", "-L"], env)
+    return parse_nvidia_smi(text) if text else []
+
+
+def vulkaninfo_devices(env: Mapping[str, str]) -> list[VulkanDevice]:
+    """The devices ``vulkaninfo --summary`` lists (empty when it is missing or fails)."""
+    text = _run_tool(["vulkaninfo", "--summary"], env)
+    return parse_vulkaninfo(text) if text else []
+
+
+def clear_cache() -> None:
+    """Forget cached tool outputs."""
+    with _tool_lock:
+        _tool_cache.clear()

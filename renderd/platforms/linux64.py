@@ -1,0 +1,169 @@
+"""``Linux64``: Unity's X11 player. Needs an X display with GLX and a 24-bit screen at least the size
+of the player, or an Xvfb that renderd starts (a managed display)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from renderd.platforms import gpus as gpu_mod
+from renderd.platforms import x11, xvfb
+from renderd.platforms.base import HEADLESS_ARGS, Platform, Selection
+from renderd.platforms.request import X_DISPLAY_MANAGED, PlatformReport, PlatformRequest
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Candidate:
+    """A display to try: its name as given, and the screens that must all be usable."""
+
+    name: str
+    parsed: x11.DisplayName | None
+    screens: list[int] | None  # None: any one screen will do (the first usable)
+    reasons: list[str] = field(default_factory=list)
+    chosen_screen: int | None = None
+
+
+class Linux64(Platform):
+    name = "Linux64"
+    instructions = (
+        "run an X server with GLX and a 24-bit screen at least the player's size and point DISPLAY or "
+        "x_display at it, or install Xvfb (apt-get install xvfb libgl1-mesa-dri libglx-mesa0) and let "
+        'renderd manage one (x_display="managed")'
+    )
+
+    def check(self, request: PlatformRequest) -> PlatformReport:
+        if request.system != "Linux":
+            return self.report(request, [f"Linux64 players run on Linux only (this system is {request.system})"])
+        if request.headless:
+            return self.report(request, [], note="headless: no display needed")
+        env = request.environ()
+        xvfb_path = xvfb.find_xvfb(env)
+        if request.x_display == X_DISPLAY_MANAGED:
+            if xvfb_path is None:
+                return self.report(
+                    request,
+                    [f'x_display="managed" needs Xvfb, which is not installed; fix: {xvfb.INSTALL_HINT}'],
+                    managed=True,
+                )
+            return self._managed_report(request, xvfb_path, [])
+
+        cuda = gpu_mod.nvidia_devices(env) if request.gpus else []
+        plan = gpu_mod.plan_screens(request.gpus, env.get("CUDA_VISIBLE_DEVICES"), cuda)
+        if plan.reasons:
+            return self.report(request, plan.reasons, notes=plan.notes)
+        wanted = plan.slots or None
+
+        if request.display_given:
+            candidates = [self._candidate(request.x_display or "", wanted)]
+        else:
+            names = []
+            if env.get("DISPLAY"):
+                names.append(env["DISPLAY"])
+            names += [n for n in x11.socket_displays() if n not in names]
+            candidates = [self._candidate(n, wanted) for n in names]
+
+        probed = [c for c in candidates if c.parsed is not None]
+        facts = x11.probe_displays([c.parsed.base for c in probed], env) if probed else {}
+        for candidate in candidates:
+            self._judge(candidate, facts, request)
+            if not candidate.reasons:
+                display = (
+                    candidate.parsed.with_screen(candidate.chosen_screen)
+                    if candidate.chosen_screen is not None
+                    else candidate.parsed.base
+                )
+                return self.report(
+                    request,
+                    [],
+                    display=display,
+                    display_base=candidate.parsed.base,
+                    screens=wanted or [],
+                    gpu_slots=plan.labels,
+                    managed=False,
+                    notes=plan.notes,
+                )
+
+        reasons = [r for c in candidates for r in c.reasons]
+        if not candidates:
+            reasons.append(
+                f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets; fix: "
+                f"{x11.MANAGED_FIX}, or start an X server and set DISPLAY"
+            )
+        if request.display_given or xvfb_path is None:
+            if xvfb_path is None and not request.display_given:
+                reasons.append(f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}")
+            return self.report(request, reasons, managed=False, notes=plan.notes)
+        # Discovery found nothing usable, but renderd can start a display itself.
+        return self._managed_report(request, xvfb_path, reasons)
+
+    def _managed_report(self, request: PlatformRequest, xvfb_path: str, passed_over: list[str]) -> PlatformReport:
+        details = {
+            "display": "managed",
+            "managed": True,
+            "xvfb": xvfb_path,
+            "note": f"renderd will start Xvfb with a {request.width}x{request.height}x24 screen and GLX",
+        }
+        if passed_over:
+            details["passed_over"] = passed_over
+        if request.gpus:
+            details["notes"] = ["gpus is ignored on a managed display: Xvfb renders on the CPU"]
+        return self.report(request, [], **details)
+
+    @staticmethod
+    def _candidate(name: str, wanted: list[int] | None) -> _Candidate:
+        parsed = x11.parse_display_name(name)
+        if parsed is None:
+            return _Candidate(
+                name,
+                None,
+                wanted,
+                [f"{name!r} is not an X display name; fix: use a name like ':0' or ':1.0', or {x11.MANAGED_FIX}"],
+            )
+        screens = wanted if wanted is not None else ([parsed.screen] if parsed.screen is not None else None)
+        return _Candidate(name, parsed, screens)
+
+    @staticmethod
+    def _judge(candidate: _Candidate, facts: dict[str, x11.DisplayFacts], request: PlatformRequest) -> None:
+        if candidate.parsed is None:
+            return
+        found = facts[candidate.parsed.base]
+        if candidate.screens is not None:
+            for screen in candidate.screens:
+                candidate.reasons += x11.screen_reasons(found, screen, request.width, request.height)
+            if candidate.screens and len(candidate.screens) == 1:
+                candidate.chosen_screen = candidate.screens[0]
+            return
+        # Any screen will do: take the first usable one, else report screen 0's problems.
+        for screen in range(max(found.screen_count, 1)):
+            reasons = x11.screen_reasons(found, screen, request.width, request.height)
+            if not reasons:
+                candidate.chosen_screen = screen
+                candidate.reasons = []
+                return
+            if screen == 0:
+                candidate.reasons = reasons
+
+    def prepare(self, request: PlatformRequest, report: PlatformReport) -> Selection:
+        env = self.base_env()
+        args = list(HEADLESS_ARGS) if request.headless else []
+        if request.headless:
+            return Selection(self.name, env=env, args=args, report=report, request=request)
+        if report.details.get("managed"):
+            display = xvfb.DisplayManager.default().acquire(request.width, request.height, env=request.environ())
+            env["DISPLAY"] = display.screen_name(0)
+            return Selection(self.name, env=env, args=args, report=report, request=request, display=display)
+        base = report.details["display_base"]
+        env["DISPLAY"] = report.details["display"]
+        screens = report.details.get("screens") or []
+        slots = [({"DISPLAY": f"{base}.{s}"}, []) for s in screens]
+        return Selection(
+            self.name,
+            env=env,
+            args=args,
+            report=report,
+            request=request,
+            slots=slots,
+            slot_labels=report.details.get("gpu_slots", []),
+        )

@@ -1,0 +1,102 @@
+"""Run a probe script in a short-lived child process with a deadline and read its one-line JSON answer.
+
+Probes touch drivers and servers that may crash or hang (a Vulkan ICD that segfaults, an X server that
+accepts a connection and never answers). Running them in a child of their own, in their own process
+group, keeps that away from the daemon: a crash is a reason, a hang is killed at the deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from renderd.errors import describe_exit
+
+log = logging.getLogger(__name__)
+
+#: How much of a probe's stderr is kept for a reason (the tail, in characters).
+STDERR_TAIL_CHARS = 600
+
+
+@dataclass
+class ProbeOutcome:
+    """What a probe child said: ``answer`` (the decoded JSON) or ``failure`` (why there is none)."""
+
+    answer: dict[str, Any] | None
+    failure: str | None
+    stderr: str = ""
+
+
+def run_probe(
+    script: str,
+    args: Sequence[str],
+    *,
+    marker: str,
+    env: Mapping[str, str],
+    timeout: float,
+    isolated: bool = False,
+) -> ProbeOutcome:
+    """Run ``python script args...`` and return the JSON that follows ``marker`` on its stdout.
+
+    ``isolated`` runs the interpreter with ``-I`` (for stdlib-only probes); otherwise ``-P`` keeps the
+    script's directory off ``sys.path``. Never raises for anything the child does: a crash, a timeout or
+    garbled output come back as ``ProbeOutcome.failure``. Raises ``OSError`` only if the interpreter
+    itself cannot be started.
+    """
+    argv = [sys.executable, "-I" if isolated else "-P", script, *args]
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        process_group=0,
+        close_fds=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        stdout, stderr = proc.communicate()
+        return ProbeOutcome(
+            None,
+            f"the probe did not finish within {timeout:g} s (a hung driver or server?)",
+            _tail(stderr),
+        )
+    finally:
+        if proc.poll() is None:  # an exception other than the timeout: never leave the child behind
+            _kill_group(proc)
+            proc.wait()
+    err_text = _tail(stderr)
+    answer = None
+    prefix = marker.encode() + b" "
+    for line in stdout.splitlines():
+        if line.startswith(prefix):
+            try:
+                answer = json.loads(line[len(prefix) :])
+            except ValueError:
+                answer = None
+    if answer is None:
+        if proc.returncode != 0:
+            return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text)
+        return ProbeOutcome(None, "the probe printed no answer", err_text)
+    return ProbeOutcome(answer, None, err_text)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(data: bytes | None) -> str:
+    text = (data or b"").decode("utf-8", "replace").strip()
+    return text[-STDERR_TAIL_CHARS:]

@@ -1,0 +1,131 @@
+"""Is Vulkan usable here, and with which devices? Answered by a ctypes probe in a child process.
+
+The probe (:mod:`renderd.platforms._vkprobe`) loads ``libvulkan.so.1``, creates an instance and lists
+the physical devices with their names, types and UUIDs, in the order ``vkEnumeratePhysicalDevices``
+gives them: the order Unity's ``-force-device-index`` counts in. It runs with the environment the
+player will get (``VK_ICD_FILENAMES``, ``VK_DRIVER_FILES`` and implicit layers change the answer), and
+results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECONDS`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from renderd.platforms.probe import run_probe
+
+log = logging.getLogger(__name__)
+
+#: Deadline for the probe child (a software driver initialises in well under a second).
+VULKAN_PROBE_TIMEOUT = 20.0
+#: How long a probe result is reused for the same environment.
+VULKAN_PROBE_CACHE_SECONDS = 300.0
+#: Environment variables that change what the Vulkan loader finds (prefixes).
+VULKAN_ENV_PREFIXES = ("VK_", "MESA_", "LD_LIBRARY_PATH", "LD_PRELOAD", "__NV", "NVIDIA_", "DISPLAY", "XDG_RUNTIME_DIR")
+#: Environment variables that name ICD manifest files.
+ICD_ENV_VARS = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
+
+INSTALL_HINT = (
+    "install the Vulkan loader and a driver: apt-get install libvulkan1 mesa-vulkan-drivers "
+    "(the NVIDIA driver ships its own ICD; in containers use the NVIDIA Container Toolkit with "
+    "NVIDIA_DRIVER_CAPABILITIES=graphics,utility,compute)"
+)
+
+_PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vkprobe.py")
+_PROBE_MARKER = "RENDERD-VULKAN-PROBE"
+
+
+@dataclass(frozen=True)
+class VulkanDevice:
+    """A physical device as Vulkan enumerates it (``index`` is what ``-force-device-index`` takes)."""
+
+    index: int
+    name: str
+    type: str = "OTHER"
+    uuid: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.index}: {self.name} [{self.type}]"
+
+
+@dataclass
+class VulkanProbe:
+    """The probe's result: ``devices`` when ``ok``; otherwise ``error`` says what failed."""
+
+    ok: bool
+    devices: list[VulkanDevice] = field(default_factory=list)
+    error: str = ""
+    api_version: str = ""
+    raw: dict[str, Any] = field(default_factory=dict)
+
+
+_cache: dict[tuple[tuple[str, str], ...], tuple[float, VulkanProbe]] = {}
+_cache_lock = threading.Lock()
+
+
+def _cache_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(VULKAN_ENV_PREFIXES)))
+
+
+def clear_cache() -> None:
+    """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again)."""
+    with _cache_lock:
+        _cache.clear()
+
+
+def probe_vulkan(env: Mapping[str, str], *, timeout: float = VULKAN_PROBE_TIMEOUT, use_cache: bool = True) -> VulkanProbe:
+    """Probe Vulkan with ``env`` (the player's environment). Never raises for the driver's problems:
+    a missing loader, a failing ``vkCreateInstance``, a crash or a hang are reported in ``error``."""
+    key = _cache_key(env)
+    now = time.monotonic()
+    if use_cache:
+        with _cache_lock:
+            cached = _cache.get(key)
+            if cached is not None and now - cached[0] < VULKAN_PROBE_CACHE_SECONDS:
+                return cached[1]
+    result = _run(env, timeout)
+    with _cache_lock:
+        _cache[key] = (time.monotonic(), result)
+    return result
+
+
+def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
+    try:
+        outcome = run_probe(_PROBE_SCRIPT, [], marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True)
+    except OSError as exc:
+        return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}")
+    if outcome.answer is None:
+        error = f"the Vulkan driver broke the probe: {outcome.failure}"
+        if outcome.stderr:
+            error += f" (it said: {outcome.stderr.splitlines()[-1]})"
+        return VulkanProbe(False, error=error)
+    answer = outcome.answer
+    if not answer.get("ok"):
+        error = str(answer.get("error", "unknown failure"))
+        hint = _icd_hint(env) if answer.get("stage") == "vkCreateInstance" else ""
+        return VulkanProbe(False, error=error + hint, api_version=str(answer.get("api_version", "")), raw=answer)
+    devices = [
+        VulkanDevice(int(d["index"]), str(d["name"]), str(d.get("type", "OTHER")), d.get("uuid"))
+        for d in answer.get("devices", [])
+    ]
+    result = VulkanProbe(True, devices, api_version=str(answer.get("api_version", "")), raw=answer)
+    log.debug("Vulkan probe: %s", ", ".join(d.describe() for d in devices) or "no devices")
+    return result
+
+
+def _icd_hint(env: Mapping[str, str]) -> str:
+    """Say which ICD manifests the environment names and which of them do not exist."""
+    for var in ICD_ENV_VARS:
+        value = env.get(var)
+        if not value:
+            continue
+        missing = [p for p in value.split(os.pathsep) if p and not os.path.exists(p)]
+        if missing:
+            return f" (no Vulkan driver found: {var}={value} names {', '.join(missing)}, which does not exist)"
+        return f" (no usable Vulkan driver among {var}={value})"
+    return " (no Vulkan driver (ICD) was found)"

@@ -1,0 +1,497 @@
+"""Managed X displays: renderd starts Xvfb itself, shares it, and never leaves one behind.
+
+``DisplayManager.acquire(width, height, screens)`` returns a :class:`ManagedDisplay` handle on an Xvfb
+whose screens are ``width x height x 24`` with GLX. Handles of the same geometry share one server; the
+server stops when the last handle is released, when :meth:`DisplayManager.shutdown` runs (the daemon
+calls it on exit; it is also registered with :mod:`atexit`), or when this process dies: each Xvfb gets
+``PR_SET_PDEATHSIG`` and its own process group.
+
+How a server starts::
+
+    Xvfb -displayfd <fd> -screen 0 WxHx24 [-screen 1 WxHx24 ...] +extension GLX -nolisten tcp -noreset
+      |
+      +-- writes "<number>\\n" to <fd> when it accepts connections (read here with a deadline)
+      +-- verified with python-xlib (screens, size, depth, GLX) before the handle is returned
+
+Stopping escalates: SIGTERM to the process group, :data:`XVFB_STOP_GRACE` seconds, SIGKILL, reap, then
+the lock file and socket are removed if the server could not remove them itself.
+"""
+
+from __future__ import annotations
+
+import atexit
+import concurrent.futures
+import ctypes
+import logging
+import os
+import queue
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import IO, Any, TypeVar
+
+from renderd.errors import PlatformError, describe_exit, os_error_message
+from renderd.platforms import x11
+
+log = logging.getLogger(__name__)
+
+#: The X server binary looked up on ``PATH``.
+XVFB_BINARY = "Xvfb"
+#: Deadline for a new Xvfb to write its display number (and for the verification that follows).
+XVFB_START_TIMEOUT = 15.0
+#: Seconds between SIGTERM and SIGKILL when stopping.
+XVFB_STOP_GRACE = 5.0
+#: Seconds to wait for the kernel to reap after SIGKILL.
+XVFB_KILL_WAIT = 5.0
+#: Colour depth of every managed screen (what Unity's X11 player needs).
+XVFB_DEPTH = 24
+#: How much of Xvfb's own output is quoted when it fails to start.
+XVFB_LOG_TAIL_CHARS = 1500
+
+INSTALL_HINT = "install Xvfb and its GL drivers: apt-get install xvfb libgl1-mesa-dri libglx-mesa0"
+
+PR_SET_PDEATHSIG = 1
+_T = TypeVar("_T")
+
+
+def find_xvfb(env: Mapping[str, str] | None = None) -> str | None:
+    """The path of the Xvfb binary on ``env['PATH']`` (default: this process's), or None."""
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    return shutil.which(XVFB_BINARY, path=path)
+
+
+# -- spawning from one long-lived thread --------------------------------------------------------------
+# PR_SET_PDEATHSIG fires when the *thread* that forked the child exits, not the process. Spawning from
+# a worker thread that later ends would kill a display still in use, so every Xvfb is forked by one
+# daemon thread that lives as long as the process.
+
+
+class _Spawner:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._pid = 0
+        self._lock = threading.Lock()
+
+    def run(self, fn: Callable[[], _T]) -> _T:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
+                self._jobs = queue.SimpleQueue()
+                self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name="renderd-xvfb-spawner", daemon=True)
+                self._thread.start()
+                self._pid = os.getpid()
+            jobs = self._jobs
+        future: concurrent.futures.Future[_T] = concurrent.futures.Future()
+        jobs.put((fn, future))
+        return future.result()
+
+    @staticmethod
+    def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]) -> None:
+        while True:
+            fn, future = jobs.get()
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(fn())
+            except BaseException as exc:
+                future.set_exception(exc)
+
+
+_SPAWNER = _Spawner()
+
+try:
+    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
+    _prctl.restype = ctypes.c_int
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
+
+
+def _child_setup(parent_pid: int) -> Callable[[], None]:
+    def setup() -> None:  # runs in the forked child before exec: no allocation-heavy work, no locks
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return setup
+
+
+class _Server:
+    """One running Xvfb and the handles on it."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], number: int, width: int, height: int, screens: int, log_file: IO[bytes]) -> None:
+        self.proc = proc
+        self.number = number
+        self.width = width
+        self.height = height
+        self.screens = screens
+        self.log_file = log_file
+        self.users = 0
+        self.started = time.time()
+
+    @property
+    def name(self) -> str:
+        return f":{self.number}"
+
+    @property
+    def key(self) -> tuple[int, int, int]:
+        return (self.width, self.height, self.screens)
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+class ManagedDisplay:
+    """A handle on a managed Xvfb, one per :meth:`DisplayManager.acquire`. Release it exactly once
+    (further releases do nothing); it is also a context manager."""
+
+    def __init__(self, manager: DisplayManager, server: _Server) -> None:
+        self._manager = manager
+        self._server = server
+        self.released = False
+
+    @property
+    def name(self) -> str:
+        """The display name without a screen, e.g. ``:3``."""
+        return self._server.name
+
+    @property
+    def number(self) -> int:
+        return self._server.number
+
+    @property
+    def width(self) -> int:
+        return self._server.width
+
+    @property
+    def height(self) -> int:
+        return self._server.height
+
+    @property
+    def screens(self) -> int:
+        return self._server.screens
+
+    @property
+    def pid(self) -> int:
+        """The Xvfb process id (also its process group id)."""
+        return self._server.proc.pid
+
+    def alive(self) -> bool:
+        """True while the Xvfb process runs."""
+        return self._server.alive()
+
+    def screen_name(self, screen: int = 0) -> str:
+        """``:N.screen``; raises ``ValueError`` for a screen the display does not have."""
+        if not 0 <= screen < self.screens:
+            raise ValueError(f"managed display {self.name} has screens 0..{self.screens - 1}, not {screen}")
+        return f"{self.name}.{screen}"
+
+    def release(self) -> None:
+        """Drop this reference; the Xvfb stops when it was the last. Idempotent."""
+        self._manager.release(self)
+
+    def __enter__(self) -> ManagedDisplay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        state = "released" if self.released else "held"
+        return f"<ManagedDisplay {self.name} {self.width}x{self.height}x{XVFB_DEPTH} screens={self.screens} pid={self.pid} {state}>"
+
+
+_MANAGERS: weakref.WeakSet[DisplayManager] = weakref.WeakSet()
+
+
+@atexit.register
+def _shutdown_all() -> None:
+    for manager in list(_MANAGERS):
+        manager.shutdown()
+
+
+class DisplayManager:
+    """Starts, shares and stops managed Xvfb displays. Thread-safe.
+
+    ``DisplayManager.default()`` is the process-wide instance the platforms use; tests and embedders
+    may create their own. Every manager is shut down at interpreter exit.
+    """
+
+    _default: DisplayManager | None = None
+    _default_lock = threading.Lock()
+
+    def __init__(
+        self,
+        *,
+        xvfb: str | None = None,
+        start_timeout: float = XVFB_START_TIMEOUT,
+        stop_grace: float = XVFB_STOP_GRACE,
+    ) -> None:
+        self.xvfb = xvfb
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._servers: dict[tuple[int, int, int], _Server] = {}
+        self._closed = False
+        _MANAGERS.add(self)
+
+    @classmethod
+    def default(cls) -> DisplayManager:
+        """The process-wide manager."""
+        with cls._default_lock:
+            if cls._default is None:
+                cls._default = cls()
+            return cls._default
+
+    # -- public API -----------------------------------------------------------------------------------
+
+    def acquire(self, width: int, height: int, screens: int = 1, *, env: Mapping[str, str] | None = None) -> ManagedDisplay:
+        """A handle on an Xvfb with ``screens`` screens of ``width`` x ``height`` x 24 and GLX.
+
+        Shares a running server of the same geometry, else starts one and verifies it. ``env`` is the
+        environment Xvfb runs with (default: this process's).
+
+        Raises :class:`PlatformError` when Xvfb is not installed, exits, does not announce its display
+        within ``start_timeout``, fails verification, or the manager was shut down.
+        """
+        if width <= 0 or height <= 0 or screens <= 0:
+            raise ValueError(f"invalid managed display geometry {width}x{height}, {screens} screens")
+        key = (width, height, screens)
+        with self._start_lock:
+            with self._lock:
+                self._check_open()
+                server = self._servers.get(key)
+                if server is not None and not server.alive():
+                    log.error(
+                        "managed display %s (pid %d) exited unexpectedly (%s); starting a new one",
+                        server.name, server.proc.pid, describe_exit(server.proc.returncode),
+                    )
+                    del self._servers[key]
+                    self._reap(server)
+                    server = None
+                if server is not None:
+                    server.users += 1
+                    log.debug("sharing managed display %s (%d users)", server.name, server.users)
+                    return ManagedDisplay(self, server)
+            server = self._start(width, height, screens, env if env is not None else os.environ)
+            with self._lock:
+                if not self._closed:
+                    server.users = 1
+                    self._servers[key] = server
+                    return ManagedDisplay(self, server)
+            self._stop(server)
+            raise PlatformError("the display manager was shut down while a managed display was starting")
+
+    def release(self, display: ManagedDisplay) -> None:
+        """Drop one handle; stop the Xvfb (TERM, grace, KILL, reap) when it was the last. Idempotent."""
+        with self._lock:
+            if display.released:
+                return
+            display.released = True
+            server = display._server
+            server.users -= 1
+            if server.users > 0:
+                log.debug("managed display %s still has %d users", server.name, server.users)
+                return
+            if self._servers.get(server.key) is server:
+                del self._servers[server.key]
+        self._stop(server)
+
+    def shutdown(self) -> None:
+        """Stop every managed display now, whoever holds it; later ``acquire`` calls raise. Idempotent."""
+        with self._lock:
+            self._closed = True
+            servers = list(self._servers.values())
+            self._servers.clear()
+        for server in servers:
+            self._stop(server)
+
+    def displays(self) -> list[dict[str, Any]]:
+        """What runs now: one dict per server (name, pid, geometry, users, uptime)."""
+        with self._lock:
+            return [
+                {
+                    "name": s.name,
+                    "pid": s.proc.pid,
+                    "width": s.width,
+                    "height": s.height,
+                    "screens": s.screens,
+                    "users": s.users,
+                    "uptime": time.time() - s.started,
+                }
+                for s in self._servers.values()
+            ]
+
+    # -- internals ------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise PlatformError("the display manager has been shut down; no managed display can be started")
+
+    def _start(self, width: int, height: int, screens: int, env: Mapping[str, str]) -> _Server:
+        binary = self.xvfb or find_xvfb(env)
+        if binary is None:
+            raise PlatformError(f"cannot start a managed display: Xvfb is not installed; fix: {INSTALL_HINT}")
+        argv = [binary, "-displayfd", "", "+extension", "GLX", "-nolisten", "tcp", "-noreset"]
+        for screen in range(screens):
+            argv += ["-screen", str(screen), f"{width}x{height}x{XVFB_DEPTH}"]
+        deadline = time.monotonic() + self.start_timeout
+        read_fd, write_fd = os.pipe()
+        argv[2] = str(write_fd)
+        log_file = tempfile.TemporaryFile(prefix="renderd-xvfb-")
+        try:
+            try:
+                proc = _SPAWNER.run(
+                    lambda: subprocess.Popen(
+                        argv,
+                        stdin=subprocess.DEVNULL,
+                        stdout=log_file,
+                        stderr=subprocess.STDOUT,
+                        env=dict(env),
+                        pass_fds=(write_fd,),
+                        process_group=0,
+                        preexec_fn=_child_setup(os.getpid()),
+                    )
+                )
+            except OSError as exc:
+                raise PlatformError(os_error_message(exc, f"cannot start {binary}")) from exc
+            finally:
+                os.close(write_fd)
+            try:
+                number = self._read_display_number(proc, read_fd, deadline, log_file)
+            except BaseException:
+                self._stop_process(proc)
+                raise
+        except BaseException:
+            log_file.close()
+            raise
+        finally:
+            os.close(read_fd)
+        server = _Server(proc, number, width, height, screens, log_file)
+        try:
+            self._verify(server, env, deadline)
+        except BaseException:
+            self._stop(server)
+            raise
+        log.info(
+            "started managed display %s (Xvfb pid %d, %d screen(s) %dx%dx%d)",
+            server.name, proc.pid, screens, width, height, XVFB_DEPTH,
+        )
+        return server
+
+    def _read_display_number(self, proc: subprocess.Popen[bytes], fd: int, deadline: float, log_file: IO[bytes]) -> int:
+        data = b""
+        poller = select.poll()
+        poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+        while b"\n" not in data:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PlatformError(
+                    f"Xvfb (pid {proc.pid}) did not announce its display within {self.start_timeout:g} s"
+                    + _quote(log_file)
+                )
+            if not poller.poll(remaining * 1000):
+                continue
+            chunk = os.read(fd, 64)
+            if not chunk:
+                try:
+                    proc.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass
+                raise PlatformError(
+                    f"Xvfb (pid {proc.pid}) closed its display pipe without a display number "
+                    f"({describe_exit(proc.poll())})" + _quote(log_file)
+                )
+            data += chunk
+        text = data.split(b"\n", 1)[0].strip()
+        if not text.isdigit():
+            raise PlatformError(f"Xvfb (pid {proc.pid}) wrote {text!r} instead of a display number")
+        return int(text)
+
+    def _verify(self, server: _Server, env: Mapping[str, str], deadline: float) -> None:
+        timeout = max(1.0, deadline - time.monotonic())
+        facts = x11.probe_displays([server.name], env, timeout=timeout)[server.name]
+        reasons: list[str] = []
+        if facts.ok and facts.screen_count < server.screens:
+            reasons.append(f"it has {facts.screen_count} screens, {server.screens} were asked for")
+        for screen in range(min(server.screens, max(facts.screen_count, 1))):
+            reasons += x11.screen_reasons(facts, screen, server.width, server.height)
+        if reasons:
+            raise PlatformError(
+                f"the managed display {server.name} (Xvfb pid {server.proc.pid}) failed verification: "
+                + "; ".join(reasons)
+                + _quote(server.log_file)
+            )
+
+    def _stop(self, server: _Server) -> None:
+        self._stop_process(server.proc)
+        self._reap(server)
+        log.info("stopped managed display %s (Xvfb pid %d, %s)", server.name, server.proc.pid, describe_exit(server.proc.returncode))
+
+    def _reap(self, server: _Server) -> None:
+        _remove_leftovers(server.number, server.proc.pid)
+        server.log_file.close()
+
+    def _stop_process(self, proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is not None:
+            return
+        _signal_group(proc, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.stop_grace)
+            return
+        except subprocess.TimeoutExpired:
+            log.warning("Xvfb (pid %d) ignored SIGTERM for %g s; sending SIGKILL", proc.pid, self.stop_grace)
+        _signal_group(proc, signal.SIGKILL)
+        try:
+            proc.wait(timeout=XVFB_KILL_WAIT)
+        except subprocess.TimeoutExpired:
+            log.error("Xvfb (pid %d) survived SIGKILL for %g s (stuck in the kernel?)", proc.pid, XVFB_KILL_WAIT)
+
+
+def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:
+        proc.send_signal(sig)
+
+
+def _remove_leftovers(number: int, pid: int) -> None:
+    """Remove the lock file and socket a killed Xvfb left, but only if the lock names that Xvfb."""
+    lock_path = f"/tmp/.X{number}-lock"
+    try:
+        with open(lock_path, "rb") as f:
+            owner = int(f.read().strip() or b"0")
+    except (OSError, ValueError):
+        return
+    if owner != pid:
+        return
+    for path in (os.path.join(x11.X11_SOCKET_DIR, f"X{number}"), lock_path):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            log.warning("%s", os_error_message(exc, "cannot remove what a stopped Xvfb left behind"))
+
+
+def _quote(log_file: IO[bytes]) -> str:
+    try:
+        log_file.flush()
+        log_file.seek(0)
+        text = log_file.read().decode("utf-8", "replace").strip()
+        log_file.seek(0, os.SEEK_END)
+    except (OSError, ValueError):
+        return ""
+    if not text:
+        return ""
+    tail = text[-XVFB_LOG_TAIL_CHARS:]
+    return "\nXvfb said:\n" + "\n".join("  | " + line for line in tail.splitlines())
