@@ -1,0 +1,230 @@
+"""The control API: a plain WSGI application over the supervisor, served on the daemon's unix socket.
+
+Routes (JSON in and out; errors are ``{"error": {"type", "message"}}`` with a 4xx/5xx status, never a
+traceback page)::
+
+    GET    /v1/health                          daemon status, pid, uptime, per-environment counts
+    GET    /v1/environments                    every environment with its configuration and players
+    GET    /v1/environments/{name}             one environment
+    PUT    /v1/environments/{name}             declare its wanted state (body: the environment's keys)
+    DELETE /v1/environments/{name}             remove it (its leases end, its players stop)
+    POST   /v1/environments/{name}/leases      {"client_pid": int, "timeout": float} -> a lease
+    DELETE /v1/leases/{id}                     end a lease ({"clean": false} to have the player recycled)
+    GET    /metrics                            Prometheus text
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from typing import Any, Callable, Iterable
+
+from renderd.config import ConfigError, parse_environment
+from renderd.daemon.leases import open_client_pidfd
+from renderd.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from renderd.daemon.supervisor import NotFound, Supervisor
+from renderd.errors import LeaseError, RenderdError, error_to_dict
+
+__all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION"]
+
+log = logging.getLogger(__name__)
+
+API_VERSION = "v1"
+#: Largest request body accepted (an environment declaration is a few hundred bytes).
+MAX_BODY_SIZE = 1 << 20
+#: Longest a lease request may wait for a player, in seconds (a Unity build's cold start fits).
+MAX_LEASE_TIMEOUT = 3600.0
+
+_REASONS = {
+    200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+    409: "Conflict", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
+    500: "Internal Server Error", 503: "Service Unavailable",
+}
+
+StartResponse = Callable[..., Any]
+
+
+class HTTPError(Exception):
+    """An error answer: a status and the renderd error it carries."""
+
+    def __init__(self, status: int, error: BaseException, headers: list[tuple[str, str]] | None = None) -> None:
+        super().__init__(str(error))
+        self.status = status
+        self.error = error
+        self.headers = headers or []
+
+
+def _json_response(start_response: StartResponse, status: int, body: Any,
+                   headers: list[tuple[str, str]] | None = None) -> list[bytes]:
+    data = json.dumps(body, separators=(",", ":"), default=str).encode("utf-8") + b"\n"
+    start_response(
+        f"{status} {_REASONS.get(status, 'Unknown')}",
+        [("Content-Type", "application/json"), ("Content-Length", str(len(data))), ("Cache-Control", "no-store"),
+         *(headers or [])],
+    )
+    return [data]
+
+
+def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
+    """The request body as a JSON object ({} when empty). Raises HTTPError 400/413."""
+    try:
+        length = int(environ.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        raise HTTPError(400, RenderdError("Content-Length is not a number")) from None
+    if length > MAX_BODY_SIZE:
+        raise HTTPError(413, RenderdError(f"request body of {length} bytes is over the limit of {MAX_BODY_SIZE}"))
+    if length <= 0:
+        return {}
+    raw = environ["wsgi.input"].read(length)
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HTTPError(400, RenderdError(f"request body is not UTF-8 JSON: {exc}")) from None
+    if not isinstance(body, dict):
+        raise HTTPError(400, RenderdError(f"request body must be a JSON object, got {type(body).__name__}"))
+    return body
+
+
+def _number(body: dict[str, Any], key: str, default: float | None) -> float | None:
+    value = body.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        raise HTTPError(400, LeaseError(f"{key} must be a number of seconds, got {value!r}"))
+    if not 0 <= value <= MAX_LEASE_TIMEOUT:
+        raise HTTPError(400, LeaseError(f"{key} must be between 0 and {MAX_LEASE_TIMEOUT:g} seconds, got {value}"))
+    return float(value)
+
+
+class _Router:
+    """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405."""
+
+    def __init__(self) -> None:
+        self.routes: list[tuple[re.Pattern[str], dict[str, Callable[..., Any]]]] = []
+
+    def add(self, pattern: str, **methods: Callable[..., Any]) -> None:
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+        self.routes.append((regex, methods))
+
+    def match(self, method: str, path: str) -> tuple[Callable[..., Any], dict[str, str]]:
+        for regex, methods in self.routes:
+            m = regex.match(path)
+            if m is None:
+                continue
+            handler = methods.get(method)
+            if handler is None and method == "HEAD":
+                handler = methods.get("GET")
+            if handler is None:
+                allowed = ", ".join(sorted(methods))
+                raise HTTPError(
+                    405, RenderdError(f"{method} is not allowed on {path} (allowed: {allowed})"),
+                    [("Allow", allowed)],
+                )
+            return handler, m.groupdict()
+        raise HTTPError(404, RenderdError(f"no such route: {method} {path} (see docs/api.md)"))
+
+
+def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[dict[str, Any], StartResponse],
+                                                                              Iterable[bytes]]:
+    """The control API as a WSGI application over ``supervisor``.
+
+    ``http_listener`` is the daemon's ``[daemon] http`` address ("" when off): declaring an environment
+    with ``transport = "http"`` needs it.
+    """
+    router = _Router()
+
+    def health(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        from renderd import __version__
+
+        return _json_response(start_response, 200, {"version": __version__, **supervisor.health()})
+
+    def list_environments(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        return _json_response(start_response, 200, {"environments": supervisor.describe()})
+
+    def get_environment(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
+        return _json_response(start_response, 200, supervisor.describe(name))
+
+    def put_environment(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
+        body = _read_json(environ)
+        source = f"PUT /v1/environments/{name}"
+        config = parse_environment(name, body, source=source)
+        if config.transport == "http" and not http_listener:
+            raise ConfigError(
+                "transport 'http' needs the daemon's HTTP listener ([daemon] http)",
+                path=source, key=f"environments.{name}.transport",
+            )
+        with supervisor.lock:
+            existed = name in supervisor.environments
+            state = supervisor.put_environment(config)
+        return _json_response(start_response, 200 if existed else 201, state)
+
+    def delete_environment(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
+        return _json_response(start_response, 202, supervisor.delete_environment(name))
+
+    def create_lease(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
+        body = _read_json(environ)
+        unknown = sorted(set(body) - {"client_pid", "timeout"})
+        if unknown:
+            raise HTTPError(400, LeaseError(f"unknown lease request key(s): {', '.join(unknown)}"))
+        pid = body.get("client_pid")
+        if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+            raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {pid!r}"))
+        timeout = _number(body, "timeout", None)
+        supervisor.describe(name)  # 404 before anything else
+        try:
+            pidfd = open_client_pidfd(pid)  # a client that cannot be watched is a 400, not a 503
+        except LeaseError as exc:
+            raise HTTPError(400, exc) from None
+        try:
+            _lease, answer = supervisor.acquire(name, pid, timeout, pidfd=pidfd)
+        except LeaseError as exc:
+            raise HTTPError(503, exc, [("Retry-After", "1")]) from None
+        return _json_response(start_response, 201, answer)
+
+    def delete_lease(environ: dict[str, Any], start_response: StartResponse, lease_id: str) -> list[bytes]:
+        body = _read_json(environ)
+        clean = body.get("clean", True)
+        if not isinstance(clean, bool):
+            raise HTTPError(400, LeaseError(f"clean must be true or false, got {clean!r}"))
+        try:
+            return _json_response(start_response, 200, supervisor.release(lease_id, clean=clean))
+        except NotFound as exc:
+            raise HTTPError(404, LeaseError(str(exc))) from None
+
+    def metrics(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
+        data = supervisor.metrics.render()
+        start_response("200 OK", [("Content-Type", METRICS_CONTENT_TYPE), ("Content-Length", str(len(data)))])
+        return [data]
+
+    router.add("/v1/health", GET=health)
+    router.add("/v1/environments", GET=list_environments)
+    router.add("/v1/environments/{name}", GET=get_environment, PUT=put_environment, DELETE=delete_environment)
+    router.add("/v1/environments/{name}/leases", POST=create_lease)
+    router.add("/v1/leases/{lease_id}", DELETE=delete_lease)
+    router.add("/metrics", GET=metrics)
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET")
+        path = environ.get("PATH_INFO", "") or "/"
+        try:
+            handler, params = router.match(method, path)
+            return handler(environ, start_response, **params)
+        except HTTPError as exc:
+            return _json_response(start_response, exc.status, {"error": error_to_dict(exc.error)}, exc.headers)
+        except NotFound as exc:
+            return _json_response(start_response, 404, {"error": error_to_dict(exc)})
+        except ConfigError as exc:
+            return _json_response(start_response, 400, {"error": error_to_dict(exc)})
+        except LeaseError as exc:
+            return _json_response(start_response, 503, {"error": error_to_dict(exc)})
+        except RenderdError as exc:
+            return _json_response(start_response, 503 if supervisor.stopping else 500, {"error": error_to_dict(exc)})
+        except Exception as exc:  # never a traceback page: log it, answer JSON
+            log.exception("control API: %s %s failed", method, path)
+            return _json_response(
+                start_response, 500,
+                {"error": {"type": "RenderdError", "message": f"internal error: {type(exc).__name__}: {exc}"}},
+            )
+
+    return app

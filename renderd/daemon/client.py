@@ -1,0 +1,205 @@
+"""Talking to a running daemon: the control client (HTTP over its unix socket) and :func:`connect`.
+
+:class:`ControlClient` sends one JSON request per connection and turns error answers back into renderd
+errors (by allow-list, :func:`renderd.errors.error_from_dict`). :func:`connect` leases a ready player and
+wraps it in the same :class:`renderd.client.Session` that :func:`renderd.launch` returns::
+
+    POST /v1/environments/demo/leases {"client_pid": <this pid>, "timeout": T}
+      -> {"lease", "server_pipe", "client_pipe", "pid", "width", "height", "step_timeout", ...}
+    open server.pipe for reading and client.pipe for writing (renderd.transport.fifo.FifoChannel),
+    watching the player's pid through a pidfd (renderd.process.LeasedPlayer)
+    ... steps, always with explicit sequenceIds (1, 2, ...) ...
+    Session.close() -> DELETE /v1/leases/{id} {"clean": true}   (false if the stream may be half-read)
+
+The player of a lease has already sent its first frame (to the daemon), so the session starts with
+``last_event = None``; the first ``step()`` (or ``reset()``) gives the first event. If this process dies
+holding the lease, the daemon notices and recycles the player.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import socket as _socket
+from typing import Any
+
+from renderd.config import default_socket_path
+from renderd.errors import LeaseError, RenderdError, error_from_dict, os_error_message
+
+__all__ = ["ControlClient", "connect", "socket_path", "DEFAULT_LEASE_TIMEOUT", "SOCKET_ENV_VAR"]
+
+log = logging.getLogger(__name__)
+
+#: The variable naming the daemon's socket when ``--socket`` / ``socket=`` is not given.
+SOCKET_ENV_VAR = "RENDERD_SOCKET"
+#: Seconds :func:`connect` waits for a ready player by default.
+DEFAULT_LEASE_TIMEOUT = 30.0
+#: Seconds a control request may take beyond the time it asks the daemon to wait.
+REQUEST_SLACK = 10.0
+#: Seconds for requests that do not wait for anything (status, release).
+DEFAULT_REQUEST_TIMEOUT = 10.0
+
+
+def socket_path(socket: str | os.PathLike[str] | None = None) -> str:
+    """The daemon's socket: ``socket``, else ``$RENDERD_SOCKET``, else the default path."""
+    if socket is not None:
+        return os.fspath(socket)
+    return os.environ.get(SOCKET_ENV_VAR) or default_socket_path()
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        try:
+            sock.settimeout(self.timeout)
+            sock.connect(self._path)
+        except BaseException:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+class ControlClient:
+    """JSON requests to the daemon's control API over its unix socket.
+
+    Every method raises :class:`RenderdError` when the daemon cannot be reached (saying which socket
+    and what to check), and the error the daemon answered with (rebuilt by allow-list) otherwise.
+    """
+
+    def __init__(self, socket: str | os.PathLike[str] | None = None, *, timeout: float = DEFAULT_REQUEST_TIMEOUT):
+        self.socket = socket_path(socket)
+        self.timeout = timeout
+
+    def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None) -> tuple[int, Any]:
+        """Send one request; returns ``(status, decoded body)`` for a 2xx answer, raises otherwise."""
+        conn = _UnixConnection(self.socket, self.timeout if timeout is None else timeout)
+        try:
+            headers = {"Accept": "application/json"}
+            data = None
+            if body is not None:
+                data = json.dumps(body).encode("utf-8")
+                headers["Content-Type"] = "application/json"
+            try:
+                conn.request(method, path, body=data, headers=headers)
+                response = conn.getresponse()
+                raw = response.read()
+            except (FileNotFoundError, ConnectionRefusedError) as exc:
+                raise RenderdError(
+                    os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")
+                    + ". Is `renderd start` running? (pass --socket or set $RENDERD_SOCKET for another socket)"
+                ) from exc
+            except _socket.timeout as exc:
+                raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {path} in time") from exc
+            except OSError as exc:
+                raise RenderdError(os_error_message(exc, f"talking to the renderd daemon at {self.socket}")) from exc
+            except http.client.HTTPException as exc:
+                raise RenderdError(f"bad answer from the renderd daemon at {self.socket}: {exc!r}") from exc
+        finally:
+            conn.close()
+        content_type = response.getheader("Content-Type", "")
+        if content_type.startswith("application/json"):
+            try:
+                decoded: Any = json.loads(raw.decode("utf-8"))
+            except ValueError as exc:
+                raise RenderdError(f"the daemon answered {method} {path} with malformed JSON: {exc}") from exc
+        else:
+            decoded = raw.decode("utf-8", "replace")
+        if response.status >= 400:
+            error = decoded.get("error") if isinstance(decoded, dict) else None
+            if error is None:
+                raise RenderdError(f"{method} {path}: HTTP {response.status}: {str(decoded)[:200]}")
+            exc = error_from_dict(error)
+            exc.status = response.status  # type: ignore[attr-defined]
+            raise exc
+        return response.status, decoded
+
+    def get(self, path: str) -> Any:
+        return self.request("GET", path)[1]
+
+    def health(self) -> dict[str, Any]:
+        return self.get("/v1/health")
+
+    def environments(self) -> list[dict[str, Any]]:
+        return self.get("/v1/environments")["environments"]
+
+    def lease(self, environment: str, *, timeout: float = DEFAULT_LEASE_TIMEOUT) -> dict[str, Any]:
+        """Ask for a lease on a ready player of ``environment``, waiting up to ``timeout`` seconds.
+
+        Raises LeaseError when none can be had, RenderdError for an unknown environment."""
+        body = {"client_pid": os.getpid(), "timeout": timeout}
+        return self.request(
+            "POST", f"/v1/environments/{environment}/leases", body, timeout=timeout + REQUEST_SLACK
+        )[1]
+
+    def release(self, lease_id: str, *, clean: bool = True) -> dict[str, Any]:
+        """End a lease; ``clean=False`` has the player recycled. Raises LeaseError for an unknown lease."""
+        return self.request("DELETE", f"/v1/leases/{lease_id}", {"clean": clean})[1]
+
+
+def connect(
+    environment: str = "demo",
+    *,
+    socket: str | os.PathLike[str] | None = None,
+    timeout: float = DEFAULT_LEASE_TIMEOUT,
+    step_timeout: float | None = None,
+) -> Any:
+    """Lease a ready player of ``environment`` from the daemon and return a :class:`renderd.client.Session`.
+
+    ``socket``: the daemon's socket (else ``$RENDERD_SOCKET``, else the default path). ``timeout``:
+    seconds to wait for a ready player. ``step_timeout``: per step (default: the environment's).
+    The session's ``last_event`` is ``None`` until the first step. Closing the session releases the
+    lease: cleanly when its last step completed, else the daemon recycles the player.
+
+    Raises :class:`LeaseError` when no player is ready in time, :class:`RenderdError` when the daemon
+    cannot be reached or the environment does not exist.
+    """
+    from renderd.client import Session
+    from renderd.process import LeasedPlayer
+    from renderd.transport.fifo import FifoChannel
+
+    control = ControlClient(socket)
+    answer = control.lease(environment, timeout=timeout)
+    lease_id = answer["lease"]
+    watch = None
+    channel = None
+    try:
+        watch = LeasedPlayer(int(answer["pid"]), log_path=answer.get("log"))
+        channel = FifoChannel(answer["server_pipe"], answer["client_pipe"], player=watch)
+    except BaseException as exc:
+        if watch is not None:
+            watch.close()
+        _release(control, lease_id, clean=False)
+        if isinstance(exc, RenderdError):
+            raise LeaseError(f"lease of {environment!r} granted, but its pipes could not be opened: {exc}") from exc
+        raise
+
+    def on_close(error: BaseException | None) -> None:
+        try:
+            _release(control, lease_id, clean=error is None)
+        finally:
+            watch.close()
+
+    return Session(
+        channel,
+        on_close=on_close,
+        width=answer.get("width"),
+        height=answer.get("height"),
+        step_timeout=float(step_timeout if step_timeout is not None else answer.get("step_timeout", 100.0)),
+        sequence_id=0,
+        pid=int(answer["pid"]),
+    )
+
+
+def _release(control: ControlClient, lease_id: str, *, clean: bool) -> None:
+    try:
+        control.release(lease_id, clean=clean)
+    except LeaseError as exc:  # the lease ended already (its player exited, or the daemon stopped)
+        log.debug("releasing lease: %s", exc)
+    except RenderdError as exc:  # the daemon is gone: it cannot hold the lease either
+        log.warning("could not release the lease: %s", exc)

@@ -1,0 +1,90 @@
+"""Prometheus metrics of the daemon (``GET /metrics``), on a registry of its own.
+
+Counters and the lease-wait histogram are updated where things happen; player and lease gauges are
+read from the supervisor at scrape time, so they can never drift from the real state.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["Metrics", "CONTENT_TYPE"]
+
+#: Content type of the Prometheus text exposition format served by ``GET /metrics``.
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+#: Lease wait buckets, in seconds: from an idle pool (sub-millisecond) to a cold start of a Unity build.
+LEASE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class _StateCollector(Collector):
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        snap = self._snapshot()
+        players = GaugeMetricFamily(
+            "renderd_players", "Player slots by environment and state.", labels=["environment", "state"]
+        )
+        leases = GaugeMetricFamily("renderd_leases_active", "Leases currently held.", labels=["environment"])
+        wanted = GaugeMetricFamily(
+            "renderd_players_wanted", "Players each environment is reconciled toward.", labels=["environment"]
+        )
+        for name, env in snap.items():
+            for state, count in env["states"].items():
+                players.add_metric([name, state], count)
+            leases.add_metric([name], env["leases"])
+            wanted.add_metric([name], env["wanted"])
+        yield players
+        yield leases
+        yield wanted
+
+
+class Metrics:
+    """The daemon's metrics. ``snapshot`` returns ``{environment: {"states": {STATE: n}, "leases": n,
+    "wanted": n}}`` and is called at each scrape."""
+
+    def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        labels = ["environment"]
+        self.restarts = Counter(
+            "renderd_player_restarts", "Players started again after they exited.", labels, registry=self.registry
+        )
+        self.boot_failures = Counter(
+            "renderd_player_boot_failures",
+            "Players that exited or sent an undecodable first frame before readiness.",
+            labels,
+            registry=self.registry,
+        )
+        self.crashes = Counter(
+            "renderd_player_exits", "Players that exited without being asked to, by how.", labels + ["how"],
+            registry=self.registry,
+        )
+        self.recycles = Counter(
+            "renderd_player_recycles",
+            "Players replaced because their lease ended uncleanly.",
+            labels,
+            registry=self.registry,
+        )
+        self.leases = Counter("renderd_leases", "Leases granted.", labels, registry=self.registry)
+        self.lease_ends = Counter(
+            "renderd_lease_ends", "Leases ended, by how (released, unclean, client_exited, player_exited, stopped).",
+            labels + ["how"], registry=self.registry,
+        )
+        self.lease_timeouts = Counter(
+            "renderd_lease_timeouts", "Lease requests that found no ready player in time.", labels,
+            registry=self.registry,
+        )
+        self.lease_wait = Histogram(
+            "renderd_lease_wait_seconds", "Time a lease request waited for a ready player.", labels,
+            buckets=LEASE_WAIT_BUCKETS, registry=self.registry,
+        )
+        self.registry.register(_StateCollector(snapshot))
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric."""
+        return generate_latest(self.registry)

@@ -1,0 +1,98 @@
+"""Telling systemd how the service is doing: the ``sd_notify`` protocol, written by hand.
+
+With ``Type=notify`` systemd passes ``NOTIFY_SOCKET``: the path of an AF_UNIX datagram socket, or an
+abstract-namespace name written with a leading ``@``. Each datagram is newline-separated ``KEY=VALUE``
+assignments: ``READY=1``, ``RELOADING=1``, ``STOPPING=1``, ``STATUS=...``, ``WATCHDOG=1``, ``MAINPID=...``.
+Without ``NOTIFY_SOCKET`` every call does nothing. Notification is best effort: a failure to send is logged
+once and never stops the daemon.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+
+__all__ = ["Notifier", "watchdog_interval"]
+
+log = logging.getLogger(__name__)
+
+
+def watchdog_interval(environ: dict[str, str] | None = None) -> float | None:
+    """Seconds between ``WATCHDOG=1`` pings: half of ``WATCHDOG_USEC``, or ``None`` when systemd asked for
+    none (unset, unparsable, or ``WATCHDOG_PID`` naming another process)."""
+    env = os.environ if environ is None else environ
+    usec = env.get("WATCHDOG_USEC")
+    if not usec:
+        return None
+    pid = env.get("WATCHDOG_PID")
+    if pid and pid.isdigit() and int(pid) != os.getpid():
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        return None
+    if value <= 0:
+        return None
+    return value / 1_000_000 / 2
+
+
+class Notifier:
+    """Sends state changes to the service manager named by ``NOTIFY_SOCKET`` (if any).
+
+    ``Notifier()`` reads the environment once; it never raises from :meth:`notify`.
+    """
+
+    def __init__(self, address: str | None = None) -> None:
+        if address is None:
+            address = os.environ.get("NOTIFY_SOCKET") or None
+        self._address: str | bytes | None = None
+        self._sock: socket.socket | None = None
+        self._warned = False
+        if address:
+            if address.startswith("@"):
+                self._address = b"\0" + address[1:].encode()
+            elif address.startswith("/"):
+                self._address = address
+            else:
+                log.warning("ignoring NOTIFY_SOCKET=%r: neither an absolute path nor an @abstract name", address)
+
+    @property
+    def enabled(self) -> bool:
+        return self._address is not None
+
+    def notify(self, *assignments: str) -> bool:
+        """Send ``KEY=VALUE`` assignments in one datagram. Returns whether it was sent."""
+        if self._address is None:
+            return False
+        data = "\n".join(a.replace("\n", " ") for a in assignments).encode("utf-8", "replace")
+        try:
+            if self._sock is None:
+                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+            self._sock.sendto(data, self._address)
+        except OSError as exc:
+            if not self._warned:
+                log.warning("cannot notify the service manager at %r: %s", os.environ.get("NOTIFY_SOCKET"), exc)
+                self._warned = True
+            return False
+        return True
+
+    def ready(self, status: str | None = None) -> bool:
+        return self.notify("READY=1", *([f"STATUS={status}"] if status else []))
+
+    def status(self, status: str) -> bool:
+        return self.notify(f"STATUS={status}")
+
+    def reloading(self) -> bool:
+        return self.notify("RELOADING=1")
+
+    def stopping(self, status: str | None = None) -> bool:
+        return self.notify("STOPPING=1", *([f"STATUS={status}"] if status else []))
+
+    def watchdog(self) -> bool:
+        return self.notify("WATCHDOG=1")
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -1,0 +1,1119 @@
+"""Supervision: keep each environment at its wanted number of ready players, and survive what they do.
+
+One loop (:meth:`Supervisor.run`, on the daemon's main thread) does everything that changes a player:
+it spawns, reads the first frame, reaps, restarts with backoff, recycles, and reconciles toward the
+declared configuration. Other threads (the control API) only change *wanted* state and leases under
+:attr:`Supervisor.lock` and wake the loop through a self-pipe; signal handlers only write their number
+into the same pipe (``signal.set_wakeup_fd``). The loop sleeps in one ``epoll`` over: the wake-up pipe,
+each starting player's ``server.pipe``, each player's pidfd and each lease holder's pidfd.
+
+A player's life::
+
+    (spawn) STARTING --first frame decoded, client.pipe opened--> READY <--release--> LEASED
+       ^        |  exit / undecodable frame / start_timeout                 |  unclean end: recycle
+       |        v                                                           v
+       +---- BACKOFF (exponential) ...after max_boot_failures... FAILED    STOPPING --reaped--> (spawn)
+
+Pipes across leases: the daemon opens ``server.pipe`` for reading *before* it spawns the player (so the
+player's open never blocks), reads and decodes the readiness message itself, then opens ``client.pipe``
+for writing. It holds both ends for the player's whole life and never touches them again, so a client
+that disconnects never gives the player end of file or EPIPE; and since the daemon is only a *reader* of
+``server.pipe``, a client reading sees end of file when the player dies.
+
+Players are spawned from the loop thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread*
+exits, and the loop thread lives as long as the daemon.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import errno
+import fcntl
+import logging
+import os
+import selectors
+import signal
+import termios
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from renderd.config import Config, DaemonConfig, EnvironmentConfig
+from renderd.daemon.leases import Lease, LeaseEnd, open_client_pidfd
+from renderd.daemon.metrics import Metrics
+from renderd.errors import (
+    LeaseError,
+    PlatformError,
+    ProtocolError,
+    RenderdError,
+    describe_exit,
+    os_error_message,
+)
+from renderd.event import FrameAssembler
+from renderd.process import PlayerProcess, player_argv, player_env
+from renderd.protocol import NEED_DATA
+from renderd.transport.fifo import FifoChannel, FifoPair
+
+__all__ = ["State", "Player", "Environment", "Supervisor", "NotFound"]
+
+log = logging.getLogger(__name__)
+
+#: How long the loop sleeps at most when nothing is due (it wakes at once for anything that happens).
+LOOP_IDLE = 1.0
+#: Pause between attempts to open ``client.pipe`` while the player has not opened its reading end.
+CLIENT_PIPE_RETRY = 0.01
+#: Extra seconds, beyond ``stop_grace``, that a graceful stop of the whole daemon waits for reaping.
+SHUTDOWN_SLACK = 5.0
+#: Log lines of a player quoted in its failure reason.
+REASON_LOG_LINES = 8
+
+
+class State(str, enum.Enum):
+    STARTING = "STARTING"  # spawned; waiting for its first frame and for it to open client.pipe
+    READY = "READY"  # idle, leasable
+    LEASED = "LEASED"  # held by a client
+    STOPPING = "STOPPING"  # asked to stop; waiting to reap it
+    BACKOFF = "BACKOFF"  # exited; waiting before the next start
+    FAILED = "FAILED"  # given up after max_boot_failures (reason says why); retried on reload
+    EXITED = "EXITED"  # exited and not restarted by its restart policy; retried on reload
+
+
+class NotFound(RenderdError):
+    """An environment or lease that does not exist (the control API answers 404)."""
+
+
+@dataclass
+class _Stop:
+    """Why a player is being stopped and what follows once it is reaped."""
+
+    reason: str
+    then: str  # "respawn" (at once), "backoff", "remove" (slot goes away), "none" (nothing: shutdown)
+    boot_failure: bool = False
+
+
+class Player:
+    """One player slot of an environment, and the process currently filling it (if any)."""
+
+    def __init__(self, environment: Environment, index: int) -> None:
+        self.environment = environment
+        self.index = index
+        self.state = State.BACKOFF
+        self.proc: PlayerProcess | None = None
+        self.config: EnvironmentConfig = environment.config
+        self.selection: Any = None
+        self.pair: FifoPair | None = None
+        self.holder: FifoChannel | None = None  # the daemon's reader of server.pipe
+        self.writer_fd: int | None = None  # the daemon's writer of client.pipe
+        self.assembler: FrameAssembler | None = None
+        self.log_path: str | None = None
+        self.http_token: str | None = None
+        self.http_bridge: Any = None
+        self.started_at: float | None = None  # monotonic, at spawn
+        self.ready_at: float | None = None
+        self.deadline: float | None = None  # start deadline while STARTING; restart time while BACKOFF
+        self.next_open: float = 0.0
+        self.spawns = 0
+        self.restarts = 0
+        self.boot_failures = 0  # consecutive
+        self.backoff_failures = 0  # consecutive exits used for the backoff delay
+        self.reason = ""
+        self.returncode: int | None = None
+        self.lease: Lease | None = None
+        self.stop: _Stop | None = None
+        self.stop_done = threading.Event()
+        self.retire = False  # scale down: remove the slot once it is free
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc is not None else None
+
+    @property
+    def outdated(self) -> bool:
+        return self.config.replaces_players(self.environment.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        now = time.monotonic()
+        return {
+            "index": self.index,
+            "state": self.state.value,
+            "pid": self.pid if self.state in (State.STARTING, State.READY, State.LEASED, State.STOPPING) else None,
+            "uptime": round(now - self.started_at, 3) if self.started_at is not None and self.proc else None,
+            "restarts": self.restarts,
+            "boot_failures": self.boot_failures,
+            "reason": self.reason,
+            "width": self.config.width,
+            "height": self.config.height,
+            "platform": _platform_name(self.selection),
+            "log": self.log_path,
+            "lease": self.lease.public() if self.lease else None,
+            "retiring": self.retire,
+            "outdated": self.outdated,
+        }
+
+
+class Environment:
+    """One declared environment: its wanted configuration and its player slots."""
+
+    def __init__(self, config: EnvironmentConfig, source: str) -> None:
+        self.config = config
+        self.source = source  # "file" or "api": what a reload may change
+        self.players: list[Player] = []
+        self.removing = False
+        self.waiters: deque[object] = deque()
+        self.selection: Any = None
+        self.selection_for: EnvironmentConfig | None = None
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    def live(self) -> list[Player]:
+        return [p for p in self.players if not p.retire]
+
+    def to_dict(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        for p in self.players:
+            counts[p.state.value] = counts.get(p.state.value, 0) + 1
+        return {
+            "name": self.name,
+            "source": self.source,
+            "removing": self.removing,
+            "wanted": 0 if self.removing else self.config.instances,
+            "ready": counts.get("READY", 0),
+            "leased": counts.get("LEASED", 0),
+            "states": counts,
+            "waiting_clients": len(self.waiters),
+            "config": self.config.to_dict(),
+            "players": [p.to_dict() for p in self.players],
+        }
+
+
+def _platform_name(selection: Any) -> str | None:
+    if selection is None:
+        return None
+    for attr in ("platform", "name"):
+        value = getattr(selection, attr, None)
+        if isinstance(value, str):
+            return value
+        name = getattr(value, "name", None)
+        if isinstance(name, str):
+            return name
+    return None
+
+
+def _pending_bytes(fd: int | None) -> int:
+    """Bytes waiting in the pipe behind ``fd`` (FIONREAD works on either end of a FIFO)."""
+    if fd is None:
+        return 0
+    buf = bytearray(4)
+    try:
+        fcntl.ioctl(fd, termios.FIONREAD, buf, True)
+    except OSError:
+        return 0
+    return int.from_bytes(buf, "little", signed=True)
+
+
+class Supervisor:
+    """Keeps environments at their wanted number of ready players; grants and ends leases.
+
+    Construct, then call :meth:`run` on the thread that should own the players (it returns after
+    :meth:`request_stop` once everything is stopped). Every public method is thread-safe.
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        players_dir: str,
+        log_dir: str,
+        platforms: Any,
+        http: Any = None,
+        on_ready: Callable[[], None] | None = None,
+        on_status: Callable[[str], None] | None = None,
+        on_tick: Callable[[float], float | None] | None = None,
+        signal_handlers: dict[int, Callable[[], None]] | None = None,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.changed = threading.Condition(self.lock)
+        self.daemon_config: DaemonConfig = config.daemon
+        self.environments: dict[str, Environment] = {}
+        self.leases: dict[str, Lease] = {}
+        self.players_dir = players_dir
+        self.log_dir = log_dir
+        self.platforms = platforms
+        self.http = http
+        self.metrics = Metrics(self.snapshot)
+        self.started_at = time.time()
+        self._on_ready = on_ready
+        self._on_status = on_status
+        self._on_tick = on_tick
+        self._signal_handlers = dict(signal_handlers or {})
+        self._stopping = False
+        self._ready_sent = False
+        self._last_status = ""
+        self._selector = selectors.DefaultSelector()
+        self._registered: dict[int, Any] = {}
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._stoppers: list[threading.Thread] = []
+        for name, env_config in config.environments.items():
+            self.environments[name] = Environment(env_config, "file")
+
+    # -- waking the loop ---------------------------------------------------------------------------------
+    @property
+    def wakeup_fd(self) -> int:
+        """The write end of the self-pipe; give it to ``signal.set_wakeup_fd``."""
+        return self._wake_w
+
+    def wake(self) -> None:
+        """Make the loop run soon (from any thread)."""
+        try:
+            os.write(self._wake_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full: the loop is awake already
+
+    # -- views -------------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        """Counts for metrics: ``{environment: {"states": {STATE: n}, "leases": n, "wanted": n}}``."""
+        with self.lock:
+            out = {}
+            for name, env in self.environments.items():
+                states = {s.value: 0 for s in State}
+                for p in env.players:
+                    states[p.state.value] += 1
+                out[name] = {
+                    "states": states,
+                    "leases": sum(1 for p in env.players if p.lease is not None),
+                    "wanted": 0 if env.removing else env.config.instances,
+                }
+            return out
+
+    def describe(self, name: str | None = None) -> Any:
+        """JSON-ready state of one environment (raises NotFound) or of all of them (a list)."""
+        with self.lock:
+            if name is None:
+                return [env.to_dict() for env in self.environments.values()]
+            return self._environment(name).to_dict()
+
+    def health(self) -> dict[str, Any]:
+        with self.lock:
+            envs = {
+                name: {"wanted": 0 if env.removing else env.config.instances, "ready": sum(
+                    1 for p in env.players if p.state == State.READY), "leased": sum(
+                    1 for p in env.players if p.state == State.LEASED), "failed": sum(
+                    1 for p in env.players if p.state == State.FAILED)}
+                for name, env in self.environments.items()
+            }
+            return {
+                "status": "stopping" if self._stopping else ("ready" if self._ready_sent else "starting"),
+                "pid": os.getpid(),
+                "uptime": round(time.time() - self.started_at, 3),
+                "environments": envs,
+            }
+
+    def _environment(self, name: str) -> Environment:
+        env = self.environments.get(name)
+        if env is None:
+            raise NotFound(f"no environment named {name!r} (known: {', '.join(self.environments) or 'none'})")
+        return env
+
+    # -- declaring wanted state (any thread) -------------------------------------------------------------
+    def put_environment(self, config: EnvironmentConfig, *, source: str = "api") -> dict[str, Any]:
+        """Declare an environment's wanted state; the loop reconciles toward it."""
+        with self.lock:
+            if self._stopping:
+                raise RenderdError("the daemon is stopping")
+            env = self.environments.get(config.name)
+            if env is None:
+                env = self.environments[config.name] = Environment(config, source)
+                log.info("environment %s declared: %s", config.name, _summary(config))
+            else:
+                if env.config != config:
+                    log.info("environment %s changed: %s", config.name, _summary(config))
+                env.config = config
+                env.source = source
+                env.removing = False
+                for p in env.players:  # a new declaration gives failed slots a new chance
+                    if p.state in (State.FAILED, State.EXITED):
+                        p.boot_failures = p.backoff_failures = 0
+                        p.state = State.BACKOFF
+                        p.deadline = None
+            self.wake()
+            return env.to_dict()
+
+    def delete_environment(self, name: str) -> dict[str, Any]:
+        """Remove an environment: its leases end and its players stop. Raises NotFound."""
+        with self.lock:
+            env = self._environment(name)
+            env.removing = True
+            log.info("environment %s removed: stopping its %d player(s)", name, len(env.players))
+            self.changed.notify_all()
+            self.wake()
+            return env.to_dict()
+
+    def reload(self, config: Config) -> None:
+        """Apply a reloaded configuration file: its environments replace the ones that came from a file.
+
+        Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
+        need a restart (socket, runtime_dir, http, api_threads, log_dir) are reported and left alone.
+        """
+        with self.lock:
+            old = self.daemon_config
+            for key in ("socket", "runtime_dir", "http", "api_threads", "log_dir"):
+                if getattr(old, key) != getattr(config.daemon, key):
+                    log.warning("reload: daemon.%s changed; it takes effect when renderd is restarted", key)
+            self.daemon_config = dataclasses.replace(
+                config.daemon,
+                socket=old.socket, runtime_dir=old.runtime_dir, http=old.http, api_threads=old.api_threads,
+                log_dir=old.log_dir,
+            )
+            for name, env in self.environments.items():
+                if env.source == "file" and name not in config.environments:
+                    self.delete_environment(name)
+            for env_config in config.environments.values():
+                self.put_environment(env_config, source="file")
+
+    # -- leases (any thread) -----------------------------------------------------------------------------
+    def acquire(
+        self, name: str, client_pid: int, timeout: float | None, *, pidfd: int | None = None
+    ) -> tuple[Lease, dict[str, Any]]:
+        """Wait up to ``timeout`` seconds for a READY player of ``name`` and lease it to ``client_pid``.
+
+        Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
+        when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
+        in every case), when no player became ready in time (saying why: none
+        wanted, all failed, all busy), or when the daemon or environment stops meanwhile.
+        """
+        if timeout is None:
+            timeout = self.daemon_config.lease_timeout
+        if pidfd is None:
+            pidfd = open_client_pidfd(client_pid)
+        started = time.monotonic()
+        deadline = started + max(0.0, timeout)
+        token = object()
+        try:
+            with self.lock:
+                env = self._environment(name)
+                env.waiters.append(token)
+                try:
+                    while True:
+                        if self._stopping:
+                            raise LeaseError("the daemon is stopping")
+                        if env.removing or self.environments.get(name) is not env:
+                            raise LeaseError(f"environment {name!r} was removed")
+                        if env.waiters[0] is token:
+                            player = next(
+                                (p for p in env.players if p.state == State.READY and not p.retire
+                                 and not p.outdated),
+                                None,
+                            )
+                            if player is not None:
+                                lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd)
+                                pidfd = None
+                                player.state = State.LEASED
+                                player.lease = lease
+                                self.leases[lease.id] = lease
+                                waited = time.monotonic() - started
+                                self.metrics.leases.labels(name).inc()
+                                self.metrics.lease_wait.labels(name).observe(waited)
+                                log.info(
+                                    "lease of %s[%d] (pid %d) to client pid %d after %.3f s",
+                                    name, player.index, player.pid, client_pid, waited,
+                                )
+                                self.wake()
+                                return lease, self._lease_answer(lease)
+                        remaining = deadline - time.monotonic()
+                        if remaining <= 0:
+                            self.metrics.lease_timeouts.labels(name).inc()
+                            raise LeaseError(self._no_player_reason(env, timeout))
+                        self.changed.wait(remaining)
+                finally:
+                    env.waiters.remove(token)
+                    self.changed.notify_all()
+        finally:
+            if pidfd is not None:
+                os.close(pidfd)
+
+    def _lease_answer(self, lease: Lease) -> dict[str, Any]:
+        p = lease.player
+        assert p.pair is not None and p.proc is not None
+        return {
+            "lease": lease.id,
+            "environment": p.environment.name,
+            "index": p.index,
+            "server_pipe": p.pair.server_path,
+            "client_pipe": p.pair.client_path,
+            "pid": p.proc.pid,
+            "width": p.config.width,
+            "height": p.config.height,
+            "platform": _platform_name(p.selection),
+            "step_timeout": p.environment.config.step_timeout,
+            "log": p.log_path,
+            "transport": p.config.transport,
+        }
+
+    def _no_player_reason(self, env: Environment, timeout: float) -> str:
+        states = [p.state for p in env.players]
+        base = f"no ready player of {env.name!r} within {timeout:g} s"
+        if env.config.instances == 0:
+            return f"{base}: the environment wants 0 instances"
+        if states and all(s == State.FAILED for s in states):
+            reasons = "; ".join(sorted({p.reason for p in env.players if p.reason}))
+            return f"{base}: every player failed to start ({reasons})"
+        busy = sum(1 for s in states if s == State.LEASED)
+        return (
+            f"{base}: {busy} of {env.config.instances} leased, "
+            + ", ".join(f"{s.value}: {states.count(s)}" for s in State if s in states and s != State.LEASED)
+            + (f"; {len(env.waiters) - 1} other client(s) waiting" if len(env.waiters) > 1 else "")
+        )
+
+    def release(self, lease_id: str, *, clean: bool = True) -> dict[str, Any]:
+        """End a lease. ``clean``: the client finished its last step, so the player can be handed on
+        (if its pipes really are empty); otherwise it is recycled. Raises NotFound for an unknown id."""
+        with self.lock:
+            lease = self.leases.get(lease_id)
+            if lease is None:
+                raise NotFound("no such lease (it ended already, or its player exited)")
+            how = LeaseEnd.RELEASED if clean else LeaseEnd.UNCLEAN
+            recycled = self._end_lease(lease, how)
+            self.wake()
+            return {"released": True, "recycled": recycled}
+
+    def _end_lease(self, lease: Lease, how: LeaseEnd) -> bool:
+        """End ``lease`` (lock held). Returns whether its player is recycled."""
+        p = lease.player
+        lease.ended = how
+        self.leases.pop(lease.id, None)
+        self._unwatch(lease.pidfd)
+        lease.close_pidfd()
+        self.metrics.lease_ends.labels(p.environment.name, how.value).inc()
+        if p.lease is lease:
+            p.lease = None
+        recycle = False
+        if p.state == State.LEASED:
+            if how == LeaseEnd.RELEASED:
+                left = _pending_bytes(p.holder.fileno() if p.holder and not p.holder.closed else None)
+                left_in = _pending_bytes(p.writer_fd)
+                if left or left_in:
+                    log.warning(
+                        "lease of %s[%d] released with %d byte(s) unread and %d unsent in its pipes; recycling",
+                        p.environment.name, p.index, left, left_in,
+                    )
+                    recycle = True
+            else:
+                recycle = True
+            if recycle:
+                self.metrics.recycles.labels(p.environment.name).inc()
+                log.info(
+                    "recycling %s[%d] (pid %s): lease ended %s", p.environment.name, p.index, p.pid, how.value
+                )
+                self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn"))
+            else:
+                p.state = State.READY
+                log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
+        self.changed.notify_all()
+        return recycle
+
+    # -- the loop ----------------------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Begin a graceful stop (any thread; also what SIGTERM/SIGINT do)."""
+        with self.lock:
+            if self._stopping:
+                return
+            self._stopping = True
+            self.changed.notify_all()
+            log.info("stopping: ending %d lease(s) and stopping players", len(self.leases))
+            self._status("stopping")
+        self.wake()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def run(self) -> None:
+        """Supervise until a stop is requested and every player is gone. Run it on one long-lived thread."""
+        shutdown_deadline: float | None = None
+        while True:
+            timeout = self._next_timeout()
+            if self._on_tick is not None:
+                extra = self._on_tick(time.monotonic())
+                if extra is not None:
+                    timeout = min(timeout, extra)
+            events = self._selector.select(max(0.0, timeout))
+            signals: list[int] = []
+            with self.lock:
+                for key, _mask in events:
+                    kind, obj = key.data
+                    if kind == "wake":
+                        signals += self._drain_wake()
+                    elif kind == "ready":
+                        self._read_first_frame(obj)
+                    elif kind == "exit":
+                        self._reap(obj)
+                    elif kind == "client":
+                        if obj.ended is None and obj.id in self.leases:
+                            log.warning(
+                                "client pid %d exited holding the lease of %s[%d]",
+                                obj.client_pid, obj.player.environment.name, obj.player.index,
+                            )
+                            self._end_lease(obj, LeaseEnd.CLIENT_EXITED)
+                        else:
+                            self._unwatch(obj.pidfd)
+            for signum in signals:
+                handler = self._signal_handlers.get(signum)
+                if handler is not None:
+                    handler()
+            with self.lock:
+                self._tick()
+                if self._stopping:
+                    if shutdown_deadline is None:
+                        shutdown_deadline = time.monotonic() + self.daemon_config.stop_grace + SHUTDOWN_SLACK
+                        self._shutdown_players()
+                    if self._all_gone() or time.monotonic() > shutdown_deadline:
+                        break
+        self._finish()
+
+    def _drain_wake(self) -> list[int]:
+        signals = []
+        while True:
+            try:
+                data = os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                break
+            if not data:
+                break
+            signals += [b for b in data if b]
+        return signals
+
+    def _next_timeout(self) -> float:
+        now = time.monotonic()
+        due = now + LOOP_IDLE
+        with self.lock:
+            for env in self.environments.values():
+                for p in env.players:
+                    if p.state in (State.STARTING, State.BACKOFF) and p.deadline is not None:
+                        due = min(due, p.deadline)
+                    if p.state == State.STARTING and p.next_open:
+                        due = min(due, p.next_open)
+        return max(0.0, due - now)
+
+    def _watch(self, fd: int | None, data: tuple[str, Any]) -> None:
+        if fd is None or fd in self._registered:
+            return
+        self._selector.register(fd, selectors.EVENT_READ, data)
+        self._registered[fd] = data
+
+    def _unwatch(self, fd: int | None) -> None:
+        if fd is None or fd not in self._registered:
+            return
+        del self._registered[fd]
+        try:
+            self._selector.unregister(fd)
+        except (KeyError, ValueError):
+            pass
+
+    # -- one pass: timers, reconciling (lock held) -------------------------------------------------------
+    def _tick(self) -> None:
+        now = time.monotonic()
+        for lease in list(self.leases.values()):
+            self._watch(lease.pidfd, ("client", lease))
+        for env in list(self.environments.values()):
+            for p in list(env.players):
+                if p.stop is not None and p.stop_done.is_set():
+                    self._after_stop(p)
+                elif p.state == State.STARTING:
+                    if p.proc is not None and p.proc.poll() is not None:
+                        self._reap(p)
+                    elif p.deadline is not None and now >= p.deadline:
+                        self._boot_failed(
+                            p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
+                            if p.assembler is not None
+                            else f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)",
+                        )
+                    elif p.assembler is None and p.writer_fd is None and now >= p.next_open:
+                        self._open_client_pipe(p)
+                elif p.state in (State.READY, State.LEASED) and p.proc is not None and p.proc.poll() is not None:
+                    self._reap(p)
+                elif p.state == State.BACKOFF and not self._stopping and (p.deadline is None or now >= p.deadline):
+                    if not env.removing and not p.retire:
+                        self._spawn(p)
+            if not self._stopping:
+                self._reconcile(env)
+        self._maybe_ready()
+
+    def _reconcile(self, env: Environment) -> None:
+        if env.removing:
+            for p in list(env.players):
+                self._retire(p, "environment removed")
+            if not env.players:
+                del self.environments[env.name]
+                self._release_selection(env.selection)
+                env.selection = None
+                log.info("environment %s removed", env.name)
+            return
+        live = env.live()
+        wanted = env.config.instances
+        if len(live) < wanted:
+            used = {p.index for p in env.players}
+            for _ in range(wanted - len(live)):
+                index = next(i for i in range(len(env.players) + 1) if i not in used)
+                used.add(index)
+                p = Player(env, index)
+                env.players.append(p)
+                env.players.sort(key=lambda q: q.index)
+                log.info("environment %s: adding player %d", env.name, index)
+                self._spawn(p)
+        elif len(live) > wanted:
+            # Retire the slots doing least first: not yet ready, then idle, then leased; highest index first.
+            order = {State.FAILED: 0, State.EXITED: 0, State.BACKOFF: 1, State.STARTING: 2, State.STOPPING: 2,
+                     State.READY: 3, State.LEASED: 4}
+            victims = sorted(live, key=lambda p: (order[p.state], -p.index))[: len(live) - wanted]
+            for p in victims:
+                self._retire(p, "scaled down")
+        # A changed resolution, executable, platform...: replace outdated players one at a time, idle first.
+        replacing = any(
+            p.state in (State.STARTING, State.STOPPING) and not p.retire for p in env.players
+        )
+        if not replacing:
+            for p in env.live():
+                if not p.outdated:
+                    continue
+                if p.state in (State.READY,):
+                    log.info("environment %s: replacing player %d (configuration changed)", env.name, p.index)
+                    self._begin_stop(p, _Stop("configuration changed", "respawn"))
+                    break
+                if p.state in (State.BACKOFF, State.FAILED, State.EXITED):
+                    p.config = env.config
+                    p.boot_failures = p.backoff_failures = 0
+                    p.deadline = None
+                    p.state = State.BACKOFF
+        # Keep failed or exited slots where they are, unless the policy or a new declaration says otherwise.
+
+    def _retire(self, p: Player, why: str) -> None:
+        p.retire = True
+        if p.state == State.LEASED:
+            if p.environment.removing and p.lease is not None:
+                self._end_lease(p.lease, LeaseEnd.STOPPED)
+            else:
+                return  # retired when its lease ends
+        if p.state in (State.STARTING, State.READY, State.LEASED):
+            self._begin_stop(p, _Stop(why, "remove"))
+        elif p.state in (State.BACKOFF, State.FAILED, State.EXITED):
+            self._remove_slot(p)
+
+    def _remove_slot(self, p: Player) -> None:
+        env = p.environment
+        self._close_player_resources(p)
+        if p in env.players:
+            env.players.remove(p)
+        log.info("environment %s: player %d removed", env.name, p.index)
+
+    # -- spawning (loop thread) --------------------------------------------------------------------------
+    def _spawn(self, p: Player) -> None:
+        env = p.environment
+        cfg = env.config
+        p.config = cfg
+        p.reason = p.reason if p.boot_failures else ""
+        p.stop = None
+        p.stop_done.clear()
+        p.returncode = None
+        try:
+            selection = self._selection(env)
+            p.selection = selection
+            instance = selection.for_instance(p.index) if hasattr(selection, "for_instance") else selection
+            p.pair = FifoPair.create(self.players_dir, prefix=f"{env.name}.{p.index}.")
+            p.holder = FifoChannel(p.pair.server_path, p.pair.client_path)
+            p.log_path = self._log_path(p)
+            extra_args = list(getattr(instance, "args", ()) or ())
+            argv = player_argv(
+                cfg.argv, width=cfg.width, height=cfg.height, quality=cfg.quality, extra_args=extra_args,
+                log_path=p.log_path,
+            )
+            base_env = dict(os.environ)
+            base_env.update(getattr(instance, "env", {}) or {})
+            if cfg.transport == "http":
+                endpoint = self._http_endpoint(p)
+                child_env = player_env(base_env, server_type="WSGI", extra=cfg.env, **endpoint)
+            else:
+                child_env = player_env(
+                    base_env, server_type="FIFO", server_pipe=p.pair.server_path,
+                    client_pipe=p.pair.client_path, extra=cfg.env,
+                )
+            p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True)
+        except (RenderdError, OSError) as exc:
+            reason = str(exc) if isinstance(exc, RenderdError) else os_error_message(exc, "cannot start the player")
+            self._close_player_resources(p)
+            self._count_boot_failure(p, reason)
+            return
+        p.holder.attach(p.proc)
+        p.spawns += 1
+        p.state = State.STARTING
+        p.started_at = time.monotonic()
+        p.ready_at = None
+        p.deadline = p.started_at + cfg.start_timeout
+        p.next_open = 0.0
+        p.assembler = FrameAssembler()
+        self._watch(p.holder.fileno(), ("ready", p))
+        self._watch(p.proc.fileno(), ("exit", p))
+        log.info(
+            "started %s[%d] pid %d (%dx%d, %s, log %s)",
+            env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
+            p.log_path,
+        )
+        self._status_update()
+
+    def _log_path(self, p: Player) -> str:
+        path = os.path.join(self.log_dir, f"{p.environment.name}.{p.index}.log")
+        if os.path.exists(path):
+            try:
+                os.replace(path, path + ".1")
+            except OSError as exc:
+                log.warning("%s", os_error_message(exc, "cannot keep the previous player log"))
+        return path
+
+    def _selection(self, env: Environment) -> Any:
+        cfg = env.config
+        if env.selection is not None and env.selection_for is not None and not _platform_changed(
+            env.selection_for, cfg
+        ):
+            return env.selection
+        old = env.selection
+        env.selection = self.platforms.select(cfg)
+        env.selection_for = cfg
+        if old is not None and not any(q.selection is old for q in env.players):
+            self._release_selection(old)
+        return env.selection
+
+    def _release_selection(self, selection: Any) -> None:
+        if selection is None:
+            return
+        for env in self.environments.values():
+            if env.selection is selection or any(p.selection is selection for p in env.players):
+                return
+        release = getattr(selection, "release", None)
+        if release is not None:
+            try:
+                release()
+            except Exception:  # a platform's release must never take the daemon down
+                log.exception("releasing a platform selection failed")
+
+    def _http_endpoint(self, p: Player) -> dict[str, Any]:
+        if self.http is None:
+            raise RenderdError("transport 'http' needs the daemon's HTTP listener ([daemon] http)")
+        return self.http.register(p)
+
+    # -- readiness (loop thread) -------------------------------------------------------------------------
+    def _read_first_frame(self, p: Player) -> None:
+        holder = p.holder
+        if p.state != State.STARTING or holder is None or holder.closed or p.assembler is None:
+            return
+        decoder = holder.decoder
+        fd = holder.fileno()
+        try:
+            while True:
+                try:
+                    n = os.readv(fd, decoder.get_buffers())
+                except BlockingIOError:
+                    return
+                if n == 0:
+                    self._unwatch(fd)
+                    if p.proc is not None and p.proc.poll() is not None:
+                        self._reap(p)
+                    else:
+                        self._boot_failed(p, "closed server.pipe before sending a whole first frame")
+                    return
+                decoder.buffers_updated(n)
+                message = decoder.next_message()
+                if message is not NEED_DATA:
+                    break
+            event = p.assembler.event(message)
+        except ProtocolError as exc:
+            self._boot_failed(p, f"undecodable first frame: {exc}")
+            return
+        except OSError as exc:
+            self._boot_failed(p, os_error_message(exc, "cannot read server.pipe"))
+            return
+        self._unwatch(fd)
+        p.assembler = None
+        log.debug(
+            "%s[%d] first frame: %sx%s, sequenceId %s",
+            p.environment.name, p.index, event.screen_width, event.screen_height, event.sequence_id,
+        )
+        self._open_client_pipe(p)
+
+    def _open_client_pipe(self, p: Player) -> None:
+        assert p.pair is not None
+        try:
+            p.writer_fd = os.open(p.pair.client_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # the player has not opened its reading end yet
+                p.next_open = time.monotonic() + CLIENT_PIPE_RETRY
+                return
+            self._boot_failed(p, os_error_message(exc, "cannot open client.pipe"))
+            return
+        p.next_open = 0.0
+        p.state = State.READY
+        p.ready_at = time.monotonic()
+        p.deadline = None
+        p.boot_failures = 0
+        p.backoff_failures = 0
+        p.reason = ""
+        log.info(
+            "%s[%d] pid %d ready after %.3f s", p.environment.name, p.index, p.pid, p.ready_at - (p.started_at or 0)
+        )
+        self.changed.notify_all()
+        self._status_update()
+
+    # -- exits and stops (loop thread) -------------------------------------------------------------------
+    def _boot_failed(self, p: Player, why: str) -> None:
+        log.warning("%s[%d] pid %s failed to boot: %s", p.environment.name, p.index, p.pid, why)
+        self._begin_stop(p, _Stop(why, "backoff", boot_failure=True))
+
+    def _begin_stop(self, p: Player, stop: _Stop) -> None:
+        """Stop ``p``'s process in a helper thread (SIGTERM, grace, SIGKILL, reap); the loop continues."""
+        p.state = State.STOPPING  # first: ending the lease below must not recycle the player again
+        if p.lease is not None:
+            self._end_lease(p.lease, LeaseEnd.STOPPED)
+        p.stop = stop
+        p.stop_done.clear()
+        proc = p.proc
+        if p.holder is not None and not p.holder.closed:
+            self._unwatch(p.holder.fileno())
+        if proc is None:
+            p.stop_done.set()
+            return
+        self._unwatch(proc.fileno())
+        grace = self.daemon_config.stop_grace
+
+        def stopper() -> None:
+            try:
+                proc.stop(grace)
+            except Exception:  # never lose the loop's wake-up
+                log.exception("stopping player pid %d failed", proc.pid)
+            finally:
+                p.stop_done.set()
+                self.wake()
+
+        t = threading.Thread(target=stopper, name=f"renderd-stop-{proc.pid}", daemon=True)
+        self._stoppers = [s for s in self._stoppers if s.is_alive()] + [t]
+        t.start()
+
+    def _after_stop(self, p: Player) -> None:
+        stop = p.stop
+        assert stop is not None
+        p.stop = None
+        p.returncode = p.proc.returncode if p.proc is not None else None
+        self._close_player_resources(p)
+        env = p.environment
+        if stop.boot_failure:
+            self._count_boot_failure(p, stop.reason)
+        elif stop.then == "remove" or p.retire or env.removing:
+            self._remove_slot(p)
+        elif stop.then == "respawn" and not self._stopping:
+            self._spawn(p)
+        elif stop.then == "backoff" and not self._stopping:
+            self._schedule_restart(p)
+        else:
+            p.state = State.EXITED
+        self.changed.notify_all()
+
+    def _reap(self, p: Player) -> None:
+        """The player's process exited without being asked to (lock held)."""
+        if p.proc is None or p.stop is not None:
+            return
+        code = p.proc.poll()
+        if code is None:
+            return
+        env = p.environment
+        how = describe_exit(code)
+        self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
+        tail = p.proc.log_tail(REASON_LOG_LINES)
+        booting = p.state == State.STARTING
+        reason = f"{'exited before readiness' if booting else 'exited'}: {how}"
+        if tail:
+            reason += f"; last log line: {tail.splitlines()[-1].strip()}"
+        p.state = State.STOPPING  # first: ending the lease below must not recycle the player
+        if p.lease is not None:
+            log.error("%s[%d] pid %d %s while leased to client pid %d",
+                      env.name, p.index, p.pid, how, p.lease.client_pid)
+            self._end_lease(p.lease, LeaseEnd.PLAYER_EXITED)
+        else:
+            level = logging.ERROR if code != 0 else logging.INFO
+            log.log(level, "%s[%d] pid %d %s", env.name, p.index, p.pid, reason)
+        if code == -signal.SIGKILL:
+            log.error("%s[%d] was SIGKILLed by something outside renderd (the out-of-memory killer?)",
+                      env.name, p.index)
+        p.returncode = code
+        if p.holder is not None and not p.holder.closed:
+            self._unwatch(p.holder.fileno())
+        self._unwatch(p.proc.fileno())
+        try:
+            p.proc.stop(0.1)  # reaped already: this only kills leftovers of its group and closes the pidfd
+        except Exception:
+            log.exception("cleaning up after player pid %d failed", p.proc.pid)
+        self._after_exit(p, code, reason, booting)
+
+    def _after_exit(self, p: Player, code: int, reason: str, booting: bool) -> None:
+        self._close_player_resources(p)
+        env = p.environment
+        p.reason = reason
+        if booting:
+            self._count_boot_failure(p, reason)
+            return
+        if p.retire or env.removing:
+            self._remove_slot(p)
+            return
+        if self._stopping:
+            p.state = State.EXITED
+            return
+        policy = env.config.restart
+        if policy == "never" or (policy == "on-failure" and code == 0):
+            log.info("%s[%d] not restarted (restart = %s)", env.name, p.index, policy)
+            p.state = State.EXITED
+            return
+        self._schedule_restart(p)
+
+    def _count_boot_failure(self, p: Player, reason: str) -> None:
+        env = p.environment
+        p.boot_failures += 1
+        p.reason = reason
+        self.metrics.boot_failures.labels(env.name).inc()
+        limit = self.daemon_config.max_boot_failures
+        if p.retire or env.removing:
+            self._remove_slot(p)
+            return
+        if p.boot_failures >= limit:
+            p.state = State.FAILED
+            p.deadline = None
+            log.error(
+                "%s[%d] FAILED: %d consecutive boot failures; giving up (reload or PUT the environment to "
+                "retry). Last: %s", env.name, p.index, p.boot_failures, reason,
+            )
+            self.changed.notify_all()
+            self._status_update()
+            return
+        self._schedule_restart(p)
+
+    def _schedule_restart(self, p: Player) -> None:
+        cfg = self.daemon_config
+        delay = min(cfg.backoff_max, cfg.backoff_initial * (2 ** p.backoff_failures))
+        p.backoff_failures += 1
+        p.state = State.BACKOFF
+        p.deadline = time.monotonic() + delay
+        p.restarts += 1
+        self.metrics.restarts.labels(p.environment.name).inc()
+        log.info("%s[%d] restarting in %.3g s", p.environment.name, p.index, delay)
+        self._status_update()
+
+    def _close_player_resources(self, p: Player) -> None:
+        if p.holder is not None:
+            if not p.holder.closed:
+                self._unwatch(p.holder.fileno())
+            p.holder.close()
+            p.holder = None
+        if p.writer_fd is not None:
+            os.close(p.writer_fd)
+            p.writer_fd = None
+        if p.proc is not None:
+            self._unwatch(p.proc.fileno())
+            if p.proc.returncode is None and not p.stop_done.is_set():
+                # Never leave a process behind, even on a path that forgot to stop it.
+                p.proc.stop(self.daemon_config.stop_grace)
+        if p.http_token is not None and self.http is not None:
+            self.http.unregister(p)
+            p.http_token = None
+        if p.pair is not None:
+            p.pair.remove()
+            p.pair = None
+        p.assembler = None
+        old_selection, p.selection = p.selection, None
+        if old_selection is not None and old_selection is not p.environment.selection:
+            self._release_selection(old_selection)
+
+    # -- stopping everything -----------------------------------------------------------------------------
+    def _shutdown_players(self) -> None:
+        for lease in list(self.leases.values()):
+            self._end_lease(lease, LeaseEnd.STOPPED)
+        for env in self.environments.values():
+            for p in env.players:
+                if p.state in (State.STARTING, State.READY, State.LEASED):
+                    self._begin_stop(p, _Stop("daemon stopping", "none"))
+        self.changed.notify_all()
+
+    def _all_gone(self) -> bool:
+        return all(
+            p.state not in (State.STARTING, State.READY, State.LEASED, State.STOPPING)
+            for env in self.environments.values()
+            for p in env.players
+        )
+
+    def _finish(self) -> None:
+        with self.lock:
+            for env in self.environments.values():
+                for p in env.players:
+                    if p.proc is not None and p.proc.returncode is None:
+                        log.warning("%s[%d] pid %s still running at shutdown; killing it",
+                                    env.name, p.index, p.pid)
+                        p.proc.stop(0.0)
+                    self._close_player_resources(p)
+                sel, env.selection = env.selection, None
+                self._release_selection(sel)
+        for t in self._stoppers:
+            t.join(SHUTDOWN_SLACK)
+        self._selector.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
+    # -- notifications -----------------------------------------------------------------------------------
+    def _maybe_ready(self) -> None:
+        if self._ready_sent or self._stopping:
+            return
+        for env in self.environments.values():
+            for p in env.players:
+                if p.state not in (State.READY, State.LEASED, State.FAILED, State.EXITED):
+                    return
+            if len(env.live()) < env.config.instances:
+                return
+        self._ready_sent = True
+        summary = self._summary()
+        log.info("ready: %s", summary)
+        if self._on_ready is not None:
+            self._on_ready()
+        self._status(summary)
+
+    def _summary(self) -> str:
+        parts = []
+        for env in self.environments.values():
+            ready = sum(1 for p in env.players if p.state == State.READY)
+            leased = sum(1 for p in env.players if p.state == State.LEASED)
+            failed = sum(1 for p in env.players if p.state == State.FAILED)
+            part = f"{env.name} {ready + leased}/{env.config.instances} up ({leased} leased)"
+            if failed:
+                part += f", {failed} failed"
+            parts.append(part)
+        return "; ".join(parts) or "no environments"
+
+    def _status_update(self) -> None:
+        if not self._stopping:
+            self._status(self._summary() if self._ready_sent else f"starting: {self._summary()}")
+
+    def _status(self, text: str) -> None:
+        if text != self._last_status and self._on_status is not None:
+            self._last_status = text
+            self._on_status(text)
+
+
+def _platform_changed(old: EnvironmentConfig, new: EnvironmentConfig) -> bool:
+    keys = ("platform", "x_display", "width", "height", "gpus", "executable", "env")
+    return any(getattr(old, k) != getattr(new, k) for k in keys)
+
+
+def _summary(config: EnvironmentConfig) -> str:
+    return (
+        f"{config.instances} x {os.path.basename(config.argv[0])} {config.width}x{config.height} "
+        f"platform {config.platform} transport {config.transport}"
+    )
+
