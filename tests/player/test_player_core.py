@@ -1,0 +1,187 @@
+"""The player's library parts in-process: scenes, the numpy renderer, Player.handle and the wire layout."""
+
+from __future__ import annotations
+
+import math
+
+import msgpack
+import numpy as np
+import pytest
+
+from renderd.player import faults
+from renderd.player.core import ACTIONS, Player
+from renderd.player.renderer import NumpyRenderer, RenderState, Renderer, make_renderer
+from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, SCENES, SURFACES, scene_by_name, scene_names
+from renderd.protocol import FieldType, encode_metadata
+
+CAM_Y = AGENT_Y + CAMERA_HEIGHT
+
+
+def part(scene_name: str, prefix: str):
+    return next(p for p in SCENES[scene_name].parts() if p.object_id.startswith(prefix))
+
+
+def test_scenes_have_unique_id_colors_and_free_start():
+    assert len(SCENES) >= 3
+    for scene in SCENES.values():
+        colors = [p.id_color for p in scene.parts()]
+        assert len(set(colors)) == len(colors)
+        assert len(scene.parts()) == len(SURFACES) + len(scene.boxes)
+        assert scene.collision(scene.start.x, scene.start.z) is None
+
+
+def test_scene_names_accept_physics_suffix():
+    assert scene_by_name("FloorPlan2") is scene_by_name("FloorPlan2_physics") is SCENES["FloorPlan2"]
+    assert scene_by_name("FloorPlan99") is None
+    assert {"FloorPlan1", "FloorPlan2", "FloorPlan3", "FloorPlan1_physics"} <= set(scene_names())
+
+
+def test_collision_walls_and_boxes():
+    scene = SCENES["FloorPlan1"]
+    assert scene.collision(0.0, 0.4).startswith("Fridge|")  # 0.1 m from the fridge's front face
+    assert scene.collision(2.95, -2.0).startswith("Wall|")
+    assert scene.collision(0.0, 1.0).startswith("Fridge|")  # inside it
+    assert scene.collision(0.0, -1.0) is None
+
+
+def test_numpy_renderer_implements_interface_and_geometry():
+    r = make_renderer("numpy")
+    assert isinstance(r, Renderer) and isinstance(r, NumpyRenderer)
+    scene = SCENES["FloorPlan1"]
+    rgb, depth, ids = r.render(RenderState(scene, 300, 200, (0.0, CAM_Y, -2.0), 0.0, 0.0))
+    assert rgb.shape == (200, 300, 3) and rgb.dtype == np.uint8
+    assert depth.shape == (200, 300) and depth.dtype == np.float32
+    assert ids.shape == (200, 300, 3) and ids.dtype == np.uint8
+    fridge = part("FloorPlan1", "Fridge")
+    assert tuple(ids[100, 150]) == fridge.id_color
+    assert depth[100, 150] == pytest.approx(2.5, abs=1e-3)  # front face at z=0.5, camera at z=-2
+    assert rgb[100, 150, 0] > 150 and rgb[100, 150, 1] < 60  # red
+    assert tuple(ids[0, 150]) == part("FloorPlan1", "Ceiling").id_color  # top row first
+    assert tuple(ids[-1, 150]) == part("FloorPlan1", "Floor").id_color
+    assert (depth > 0).all() and (depth < 10).all()
+    assert not rgb.flags.writeable
+
+
+def test_renderer_caches_and_rejects_bad_size():
+    r = NumpyRenderer()
+    state = RenderState(SCENES["FloorPlan1"], 32, 32, (0.0, CAM_Y, -2.0), 10.0, 5.0)
+    assert r.render(state)[0] is r.render(state)[0]
+    with pytest.raises(ValueError):
+        r.render(RenderState(SCENES["FloorPlan1"], 0, 32, (0.0, CAM_Y, -2.0), 0.0, 0.0))
+    with pytest.raises(ValueError):
+        make_renderer("vulkan")
+
+
+def test_look_down_depth_is_along_the_view_axis():
+    r = NumpyRenderer()
+    _, depth, ids = r.render(RenderState(SCENES["FloorPlan1"], 101, 101, (0.0, CAM_Y, -2.0), 0.0, 30.0))
+    assert tuple(ids[50, 50]) == part("FloorPlan1", "Fridge").id_color
+    assert depth[50, 50] == pytest.approx(2.5 / math.cos(math.radians(30)), abs=1e-3)
+
+
+def test_first_message_and_wire_layout():
+    p = Player(width=40, height=30)
+    md, images = p.first_message()
+    agent = md["agents"][0]
+    assert md["sequenceId"] == 0 and md["activeAgentId"] == 0 and md["thirdPartyCameras"] == []
+    assert agent["lastAction"] == "" and agent["screenWidth"] == 40 and agent["screenHeight"] == 30
+    assert [t for t, _ in images] == [FieldType.RGB_IMAGE]
+    rgb = images[0][1]
+    assert rgb.shape == (30, 40, 3) and rgb.flags.c_contiguous
+    top_first, _, ids = NumpyRenderer().render(p._state(40, 30))
+    assert np.array_equal(rgb[::-1], top_first)  # bottom-up on the wire
+    # Every key AI2-THOR's create_event and Event read is present.
+    for key in ("screenWidth", "screenHeight", "lastActionSuccess", "errorMessage", "actionReturn",
+                "thirdPartyCameras", "depthFormat", "objects", "colors", "agent", "cameraNearPlane",
+                "cameraFarPlane", "errorCode", "lastAction"):
+        assert key in agent
+    packed = encode_metadata(md)
+    assert msgpack.unpackb(packed, raw=False)["agents"][0]["sceneName"] == "FloorPlan1"
+
+
+def test_cloudrendering_rgba_and_ids_rgba():
+    p = Player(width=20, height=10, platform="CloudRendering")
+    p.handle({"action": "Initialize", "renderInstanceSegmentation": True, "renderDepthImage": True})
+    _, images = p.handle({"action": "Pass"})
+    kinds = {t: a for t, a in images}
+    assert kinds[FieldType.RGB_IMAGE].shape == (10, 20, 4) and (kinds[FieldType.RGB_IMAGE][..., 3] == 255).all()
+    assert kinds[FieldType.IDS_IMAGE].shape == (10, 20, 4)
+    assert kinds[FieldType.DEPTH_IMAGE].dtype == np.dtype("<f4")
+
+
+def test_every_action_is_registered():
+    expected = {
+        "Initialize", "Reset", "GetScenesInBuild", "MoveAhead", "MoveBack", "MoveLeft", "MoveRight",
+        "RotateLeft", "RotateRight", "LookUp", "LookDown", "Teleport", "TeleportFull", "Pass", "Done",
+        "ChangeResolution", "GetReachablePositions", "AddThirdPartyCamera", "UpdateThirdPartyCamera",
+        faults.FAULT_ACTION,
+    }
+    assert expected <= set(ACTIONS)
+
+
+@pytest.mark.parametrize(
+    "action, code",
+    [
+        ({"action": "NoSuchAction"}, "InvalidAction"),
+        ({"sequenceId": 3}, "InvalidAction"),
+        ({"action": "RotateLeft", "degrees": "lots"}, "InvalidArgument"),
+        ({"action": "MoveAhead", "moveMagnitude": float("nan")}, "InvalidArgument"),
+        ({"action": "ChangeResolution", "x": 0, "y": 10}, "InvalidArgument"),
+        ({"action": "ChangeResolution", "x": 10}, "MissingArguments"),
+        ({"action": "TeleportFull", "position": {"x": 0, "y": 0, "z": 0}}, "MissingArguments"),
+        ({"action": "Teleport", "position": [1, 2]}, "InvalidArgument"),
+        ({"action": "Reset", "sceneName": "Nowhere"}, "InvalidArgument"),
+        ({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 5}, "InvalidArgument"),
+        ({"action": "Pass", "agentId": 1}, "InvalidArgument"),
+        ({"action": "RenderdFault", "fault": "explode"}, "InvalidArgument"),
+    ],
+)
+def test_bad_actions_fail_without_raising(action, code):
+    p = Player(width=16, height=16)
+    md, _ = p.handle(action)
+    agent = md["agents"][0]
+    assert agent["lastActionSuccess"] is False
+    assert agent["errorCode"] == code
+    assert agent["errorMessage"]
+
+
+def test_sequence_id_echo_and_increment():
+    p = Player(width=8, height=8)
+    assert p.handle({"action": "Pass", "sequenceId": 41})[0]["sequenceId"] == 41
+    assert p.handle({"action": "Pass"})[0]["sequenceId"] == 42
+
+
+def test_move_until_blocked_and_visibility():
+    p = Player(width=32, height=32)
+    fridge = part("FloorPlan1", "Fridge").object_id
+    md, _ = p.handle({"action": "Pass"})
+    assert not next(o for o in md["agents"][0]["objects"] if o["objectId"] == fridge)["visible"]  # 2.5 m > 1.5 m
+    moves = 0
+    while True:
+        md, _ = p.handle({"action": "MoveAhead"})
+        agent = md["agents"][0]
+        if not agent["lastActionSuccess"]:
+            break
+        moves += 1
+        assert moves < 50
+    assert moves == 9 and agent["agent"]["position"]["z"] == pytest.approx(0.25)
+    assert fridge in agent["errorMessage"]
+    assert next(o for o in agent["objects"] if o["objectId"] == fridge)["visible"]
+
+
+def test_metadata_objects_size():
+    p = Player(width=8, height=8, metadata_objects=130)
+    md, _ = p.first_message()
+    assert len(md["agents"][0]["objects"]) == 1 + len(SCENES["FloorPlan1"].boxes) + 130
+    assert 100_000 < len(encode_metadata(md)) < 160_000
+
+
+def test_fault_parsing():
+    assert faults.parse_fault({"action": "Pass"}) is None
+    f = faults.parse_fault({"action": "RenderdFault", "fault": "exit", "code": 9, "when": "after"})
+    assert (f.kind, f.code, f.when, f.is_stream_fault) == ("exit", 9, "after", False)
+    assert faults.parse_fault({"action": "RenderdFault", "fault": "close"}).is_stream_fault
+    for bad in ({"fault": "exit", "code": 300}, {"fault": "sleep", "seconds": -1}, {"fault": "garbage", "when": "after"},
+                {"fault": "hang", "when": "later"}):
+        with pytest.raises(faults.FaultError):
+            faults.parse_fault({"action": "RenderdFault", **bad})
