@@ -1,0 +1,272 @@
+"""The reference player's OpenGL renderer (``renderd-player --renderer gl``, extra ``renderd[gl]``).
+
+It draws the same scene as :class:`renderd.player.renderer.NumpyRenderer` (same parts, colours, face
+shading, floor checker, camera and field of view) with moderngl, so a player really renders through
+the platform it was launched under, as a Unity build does:
+
+* ``RENDERD_PLATFORM=Linux64``: an OpenGL context through GLX on ``$DISPLAY`` (the X server renderd
+  chose or started). Without a usable display the renderer cannot start.
+* anything else (CloudRendering, unset): an EGL context with no display; ``-force-device-index N``
+  picks EGL device ``N`` (EGL's own enumeration, which on a multi-GPU machine need not be Vulkan's).
+
+A context that cannot be created raises :class:`GLUnavailable` (a ``RuntimeError``) naming the
+platform, the display and the driver's message; the player turns it into a non-zero exit with the
+reason in its log, the way a Unity player fails on a bad display.
+
+One frame is three colour attachments of one framebuffer, read back with ``glReadPixels`` (bottom row
+first, returned as top-row-first views)::
+
+    location 0  RGB8   albedo x shade, truncated to integers as the numpy renderer does
+    location 1  RGB8   the part's id_color, exact
+    location 2  R32F   eye depth in metres (distance along the camera's forward axis)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+
+import numpy as np
+
+from renderd.player.renderer import FACE_SHADE, FLOOR_DARK, FLOOR_TILE, RenderState, camera_basis
+from renderd.player.scene import Scene
+
+log = logging.getLogger(__name__)
+
+__all__ = ["GLRenderer", "GLUnavailable", "DEPTH_FALLOFF"]
+
+#: Light falls off with depth as ``1 / (1 + DEPTH_FALLOFF * depth)`` (the numpy renderer's constant).
+DEPTH_FALLOFF = 0.03
+#: Clip planes in metres: nearer than any pose gets to a surface, farther than any room is deep.
+NEAR_PLANE = 0.01
+FAR_PLANE = 200.0
+#: The OpenGL version the shaders need (3.3 core).
+GL_VERSION = 330
+
+PLATFORM_ENV_VAR = "RENDERD_PLATFORM"
+GLX_PLATFORMS = frozenset({"Linux64"})
+
+_VERTEX_SHADER = """
+#version 330
+uniform vec3 eye;
+uniform vec3 right;
+uniform vec3 up;
+uniform vec3 fwd;
+uniform vec2 scale;
+uniform vec2 depth_map;
+in vec3 in_pos;
+in vec3 in_color;
+in vec3 in_id;
+in float in_shade;
+in float in_floor;
+out vec3 v_world;
+out float v_depth;
+flat out vec3 v_color;
+flat out vec3 v_id;
+flat out float v_shade;
+flat out float v_floor;
+void main() {
+    vec3 d = in_pos - eye;
+    float z = dot(d, fwd);
+    v_world = in_pos;
+    v_depth = z;
+    v_color = in_color;
+    v_id = in_id;
+    v_shade = in_shade;
+    v_floor = in_floor;
+    gl_Position = vec4(dot(d, right) * scale.x, dot(d, up) * scale.y, z * depth_map.x + depth_map.y, z);
+}
+"""
+
+_FRAGMENT_SHADER = """
+#version 330
+uniform float tile;
+uniform float floor_dark;
+uniform float falloff;
+in vec3 v_world;
+in float v_depth;
+flat in vec3 v_color;
+flat in vec3 v_id;
+flat in float v_shade;
+flat in float v_floor;
+layout(location = 0) out vec4 out_rgb;
+layout(location = 1) out vec4 out_id;
+layout(location = 2) out float out_depth;
+void main() {
+    float shade = v_shade;
+    if (v_floor > 0.5) {
+        float parity = mod(floor(v_world.x / tile) + floor(v_world.z / tile), 2.0);
+        shade = parity == 1.0 ? floor_dark : 1.0;
+    }
+    shade *= 1.0 / (1.0 + falloff * v_depth);
+    out_rgb = vec4(floor(v_color * shade) / 255.0, 1.0);
+    out_id = vec4(v_id / 255.0, 1.0);
+    out_depth = v_depth;
+}
+"""
+
+
+class GLUnavailable(RuntimeError):
+    """No OpenGL context can be created under this platform (the reason is in the message)."""
+
+
+def _create_context(platform: str | None, device_index: int | None):  # -> moderngl.Context
+    try:
+        import moderngl
+    except ImportError as exc:
+        raise GLUnavailable(f"the gl renderer needs moderngl (pip install 'renderd[gl]'): {exc}") from exc
+    display = os.environ.get("DISPLAY")
+    if platform in GLX_PLATFORMS:
+        if not display:
+            raise GLUnavailable(
+                f"{PLATFORM_ENV_VAR}={platform} renders through GLX on an X display, but DISPLAY is not set "
+                "(renderd sets it for Linux64; check the platform selection)"
+            )
+        where = f"GLX on DISPLAY={display}"
+        kwargs: dict[str, object] = {}
+    else:
+        where = "EGL (no display)" + (f", device {device_index}" if device_index is not None else "")
+        kwargs = {"backend": "egl"}
+        if device_index is not None:
+            kwargs["device_index"] = device_index
+    try:
+        ctx = moderngl.create_standalone_context(require=GL_VERSION, **kwargs)
+    except Exception as exc:  # moderngl raises bare Exception for every context failure
+        raise GLUnavailable(
+            f"cannot create an OpenGL {GL_VERSION // 100}.{GL_VERSION // 10 % 10} context through {where} "
+            f"(platform {platform or 'unset'}): {exc}"
+        ) from exc
+    return ctx, where
+
+
+def _scene_vertices(scene: Scene) -> np.ndarray:
+    """Two triangles per visible face, interleaved: position(3), colour(3), id colour(3), shade, floor."""
+    rows: list[list[float]] = []
+    for index, part in enumerate(scene.parts()):
+        lo, hi = part.lo, part.hi
+        color = [float(c) for c in part.color]
+        id_color = [float(c) for c in part.id_color]
+        is_floor = 1.0 if index == 0 else 0.0
+        flat_axes = [a for a in range(3) if part.size[a] == 0.0]
+        faces = [(a, lo[a]) for a in flat_axes] if flat_axes else [(a, c) for a in range(3) for c in (lo[a], hi[a])]
+        for axis, value in faces:
+            b, d = [x for x in range(3) if x != axis]
+            corners = []
+            for cb, cd in ((lo[b], lo[d]), (hi[b], lo[d]), (hi[b], hi[d]), (lo[b], hi[d])):
+                p = [0.0, 0.0, 0.0]
+                p[axis], p[b], p[d] = value, cb, cd
+                corners.append(p)
+            for k in (0, 1, 2, 0, 2, 3):
+                rows.append(corners[k] + color + id_color + [FACE_SHADE[axis], is_floor])
+    return np.asarray(rows, dtype="f4")
+
+
+class GLRenderer:
+    """Renders :class:`RenderState` frames with OpenGL; the same interface as ``NumpyRenderer``.
+
+    Raises :class:`GLUnavailable` from the constructor when no context can be had under the platform
+    (``platform`` defaults to ``$RENDERD_PLATFORM``).
+    """
+
+    name = "gl"
+
+    def __init__(self, *, device_index: int | None = None, platform: str | None = None) -> None:
+        self.device_index = device_index
+        self.platform = platform if platform is not None else (os.environ.get(PLATFORM_ENV_VAR) or None)
+        self.ctx, self.where = _create_context(self.platform, device_index)
+        info = self.ctx.info
+        log.info(
+            "OpenGL through %s: %s, %s, %s",
+            self.where, info.get("GL_RENDERER"), info.get("GL_VENDOR"), info.get("GL_VERSION"),
+        )
+        self.program = self.ctx.program(vertex_shader=_VERTEX_SHADER, fragment_shader=_FRAGMENT_SHADER)
+        self.program["tile"].value = FLOOR_TILE
+        self.program["floor_dark"].value = FLOOR_DARK
+        self.program["falloff"].value = DEPTH_FALLOFF
+        self._scenes: dict[Scene, object] = {}
+        self._fbo = None
+        self._fbo_size: tuple[int, int] | None = None
+        self._attachments: list[object] = []
+        self._last: tuple[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+
+    @property
+    def gl_renderer(self) -> str:
+        """The driver's GL_RENDERER string (``llvmpipe ...`` for Mesa's software rasteriser)."""
+        return str(self.ctx.info.get("GL_RENDERER"))
+
+    def _vao(self, scene: Scene):
+        vao = self._scenes.get(scene)
+        if vao is None:
+            vbo = self.ctx.buffer(_scene_vertices(scene).tobytes())
+            vao = self.ctx.vertex_array(
+                self.program,
+                [(vbo, "3f 3f 3f 1f 1f", "in_pos", "in_color", "in_id", "in_shade", "in_floor")],
+            )
+            self._scenes[scene] = vao
+        return vao
+
+    def _framebuffer(self, width: int, height: int):
+        if self._fbo_size != (width, height):
+            self._release_fbo()
+            size = (width, height)
+            rgb = self.ctx.renderbuffer(size, components=4)
+            ids = self.ctx.renderbuffer(size, components=4)
+            depth = self.ctx.renderbuffer(size, components=1, dtype="f4")
+            zbuffer = self.ctx.depth_renderbuffer(size)
+            self._attachments = [rgb, ids, depth, zbuffer]
+            self._fbo = self.ctx.framebuffer(color_attachments=[rgb, ids, depth], depth_attachment=zbuffer)
+            self._fbo_size = size
+        return self._fbo
+
+    def _release_fbo(self) -> None:
+        if self._fbo is not None:
+            self._fbo.release()
+        for attachment in self._attachments:
+            attachment.release()
+        self._fbo = None
+        self._attachments = []
+        self._fbo_size = None
+
+    def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size."""
+        if state.width <= 0 or state.height <= 0:
+            raise ValueError(f"cannot render a {state.width} x {state.height} image")
+        if self._last is not None and self._last[0] == state:
+            return self._last[1]
+        w, h = state.width, state.height
+        fbo = self._framebuffer(w, h)
+        fbo.use()
+        self.ctx.viewport = (0, 0, w, h)
+        self.ctx.enable_only(self.ctx.DEPTH_TEST)
+        fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
+        right, up, forward = camera_basis(state.yaw, state.pitch)
+        tan_half = math.tan(math.radians(state.fov) / 2)
+        p = self.program
+        p["eye"].value = tuple(float(c) for c in state.position)
+        p["right"].value = tuple(float(c) for c in right)
+        p["up"].value = tuple(float(c) for c in up)
+        p["fwd"].value = tuple(float(c) for c in forward)
+        p["scale"].value = (1.0 / (tan_half * w / h), 1.0 / tan_half)
+        n, f = NEAR_PLANE, FAR_PLANE
+        p["depth_map"].value = ((f + n) / (f - n), -2.0 * f * n / (f - n))
+        self._vao(state.scene).render()
+        rgb = np.frombuffer(fbo.read(components=3, attachment=0, alignment=1), dtype=np.uint8).reshape(h, w, 3)
+        ids = np.frombuffer(fbo.read(components=3, attachment=1, alignment=1), dtype=np.uint8).reshape(h, w, 3)
+        depth = np.frombuffer(fbo.read(components=1, attachment=2, alignment=1, dtype="f4"), dtype=np.float32).reshape(h, w)
+        frame = (rgb[::-1], depth[::-1], ids[::-1])  # GL rows are bottom-up; frombuffer views are read-only
+        self._last = (state, frame)
+        return frame
+
+    def close(self) -> None:
+        """Release the GL objects and the context. Idempotent."""
+        if self.ctx is None:
+            return
+        self._release_fbo()
+        for vao in self._scenes.values():
+            vao.release()
+        self._scenes.clear()
+        self.program.release()
+        self.ctx.release()
+        self.ctx = None
+        self._last = None
