@@ -12,7 +12,7 @@ from __future__ import annotations
 from renderd.platforms.base import HEADLESS_ARGS, PLATFORM_ENV_VAR, Platform, Selection
 from renderd.platforms.registry import PLATFORMS, get_platform
 from renderd.platforms.request import PLATFORM_NAMES, PlatformReport, PlatformRequest
-from renderd.platforms.selection import check, select
+from renderd.platforms.selection import Decision, check, decide, describe_request, select
 
 __all__ = [
     "HEADLESS_ARGS",
@@ -23,7 +23,10 @@ __all__ = [
     "PlatformReport",
     "PlatformRequest",
     "Selection",
+    "Decision",
     "check",
+    "decide",
+    "describe_request",
     "get_platform",
     "select",
 ]

@@ -23,14 +23,11 @@ class CloudRendering(Platform):
         env = request.environ()
         probe = vulkan.probe_vulkan(env)
         if not probe.ok:
-            return self.report(request, [f"Vulkan is not usable: {probe.error}; fix: {vulkan.INSTALL_HINT}"])
+            return self.report(request, [f"Vulkan is not usable: {probe.error}; fix: {probe.fix}"])
         if not probe.devices:
             return self.report(
                 request,
-                [
-                    "the Vulkan loader works but lists no physical device; fix: install a driver "
-                    "(apt-get install mesa-vulkan-drivers for the CPU device lavapipe, or the NVIDIA driver)"
-                ],
+                [f"the Vulkan loader works but lists no physical device; fix: {vulkan.DRIVER_FIX}"],
                 vulkan_api=probe.api_version,
             )
         devices = list(probe.devices)

@@ -1,4 +1,5 @@
-"""Choosing a platform: :func:`check` asks every platform, :func:`select` walks the candidates.
+"""Choosing a platform: :func:`check` asks every platform, :func:`decide` walks the candidates,
+:func:`select` prepares the winner.
 
 ``platform="auto"`` on Linux (see docs/platforms.md)::
 
@@ -14,6 +15,8 @@ On macOS ``auto`` means OSXIntel64. ``headless`` is never a fallback: it renders
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 from renderd.errors import PlatformError
 from renderd.platforms.base import Selection
@@ -24,7 +27,7 @@ log = logging.getLogger(__name__)
 
 HEADLESS_NOTE = (
     "headless was not tried: it renders no images; ask for platform='headless' (or headless=True) "
-    "if none are wanted"
+    "if none are wanted."
 )
 
 
@@ -35,69 +38,98 @@ def check(request: PlatformRequest) -> list[PlatformReport]:
     return [get_platform(name).check(request) for name in PLATFORMS]
 
 
+@dataclass
+class Decision:
+    """What selection decided without preparing anything: the chosen report (None: no platform can
+    serve the request), the reports of the candidates considered, and a note for the error."""
+
+    chosen: PlatformReport | None
+    considered: list[PlatformReport]
+    note: str = ""
+    shown: list[PlatformReport] | None = None
+
+    def error(self, request: PlatformRequest) -> PlatformError:
+        """The :class:`PlatformError` for a decision without a winner: each candidate's reasons and fixes."""
+        lines = [f"No platform can serve {describe_request(request)}."]
+        lines += [r.describe() for r in (self.shown if self.shown is not None else self.considered)]
+        if self.note:
+            lines.append(self.note)
+        lines.append("Run `renderd doctor` to see every platform's state.")
+        return PlatformError("\n".join(lines), reports=self.considered)
+
+
+def decide(request: PlatformRequest, reports: Mapping[str, PlatformReport] | None = None) -> Decision:
+    """Walk the candidates for ``request`` (see the module docstring) without preparing anything.
+    ``reports`` may hold checks already made for the same request (``renderd doctor`` passes them)."""
+    known = dict(reports or {})
+
+    def get(name: str) -> PlatformReport:
+        if name not in known:
+            known[name] = get_platform(name).check(request)
+        return known[name]
+
+    if request.platform != "auto":
+        report = get(request.platform)
+        if report.valid:
+            return Decision(report, [report])
+        others = [get(name) for name in PLATFORMS if name not in (request.platform, "headless")]
+        usable = [r for r in others if r.valid]
+        note = ""
+        if usable:
+            note = "Platforms that can serve this request: " + ", ".join(
+                r.name + (f" ({r.details['display']})" if r.details.get("display") else "") for r in usable
+            ) + " (or platform='auto')."
+        return Decision(None, [report, *others], note, shown=[report])
+    if request.headless:
+        report = get("headless")
+        return Decision(report, [report])
+    if request.system == "Darwin":
+        report = get("OSXIntel64")
+        return Decision(report if report.valid else None, [report])
+    if request.system != "Linux":
+        considered = [get(name) for name in PLATFORMS if name != "headless"]
+        return Decision(None, considered, f"renderd knows no platform for {request.system}.")
+
+    linux = get("Linux64")
+    if linux.valid and not linux.details.get("managed"):
+        return Decision(linux, [linux])
+    if request.display_given:
+        note = f"x_display={request.x_display!r} was given, so only Linux64 was considered."
+        return Decision(linux if linux.valid else None, [linux], note)
+    cloud = get("CloudRendering")
+    if cloud.valid:
+        return Decision(cloud, [linux, cloud])
+    if linux.valid:
+        return Decision(linux, [linux, cloud])
+    return Decision(None, [linux, cloud], HEADLESS_NOTE)
+
+
 def select(request: PlatformRequest) -> Selection:
     """The platform that serves ``request``, prepared for launching (a managed display is acquired here
     and held until :meth:`Selection.release`).
 
-    Raises :class:`PlatformError` (with ``.reports``) when no candidate can serve it; the message lists
-    every candidate's reasons and what to install.
+    Raises :class:`PlatformError` (with ``.reports``) when no candidate can serve it, or when the chosen
+    platform cannot be prepared (a managed Xvfb that fails to start); the message lists every
+    candidate's reasons and what to install.
     """
-    if request.platform != "auto":
-        return _select_named(request)
-    if request.headless:
-        return _prepare(request, get_platform("headless").check(request))
-    if request.system == "Darwin":
-        report = get_platform("OSXIntel64").check(request)
-        if report.valid:
-            return _prepare(request, report)
-        raise _error(request, [report], "")
-    if request.system != "Linux":
-        reports = check(request)
-        raise _error(request, [r for r in reports if r.name != "headless"], f"renderd knows no platform for {request.system}.")
-
-    linux = get_platform("Linux64").check(request)
-    if linux.valid and not linux.details.get("managed"):
-        return _prepare(request, linux)
-    if request.display_given:
-        if linux.valid:
-            return _prepare(request, linux)
-        raise _error(request, [linux], f"x_display={request.x_display!r} was given, so only Linux64 was considered.")
-    cloud = get_platform("CloudRendering").check(request)
-    if cloud.valid:
-        return _prepare(request, cloud)
-    if linux.valid:
-        return _prepare(request, linux)
-    raise _error(request, [linux, cloud], HEADLESS_NOTE)
-
-
-def _select_named(request: PlatformRequest) -> Selection:
-    report = get_platform(request.platform).check(request)
-    if report.valid:
-        return _prepare(request, report)
-    others = [get_platform(name).check(request) for name in PLATFORMS if name not in (request.platform, "headless")]
-    usable = [r for r in others if r.valid]
-    hint = ""
-    if usable:
-        hint = "Platforms that can serve this request: " + ", ".join(
-            f"{r.name}" + (f" ({r.details['display']})" if r.details.get("display") else "") for r in usable
-        ) + " (or platform='auto')."
-    raise _error(request, [report, *others], hint, shown=[report])
-
-
-def _prepare(request: PlatformRequest, report: PlatformReport) -> Selection:
+    decision = decide(request)
+    if decision.chosen is None:
+        raise decision.error(request)
+    report = decision.chosen
     try:
         selection = get_platform(report.name).prepare(request, report)
     except PlatformError as exc:
         failed = PlatformReport(report.name, False, [str(exc)], report.instructions, report.details)
         raise PlatformError(
-            f"{report.name} was chosen for {_describe(request)} but could not be prepared: {exc}",
+            f"{report.name} was chosen for {describe_request(request)} but could not be prepared: {exc}",
             reports=[failed],
         ) from exc
-    log.info("platform %s selected for %s (%s)", selection.name, _describe(request), selection.env)
+    log.info("platform %s selected for %s (env %s, args %s)", selection.name, describe_request(request), selection.env, selection.args)
     return selection
 
 
-def _describe(request: PlatformRequest) -> str:
+def describe_request(request: PlatformRequest) -> str:
+    """The request in a few words, for messages."""
     text = f"{request.width}x{request.height} on {request.system}, platform={request.platform!r}"
     if request.x_display is not None:
         text += f", x_display={request.x_display!r}"
@@ -106,18 +138,3 @@ def _describe(request: PlatformRequest) -> str:
     if request.headless:
         text += ", headless"
     return text
-
-
-def _error(
-    request: PlatformRequest,
-    reports: list[PlatformReport],
-    note: str,
-    *,
-    shown: list[PlatformReport] | None = None,
-) -> PlatformError:
-    lines = [f"No platform can serve {_describe(request)}."]
-    lines += [r.describe() for r in (shown if shown is not None else reports)]
-    if note:
-        lines.append(note)
-    lines.append("Run `renderd doctor` to see every platform's state.")
-    return PlatformError("\n".join(lines), reports=reports)

@@ -36,6 +36,13 @@ INSTALL_HINT = (
     "NVIDIA_DRIVER_CAPABILITIES=graphics,utility,compute)"
 )
 
+LOADER_FIX = "install the Vulkan loader: apt-get install libvulkan1 (and a driver: mesa-vulkan-drivers or the NVIDIA driver)"
+DRIVER_FIX = (
+    "install a Vulkan driver: apt-get install mesa-vulkan-drivers (lavapipe, on the CPU) or the NVIDIA driver "
+    "with its Vulkan ICD (in containers: NVIDIA_DRIVER_CAPABILITIES must include graphics)"
+)
+DRIVER_BROKEN_FIX = "check the driver with `vulkaninfo --summary`; reinstall or update it"
+
 _PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vkprobe.py")
 _PROBE_MARKER = "RENDERD-VULKAN-PROBE"
 
@@ -60,6 +67,7 @@ class VulkanProbe:
     ok: bool
     devices: list[VulkanDevice] = field(default_factory=list)
     error: str = ""
+    fix: str = ""
     api_version: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -98,34 +106,44 @@ def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
     try:
         outcome = run_probe(_PROBE_SCRIPT, [], marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True)
     except OSError as exc:
-        return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}")
+        return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}", fix="check the Python installation")
     if outcome.answer is None:
         error = f"the Vulkan driver broke the probe: {outcome.failure}"
         if outcome.stderr:
             error += f" (it said: {outcome.stderr.splitlines()[-1]})"
-        return VulkanProbe(False, error=error)
+        return VulkanProbe(False, error=error, fix=DRIVER_BROKEN_FIX)
     answer = outcome.answer
     if not answer.get("ok"):
+        stage = answer.get("stage")
         error = str(answer.get("error", "unknown failure"))
-        hint = _icd_hint(env) if answer.get("stage") == "vkCreateInstance" else ""
-        return VulkanProbe(False, error=error + hint, api_version=str(answer.get("api_version", "")), raw=answer)
+        if stage == "loader":
+            fix = LOADER_FIX
+        elif stage == "vkCreateInstance":
+            hint, fix = _icd_hint(env)
+            error += hint
+        else:
+            fix = DRIVER_BROKEN_FIX
+        return VulkanProbe(False, error=error, fix=fix, api_version=str(answer.get("api_version", "")), raw=answer)
     devices = [
         VulkanDevice(int(d["index"]), str(d["name"]), str(d.get("type", "OTHER")), d.get("uuid"))
         for d in answer.get("devices", [])
     ]
     result = VulkanProbe(True, devices, api_version=str(answer.get("api_version", "")), raw=answer)
+    if not devices:
+        result.fix = DRIVER_FIX
     log.debug("Vulkan probe: %s", ", ".join(d.describe() for d in devices) or "no devices")
     return result
 
 
-def _icd_hint(env: Mapping[str, str]) -> str:
-    """Say which ICD manifests the environment names and which of them do not exist."""
+def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
+    """(what the environment says about ICD manifests, the fix) for a failing vkCreateInstance."""
     for var in ICD_ENV_VARS:
         value = env.get(var)
         if not value:
             continue
         missing = [p for p in value.split(os.pathsep) if p and not os.path.exists(p)]
+        fix = f"point {var} at an existing ICD manifest (see /usr/share/vulkan/icd.d/) or unset it"
         if missing:
-            return f" (no Vulkan driver found: {var}={value} names {', '.join(missing)}, which does not exist)"
-        return f" (no usable Vulkan driver among {var}={value})"
-    return " (no Vulkan driver (ICD) was found)"
+            return f" (no Vulkan driver found: {var}={value} names {', '.join(missing)}, which does not exist)", fix
+        return f" (no usable Vulkan driver among {var}={value})", fix
+    return " (no Vulkan driver (ICD) was found)", DRIVER_FIX
