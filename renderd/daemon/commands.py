@@ -1,0 +1,168 @@
+"""``renderd start`` (the daemon, in the foreground) and ``renderd status`` (what a running daemon is doing)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+from renderd.config import ConfigError, default_config, load
+
+__all__ = ["start", "status", "configure_logging", "format_status"]
+
+log = logging.getLogger("renderd.daemon")
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+# syslog priorities (sd-daemon(3)) by logging level, for journald's "<N>" line prefixes.
+_PRIORITIES = ((logging.CRITICAL, 2), (logging.ERROR, 3), (logging.WARNING, 4), (logging.INFO, 6), (0, 7))
+
+
+class JournalFormatter(logging.Formatter):
+    """``<priority>logger: message`` on every line, which journald turns into the entry's priority."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        prio = next(p for level, p in _PRIORITIES if record.levelno >= level)
+        text = f"{record.name}: {record.getMessage()}"
+        if record.exc_info:
+            text += "\n" + self.formatException(record.exc_info)
+        return "\n".join(f"<{prio}>{line}" for line in text.splitlines() or [""])
+
+
+def _stderr_is_journal() -> bool:
+    """True when stderr is connected to journald (systemd sets ``JOURNAL_STREAM=dev:ino`` for it)."""
+    value = os.environ.get("JOURNAL_STREAM", "")
+    dev, _, ino = value.partition(":")
+    if not (dev.isdigit() and ino.isdigit()):
+        return False
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return st.st_dev == int(dev) and st.st_ino == int(ino)
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr: journald priority prefixes under systemd, ``LEVEL name: message`` otherwise."""
+    handler = logging.StreamHandler(sys.stderr)
+    if _stderr_is_journal():
+        handler.setFormatter(JournalFormatter())
+    else:
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    root.addHandler(handler)
+    root.setLevel(getattr(logging, level.upper()))
+    if root.level > logging.DEBUG:
+        logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" noise
+
+
+def _abspath(value: str | None) -> str | None:
+    return os.path.abspath(value) if value else None
+
+
+@click.command("start")
+@click.option("-c", "--config", "config_path", metavar="CONFIG", type=click.Path(dir_okay=False),
+              help="TOML configuration (docs/configuration.md). Without it: environment `demo` on renderd-player.")
+@click.option("--socket", metavar="PATH", help="Control socket (overrides [daemon] socket).")
+@click.option("--runtime-dir", metavar="DIR", help="Directory for pipes, logs and the lock (overrides [daemon] runtime_dir).")
+@click.option("--http", metavar="HOST:PORT", help="HTTP listener for transport = \"http\" players (overrides [daemon] http).")
+@click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info", show_default=True,
+              help="Least important messages to log.")
+def start(config_path: str | None, socket: str | None, runtime_dir: str | None, http: str | None, log_level: str) -> None:
+    """Run the renderd daemon in the foreground until SIGTERM or SIGINT (SIGHUP reloads CONFIG).
+
+    Keeps every environment at its wanted number of ready players, leases them to clients over the
+    control socket, and restarts players that die. Logs go to stderr (journald-friendly under systemd);
+    with NOTIFY_SOCKET set, READY=1 is sent once the players are ready.
+    """
+    configure_logging(log_level)
+    from renderd.daemon.service import Daemon, DaemonError
+
+    overrides = {"socket": _abspath(socket), "runtime_dir": _abspath(runtime_dir), "http": http}
+    try:
+        config = load(config_path) if config_path else default_config()
+        config = config.with_daemon(**overrides)
+    except ConfigError as exc:
+        log.error("%s", exc)
+        raise click.ClickException(str(exc)) from None
+    try:
+        code = Daemon(config, config_path=config_path, overrides=overrides).run()
+    except DaemonError as exc:
+        log.error("%s", exc)
+        raise click.ClickException(str(exc)) from None
+    log.info("stopped")
+    sys.exit(code)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = int(seconds)
+    if s < 60:
+        return f"{seconds:.1f}s" if seconds < 10 else f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) -> str:
+    """The table ``renderd status`` prints."""
+    lines = [
+        f"renderd {health.get('version', '?')} pid {health.get('pid')} {health.get('status')}, "
+        f"up {_duration(health.get('uptime'))}"
+    ]
+    header = ("ENVIRONMENT", "PLAYER", "STATE", "PID", "UPTIME", "RESTARTS", "LEASE")
+    rows: list[tuple[str, ...]] = []
+    notes: list[str] = []
+    for env in environments:
+        name = env["name"] + (" (removing)" if env.get("removing") else "")
+        if not env["players"]:
+            rows.append((name, "-", f"wanted {env['wanted']}", "-", "-", "-", "-"))
+        for p in env["players"]:
+            lease = p.get("lease")
+            lease_text = f"client pid {lease['client_pid']} for {_duration(lease['duration'])}" if lease else "-"
+            rows.append((
+                name, str(p["index"]), p["state"], str(p["pid"] or "-"), _duration(p.get("uptime")),
+                str(p["restarts"]), lease_text,
+            ))
+            if p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
+                notes.append(f"{env['name']}[{p['index']}] {p['state']}: {p['reason']}")
+    if not environments:
+        lines.append("no environments")
+        return "\n".join(lines)
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    lines += notes
+    return "\n".join(lines)
+
+
+@click.command("status")
+@click.option("--socket", metavar="PATH", help="The daemon's socket (default: $RENDERD_SOCKET, else the default path).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
+def status(socket: str | None, as_json: bool) -> None:
+    """Show a running daemon's environments and players: pid, state, uptime, restarts, lease.
+
+    Exits 1 when the daemon cannot be reached.
+    """
+    from renderd.daemon.client import ControlClient
+    from renderd.errors import RenderdError
+
+    client = ControlClient(socket)
+    try:
+        health = client.health()
+        environments = client.environments()
+    except RenderdError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"daemon": health, "environments": environments}, indent=2))
+    else:
+        click.echo(format_status(health, environments))

@@ -1,0 +1,456 @@
+"""The daemon process: runtime directories, the lock, the control socket, signals, systemd, cleanup.
+
+:class:`Daemon` puts the pieces together for ``renderd start``::
+
+    runtime_dir (0700) + renderd.lock (flock: one daemon per runtime_dir)
+    control socket: refuse if another daemon answers on it, remove it if stale; directory 0700, socket 0600
+    waitress serves the control API (renderd.daemon.api) on the socket, in a thread
+    optional HTTP listener for transport = "http" players (renderd.transport.http), in a thread
+    signals -> wake-up pipe: SIGTERM/SIGINT stop, SIGHUP reload, SIGCHLD wake
+    Supervisor.run() on the main thread until stopped
+    cleanup: players, managed Xvfb, pipes, socket, lock and every directory it created
+
+Every file and directory the daemon creates is removed when it stops gracefully.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import signal
+import socket
+import stat
+import threading
+import time
+from typing import Any
+
+from renderd.config import Config, EnvironmentConfig, load, parse_http_address
+from renderd.daemon.notify import Notifier, watchdog_interval
+from renderd.daemon.supervisor import Player, Supervisor
+from renderd.errors import ConfigError, RenderdError, os_error_message
+
+__all__ = ["Daemon", "DaemonError", "LOCK_NAME"]
+
+log = logging.getLogger(__name__)
+
+#: The lock file in ``runtime_dir`` that one daemon holds (``flock``) for its whole life.
+LOCK_NAME = "renderd.lock"
+#: Seconds to wait for an existing socket to answer before calling it stale.
+SOCKET_PROBE_TIMEOUT = 2.0
+#: Seconds the control API's threads get to finish their requests at stop.
+API_STOP_TIMEOUT = 5.0
+#: Seconds waitress keeps an idle control connection open.
+API_CHANNEL_TIMEOUT = 60
+
+
+class DaemonError(RenderdError):
+    """The daemon cannot start (another one runs, a directory cannot be made, the socket is taken)."""
+
+
+class _Platforms:
+    """Turns an environment's configuration into a platform selection (renderd.platforms)."""
+
+    def select(self, config: EnvironmentConfig) -> Any:
+        from renderd.platforms import PlatformRequest, select
+
+        request = PlatformRequest(
+            platform=config.platform,
+            width=config.width,
+            height=config.height,
+            x_display=config.x_display,
+            headless=config.platform == "headless",
+            gpus=tuple(config.gpus),
+            executable=config.argv[0],
+            env=dict(config.env),
+        )
+        return select(request)
+
+    def shutdown(self) -> None:
+        """Stop every managed display (Xvfb) this process started."""
+        import sys
+
+        xvfb = sys.modules.get("renderd.platforms.xvfb")
+        if xvfb is not None:
+            xvfb.DisplayManager.default().shutdown()
+
+
+class _HttpPlayers:
+    """The daemon's HTTP listener for ``transport = "http"`` players (renderd.transport.http).
+
+    For each player: a bridge registered under a fresh token (given to the player as
+    ``AI2THOR_CLIENT_TOKEN``) and a pump that puts the bridge's stream onto the player's FIFO pair, so a
+    leased client opens the pipes exactly as for a FIFO player and the daemon's readiness check reads
+    the first frame from ``server.pipe`` as usual.
+    """
+
+    def __init__(self, address: str, players: int) -> None:
+        from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+
+        host, port = parse_http_address(address)
+        self.registry = PlayerBridgeRegistry()
+        self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players)
+        self._pumps: dict[int, Any] = {}
+
+    def start(self) -> None:
+        self.server.start()
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return self.server.host, self.server.port
+
+    def register(self, player: Player) -> dict[str, Any]:
+        """Register ``player`` (its FIFO pair exists, the process does not yet): returns host, port, token."""
+        from renderd.transport import http as http_transport
+
+        assert player.pair is not None
+        name = f"{player.environment.name}[{player.index}]"
+        bridge = self.registry.register(name=name, alive=lambda: player.proc is None or player.proc.poll() is None)
+        pump_cls = getattr(http_transport, "FifoPump", None)
+        if pump_cls is None:
+            self.registry.unregister(bridge)
+            raise RenderdError("this renderd has no HTTP-to-FIFO pump (renderd.transport.http.FifoPump)")
+        pump = pump_cls(bridge, player.pair.server_path, player.pair.client_path)
+        start = getattr(pump, "start", None)
+        if start is not None:
+            start()
+        player.http_token = bridge.token
+        player.http_bridge = bridge
+        self._pumps[id(player)] = pump
+        host, port = self.address
+        return {"host": host, "port": port, "token": bridge.token}
+
+    def unregister(self, player: Player) -> None:
+        pump = self._pumps.pop(id(player), None)
+        bridge, player.http_bridge = player.http_bridge, None
+        if bridge is not None:
+            self.registry.unregister(bridge)
+        if pump is not None:
+            for method in ("stop", "close"):
+                fn = getattr(pump, method, None)
+                if fn is not None:
+                    fn()
+                    break
+
+    def stop(self) -> None:
+        self.server.stop()
+
+
+class _ControlServer:
+    """waitress serving the control API on the unix socket, on a thread of its own."""
+
+    def __init__(self, app: Any, path: str, threads: int) -> None:
+        import waitress
+
+        self.path = path
+        self.server = waitress.create_server(
+            app,
+            unix_socket=path,
+            unix_socket_perms="600",
+            threads=threads,
+            ident="renderd",
+            channel_timeout=API_CHANNEL_TIMEOUT,
+            expose_tracebacks=False,
+            clear_untrusted_proxy_headers=True,
+            asyncore_use_poll=True,
+        )
+        self.thread = threading.Thread(target=self._run, name="renderd-api", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.server.run()
+        except Exception:
+            log.exception("the control API server stopped on an error")
+
+    def stop(self) -> None:
+        import waitress.wasyncore
+
+        server = self.server
+        done = threading.Event()
+
+        def close_all() -> None:  # on the server's own loop thread: asyncore maps are not thread-safe
+            try:
+                waitress.wasyncore.close_all(server._map, ignore_all=True)
+            finally:
+                done.set()
+
+        try:
+            server.trigger.pull_trigger(close_all)
+        except OSError:
+            done.set()
+        done.wait(API_STOP_TIMEOUT)
+        self.thread.join(API_STOP_TIMEOUT)
+        server.task_dispatcher.shutdown(timeout=API_STOP_TIMEOUT)
+
+
+class Daemon:
+    """One run of ``renderd start``. :meth:`run` returns the process exit status.
+
+    ``config`` is already loaded (command-line overrides applied); ``config_path`` is re-read on SIGHUP
+    (with the same ``overrides``). Raises DaemonError from :meth:`run` when it cannot start.
+    """
+
+    def __init__(self, config: Config, *, config_path: str | None = None, overrides: dict[str, Any] | None = None):
+        self.config = config
+        self.config_path = config_path
+        self.overrides = dict(overrides or {})
+        self.notifier = Notifier()
+        self._created: list[str] = []  # directories this daemon created, innermost last
+        self._lock_fd: int | None = None
+        self._lock_path: str | None = None
+        self._socket_bound = False
+        self._watchdog = watchdog_interval()
+        self._next_watchdog = 0.0
+        self.supervisor: Supervisor | None = None
+
+    # -- directories and the lock ------------------------------------------------------------------------
+    def _make_private_dir(self, path: str, *, must_own: bool = True) -> None:
+        """Create ``path`` (and missing parents) with mode 0700, remembering what was created.
+
+        An existing directory is never changed: it must belong to this user when ``must_own``, and a mode
+        that lets others in is reported (what renderd puts inside is private in any case).
+        """
+        missing = []
+        p = os.path.abspath(path)
+        while not os.path.exists(p):
+            missing.append(p)
+            p = os.path.dirname(p)
+        for d in reversed(missing):
+            try:
+                os.mkdir(d, 0o700)
+            except FileExistsError:
+                continue
+            except OSError as exc:
+                raise DaemonError(os_error_message(exc, "cannot create the directory")) from exc
+            os.chmod(d, 0o700)  # whatever the umask
+            self._created.append(d)
+        try:
+            st = os.stat(path)
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, "cannot use the directory")) from exc
+        if not stat.S_ISDIR(st.st_mode):
+            raise DaemonError(f"{path} exists and is not a directory")
+        if must_own and st.st_uid != os.geteuid():
+            raise DaemonError(
+                f"{path} belongs to uid {st.st_uid}, not to this user ({os.geteuid()}); renderd keeps its pipes "
+                "and logs only in directories of its own"
+            )
+        mode = stat.S_IMODE(st.st_mode)
+        if path not in self._created and mode & 0o077:
+            log.warning("%s has mode %04o: others can look inside (renderd's own files in it are private)", path, mode)
+
+    def _lock(self, runtime_dir: str) -> None:
+        path = os.path.join(runtime_dir, LOCK_NAME)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                os.close(fd)
+                raise DaemonError(os_error_message(exc, f"cannot lock {path}")) from exc
+            try:
+                other = os.pread(fd, 32, 0).decode().strip() or "unknown"
+            except OSError:
+                other = "unknown"
+            os.close(fd)
+            raise DaemonError(
+                f"another renderd (pid {other}) is already running with runtime_dir {runtime_dir} "
+                f"(it holds {path}); stop it first, or give this one another --runtime-dir and --socket"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock_fd = fd
+        self._lock_path = path
+
+    def _check_socket(self, path: str) -> None:
+        """Refuse to start if a daemon answers on ``path``; remove it if it is a stale socket."""
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISSOCK(st.st_mode):
+            raise DaemonError(f"{path} exists and is not a socket; remove it or choose another --socket")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        probe.settimeout(SOCKET_PROBE_TIMEOUT)
+        try:
+            probe.connect(path)
+        except (ConnectionRefusedError, FileNotFoundError):
+            log.info("removing the stale socket %s (nothing answers on it)", path)
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            return
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, f"cannot check the existing socket {path}")) from exc
+        finally:
+            probe.close()
+        raise DaemonError(
+            f"another renderd is already serving on {path}; stop it first (`systemctl stop renderd`, or "
+            f"SIGTERM to its pid from `renderd status --socket {path}`), or choose another --socket"
+        )
+
+    # -- signals, systemd --------------------------------------------------------------------------------
+    def _install_signals(self, wakeup_fd: int) -> dict[int, Any]:
+        def queue_only(signum: int, frame: Any) -> None:  # the C handler already wrote signum to the pipe
+            pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, queue_only)
+        signal.set_wakeup_fd(wakeup_fd, warn_on_full_buffer=False)
+        return {
+            signal.SIGTERM: self._on_stop_signal,
+            signal.SIGINT: self._on_stop_signal,
+            signal.SIGHUP: self._reload,
+        }
+
+    def _restore_signals(self) -> None:
+        signal.set_wakeup_fd(-1)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+            signal.signal(sig, signal.SIG_DFL)
+
+    def _on_stop_signal(self) -> None:
+        assert self.supervisor is not None
+        if not self.supervisor.stopping:
+            log.info("stop requested by signal")
+            self.notifier.stopping("stopping")
+        self.supervisor.request_stop()
+
+    def _reload(self) -> None:
+        assert self.supervisor is not None
+        if self.config_path is None:
+            log.info("SIGHUP: no configuration file was given, nothing to reload")
+            return
+        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)}")
+        try:
+            config = load(self.config_path).with_daemon(**self.overrides)
+        except ConfigError as exc:
+            log.error("reload failed, keeping the running configuration: %s", exc)
+            self.notifier.notify("READY=1", f"STATUS=reload failed: {exc}")
+            return
+        log.info("reloading %s", self.config_path)
+        self.supervisor.reload(config)
+        self.notifier.notify("READY=1")
+
+    def _tick(self, now: float) -> float | None:
+        if self._watchdog is None:
+            return None
+        if now >= self._next_watchdog:
+            self.notifier.watchdog()
+            self._next_watchdog = now + self._watchdog
+        return max(0.0, self._next_watchdog - now)
+
+    # -- running -----------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Start, serve until SIGTERM/SIGINT, stop, clean up. Returns 0 after a graceful stop.
+
+        Raises DaemonError when it cannot start (nothing is left behind then).
+        """
+        cfg = self.config.daemon
+        api = http_players = None
+        platforms = _Platforms()
+        try:
+            self._make_private_dir(cfg.runtime_dir)
+            self._lock(cfg.runtime_dir)
+            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False)
+            self._check_socket(cfg.socket)
+            players_dir = os.path.join(cfg.runtime_dir, "players")
+            shutil.rmtree(players_dir, ignore_errors=True)  # left by a daemon that was killed
+            self._make_private_dir(players_dir)
+            log_dir = cfg.log_dir or os.path.join(cfg.runtime_dir, "logs")
+            created = len(self._created)
+            self._make_private_dir(log_dir)
+            if cfg.log_dir:
+                del self._created[created:]  # a configured log directory is kept after the daemon stops
+            if cfg.http:
+                n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
+                http_players = _HttpPlayers(cfg.http, max(1, n))
+                try:
+                    http_players.start()
+                except OSError as exc:
+                    http_players = None
+                    raise DaemonError(f"cannot start the HTTP listener: {exc}") from exc
+                log.info("HTTP players: listening on %s:%d", *http_players.address)
+            self.supervisor = Supervisor(
+                self.config,
+                players_dir=players_dir,
+                log_dir=log_dir,
+                platforms=platforms,
+                http=http_players,
+                on_ready=lambda: self.notifier.ready(),
+                on_status=self.notifier.status,
+                on_tick=self._tick,
+            )
+            from renderd.daemon.api import make_app
+
+            app = make_app(self.supervisor, http_listener=cfg.http)
+            try:
+                api = _ControlServer(app, cfg.socket, cfg.api_threads)
+            except OSError as exc:
+                raise DaemonError(os_error_message(exc, f"cannot listen on {cfg.socket}")) from exc
+            self._socket_bound = True
+            handlers = self._install_signals(self.supervisor.wakeup_fd)
+            self.supervisor._signal_handlers.update(handlers)
+            api.start()
+            log.info(
+                "renderd %s listening on %s (pid %d); environments: %s",
+                _version(), cfg.socket, os.getpid(), ", ".join(self.config.environments) or "none",
+            )
+            self.notifier.status("starting players")
+            if self.notifier.enabled:
+                self.notifier.notify(f"MAINPID={os.getpid()}")
+            self.supervisor.run()
+            return 0
+        finally:
+            if self.supervisor is not None and not self.supervisor.stopping:
+                # An error on the way up: nothing was started for good.
+                self.notifier.stopping()
+            self._restore_signals() if self.supervisor is not None else None
+            if api is not None:
+                api.stop()
+            if http_players is not None:
+                http_players.stop()
+            platforms.shutdown()
+            self._cleanup()
+            self.notifier.close()
+
+    def _cleanup(self) -> None:
+        cfg = self.config.daemon
+        if self._socket_bound:
+            try:
+                os.unlink(cfg.socket)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("%s", os_error_message(exc, "cannot remove the socket"))
+        players_dir = os.path.join(cfg.runtime_dir, "players")
+        if self._lock_fd is not None:
+            shutil.rmtree(players_dir, ignore_errors=True)
+            if not cfg.log_dir:
+                shutil.rmtree(os.path.join(cfg.runtime_dir, "logs"), ignore_errors=True)
+            if self._lock_path is not None:
+                try:
+                    os.unlink(self._lock_path)
+                except OSError:
+                    pass
+            os.close(self._lock_fd)
+            self._lock_fd = None
+        for d in reversed(self._created):
+            try:
+                os.rmdir(d)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:  # not empty: something else put files there; leave it
+                log.warning("%s", os_error_message(exc, "cannot remove a directory renderd created"))
+        self._created.clear()
+
+
+def _version() -> str:
+    from renderd import __version__
+
+    return __version__
