@@ -1,0 +1,569 @@
+"""The player process: its command line, its environment, and its life from spawn to reap.
+
+:func:`player_argv` and :func:`player_env` build what a Unity player (or ``renderd-player``) is started
+with, the way AI2-THOR starts its builds. :class:`PlayerProcess` spawns one player in its own process
+group with stdout and stderr appended to a per-player log, watches it through a pidfd (so a transport can
+``poll`` for its exit together with its pipes), stops it by escalating SIGTERM -> grace -> SIGKILL ->
+reap, and classifies every exit (exit code, or signal by name). :class:`LeasedPlayer` watches a player
+this process did not spawn (one leased from the daemon).
+
+Dying with the owner: by default the player is started with ``PR_SET_PDEATHSIG = SIGKILL`` so that if the
+owning process is SIGKILLed the player dies too. Linux delivers that signal when the *thread* that forked
+the player exits, so spawn long-lived players from a long-lived thread (the main thread, or the daemon's
+supervisor loop). The flag is set by a ``preexec_fn`` that only calls ``prctl`` and ``getppid``; Python
+documents ``preexec_fn`` as unsafe in the presence of threads because arbitrary code could need a lock
+another thread held at fork time. This one takes no lock, but pass ``die_with_parent=False`` if that
+matters more to you than orphan protection.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import psutil
+
+from renderd.errors import ConfigError, PlayerCrashed, RenderdError, describe_exit, os_error_message
+
+__all__ = [
+    "QUALITY_SETTINGS",
+    "DEFAULT_QUALITY",
+    "DEFAULT_STOP_GRACE",
+    "ENDPOINT_VARIABLES",
+    "resolve_executable",
+    "player_argv",
+    "player_env",
+    "PlayerWatch",
+    "PlayerProcess",
+    "LeasedPlayer",
+]
+
+log = logging.getLogger(__name__)
+
+#: Unity quality levels by the names AI2-THOR uses (``-screen-quality`` takes the number).
+QUALITY_SETTINGS: dict[str, int] = {
+    "DONOTUSE": 0,
+    "Very Low": 1,
+    "Low": 2,
+    "Medium": 3,
+    "MediumCloseFitShadows": 4,
+    "High": 5,
+    "Very High": 6,
+    "Ultra": 7,
+    "High WebGL": 8,
+}
+DEFAULT_QUALITY = "Ultra"
+
+#: Seconds between SIGTERM and SIGKILL when stopping a player.
+DEFAULT_STOP_GRACE = 5.0
+#: How long :meth:`PlayerProcess.stop` waits for the kernel to reap a SIGKILLed player.
+KILL_REAP_TIMEOUT = 5.0
+#: How much of the end of a log file is read to find its last lines.
+LOG_TAIL_BYTES = 64 * 1024
+#: Default number of log lines quoted in a :class:`PlayerCrashed`.
+LOG_TAIL_LINES = 20
+#: How often a watch without a pidfd polls for the player's exit.
+PID_POLL_INTERVAL = 0.05
+
+#: Variables that tell a player where its endpoints are; stale ones inherited from our own environment
+#: are dropped so a player never talks to somebody else's pipes.
+ENDPOINT_VARIABLES = (
+    "AI2THOR_SERVER_TYPE",
+    "AI2THOR_FIFO_SERVER_PIPE_PATH",
+    "AI2THOR_FIFO_CLIENT_PIPE_PATH",
+    "AI2THOR_HOST",
+    "AI2THOR_PORT",
+    "AI2THOR_CLIENT_TOKEN",
+)
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _load_prctl() -> Any:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):  # not Linux, or no prctl in this libc
+        return None
+    prctl.restype = ctypes.c_int
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    return prctl
+
+
+_prctl = _load_prctl()
+
+
+def _die_with_parent(parent_pid: int) -> Any:
+    """A ``preexec_fn`` that makes the child die with SIGKILL when its parent thread exits.
+
+    Prepared in the parent so the child only makes two system calls: no allocation, no lock.
+    """
+    prctl = _prctl
+    sigkill = int(signal.SIGKILL)
+
+    def preexec() -> None:
+        if prctl is not None:
+            prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
+        # The parent may have died between fork and prctl: then nobody would ever send the signal.
+        if os.getppid() != parent_pid:
+            os.kill(os.getpid(), sigkill)
+
+    return preexec
+
+
+# -- command line and environment ---------------------------------------------------------------------
+
+
+def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> list[str]:
+    """The argv prefix for ``executable`` (a path, a name, or an argv list) with an absolute program path.
+
+    A bare name is looked up first next to the running Python (its virtual environment's ``bin``, where
+    ``renderd-player`` lives), then on ``PATH``. Raises :class:`ConfigError` (key ``executable``) when
+    the program cannot be found or is not executable.
+    """
+    if isinstance(executable, (str, os.PathLike)):
+        argv = [os.fspath(executable)]
+    else:
+        argv = [os.fspath(a) for a in executable]
+        if not argv:
+            raise ConfigError("the executable argv list is empty", key="executable")
+    program = argv[0]
+    if os.sep in program:
+        path = os.path.abspath(program)
+        if not os.path.isfile(path):
+            raise ConfigError(f"{program!r} does not exist (or is not a file)", key="executable")
+        if not os.access(path, os.X_OK):
+            raise ConfigError(f"{program!r} is not executable (chmod +x?)", key="executable")
+    else:
+        here = os.path.dirname(os.path.abspath(sys.executable))
+        found = shutil.which(program, path=here) or shutil.which(program)
+        if found is None:
+            raise ConfigError(
+                f"{program!r} was not found next to {sys.executable} or on PATH; give its full path",
+                key="executable",
+            )
+        path = os.path.abspath(found)
+    return [path, *argv[1:]]
+
+
+def _quality_number(quality: str | int) -> int:
+    if isinstance(quality, bool):
+        raise ConfigError(f"unknown quality {quality!r}", key="quality")
+    if isinstance(quality, int):
+        if quality not in QUALITY_SETTINGS.values():
+            raise ConfigError(f"quality level {quality} is not one of {sorted(QUALITY_SETTINGS.values())}", key="quality")
+        return quality
+    try:
+        return QUALITY_SETTINGS[quality]
+    except KeyError:
+        raise ConfigError(
+            f"unknown quality {quality!r}; expected one of {', '.join(QUALITY_SETTINGS)}", key="quality"
+        ) from None
+
+
+def player_argv(
+    executable: str | os.PathLike[str] | Sequence[str],
+    *,
+    width: int,
+    height: int,
+    quality: str | int = DEFAULT_QUALITY,
+    headless: bool = False,
+    extra_args: Sequence[str] = (),
+    log_path: str | os.PathLike[str] | None = None,
+) -> list[str]:
+    """The player's full command line, as AI2-THOR builds expect it.
+
+    ``[program, *its args, -screen-fullscreen 0 -screen-quality Q -screen-width W -screen-height H,
+    (-batchmode -nographics when headless), (-logFile PATH), *extra_args]``. ``quality`` is a name from
+    :data:`QUALITY_SETTINGS` or its number. Raises :class:`ConfigError` for an unknown executable or
+    quality and for a non-positive size.
+    """
+    for key, value in (("width", width), ("height", height)):
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"must be a positive integer, got {value!r}", key=key)
+    argv = resolve_executable(executable)
+    argv += [
+        "-screen-fullscreen",
+        "0",
+        "-screen-quality",
+        str(_quality_number(quality)),
+        "-screen-width",
+        str(width),
+        "-screen-height",
+        str(height),
+    ]
+    if headless:
+        argv += ["-batchmode", "-nographics"]
+    if log_path is not None:
+        argv += ["-logFile", os.fspath(log_path)]
+    argv += [str(a) for a in extra_args]
+    return argv
+
+
+def player_env(
+    base_env: Mapping[str, str] | None,
+    *,
+    server_type: str = "FIFO",
+    server_pipe: str | None = None,
+    client_pipe: str | None = None,
+    host: str | None = None,
+    port: int | str | None = None,
+    token: str | None = None,
+    screenshot: bool = True,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The player's environment: ``base_env`` (``os.environ`` when None) with the ``AI2THOR_*`` endpoint.
+
+    Endpoint variables inherited from ``base_env`` are dropped first; ``extra`` is applied last, so an
+    explicit override always wins. Raises :class:`ConfigError` when the endpoint is incomplete (FIFO
+    without both pipe paths, WSGI without host and port).
+    """
+    env = dict(os.environ if base_env is None else base_env)
+    for name in ENDPOINT_VARIABLES:
+        env.pop(name, None)
+    server_type = server_type.upper()
+    env["AI2THOR_SERVER_TYPE"] = server_type
+    if server_type == "FIFO":
+        if not server_pipe or not client_pipe:
+            raise ConfigError("a FIFO player needs both server_pipe and client_pipe", key="transport")
+        env["AI2THOR_FIFO_SERVER_PIPE_PATH"] = os.fspath(server_pipe)
+        env["AI2THOR_FIFO_CLIENT_PIPE_PATH"] = os.fspath(client_pipe)
+    elif server_type == "WSGI":
+        if not host or port is None:
+            raise ConfigError("an HTTP (WSGI) player needs host and port", key="transport")
+        env["AI2THOR_HOST"] = str(host)
+        env["AI2THOR_PORT"] = str(port)
+    else:
+        raise ConfigError(f"unknown server type {server_type!r}; expected FIFO or WSGI", key="transport")
+    if token is not None:
+        env["AI2THOR_CLIENT_TOKEN"] = str(token)
+    env["AI2THOR_SERVER_SIDE_SCREENSHOT"] = "True" if screenshot else "False"
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+# -- watching and owning a player ---------------------------------------------------------------------
+
+
+class PlayerWatch(Protocol):
+    """What a transport needs to know about the player at the other end of its pipes.
+
+    ``fileno()`` is a file descriptor that polls readable once the player has exited (a pidfd), or
+    ``None`` when there is none (then the transport asks ``exited()`` every :data:`PID_POLL_INTERVAL`).
+    ``crashed(context)`` builds the :class:`PlayerCrashed` to raise.
+    """
+
+    pid: int
+
+    def fileno(self) -> int | None: ...
+
+    def exited(self) -> bool: ...
+
+    def wait_exit(self, timeout: float) -> bool: ...
+
+    def crashed(self, context: str) -> PlayerCrashed: ...
+
+
+def _open_pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError) as exc:  # old kernel, seccomp, or already gone
+        log.debug("pidfd_open(%d) failed: %s; falling back to polling", pid, exc)
+        return None
+
+
+def _read_log_tail(path: str | None, lines: int) -> str:
+    if not path or lines <= 0:
+        return ""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - LOG_TAIL_BYTES))
+            data = f.read()
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _poll_fd(fd: int, timeout: float) -> bool:
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
+
+
+class PlayerProcess:
+    """One player this process spawned and owns: its own process group, a pidfd, a log file.
+
+    Create it with :meth:`spawn`. ``stop()`` ends it (idempotent); until then the pidfd stays open and
+    the exit status is kept, so errors can always say how the player ended.
+    """
+
+    def __init__(self, popen: subprocess.Popen, *, log_path: str | None, show_log_path: bool = True) -> None:
+        self._popen = popen
+        self.pid: int = popen.pid
+        self.pgid: int = popen.pid  # the player leads its own group
+        self.log_path = log_path
+        self.show_log_path = show_log_path
+        self.pidfd: int | None = _open_pidfd(popen.pid)
+        self.started_at = time.monotonic()
+        self._stopped = False
+
+    @classmethod
+    def spawn(
+        cls,
+        argv: Sequence[str],
+        env: Mapping[str, str] | None,
+        log_path: str | os.PathLike[str] | None,
+        *,
+        cwd: str | os.PathLike[str] | None = None,
+        die_with_parent: bool = True,
+        show_log_path: bool = True,
+    ) -> PlayerProcess:
+        """Start ``argv`` in a new process group with stdout and stderr appended to ``log_path``.
+
+        The log file is created with mode 0600 if missing (``None`` discards the output). stdin is
+        ``/dev/null``; no other file descriptor is inherited. Raises :class:`RenderdError` when the log
+        cannot be opened or the program cannot be started (the OSError is chained).
+        """
+        log_fd: int | None = None
+        if log_path is not None:
+            log_path = os.fspath(log_path)
+            try:
+                log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise RenderdError(os_error_message(exc, "cannot open the player's log file")) from exc
+        out = log_fd if log_fd is not None else subprocess.DEVNULL
+        try:
+            popen = subprocess.Popen(
+                list(argv),
+                env=dict(env) if env is not None else None,
+                cwd=cwd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                close_fds=True,
+                process_group=0,
+                preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,
+            )
+        except OSError as exc:
+            raise RenderdError(os_error_message(exc, f"cannot start the player {argv[0]}")) from exc
+        finally:
+            if log_fd is not None:
+                os.close(log_fd)
+        log.debug("spawned player pid %d: %s", popen.pid, " ".join(argv))
+        return cls(popen, log_path=log_path, show_log_path=show_log_path)
+
+    # -- state -----------------------------------------------------------------------------------------
+    def fileno(self) -> int | None:
+        """The pidfd (readable once the player has exited), or None when pidfds are unavailable."""
+        return self.pidfd
+
+    def poll(self) -> int | None:
+        """The return code if the player has exited (it is reaped then), else None."""
+        return self._popen.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once reaped: >= 0 an exit code, < 0 the number of the signal that killed it."""
+        return self._popen.returncode
+
+    def exited(self) -> bool:
+        return self.poll() is not None
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Wait up to ``timeout`` seconds (forever if None) for the exit; the return code, or None if running."""
+        if self._popen.returncode is not None:
+            return self._popen.returncode
+        if timeout is None:
+            return self._popen.wait()
+        deadline = time.monotonic() + timeout
+        while True:
+            code = self._popen.poll()
+            if code is not None:
+                return code
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            if self.pidfd is not None:
+                _poll_fd(self.pidfd, remaining)
+            else:
+                time.sleep(min(remaining, PID_POLL_INTERVAL))
+
+    def wait_exit(self, timeout: float) -> bool:
+        """True if the player exits within ``timeout`` seconds."""
+        return self.wait(timeout) is not None
+
+    def exit_description(self) -> str:
+        """``exit code N``, ``killed by SIGNAME``, or ``still running``."""
+        return describe_exit(self.poll())
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the player's log ("" when there is none)."""
+        return _read_log_tail(self.log_path, lines)
+
+    def crashed(self, context: str) -> PlayerCrashed:
+        """A :class:`PlayerCrashed` for ``context``, with the exit status and the tail of the log."""
+        code = self.poll()
+        message = f"{context} (player pid {self.pid})"
+        if code is None:
+            message += "; the player process is still running"
+        return PlayerCrashed(
+            message,
+            pid=self.pid,
+            returncode=code,
+            log_tail=self.log_tail(),
+            log_path=self.log_path if self.show_log_path else None,
+        )
+
+    def stats(self) -> dict[str, Any]:
+        """What the player uses now: ``rss`` (bytes), ``cpu_user``/``cpu_system`` (seconds), ``children``.
+
+        Inspection only (psutil). Returns ``{"pid": pid, "running": False}`` once the player is gone.
+        """
+        try:
+            proc = psutil.Process(self.pid)
+            with proc.oneshot():
+                if proc.status() == psutil.STATUS_ZOMBIE:
+                    return {"pid": self.pid, "running": False}
+                mem = proc.memory_info()
+                cpu = proc.cpu_times()
+                children = [c.pid for c in proc.children(recursive=True)]
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return {"pid": self.pid, "running": False}
+        return {
+            "pid": self.pid,
+            "running": True,
+            "rss": mem.rss,
+            "cpu_user": cpu.user,
+            "cpu_system": cpu.system,
+            "children": children,
+            "uptime": time.monotonic() - self.started_at,
+        }
+
+    # -- stopping --------------------------------------------------------------------------------------
+    def _signal_group(self, sig: signal.Signals) -> None:
+        try:
+            os.killpg(self.pgid, sig)
+        except ProcessLookupError:
+            pass
+        except PermissionError as exc:  # the group id was taken over by someone else: leave it alone
+            log.warning("cannot send %s to process group %d: %s", sig.name, self.pgid, exc)
+
+    def _exited_unreaped(self, timeout: float) -> bool:
+        """Wait for the leader to exit without reaping it (so its pid, and the group id, stay reserved)."""
+        if self._popen.returncode is not None:
+            return True
+        if self.pidfd is not None:
+            return _poll_fd(self.pidfd, timeout)
+        return self.wait(timeout) is not None
+
+    def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
+        """Stop the player and its process group: SIGTERM, up to ``grace`` seconds, SIGKILL, reap.
+
+        Leftover members of the group are killed too. Idempotent; logs a warning when it has to escalate
+        to SIGKILL. Returns the player's return code. Never raises for a player that is already gone.
+        """
+        if self._stopped:
+            return self._popen.returncode
+        try:
+            if self._popen.returncode is None and not self._exited_unreaped(0):
+                self._signal_group(signal.SIGTERM)
+                if not self._exited_unreaped(grace):
+                    log.warning(
+                        "player pid %d did not exit within %.3g s of SIGTERM; sending SIGKILL", self.pid, grace
+                    )
+            # The leader has exited (a zombie still holds its pid) or ignored SIGTERM: kill whatever is
+            # left of the group, then reap.
+            self._signal_group(signal.SIGKILL)
+            code = self.wait(KILL_REAP_TIMEOUT)
+            if code is None:
+                log.error("player pid %d survived SIGKILL for %.3g s (stuck in the kernel?)", self.pid, KILL_REAP_TIMEOUT)
+            else:
+                log.debug("player pid %d stopped: %s", self.pid, describe_exit(code))
+            return code
+        finally:
+            self._stopped = True
+            self._close_pidfd()
+
+    def _close_pidfd(self) -> None:
+        fd, self.pidfd = self.pidfd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"<PlayerProcess pid={self.pid} {describe_exit(self._popen.returncode)}>"
+
+
+class LeasedPlayer:
+    """A player this process did not spawn (leased from the daemon): watched, never stopped.
+
+    Its exit is noticed through a pidfd when the kernel allows one, else by polling. The exit status is
+    not ours to read (the daemon reaps it), so errors say that the player exited and quote its log when
+    ``log_path`` is known. ``close()`` releases the pidfd.
+    """
+
+    def __init__(self, pid: int, *, log_path: str | None = None) -> None:
+        self.pid = pid
+        self.log_path = log_path
+        self.pidfd: int | None = _open_pidfd(pid)
+        try:
+            self._proc: psutil.Process | None = psutil.Process(pid)
+        except psutil.NoSuchProcess:
+            self._proc = None
+
+    def fileno(self) -> int | None:
+        return self.pidfd
+
+    def exited(self) -> bool:
+        if self.pidfd is not None:
+            return _poll_fd(self.pidfd, 0)
+        if self._proc is None:
+            return True
+        try:
+            return not self._proc.is_running() or self._proc.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    def wait_exit(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.exited():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self.pidfd is not None:
+                _poll_fd(self.pidfd, remaining)
+            else:
+                time.sleep(min(remaining, PID_POLL_INTERVAL))
+        return True
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        return _read_log_tail(self.log_path, lines)
+
+    def crashed(self, context: str) -> PlayerCrashed:
+        state = "it has exited (the daemon has its exit status)" if self.exited() else "it is still running"
+        return PlayerCrashed(
+            f"{context} (leased player pid {self.pid}; {state})",
+            pid=self.pid,
+            log_tail=self.log_tail(),
+            log_path=self.log_path,
+        )
+
+    def close(self) -> None:
+        fd, self.pidfd = self.pidfd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"<LeasedPlayer pid={self.pid}>"

@@ -1,0 +1,457 @@
+"""Named pipes between a client and a player: the pair of FIFOs, and the client's end of them.
+
+::
+
+    client                                    player
+    ------                                    ------
+    FifoPair.create()  -> <private dir 0700>/server.pipe, client.pipe (0600)
+    FifoChannel(...)   opens server.pipe O_RDONLY|O_NONBLOCK   (never blocks, even with no writer yet)
+    spawn the player, channel.attach(player)
+                                              opens server.pipe for writing, sends its first message
+    recv(deadline)     poll([server.pipe, pidfd]) -> readv into the decoder's buffers
+                                              opens client.pipe for reading (blocks until we open it)
+    send(deadline)     opens client.pipe O_WRONLY|O_NONBLOCK (ENXIO until the player has it open:
+                       retried while watching the pidfd), then one writev per action
+
+No call blocks without a deadline. Every wait polls the pipe together with the player's pidfd, so a player
+that exits (before opening its pipe, or mid-message) is reported at once as
+:class:`~renderd.errors.PlayerCrashed` with its exit status, never as a timeout. End of file on
+``server.pipe`` is a crash too. Reads go straight into the buffers the decoder offers
+(:meth:`renderd.protocol.Decoder.get_buffers`), so an image body lands in the numpy array that the event
+will hold. A note on Linux FIFOs: a reader opened with O_NONBLOCK before any writer sees ``read() == 0``
+but *no* POLLHUP until a writer has come and gone, which is why every read here follows a poll.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import math
+import os
+import select
+import shutil
+import stat
+import tempfile
+import time
+from typing import Any, Sequence
+
+from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError, os_error_message
+from renderd.process import PID_POLL_INTERVAL, PlayerWatch
+from renderd.protocol import DEFAULT_MAX_BODY_SIZE, NEED_DATA, Decoder, Message, message_nbytes
+
+__all__ = [
+    "SERVER_PIPE_NAME",
+    "CLIENT_PIPE_NAME",
+    "DEFAULT_PIPE_SIZE",
+    "EOF_CLASSIFY_TIMEOUT",
+    "FifoPair",
+    "FifoChannel",
+    "pipe_max_size",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_PIPE_NAME = "server.pipe"
+CLIENT_PIPE_NAME = "client.pipe"
+
+#: Pipe buffer requested for ``server.pipe``. A 1 MiB pipe moves frames 2-3x faster than the 64 KiB
+#: default on Linux; the kernel caps it at ``/proc/sys/fs/pipe-max-size`` for unprivileged users, and
+#: refuses (EPERM, ignored) once a user's pipes exceed ``pipe-user-pages-soft``.
+DEFAULT_PIPE_SIZE = 1 << 20
+PIPE_MAX_SIZE_PATH = "/proc/sys/fs/pipe-max-size"
+F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+
+#: After end of file on ``server.pipe``, how long to wait for the player to exit so the error can give
+#: its exit code or signal (a player that closed its pipe but keeps running is reported as such).
+EOF_CLASSIFY_TIMEOUT = 1.0
+#: First and longest pause between attempts to open ``client.pipe`` while the player has not opened it.
+OPEN_RETRY_FIRST = 0.001
+OPEN_RETRY_MAX = 0.05
+
+_POLLIN = select.POLLIN
+_POLLOUT = select.POLLOUT
+_READ_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
+_WRITE_EVENTS = select.POLLOUT | select.POLLERR | select.POLLHUP
+
+
+def pipe_max_size() -> int:
+    """The largest pipe buffer an unprivileged process may ask for (``/proc/sys/fs/pipe-max-size``)."""
+    try:
+        with open(PIPE_MAX_SIZE_PATH) as f:
+            return int(f.read().strip())
+    except (OSError, ValueError):
+        return DEFAULT_PIPE_SIZE
+
+
+def _set_pipe_size(fd: int, wanted: int) -> int:
+    """Grow the pipe behind ``fd`` to ``wanted`` bytes if allowed; returns the size it has."""
+    size = min(wanted, pipe_max_size())
+    try:
+        current = fcntl.fcntl(fd, F_GETPIPE_SZ)
+    except OSError:
+        return 0
+    if size > current:
+        try:
+            return fcntl.fcntl(fd, F_SETPIPE_SZ, size)
+        except OSError as exc:  # EPERM: over this user's pipe budget; EBUSY: cannot shrink. Keep it.
+            log.debug("could not grow pipe to %d bytes (%s); keeping %d", size, exc, current)
+    return current
+
+
+def _ms(seconds: float) -> int:
+    return max(0, math.ceil(seconds * 1000))
+
+
+class FifoPair:
+    """``server.pipe`` and ``client.pipe`` in a private directory (0700) of their own.
+
+    :meth:`create` makes them; :meth:`remove` unlinks both and removes the directory (idempotent,
+    meant for ``finally``). Also a context manager.
+    """
+
+    def __init__(self, directory: str, *, owned: bool = True) -> None:
+        self.directory = directory
+        self.server_path = os.path.join(directory, SERVER_PIPE_NAME)
+        self.client_path = os.path.join(directory, CLIENT_PIPE_NAME)
+        self._owned = owned
+        self._removed = False
+
+    @classmethod
+    def create(cls, directory: str | os.PathLike[str] | None = None, *, prefix: str = "renderd-") -> FifoPair:
+        """Make a private directory under ``directory`` (the system temp dir when None) and the two FIFOs.
+
+        Raises :class:`RenderdError` (OSError translated and chained) when either cannot be created;
+        nothing is left behind then.
+        """
+        try:
+            path = tempfile.mkdtemp(prefix=prefix, dir=os.fspath(directory) if directory is not None else None)
+        except OSError as exc:
+            raise RenderdError(os_error_message(exc, "cannot create a private directory for the player's pipes")) from exc
+        pair = cls(path)
+        try:
+            os.chmod(path, 0o700)
+            os.mkfifo(pair.server_path, 0o600)
+            os.mkfifo(pair.client_path, 0o600)
+        except OSError as exc:
+            pair.remove()
+            raise RenderdError(os_error_message(exc, "cannot create the player's named pipes")) from exc
+        return pair
+
+    @property
+    def removed(self) -> bool:
+        return self._removed
+
+    def remove(self) -> None:
+        """Unlink both pipes and remove the directory with whatever else is in it (a default log file)."""
+        if self._removed:
+            return
+        self._removed = True
+        for path in (self.server_path, self.client_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("%s", os_error_message(exc, "cannot remove a named pipe"))
+        if self._owned:
+            shutil.rmtree(self.directory, ignore_errors=True)
+
+    def __enter__(self) -> FifoPair:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+    def __repr__(self) -> str:
+        return f"<FifoPair {self.directory}{' removed' if self._removed else ''}>"
+
+
+class FifoChannel:
+    """The client's end of one player's pipes: a :class:`renderd.transport.Channel`.
+
+    Constructing it opens ``server_path`` for reading without blocking; do that *before* spawning the
+    player, then :meth:`attach` the player (a :class:`renderd.process.PlayerWatch`: a
+    :class:`~renderd.process.PlayerProcess` or a :class:`~renderd.process.LeasedPlayer`). ``client_path``
+    is opened on the first :meth:`send`. With no player attached, only end of file reveals a dead player.
+
+    The channel owns its two file descriptors and closes each exactly once (:meth:`close`, idempotent);
+    it borrows the player's pidfd and never closes it. Not thread-safe: one caller at a time.
+    """
+
+    def __init__(
+        self,
+        server_path: str,
+        client_path: str,
+        *,
+        player: PlayerWatch | None = None,
+        pipe_size: int = DEFAULT_PIPE_SIZE,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+    ) -> None:
+        self.server_path = server_path
+        self.client_path = client_path
+        self.decoder = Decoder(max_body_size=max_body_size)
+        self._wfd: int | None = None
+        self._player: PlayerWatch | None = None
+        self._pidfd: int | None = None
+        try:
+            self._rfd: int | None = os.open(server_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            raise RenderdError(os_error_message(exc, "cannot open the player's server.pipe for reading")) from exc
+        try:
+            if not stat.S_ISFIFO(os.fstat(self._rfd).st_mode):
+                raise RenderdError(f"{server_path} is not a named pipe")
+            self.pipe_size = _set_pipe_size(self._rfd, pipe_size)
+        except BaseException:
+            self.close()
+            raise
+        self._poller = select.poll()
+        self._poller.register(self._rfd, _READ_EVENTS)
+        if player is not None:
+            self.attach(player)
+
+    # -- the player --------------------------------------------------------------------------------------
+    def attach(self, player: PlayerWatch) -> None:
+        """Watch ``player``: its exit ends every wait at once with :class:`PlayerCrashed`."""
+        if self._player is not None and self._pidfd is not None:
+            self._poller.unregister(self._pidfd)
+        self._player = player
+        self._pidfd = player.fileno()
+        if self._pidfd is not None:
+            self._poller.register(self._pidfd, _POLLIN)
+
+    @property
+    def player(self) -> PlayerWatch | None:
+        return self._player
+
+    def fileno(self) -> int:
+        """The read end of ``server.pipe`` (for callers that multiplex many channels)."""
+        if self._rfd is None:
+            raise ValueError("I/O on a closed FifoChannel")
+        return self._rfd
+
+    @property
+    def closed(self) -> bool:
+        return self._rfd is None
+
+    # -- receiving ---------------------------------------------------------------------------------------
+    def recv(self, deadline: float, deadline_name: str = "step_timeout") -> Message:
+        """The next whole message from the player.
+
+        Raises :class:`PlayerTimeout` when ``deadline`` (a ``time.monotonic()`` value) passes,
+        :class:`PlayerCrashed` when the player exits or closes its pipe (end of file; a partial message is
+        chained as :class:`ProtocolError`), :class:`ProtocolError` on malformed bytes, and
+        :class:`RenderdError` for other I/O errors (the OSError chained).
+        """
+        decoder = self.decoder
+        message = decoder.next_message()
+        if message is not NEED_DATA:
+            return message
+        fd = self._rfd
+        if fd is None:
+            raise ValueError("I/O on a closed FifoChannel")
+        started = time.monotonic()
+        poll = self._poller.poll
+        readv = os.readv
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise self._timeout(deadline_name, started)
+            # Without a pidfd, wake up now and then to ask whether the player is still there.
+            wait = remaining if self._pidfd is not None or self._player is None else min(remaining, PID_POLL_INTERVAL)
+            events = poll(_ms(wait))
+            if not events:
+                if self._player is not None and self._pidfd is None and self._player.exited():
+                    raise self._crash_on_exit(deadline_name)
+                continue
+            readable = False
+            for efd, _ in events:
+                if efd == fd:
+                    readable = True
+            if not readable:
+                # Only the pidfd fired: the player exited. Whatever it wrote before exiting is still read
+                # (its pipe would also report readable then), so this is a crash with nothing pending.
+                raise self._crash_on_exit(deadline_name)
+            try:
+                n = readv(fd, decoder.get_buffers())
+            except BlockingIOError:
+                continue
+            except OSError as exc:
+                raise RenderdError(os_error_message(exc, f"cannot read {self.server_path}")) from exc
+            if n == 0:
+                raise self._crash_on_eof(deadline_name)
+            decoder.buffers_updated(n)
+            message = decoder.next_message()
+            if message is not NEED_DATA:
+                return message
+
+    def _timeout(self, deadline_name: str, started: float) -> PlayerTimeout:
+        waited = time.monotonic() - started
+        where = f" (pid {self._player.pid})" if self._player is not None else ""
+        partial = ""
+        if self.decoder.in_message:
+            partial = f"; {self.decoder.offset} bytes of the stream read, the message is incomplete"
+        return PlayerTimeout(
+            f"the player{where} sent no complete message within {deadline_name} "
+            f"(waited {waited:.3g} s){partial}",
+            deadline=deadline_name,
+            seconds=waited,
+        )
+
+    def _crash_on_exit(self, deadline_name: str) -> PlayerCrashed:
+        assert self._player is not None
+        self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
+        return self._player.crashed(f"the player exited while renderd waited for its answer ({deadline_name})")
+
+    def _crash_on_eof(self, deadline_name: str) -> PlayerCrashed:
+        partial: ProtocolError | None = None
+        try:
+            self.decoder.end_of_input()
+        except ProtocolError as exc:
+            partial = exc
+        what = "closed server.pipe"
+        if partial is not None:
+            what += f" in the middle of a message ({partial})"
+        context = f"the player {what} while renderd waited for its answer ({deadline_name})"
+        if self._player is None:
+            err = PlayerCrashed(context)
+        else:
+            self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
+            err = self._player.crashed(context)
+        err.__cause__ = partial
+        return err
+
+    # -- sending -----------------------------------------------------------------------------------------
+    def send(self, buffers: Sequence[Any], deadline: float, deadline_name: str = "step_timeout") -> None:
+        """Write one encoded message (``renderd.protocol.encode_action``) completely, in one ``writev``
+        when the pipe has room.
+
+        Raises :class:`PlayerTimeout` if the player neither opens ``client.pipe`` nor drains it before
+        ``deadline``, :class:`PlayerCrashed` if it exits or closes the pipe (EPIPE), and
+        :class:`RenderdError` for other I/O errors.
+        """
+        if self._rfd is None:
+            raise ValueError("I/O on a closed FifoChannel")
+        if self._wfd is None:
+            self._open_writer(deadline, deadline_name)
+        wfd = self._wfd
+        try:
+            n = os.writev(wfd, buffers)
+        except BlockingIOError:
+            n = 0
+        except BrokenPipeError as exc:
+            raise self._crash_on_epipe(deadline_name) from exc
+        except OSError as exc:
+            raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
+        if n < message_nbytes(buffers):
+            self._write_rest([memoryview(b).cast("B") for b in buffers], n, deadline, deadline_name)
+
+    def _write_rest(self, views: list[memoryview], skip: int, deadline: float, deadline_name: str) -> None:
+        # Drop the bytes already written, then wait for room and write the rest.
+        pending: list[memoryview] = []
+        for v in views:
+            if skip >= v.nbytes:
+                skip -= v.nbytes
+                continue
+            pending.append(v[skip:])
+            skip = 0
+        poller = select.poll()
+        poller.register(self._wfd, _WRITE_EVENTS)
+        if self._pidfd is not None:
+            poller.register(self._pidfd, _POLLIN)
+        started = time.monotonic()
+        while pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PlayerTimeout(
+                    f"the player did not read its action within {deadline_name} "
+                    f"(client.pipe stayed full for {time.monotonic() - started:.3g} s)",
+                    deadline=deadline_name,
+                    seconds=time.monotonic() - started,
+                )
+            events = poller.poll(_ms(min(remaining, PID_POLL_INTERVAL)))
+            if self._player is not None and (
+                any(fd == self._pidfd for fd, _ in events) or (self._pidfd is None and self._player.exited())
+            ):
+                raise self._crash_on_exit(deadline_name)
+            if not events:
+                continue
+            try:
+                n = os.writev(self._wfd, pending)
+            except BlockingIOError:
+                continue
+            except BrokenPipeError as exc:
+                raise self._crash_on_epipe(deadline_name) from exc
+            except OSError as exc:
+                raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
+            while n and pending:
+                first = pending[0]
+                if n >= first.nbytes:
+                    n -= first.nbytes
+                    pending.pop(0)
+                else:
+                    pending[0] = first[n:]
+                    n = 0
+
+    def _crash_on_epipe(self, deadline_name: str) -> PlayerCrashed:
+        context = f"the player closed client.pipe while renderd sent it an action ({deadline_name})"
+        if self._player is None:
+            return PlayerCrashed(context)
+        self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
+        return self._player.crashed(context)
+
+    def _open_writer(self, deadline: float, deadline_name: str) -> None:
+        """Open ``client.pipe`` for writing without blocking: ENXIO means the player has not opened its
+        end yet, so retry (watching its pidfd) until ``deadline``."""
+        pause = OPEN_RETRY_FIRST
+        started = time.monotonic()
+        while True:
+            try:
+                fd = os.open(self.client_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:
+                    raise RenderdError(os_error_message(exc, "cannot open the player's client.pipe for writing")) from exc
+            else:
+                self._wfd = fd
+                return
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise PlayerTimeout(
+                    f"the player did not open client.pipe within {deadline_name} "
+                    f"(waited {time.monotonic() - started:.3g} s)",
+                    deadline=deadline_name,
+                    seconds=time.monotonic() - started,
+                )
+            wait = min(pause, remaining)
+            if self._player is not None:
+                if self._player.wait_exit(wait):
+                    raise self._player.crashed(
+                        f"the player exited before opening client.pipe ({deadline_name})"
+                    )
+            else:
+                time.sleep(wait)
+            pause = min(pause * 2, OPEN_RETRY_MAX)
+
+    # -- closing -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close both ends (the write end first, so the player sees end of file). Idempotent."""
+        wfd, self._wfd = self._wfd, None
+        rfd, self._rfd = self._rfd, None
+        for fd in (wfd, rfd):
+            if fd is not None:
+                try:
+                    os.close(fd)
+                except OSError as exc:  # pragma: no cover - close of a fd we own cannot fail but EIO
+                    log.warning("%s", os_error_message(exc, "closing a pipe failed"))
+        self._pidfd = None
+
+    def __enter__(self) -> FifoChannel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._rfd is None else f"fd {self._rfd}"
+        return f"<FifoChannel {self.server_path} {state}>"
