@@ -1,0 +1,644 @@
+"""The client: a :class:`Session` with one player, and :func:`launch` / :func:`connect` to get one.
+
+``renderd.launch()`` spawns and owns one player with no daemon: a private FIFO pair, the player process in
+its own process group, and a session that waits for the player's first frame. ``renderd.connect()`` leases
+a ready player from the daemon (:mod:`renderd.daemon.client`). Both return the same :class:`Session`.
+
+A session is built from any :class:`renderd.transport.Channel`, so the FIFO transport, the HTTP bridge and
+the daemon's lease client all make sessions the same way::
+
+    Session(channel, process=..., on_close=..., step_timeout=...)   # no I/O
+    session.wait_ready(start_timeout)                                # the player's first message
+
+Every wait has a deadline: ``start_timeout`` for the first frame, ``step_timeout`` for each step. A session
+that saw a crash, a timeout or malformed bytes is *broken*: its stream may be half-read, so every later
+call raises :class:`~renderd.errors.CallOrderError` naming the original error (chained).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from renderd.errors import (
+    AlreadyPendingCallError,
+    CallOrderError,
+    ConfigError,
+    LeaseError,
+    NoPendingCallError,
+    PlatformError,
+    PlayerTimeout,
+    ProtocolError,
+)
+from renderd.event import Event, FrameAssembler
+from renderd.process import (
+    DEFAULT_QUALITY,
+    DEFAULT_STOP_GRACE,
+    ENDPOINT_VARIABLES,
+    PlayerProcess,
+    player_argv,
+    player_env,
+)
+from renderd.protocol import encode_action
+from renderd.transport import Channel
+
+__all__ = [
+    "DEFAULT_START_TIMEOUT",
+    "DEFAULT_STEP_TIMEOUT",
+    "Session",
+    "SessionState",
+    "launch",
+    "launch_player",
+    "connect",
+]
+
+log = logging.getLogger(__name__)
+
+#: Seconds a new player has to send its first frame (a Unity build may load for minutes on a cold disk).
+DEFAULT_START_TIMEOUT = 300.0
+#: Seconds a player has to answer one step.
+DEFAULT_STEP_TIMEOUT = 100.0
+#: Name of the player's log file in the private FIFO directory when no ``log_path`` is given.
+DEFAULT_LOG_NAME = "player.log"
+
+TRANSPORTS = ("fifo", "http")
+
+
+class SessionState(enum.Enum):
+    READY = "ready"  # may send
+    PENDING = "pending"  # an action was sent; its answer has not been received
+    BROKEN = "broken"  # a crash, timeout or protocol error: the stream cannot be trusted
+    CLOSED = "closed"
+
+
+def _action_dict(action: str | Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(action, Mapping):
+        result = dict(action)
+        result.update(kwargs)
+    elif action is None:
+        result = dict(kwargs)
+    elif isinstance(action, str):
+        result = {"action": action}
+        result.update(kwargs)
+    else:
+        raise TypeError(f"action must be a name, a dict or None, not {type(action).__name__}")
+    name = result.get("action")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"an action needs a non-empty 'action' name, got {name!r}")
+    return result
+
+
+class Session:
+    """One player's stream of actions and events.
+
+    Build it from a :class:`renderd.transport.Channel` (no I/O happens in the constructor); ``process``
+    is a :class:`renderd.process.PlayerProcess` the session owns and stops at :meth:`close`;
+    ``on_close(error)`` runs last at close, with the error that broke the session or ``None`` when the
+    stream is clean (a daemon lease uses it to hand the player on, or to have it recycled).
+    ``sequence_id`` is the id of the last message the player sent (0 for a fresh player).
+
+    Use :func:`renderd.launch` or :func:`renderd.connect` rather than building one yourself.
+    """
+
+    def __init__(
+        self,
+        channel: Channel,
+        *,
+        process: PlayerProcess | None = None,
+        on_close: Callable[[BaseException | None], None] | None = None,
+        width: int | None = None,
+        height: int | None = None,
+        step_timeout: float = DEFAULT_STEP_TIMEOUT,
+        sequence_id: int = 0,
+        pid: int | None = None,
+        stop_grace: float = DEFAULT_STOP_GRACE,
+        last_event: Event | None = None,
+    ) -> None:
+        self.channel = channel
+        self.process = process
+        self.step_timeout = float(step_timeout)
+        self.stop_grace = stop_grace
+        self.last_event: Event | None = last_event
+        self._on_close = on_close
+        self._width = width
+        self._height = height
+        self._pid = pid if pid is not None else (process.pid if process is not None else None)
+        self._sequence_id = int(sequence_id)
+        self._assembler = FrameAssembler()
+        self._state = SessionState.READY
+        self._error: BaseException | None = None
+        self._pending: tuple[int, str, float] | None = None  # (sequence id, action name, deadline)
+        self._init_params: dict[str, Any] = {}
+
+    # -- properties -------------------------------------------------------------------------------------
+    @property
+    def pid(self) -> int | None:
+        """The player's process id (None if the transport does not know it)."""
+        return self._pid
+
+    @property
+    def width(self) -> int | None:
+        """The player's screen width: from the last event, else as requested."""
+        ev = self.last_event
+        return ev.screen_width if ev is not None and ev.screen_width else self._width
+
+    @property
+    def height(self) -> int | None:
+        ev = self.last_event
+        return ev.screen_height if ev is not None and ev.screen_height else self._height
+
+    @property
+    def state(self) -> SessionState:
+        return self._state
+
+    @property
+    def closed(self) -> bool:
+        return self._state is SessionState.CLOSED
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that broke the session, if any."""
+        return self._error
+
+    @property
+    def sequence_id(self) -> int:
+        """The sequenceId of the last action sent (or of the player's first message)."""
+        return self._sequence_id
+
+    # -- call order -------------------------------------------------------------------------------------
+    def _check_open(self, what: str) -> None:
+        if self._state is SessionState.CLOSED:
+            raise CallOrderError(f"{what} on a closed session (launch or connect a new one)")
+        if self._state is SessionState.BROKEN:
+            raise CallOrderError(
+                f"{what} on a broken session: an earlier call failed with {type(self._error).__name__}: "
+                f"{self._error}. Close this session and launch or connect a new one."
+            ) from self._error
+
+    def _break(self, exc: BaseException) -> None:
+        if self._state is not SessionState.CLOSED:
+            self._state = SessionState.BROKEN
+            self._error = exc
+            self._pending = None
+            log.debug("session with player pid %s broken: %s", self._pid, exc)
+
+    # -- I/O ---------------------------------------------------------------------------------------------
+    def wait_ready(self, timeout: float = DEFAULT_START_TIMEOUT, deadline_name: str = "start_timeout") -> Event:
+        """Receive the player's first message (its readiness signal, ``sequenceId`` 0) as ``last_event``.
+
+        Raises :class:`PlayerTimeout` (naming ``deadline_name``) when it does not come within
+        ``timeout`` seconds, :class:`PlayerCrashed` if the player exits first, :class:`ProtocolError` if the
+        message is malformed, :class:`CallOrderError` if the session is not idle. Any of the first three
+        breaks the session.
+        """
+        self._check_open("wait_ready()")
+        if self._state is SessionState.PENDING:
+            raise AlreadyPendingCallError("wait_ready() while an action is pending; call recv() first")
+        self._pending = (self._sequence_id, "(first frame)", time.monotonic() + timeout)
+        self._state = SessionState.PENDING
+        return self._receive(deadline_name, timeout)
+
+    def send(self, action: str | Mapping[str, Any] | None = None, **kwargs: Any) -> int:
+        """Send one action without waiting for its answer; returns the action's ``sequenceId``.
+
+        The action is a name with keyword arguments, or a dict. ``sequenceId`` is the previous one plus 1
+        unless the action carries its own. Raises :class:`AlreadyPendingCallError` when an answer is
+        still pending, :class:`CallOrderError` on a closed or broken session, ``ValueError``/``TypeError``
+        for an action that cannot be encoded (the session stays usable), and :class:`PlayerCrashed` or
+        :class:`PlayerTimeout` (``step_timeout``) if the player cannot take it (the session breaks).
+        """
+        self._check_open("send()")
+        if self._state is SessionState.PENDING:
+            raise AlreadyPendingCallError("send() while an earlier action's answer is pending; call recv() first")
+        message = _action_dict(action, kwargs)
+        seq = message.get("sequenceId")
+        if seq is None:
+            seq = self._sequence_id + 1
+            message["sequenceId"] = seq
+        elif isinstance(seq, bool) or not isinstance(seq, int):
+            raise ValueError(f"sequenceId must be an integer, got {seq!r}")
+        buffers = encode_action(message)
+        deadline = time.monotonic() + self.step_timeout
+        try:
+            self.channel.send(buffers, deadline, "step_timeout")
+        except BaseException as exc:
+            self._break(exc)
+            if isinstance(exc, PlayerTimeout):
+                raise self._timeout_error(message["action"], exc) from exc
+            raise
+        self._sequence_id = seq
+        self._pending = (seq, message["action"], deadline)
+        self._state = SessionState.PENDING
+        return seq
+
+    def recv(self, timeout: float | None = None) -> Event:
+        """The answer to the pending action, as an :class:`~renderd.Event` (also kept as ``last_event``).
+
+        Waits until the deadline set by :meth:`send` (``step_timeout`` after it), or ``timeout`` seconds
+        from now when given. Raises :class:`NoPendingCallError` with nothing pending,
+        :class:`CallOrderError` on a closed or broken session, and breaks the session with
+        :class:`PlayerTimeout`, :class:`PlayerCrashed` or :class:`ProtocolError` (also for an answer
+        carrying another ``sequenceId``).
+        """
+        self._check_open("recv()")
+        if self._state is not SessionState.PENDING or self._pending is None:
+            raise NoPendingCallError("recv() with no action pending; call send() first")
+        if timeout is not None:
+            seq, name, _ = self._pending
+            self._pending = (seq, name, time.monotonic() + timeout)
+            return self._receive("recv timeout", timeout)
+        return self._receive("step_timeout", self.step_timeout)
+
+    def step(self, action: str | Mapping[str, Any] | None = None, **kwargs: Any) -> Event:
+        """Send one action and return the player's answer: ``send()`` then ``recv()``.
+
+        ``step("MoveAhead")``, ``step(action="RotateLeft", degrees=30)`` and
+        ``step({"action": "Teleport", "x": 1.0})`` are the same kind of call. Raises what
+        :meth:`send` and :meth:`recv` raise.
+        """
+        self.send(action, **kwargs)
+        return self.recv()
+
+    def _receive(self, deadline_name: str, seconds: float) -> Event:
+        assert self._pending is not None
+        seq, name, deadline = self._pending
+        try:
+            message = self.channel.recv(deadline, deadline_name)
+            event = self._assembler.event(message, seq)
+            if event.sequence_id != seq:
+                raise ProtocolError(
+                    f"the answer to {name} carries sequenceId {event.sequence_id!r}, expected {seq} "
+                    "(the stream is out of step)",
+                    offset=message.offset,
+                )
+        except PlayerTimeout as exc:
+            self._break(exc)
+            raise self._timeout_error(name, exc, deadline_name, seconds) from exc
+        except BaseException as exc:
+            self._break(exc)
+            raise
+        self._pending = None
+        self._state = SessionState.READY
+        self.last_event = event
+        return event
+
+    def _timeout_error(
+        self, name: str, exc: PlayerTimeout, deadline_name: str = "step_timeout", seconds: float | None = None
+    ) -> PlayerTimeout:
+        if seconds is None:
+            seconds = self.step_timeout
+        alive = ""
+        if self.process is not None:
+            alive = " The player is still running (hung, or busy for longer than the deadline allows)."
+        return PlayerTimeout(
+            f"{name}: no answer from the player (pid {self._pid}) within {deadline_name} = {seconds:g} s "
+            f"({exc}).{alive} The session is broken: close it and start a new one, or raise {deadline_name}.",
+            deadline=deadline_name,
+            seconds=seconds,
+        )
+
+    def reset(self, scene: str | None = None, **init_params: Any) -> Event:
+        """Load ``scene`` (the current one when None) and initialize the agent, as AI2-THOR's ``reset`` does.
+
+        Sends ``{"action": "Reset", "sceneName": scene, "sequenceId": 0}`` (a player restarts its sequence
+        at a reset), then ``ChangeResolution`` if ``width``/``height`` are given and differ from the
+        current screen, then ``Initialize`` with every initialization parameter given so far (they
+        accumulate across resets, like AI2-THOR's). Returns the last event. Raises what :meth:`step`
+        raises.
+        """
+        reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
+        if scene is not None:
+            reset["sceneName"] = scene
+        self.step(reset)
+        params = dict(init_params)
+        width = params.pop("width", None)
+        height = params.pop("height", None)
+        if width is not None or height is not None:
+            w = int(width if width is not None else self.width or 0)
+            h = int(height if height is not None else self.height or 0)
+            if (w, h) != (self.width, self.height):
+                self.step("ChangeResolution", x=w, y=h)
+                self._width, self._height = w, h
+        self._init_params.update(params)
+        return self.step("Initialize", **self._init_params)
+
+    # -- closing -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close the channel, stop an owned player (SIGTERM, grace, SIGKILL, reap), then run ``on_close``.
+
+        Idempotent; never raises for a player that already died. Errors from ``on_close`` propagate.
+        """
+        if self._state is SessionState.CLOSED:
+            return
+        error = self._error
+        if error is None and self._state is SessionState.PENDING:
+            error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
+        self._state = SessionState.CLOSED
+        self._pending = None
+        try:
+            self.channel.close()
+        finally:
+            try:
+                if self.process is not None:
+                    self.process.stop(self.stop_grace)
+            finally:
+                on_close, self._on_close = self._on_close, None
+                if on_close is not None:
+                    on_close(error)
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # A session dropped without close(): do not leave a player running. (No logging here: this may run
+        # at interpreter shutdown.)
+        if getattr(self, "_state", SessionState.CLOSED) is not SessionState.CLOSED:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        return f"<renderd.Session pid={self._pid} {self._state.value} seq={self._sequence_id}>"
+
+
+# -- platforms ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _PlatformChoice:
+    """What the platform layer decided for one player: extra environment, extra arguments, cleanup."""
+
+    name: str
+    env: dict[str, str] = field(default_factory=dict)
+    args: list[str] = field(default_factory=list)
+    headless: bool = False
+    release: Callable[[], None] | None = None
+
+
+def _resolve_platform(
+    platform: str,
+    *,
+    x_display: str | None,
+    width: int,
+    height: int,
+    executable: str,
+    env: Mapping[str, str] | None,
+) -> _PlatformChoice:
+    """Ask :mod:`renderd.platforms` for a platform; the one place launch() talks to it.
+
+    Without that module, ``auto`` and ``headless`` run the player as it is (no display set up; the
+    reference player renders without one) and any other platform is a :class:`PlatformError`.
+    """
+    try:
+        platforms = importlib.import_module("renderd.platforms")
+        select = platforms.select
+        request_type = platforms.PlatformRequest
+    except (ImportError, AttributeError):
+        if platform in ("auto", "headless"):
+            return _PlatformChoice(name="headless", env={"RENDERD_PLATFORM": "headless"})
+        raise PlatformError(
+            f"platform {platform!r} needs renderd.platforms, which is not available in this installation; "
+            "use platform='auto' or 'headless'"
+        ) from None
+    request = request_type(
+        platform=platform,
+        width=width,
+        height=height,
+        x_display=x_display,
+        executable=executable,
+        env=dict(env or {}),
+    )
+    selection = select(request)
+    sel_env = {str(k): str(v) for k, v in (getattr(selection, "env", None) or {}).items()}
+    sel_env.setdefault("RENDERD_PLATFORM", str(selection.name))
+    return _PlatformChoice(
+        name=str(selection.name),
+        env=sel_env,
+        args=[str(a) for a in (getattr(selection, "args", None) or ())],
+        headless=bool(getattr(selection, "headless", False)),
+        release=getattr(selection, "release", None),
+    )
+
+
+# -- launch ----------------------------------------------------------------------------------------------
+
+
+def _run_all(callbacks: Sequence[Callable[[], None]]) -> None:
+    """Run every cleanup even if one fails; re-raise the first failure."""
+    first: BaseException | None = None
+    for cb in callbacks:
+        try:
+            cb()
+        except BaseException as exc:  # noqa: BLE001 - cleanup must go on
+            if first is None:
+                first = exc
+            else:
+                log.warning("cleanup step failed too: %s", exc)
+    if first is not None:
+        raise first
+
+
+def launch_player(
+    channel: Channel,
+    endpoint_env: Mapping[str, str],
+    *,
+    executable: str | os.PathLike[str] | Sequence[str] = "renderd-player",
+    width: int = 300,
+    height: int = 300,
+    platform: str = "auto",
+    x_display: str | None = None,
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    step_timeout: float = DEFAULT_STEP_TIMEOUT,
+    log_path: str | os.PathLike[str] | None = None,
+    keep_log: bool = True,
+    quality: str | int = DEFAULT_QUALITY,
+    cleanup: Sequence[Callable[[], None]] = (),
+) -> Session:
+    """Spawn a player that talks over ``channel`` and wait for its first frame; the transport-neutral
+    half of :func:`launch`, for transports that have made their channel already.
+
+    ``endpoint_env`` holds the variables that tell the player its endpoint (``AI2THOR_SERVER_TYPE`` and
+    the pipe paths, or host, port and token). If the channel has an ``attach(player)`` method it is given
+    the player process as soon as it exists. ``cleanup`` callables run after the player has stopped, when
+    the session closes (or at once if the launch fails). Raises what :func:`launch` raises.
+    """
+    choice: _PlatformChoice | None = None
+    process: PlayerProcess | None = None
+    session: Session | None = None
+    try:
+        argv0 = executable if isinstance(executable, (str, os.PathLike)) else list(executable)[0]
+        choice = _resolve_platform(
+            platform, x_display=x_display, width=width, height=height, executable=os.fspath(argv0), env=env
+        )
+        argv = player_argv(
+            executable,
+            width=width,
+            height=height,
+            quality=quality,
+            headless=choice.headless,
+            extra_args=[*choice.args, *args],
+            log_path=log_path,
+        )
+        full_env = dict(os.environ)
+        for name in ENDPOINT_VARIABLES:
+            full_env.pop(name, None)
+        full_env.update(choice.env)
+        full_env["AI2THOR_SERVER_SIDE_SCREENSHOT"] = "False" if choice.headless else "True"
+        full_env.update(endpoint_env)
+        if env:
+            full_env.update({str(k): str(v) for k, v in env.items()})
+        process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log)
+        attach = getattr(channel, "attach", None)
+        if attach is not None:
+            attach(process)
+        release = choice.release
+        callbacks = list(cleanup) + ([release] if release is not None else [])
+        session = Session(
+            channel,
+            process=process,
+            on_close=lambda _error: _run_all(callbacks),
+            width=width,
+            height=height,
+            step_timeout=step_timeout,
+        )
+        session.wait_ready(start_timeout, "start_timeout")
+        return session
+    except BaseException:
+        if session is not None:
+            session.close()
+        else:
+            steps: list[Callable[[], None]] = [channel.close]
+            if process is not None:
+                steps.append(process.stop)
+            steps += list(cleanup)
+            if choice is not None and choice.release is not None:
+                steps.append(choice.release)
+            try:
+                _run_all(steps)
+            except Exception as exc:
+                log.warning("cleanup after a failed launch failed: %s", exc)
+        raise
+
+
+def launch(
+    executable: str | os.PathLike[str] | Sequence[str] = "renderd-player",
+    *,
+    width: int = 300,
+    height: int = 300,
+    platform: str = "auto",
+    x_display: str | None = None,
+    transport: str = "fifo",
+    args: Sequence[str] = (),
+    env: Mapping[str, str] | None = None,
+    start_timeout: float = DEFAULT_START_TIMEOUT,
+    step_timeout: float = DEFAULT_STEP_TIMEOUT,
+    log_path: str | os.PathLike[str] | None = None,
+    quality: str | int = DEFAULT_QUALITY,
+    pipe_size: int | None = None,
+) -> Session:
+    """Spawn and own one player; return a :class:`Session` once its first frame has arrived.
+
+    ``executable``: a path, a name (looked up next to this Python, then on ``PATH``) or an argv list.
+    ``platform``/``x_display``: see :mod:`renderd.platforms`. ``args``: extra player arguments after the
+    Unity flags. ``env``: variables added to this process's environment for the player (they override
+    everything, including the ``AI2THOR_*`` endpoint). ``log_path``: where the player's log (its
+    ``-logFile`` and its stdout/stderr) goes and stays; by default a file in the private pipe directory,
+    removed at close (a :class:`PlayerCrashed` quotes its last lines). ``pipe_size``: buffer of the
+    player -> client pipe (default 1 MiB, capped by the kernel).
+
+    Raises :class:`ConfigError` (unknown executable, transport, quality, bad size),
+    :class:`PlatformError` (no platform can run it), :class:`PlayerCrashed` (the player exited before its
+    first frame: exit code or signal, and its log), :class:`PlayerTimeout` (no first frame within
+    ``start_timeout``), :class:`ProtocolError` (a malformed first frame). Nothing is left behind when it
+    raises.
+    """
+    if transport == "http":
+        try:
+            http = importlib.import_module("renderd.transport.http")
+        except ImportError as exc:
+            raise ConfigError(
+                "transport='http' needs renderd.transport.http, which this installation does not have",
+                key="transport",
+            ) from exc
+        return http.launch(
+            executable,
+            width=width,
+            height=height,
+            platform=platform,
+            x_display=x_display,
+            args=args,
+            env=env,
+            start_timeout=start_timeout,
+            step_timeout=step_timeout,
+            log_path=log_path,
+            quality=quality,
+        )
+    if transport != "fifo":
+        raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}", key="transport")
+    for key, value in (("start_timeout", start_timeout), ("step_timeout", step_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise ConfigError(f"must be a positive number of seconds, got {value!r}", key=key)
+
+    # Imported here so that `import renderd.client` stays cheap for HTTP-only users.
+    from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair
+
+    pair = FifoPair.create()
+    try:
+        channel = FifoChannel(
+            pair.server_path, pair.client_path, pipe_size=pipe_size if pipe_size is not None else DEFAULT_PIPE_SIZE
+        )
+    except BaseException:
+        pair.remove()
+        raise
+    keep_log = log_path is not None
+    if log_path is None:
+        log_path = os.path.join(pair.directory, DEFAULT_LOG_NAME)
+    endpoint = player_env(
+        {}, server_type="FIFO", server_pipe=pair.server_path, client_pipe=pair.client_path, screenshot=True
+    )
+    endpoint.pop("AI2THOR_SERVER_SIDE_SCREENSHOT")  # decided by the platform in launch_player
+    return launch_player(
+        channel,
+        endpoint,
+        executable=executable,
+        width=width,
+        height=height,
+        platform=platform,
+        x_display=x_display,
+        args=args,
+        env=env,
+        start_timeout=start_timeout,
+        step_timeout=step_timeout,
+        log_path=log_path,
+        keep_log=keep_log,
+        quality=quality,
+        cleanup=[pair.remove],
+    )
+
+
+def connect(environment: str = "demo", *, socket: str | None = None, timeout: float | None = None, **kwargs: Any) -> Session:
+    """Lease a ready player of ``environment`` from the renderd daemon; see :mod:`renderd.daemon.client`.
+
+    The socket is ``socket``, else ``$RENDERD_SOCKET``, else the default path. Raises
+    :class:`LeaseError` when no lease can be had (or the daemon client is not installed), and what a
+    :class:`Session` raises afterwards.
+    """
+    try:
+        daemon_client = importlib.import_module("renderd.daemon.client")
+    except ImportError as exc:
+        raise LeaseError("the daemon client (renderd.daemon.client) is not installed") from exc
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    return daemon_client.connect(environment, socket=socket, **kwargs)
