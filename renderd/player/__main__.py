@@ -12,29 +12,10 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import signal
 import sys
-import time
 from typing import Sequence
 
-
-class Terminated(BaseException):
-    """Raised in the main thread by the SIGTERM/SIGINT handler to unwind any blocking call."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
-
-
-def _on_signal(signum: int, frame: object) -> None:
-    # Only raise: the main thread unwinds out of whatever it blocks in (open, read, pause, sleep) and
-    # main() logs and exits; nothing is logged or allocated here.
-    raise Terminated(signum)
-
-
-def _install_signal_handlers() -> None:
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+from renderd.player import signals
 
 
 EXIT_OK = 0
@@ -170,12 +151,11 @@ def _start_fault(kind: str | None, when: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the player; returns the process exit code."""
-    _install_signal_handlers()
+    signals.install()
     try:
         return _main(argv)
-    except Terminated as exc:
-        name = signal.Signals(exc.signum).name
-        logger.info("received %s; exiting", name)
+    except signals.Terminated as exc:
+        logger.info("received %s; exiting", exc.name)
         return EXIT_OK
     finally:
         logging.shutdown()
@@ -260,7 +240,7 @@ def _main(argv: Sequence[str] | None) -> int:
     )
     if args.start_delay:
         logger.info("start delay: sleeping %.3f s", args.start_delay)
-        time.sleep(args.start_delay)
+        signals.sleep(args.start_delay)
     fault = args.fault_at_start
     if fault:
         logger.warning("fault at start: %s", fault)

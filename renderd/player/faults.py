@@ -9,7 +9,7 @@ Process faults (any transport; :func:`run_process_fault`):
 abort      log, then ``os.abort()``: the process dies of SIGABRT (as Unity does on a fatal error)
 segfault   log, then SIGSEGV with the default disposition: the process dies of SIGSEGV
 exit       log, then exit with ``code`` (default 1) without answering
-hang       stay alive and never answer (blocked in ``signal.pause``); SIGTERM still ends it (exit 0)
+hang       stay alive and never answer (blocked waiting for a signal); SIGTERM still ends it (exit 0)
 sleep      sleep ``seconds`` (default 1.0), then answer the action normally
 =========  ====================================================================================
 
@@ -36,10 +36,10 @@ import os
 import signal
 import struct
 import sys
-import time
 from dataclasses import dataclass
 from typing import NoReturn
 
+from renderd.player import signals
 from renderd.protocol import END_OF_MESSAGE, HEADER, FieldType
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "START_FAULTS",
     "GARBAGE_FIELD_TYPE",
     "DEFAULT_SLEEP",
+    "DEFAULT_FAULT_EXIT_CODE",
     "Fault",
     "FaultError",
     "parse_fault",
@@ -147,27 +148,26 @@ def crash(kind: str, code: int = DEFAULT_FAULT_EXIT_CODE) -> NoReturn:
         logger.error("fault: segmentation fault (SIGSEGV)")
         _flush_logs()
         signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # past faulthandler, if it is enabled
-        os.kill(os.getpid(), signal.SIGSEGV)
-        time.sleep(1.0)  # the signal is delivered before this returns; never reached
-        os._exit(139)
+        os.kill(os.getpid(), signal.SIGSEGV)  # delivered before kill() returns
+        os._exit(128 + signal.SIGSEGV)  # never reached
     logger.error("fault: exit with code %d", code)
     _flush_logs()
     os._exit(code)
 
 
 def hang() -> NoReturn:
-    """Stay alive and do nothing, forever; only a signal (SIGTERM is handled by the player) ends it."""
+    """Stay alive and do nothing until SIGTERM/SIGINT (raises :class:`~renderd.player.signals.Terminated`)."""
     logger.warning("fault: hanging (alive, never answering)")
     _flush_logs()
-    while True:
-        signal.pause()
+    signals.wait_forever()
+    raise AssertionError("unreachable")
 
 
 def run_process_fault(fault: Fault) -> None:
     """Carry out a process fault. Returns only for ``sleep`` (after sleeping); the others never return."""
     if fault.kind == "sleep":
         logger.warning("fault: sleeping %.3f s before answering", fault.seconds)
-        time.sleep(fault.seconds)
+        signals.sleep(fault.seconds)
         return
     if fault.kind == "hang":
         hang()

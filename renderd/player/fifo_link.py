@@ -6,6 +6,9 @@
 4. loop: read one ACTION field + end-of-message, act, write one message.
 
 Messages are written with ``os.writev`` straight from the image arrays (partial writes are resumed).
+Both descriptors are non-blocking once open and every wait is a ``select`` that also watches the signal
+wakeup pipe (:mod:`renderd.player.signals`), so SIGTERM ends the player at any point; the blocking
+FIFO opens run in a helper thread for the same reason.
 End of input on ``client.pipe`` at a message boundary means the client is done: exit 0. Anything the
 player cannot parse (bad framing, an ACTION that is not a JSON object) is logged and ends the player with
 :data:`EXIT_PROTOCOL_ERROR`, the way a build's message loop dies on an exception: the stream cannot be
@@ -15,12 +18,13 @@ while the player writes (EPIPE) ends the player with :data:`EXIT_IO_ERROR`.
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 from typing import Any, Sequence
 
 from renderd.errors import ProtocolError, os_error_message
-from renderd.player import faults
+from renderd.player import faults, signals
 from renderd.player.core import Images, Player
 from renderd.protocol import NEED_DATA, Decoder, FieldType, decode_action, encode_message, encode_metadata
 
@@ -50,13 +54,18 @@ class _ClientGone(Exception):
 def write_all(fd: int, buffers: Sequence[Any]) -> int:
     """Write every buffer to ``fd`` with ``os.writev``, resuming after partial writes. Returns the byte count.
 
-    Raises OSError (BrokenPipeError when the reader is gone).
+    ``fd`` may be non-blocking: the writer then waits in :func:`renderd.player.signals.wait`. Raises
+    OSError (BrokenPipeError when the reader is gone) or :class:`~renderd.player.signals.Terminated`.
     """
     views = [memoryview(b).cast("B") for b in buffers]
     views = [v for v in views if v.nbytes]
     total = 0
     while views:
-        n = os.writev(fd, views[:MAX_IOV])
+        try:
+            n = os.writev(fd, views[:MAX_IOV])
+        except BlockingIOError:
+            signals.wait(write=[fd])
+            continue
         total += n
         while n and views:
             first = views[0]
@@ -67,6 +76,11 @@ def write_all(fd: int, buffers: Sequence[Any]) -> int:
                 views[0] = first[n:]
                 n = 0
     return total
+
+
+def _nonblocking(fd: int) -> int:
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+    return fd
 
 
 def encode_answer(metadata: dict, images: Images) -> list[Any]:
@@ -89,11 +103,11 @@ class FifoLink:
     # -- pipes ---------------------------------------------------------------------------------------
     def open_server(self) -> None:
         logger.info("opening %s for writing (waits for the client to open it)", self.server_path)
-        self.server_fd = os.open(self.server_path, os.O_WRONLY | os.O_CLOEXEC)
+        self.server_fd = _nonblocking(signals.open_blocking(self.server_path, os.O_WRONLY | os.O_CLOEXEC))
 
     def open_client(self) -> None:
         logger.info("opening %s for reading (waits for the client to open it)", self.client_path)
-        self.client_fd = os.open(self.client_path, os.O_RDONLY | os.O_CLOEXEC)
+        self.client_fd = _nonblocking(signals.open_blocking(self.client_path, os.O_RDONLY | os.O_CLOEXEC))
 
     def close_server(self) -> None:
         if self.server_fd is not None:
@@ -124,7 +138,7 @@ class FifoLink:
             message = self.decoder.next_message()
             if message is not NEED_DATA:
                 return decode_action(message)
-            data = os.read(self.client_fd, READ_SIZE)
+            data = self._read()
             if not data:
                 self.decoder.end_of_input()  # raises ProtocolError if it ended inside a message
                 raise _ClientGone("the client closed client.pipe", EXIT_OK)
@@ -134,8 +148,17 @@ class FifoLink:
         """Discard whatever the client sends until it closes client.pipe (after a stream fault)."""
         if self.client_fd is None:
             self.open_client()
-        while os.read(self.client_fd, READ_SIZE):
+        while self._read():
             pass
+
+    def _read(self) -> bytes:
+        """The next bytes from client.pipe (b"" at end of input), waiting as long as it takes."""
+        while True:
+            signals.wait(read=[self.client_fd])
+            try:
+                return os.read(self.client_fd, READ_SIZE)
+            except BlockingIOError:
+                continue
 
     # -- the loop --------------------------------------------------------------------------------------
     def serve(self, *, garbage_first: bool = False) -> int:

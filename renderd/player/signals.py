@@ -1,0 +1,148 @@
+"""Signals for the player process: handlers that only record, and waits that never miss them.
+
+SIGTERM and SIGINT handlers only record the signal number. Python's C-level handler also writes a byte
+to a self-pipe (``signal.set_wakeup_fd``), and every place the player waits -- for a pipe to be
+readable or writable, a sleep, a hang -- is a ``select`` that includes that pipe. So a signal that
+arrives just before a wait begins still ends the wait at once (a plain blocking ``read`` or
+``signal.pause`` could miss it and block forever), and :func:`wait` raises :class:`Terminated`, which
+unwinds to ``main()`` for a logged, clean exit.
+
+Blocking ``open()`` of a FIFO cannot be select-ed; :func:`open_blocking` runs it in a helper thread and
+waits for the thread the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import threading
+import time
+from typing import Sequence
+
+__all__ = ["Terminated", "install", "installed", "wait", "sleep", "wait_forever", "open_blocking", "check"]
+
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Terminated(BaseException):
+    """A handled signal arrived; ``signum`` says which. Raised by the waits in this module."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+    @property
+    def name(self) -> str:
+        return signal.Signals(self.signum).name
+
+
+_received: list[int] = []
+_wakeup_r: int | None = None
+
+
+def _record(signum: int, frame: object) -> None:
+    _received.append(signum)  # only record: the waits notice it through the wakeup pipe
+
+
+def install() -> None:
+    """Install the recording handlers and the wakeup pipe (main thread only; idempotent)."""
+    global _wakeup_r
+    if _wakeup_r is not None:
+        return
+    r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+    for signum in HANDLED_SIGNALS:
+        signal.signal(signum, _record)
+    _wakeup_r = r
+
+
+def installed() -> bool:
+    return _wakeup_r is not None
+
+
+def check() -> None:
+    """Raise :class:`Terminated` if a handled signal has arrived."""
+    if _received:
+        raise Terminated(_received[0])
+
+
+def _drain() -> None:
+    # The C-level handler writes each signal's number to the pipe: act on it even if the Python-level
+    # handler has not run yet.
+    try:
+        while True:
+            data = os.read(_wakeup_r, 512)
+            if not data:
+                return
+            for signum in data:
+                if signum in HANDLED_SIGNALS and signum not in _received:
+                    _received.append(signum)
+    except BlockingIOError:
+        pass
+
+
+def wait(read: Sequence[int] = (), write: Sequence[int] = (), timeout: float | None = None) -> tuple[list, list]:
+    """``select`` on ``read``/``write`` and the wakeup pipe. Returns the ready (read, write) lists (both
+    empty on timeout). Raises :class:`Terminated` when a handled signal arrives."""
+    check()
+    if _wakeup_r is None:  # not installed (library use): a plain select
+        r, w, _ = select.select(list(read), list(write), [], timeout)
+        return r, w
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+        r, w, _ = select.select([*read, _wakeup_r], list(write), [], remaining)
+        if _wakeup_r in r:
+            _drain()
+            r.remove(_wakeup_r)
+        check()  # a wakeup byte may also be a signal we do not handle (SIGCHLD...): then carry on
+        if r or w or (deadline is not None and time.monotonic() >= deadline):
+            return r, w
+
+
+def sleep(seconds: float) -> None:
+    """Sleep ``seconds``; raises :class:`Terminated` early on a handled signal."""
+    deadline = time.monotonic() + seconds
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        wait(timeout=remaining)
+
+
+def wait_forever() -> None:
+    """Block until a handled signal arrives (raises :class:`Terminated`)."""
+    while True:
+        if _wakeup_r is None:
+            signal.pause()
+        else:
+            wait()
+
+
+def open_blocking(path: str, flags: int) -> int:
+    """``os.open(path, flags)`` that may block (a FIFO waiting for its other end), without missing a signal.
+
+    The open runs in a daemon thread; this waits for it with :func:`wait`. Raises :class:`Terminated`
+    (the thread is left blocked; the process is about to exit) or the OSError of the open.
+    """
+    result: list = []
+    notify_r, notify_w = os.pipe2(os.O_CLOEXEC)
+
+    def opener() -> None:
+        try:
+            result.append(os.open(path, flags))
+        except OSError as exc:
+            result.append(exc)
+        os.write(notify_w, b"x")
+
+    thread = threading.Thread(target=opener, name=f"open {os.path.basename(path)}", daemon=True)
+    thread.start()
+    wait(read=[notify_r])  # on Terminated the thread stays blocked; the process is about to exit
+    thread.join()
+    os.close(notify_r)
+    os.close(notify_w)
+    outcome = result[0]
+    if isinstance(outcome, OSError):
+        raise outcome
+    return outcome
