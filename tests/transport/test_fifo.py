@@ -1,0 +1,338 @@
+"""The FIFO transport against real named pipes and real processes."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import signal
+import stat
+import sys
+import time
+
+import pytest
+
+from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
+from renderd.process import LeasedPlayer, PlayerProcess, player_env
+from renderd.protocol import FieldType, encode_action
+from renderd.transport.fifo import (
+    DEFAULT_PIPE_SIZE,
+    EOF_CLASSIFY_TIMEOUT,
+    F_GETPIPE_SZ,
+    FifoChannel,
+    FifoPair,
+    pipe_max_size,
+)
+
+from .conftest import peer_argv, wait_until
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+#: Slack allowed on top of a deadline (process start-up on a busy 2-CPU machine).
+SLACK = 1.0
+
+
+def spawn(pair: FifoPair, argv: list[str], tmp_path, **env) -> PlayerProcess:
+    environ = player_env(None, server_pipe=pair.server_path, client_pipe=pair.client_path, extra=env)
+    return PlayerProcess.spawn(argv, environ, tmp_path / "player.log")
+
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+class TestFifoPair:
+    def test_private_directory_and_pipes(self, tmp_path):
+        pair = FifoPair.create(tmp_path)
+        try:
+            assert os.path.dirname(pair.directory) == str(tmp_path)
+            assert stat.S_IMODE(os.stat(pair.directory).st_mode) == 0o700
+            for path in (pair.server_path, pair.client_path):
+                st = os.stat(path)
+                assert stat.S_ISFIFO(st.st_mode)
+                assert stat.S_IMODE(st.st_mode) == 0o600
+        finally:
+            pair.remove()
+        assert not os.path.exists(pair.directory)
+        pair.remove()  # idempotent
+        assert pair.removed
+
+    def test_context_manager_removes_everything(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            (tmp_path / os.path.basename(pair.directory) / "player.log").write_text("x")
+        assert os.listdir(tmp_path) == []
+
+    def test_unwritable_parent_is_a_renderd_error(self, tmp_path):
+        with pytest.raises(RenderdError, match="private directory"):
+            FifoPair.create(tmp_path / "missing")
+
+
+class TestOpening:
+    def test_opening_before_the_player_never_blocks(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            started = time.monotonic()
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            assert time.monotonic() - started < 0.5
+            try:
+                with pytest.raises(PlayerTimeout) as info:
+                    channel.recv(time.monotonic() + 0.2, "start_timeout")
+                assert info.value.deadline == "start_timeout"
+                assert "start_timeout" in str(info.value)
+            finally:
+                channel.close()
+
+    def test_pipe_buffer_is_enlarged(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair, FifoChannel(pair.server_path, pair.client_path) as channel:
+            size = fcntl.fcntl(channel.fileno(), F_GETPIPE_SZ)
+            assert size == channel.pipe_size
+            assert size >= min(DEFAULT_PIPE_SIZE, pipe_max_size())
+
+    def test_missing_pipe_is_a_renderd_error(self, tmp_path):
+        with pytest.raises(RenderdError, match="server.pipe") as info:
+            FifoChannel(str(tmp_path / "nope"), str(tmp_path / "nope2"))
+        assert isinstance(info.value.__cause__, FileNotFoundError)
+
+    def test_regular_file_is_refused(self, tmp_path):
+        path = tmp_path / "file"
+        path.write_text("")
+        with pytest.raises(RenderdError, match="not a named pipe"):
+            FifoChannel(str(path), str(path))
+
+    def test_exit_before_opening_is_reported_at_once(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python("import sys; print('dying early'); sys.exit(3)"), tmp_path)
+            channel.attach(proc)
+            try:
+                started = time.monotonic()
+                with pytest.raises(PlayerCrashed) as info:
+                    channel.recv(time.monotonic() + 30, "start_timeout")
+                assert time.monotonic() - started < 1.0 + SLACK
+                err = info.value
+                assert err.returncode == 3
+                assert "exit code 3" in str(err)
+                assert "dying early" in err.log_tail
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_killed_before_opening_names_the_signal(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), tmp_path)
+            channel.attach(proc)
+            try:
+                with pytest.raises(PlayerCrashed, match="SIGSEGV") as info:
+                    channel.recv(time.monotonic() + 30, "start_timeout")
+                assert info.value.signal_name == "SIGSEGV"
+            finally:
+                channel.close()
+                proc.stop()
+
+
+class TestStreaming:
+    def test_steps_and_frames(self, tmp_path):
+        from renderd.event import FrameAssembler
+
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("serve"), tmp_path, PEER_WIDTH="200", PEER_HEIGHT="150")
+            channel.attach(proc)
+            try:
+                assembler = FrameAssembler()
+                first = assembler.event(channel.recv(time.monotonic() + 30, "start_timeout"), 0)
+                assert first.sequence_id == 0
+                for seq in range(1, 51):
+                    channel.send(encode_action({"action": "Pass", "sequenceId": seq}), time.monotonic() + 10)
+                    event = assembler.event(channel.recv(time.monotonic() + 10), seq)
+                    assert event.sequence_id == seq
+                    assert event.frame.shape == (150, 200, 3)
+                    assert (event.frame == seq % 251).all()
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_large_action_waits_for_a_slow_reader(self, tmp_path):
+        """An action bigger than client.pipe's buffer is written in parts as the player drains it."""
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("slow-reader", 0.3), tmp_path)
+            channel.attach(proc)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                blob = "x" * (512 * 1024)
+                channel.send(encode_action({"action": "Pass", "sequenceId": 1, "blob": blob}), time.monotonic() + 10)
+                message = channel.recv(time.monotonic() + 10)
+                assert message.first(FieldType.METADATA) is not None
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_player_that_never_opens_client_pipe_times_out(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("no-client"), tmp_path)
+            channel.attach(proc)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                started = time.monotonic()
+                with pytest.raises(PlayerTimeout, match="did not open client.pipe within step_timeout"):
+                    channel.send(encode_action({"action": "Pass"}), time.monotonic() + 0.3)
+                assert 0.3 <= time.monotonic() - started < 0.3 + SLACK
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_player_that_exits_instead_of_opening_client_pipe_is_a_crash(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("exit-first", 7), tmp_path)
+            channel.attach(proc)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                with pytest.raises(PlayerCrashed, match="exit code 7"):
+                    channel.send(encode_action({"action": "Pass"}), time.monotonic() + 30)
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_closed_client_pipe_is_a_crash_with_epipe_chained(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("close-client"), tmp_path)
+            channel.attach(proc)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                deadline = time.monotonic() + 30
+                with pytest.raises(PlayerCrashed, match="closed client.pipe") as info:
+                    # The first write may land before the player closes its end; the next cannot.
+                    for seq in range(1, 1000):
+                        channel.send(encode_action({"action": "Pass", "sequenceId": seq}), deadline)
+                        time.sleep(0.01)
+                assert isinstance(info.value.__cause__, BrokenPipeError)
+                assert "still running" in str(info.value)
+            finally:
+                channel.close()
+                proc.stop()
+
+
+class TestEndOfFile:
+    def test_eof_mid_message_is_a_crash_with_the_protocol_error_chained(self, tmp_path):
+        code = (
+            "import os, struct\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "os.write(fd, struct.pack('!BI', 4, 1000) + b'x' * 10)\n"
+            "print('wrote a partial field', flush=True)\n"
+            "raise SystemExit(5)\n"
+        )
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python(code), tmp_path)
+            channel.attach(proc)
+            try:
+                with pytest.raises(PlayerCrashed) as info:
+                    channel.recv(time.monotonic() + 30, "start_timeout")
+                err = info.value
+                assert err.returncode == 5
+                assert "in the middle of a message" in str(err)
+                assert "RGB_IMAGE" in str(err)
+                assert isinstance(err.__cause__, ProtocolError)
+                assert "wrote a partial field" in err.log_tail
+            finally:
+                channel.close()
+                proc.stop()
+
+    def test_eof_while_the_player_lives_on_says_so(self, tmp_path):
+        code = (
+            "import os, time\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "os.close(fd)\n"
+            "time.sleep(60)\n"
+        )
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python(code), tmp_path)
+            channel.attach(proc)
+            try:
+                started = time.monotonic()
+                with pytest.raises(PlayerCrashed, match="closed server.pipe.*still running"):
+                    channel.recv(time.monotonic() + 30, "start_timeout")
+                # EOF is noticed at once; classifying the exit waits at most EOF_CLASSIFY_TIMEOUT.
+                assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
+            finally:
+                channel.close()
+                proc.stop(grace=0.5)
+
+    def test_malformed_bytes_are_a_protocol_error(self, tmp_path):
+        code = (
+            "import os, struct, time\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "os.write(fd, struct.pack('!BI', 42, 3) + b'abc')\n"
+            "time.sleep(60)\n"
+        )
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python(code), tmp_path)
+            channel.attach(proc)
+            try:
+                with pytest.raises(ProtocolError, match="unknown field type 42.*offset 0"):
+                    channel.recv(time.monotonic() + 30, "start_timeout")
+            finally:
+                channel.close()
+                proc.stop(grace=0.5)
+
+
+class TestLeasedPlayer:
+    def test_watching_a_player_we_did_not_spawn(self, tmp_path):
+        """A leased player (the daemon's child, not ours) is watched through a pidfd of its pid."""
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("serve"), tmp_path)
+            leased = LeasedPlayer(proc.pid, log_path=str(tmp_path / "player.log"))
+            channel.attach(leased)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 10)
+                channel.recv(time.monotonic() + 10)
+                os.kill(proc.pid, signal.SIGKILL)
+                with pytest.raises(PlayerCrashed, match="leased player") as info:
+                    # EPIPE on the send, or the pidfd/EOF on the receive, whichever comes first.
+                    channel.send(encode_action({"action": "Pass", "sequenceId": 2}), time.monotonic() + 10)
+                    channel.recv(time.monotonic() + 10)
+                assert info.value.pid == proc.pid
+                assert "first message sent" in info.value.log_tail
+            finally:
+                channel.close()
+                leased.close()
+                proc.stop()
+
+    def test_without_a_pidfd_the_exit_is_polled(self, tmp_path):
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, python("import time; time.sleep(0.2)"), tmp_path)
+            leased = LeasedPlayer(proc.pid)
+            leased.close()  # drop the pidfd: the channel falls back to polling the pid
+            assert leased.fileno() is None
+            channel.attach(leased)
+            try:
+                proc.wait(10)  # reap it, as the daemon would
+                with pytest.raises(PlayerCrashed, match="has exited"):
+                    channel.recv(time.monotonic() + 10, "start_timeout")
+            finally:
+                channel.close()
+                proc.stop()
+
+
+def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
+    with FifoPair.create(tmp_path) as pair:
+        channel = FifoChannel(pair.server_path, pair.client_path)
+        fd = channel.fileno()
+        channel.close()
+        channel.close()
+        assert channel.closed
+        with pytest.raises(OSError) as info:
+            os.fstat(fd)
+        assert info.value.errno == errno.EBADF
+        with pytest.raises(ValueError):
+            channel.recv(time.monotonic() + 1)
+        assert wait_until(lambda: True)
