@@ -49,7 +49,7 @@ class Selection:
 
     ``name``: the platform. ``env``: variables to add to the player's environment (always
     ``RENDERD_PLATFORM``; ``DISPLAY`` for Linux64). ``args``: extra player arguments (``-batchmode
-    -nographics`` when headless). ``executable``: the program to run when the platform resolved it
+    -nographics`` when headless; :attr:`headless` says so). ``executable``: the program to run when the platform resolved it
     (the binary inside a macOS bundle), else None. ``report``: the check that chose it. ``display``:
     the managed display held for it, if any (released by :meth:`release`).
 
@@ -80,6 +80,11 @@ class Selection:
         self._slot_labels = list(slot_labels)
         self._release_lock = threading.Lock()
         self.released = False
+
+    @property
+    def headless(self) -> bool:
+        """True when the player runs without rendering (``-batchmode -nographics`` is in ``args``)."""
+        return all(flag in self.args for flag in HEADLESS_ARGS)
 
     @property
     def instances_per_cycle(self) -> int:

@@ -28,6 +28,7 @@ import queue
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -51,6 +52,8 @@ XVFB_STOP_GRACE = 5.0
 XVFB_KILL_WAIT = 5.0
 #: Colour depth of every managed screen (what Unity's X11 player needs).
 XVFB_DEPTH = 24
+#: Deadline for checking whether anything still listens on a stopped Xvfb's socket.
+SOCKET_CHECK_TIMEOUT = 1.0
 #: How much of Xvfb's own output is quoted when it fails to start.
 XVFB_LOG_TAIL_CHARS = 1500
 
@@ -465,22 +468,36 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _remove_leftovers(number: int, pid: int) -> None:
-    """Remove the lock file and socket a killed Xvfb left, but only if the lock names that Xvfb."""
+    """Remove what a killed Xvfb could not: its lock file (only if it names that Xvfb; with
+    ``-displayfd`` there is usually none) and its socket (only if nothing listens on it any more)."""
     lock_path = f"/tmp/.X{number}-lock"
     try:
         with open(lock_path, "rb") as f:
             owner = int(f.read().strip() or b"0")
     except (OSError, ValueError):
-        return
-    if owner != pid:
-        return
-    for path in (os.path.join(x11.X11_SOCKET_DIR, f"X{number}"), lock_path):
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass
-        except OSError as exc:
-            log.warning("%s", os_error_message(exc, "cannot remove what a stopped Xvfb left behind"))
+        owner = 0
+    if owner == pid:
+        _unlink(lock_path)
+    socket_path = os.path.join(x11.X11_SOCKET_DIR, f"X{number}")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(SOCKET_CHECK_TIMEOUT)
+    try:
+        probe.connect(socket_path)
+    except ConnectionRefusedError:
+        _unlink(socket_path)  # a stale socket: nobody accepts on it
+    except OSError:
+        pass  # gone already, or someone else's live server
+    finally:
+        probe.close()
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        log.warning("%s", os_error_message(exc, "cannot remove what a stopped Xvfb left behind"))
 
 
 def _quote(log_file: IO[bytes]) -> str:

@@ -1,0 +1,85 @@
+"""CloudRendering against the real Vulkan loader and lavapipe, and the probe runner's crash and hang handling."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from renderd.errors import PlatformError
+from renderd.platforms import PlatformRequest, check, select, vulkan
+from renderd.platforms.probe import run_probe
+
+BAD_ICD = {"VK_ICD_FILENAMES": "/nonexistent.json"}
+
+
+def cloud(request: PlatformRequest):
+    return next(r for r in check(request) if r.name == "CloudRendering")
+
+
+@pytest.mark.vulkan
+def test_lavapipe_is_valid():
+    report = cloud(PlatformRequest(system="Linux"))
+    if not report.valid:
+        pytest.skip(f"no Vulkan device here: {report.reasons}")
+    assert report.details["devices"], report.details
+    assert report.details["vulkan_devices"][0]["uuid"]
+    with select(PlatformRequest(platform="CloudRendering", system="Linux")) as selection:
+        assert selection.env == {"RENDERD_PLATFORM": "CloudRendering"}
+        assert selection.args == [] and selection.for_instance(3) == (selection.env, [])
+
+
+@pytest.mark.vulkan
+def test_missing_icd_is_invalid_with_the_reason():
+    report = cloud(PlatformRequest(system="Linux", env=BAD_ICD))
+    assert not report.valid
+    (reason,) = report.reasons
+    assert "VK_ERROR_INCOMPATIBLE_DRIVER" in reason
+    assert "VK_ICD_FILENAMES=/nonexistent.json" in reason and "does not exist" in reason
+    assert "fix: point VK_ICD_FILENAMES at an existing ICD manifest" in reason
+    with pytest.raises(PlatformError) as info:
+        select(PlatformRequest(platform="CloudRendering", system="Linux", env=BAD_ICD))
+    assert "VK_ICD_FILENAMES=/nonexistent.json" in str(info.value)
+    assert info.value.reports[0].name == "CloudRendering"
+
+
+@pytest.mark.vulkan
+def test_probe_results_are_cached_per_environment():
+    env = dict(os.environ, **BAD_ICD)
+    first = vulkan.probe_vulkan(env)
+    started = time.monotonic()
+    assert vulkan.probe_vulkan(env) is first
+    assert time.monotonic() - started < 0.05
+    assert vulkan.probe_vulkan(dict(env, VK_ICD_FILENAMES="/other.json")) is not first
+
+
+def test_not_linux():
+    report = cloud(PlatformRequest(system="Darwin"))
+    assert not report.valid and "Linux only" in report.reasons[0]
+
+
+def _script(tmp_path, body: str) -> str:
+    path = tmp_path / "probe.py"
+    path.write_text(body, encoding="utf-8")
+    return str(path)
+
+
+def test_probe_runner_reports_a_crash(tmp_path):
+    script = _script(tmp_path, "import os, signal, sys\nsys.stderr.write('driver exploded\\n')\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    outcome = run_probe(script, [], marker="M", env=os.environ, timeout=10)
+    assert outcome.answer is None and "SIGSEGV" in outcome.failure and "driver exploded" in outcome.stderr
+
+
+def test_probe_runner_kills_a_hang(tmp_path):
+    script = _script(tmp_path, "import time\ntime.sleep(60)\n")
+    started = time.monotonic()
+    outcome = run_probe(script, [], marker="M", env=os.environ, timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert outcome.answer is None and "did not finish within 0.5 s" in outcome.failure
+
+
+def test_probe_runner_finds_the_answer_among_driver_noise(tmp_path):
+    script = _script(tmp_path, "print('noise from a driver')\nprint('M {\"ok\": true}')\n")
+    outcome = run_probe(script, [], marker="M", env=os.environ, timeout=10)
+    assert outcome.answer == {"ok": True}

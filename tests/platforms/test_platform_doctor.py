@@ -1,0 +1,89 @@
+"""``renderd doctor``: one entry per platform, the same reasons PlatformError carries, exit 0 only when
+the request can be served, and --json for programs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from renderd.errors import PlatformError
+from renderd.platforms import PlatformRequest, select
+from renderd.platforms.doctor import doctor_command
+
+BIG = ["--width", "2001", "--height", "1001"]
+NOTHING = {"DISPLAY": "", "VK_ICD_FILENAMES": "/nonexistent.json", "PATH": "/nonexistent"}
+
+
+def run(args: list[str], env: dict[str, str] | None = None):
+    return CliRunner().invoke(doctor_command, args, env=env, catch_exceptions=False)
+
+
+def test_nothing_can_serve():
+    result = run([*BIG, "--json"], env=NOTHING)
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    assert data["ok"] is False and data["selected"] is None
+    assert [p["name"] for p in data["platforms"]] == ["Linux64", "CloudRendering", "OSXIntel64", "headless"]
+    by_name = {p["name"]: p for p in data["platforms"]}
+    assert not by_name["Linux64"]["valid"] and by_name["headless"]["valid"]
+    # The same information as the PlatformError select() raises for the same request.
+    request = PlatformRequest(system="Linux", width=2001, height=1001, env=NOTHING)
+    with pytest.raises(PlatformError) as info:
+        select(request)
+    assert data["error"] == str(info.value)
+    for report in info.value.reports:
+        assert by_name[report.name]["reasons"] == report.reasons
+
+
+def test_text_output_names_every_platform_and_fix():
+    result = run(BIG, env=NOTHING)
+    assert result.exit_code == 1
+    for name in ("Linux64", "CloudRendering", "OSXIntel64", "headless"):
+        assert name in result.output
+    assert "fix: install Xvfb" in result.output and "=> no platform can serve this request." in result.output
+    assert "headless was not tried" in result.output
+
+
+def test_headless_is_served():
+    result = run(["--headless"], env=NOTHING)
+    assert result.exit_code == 0 and "=> headless serves this request" in result.output
+
+
+@pytest.mark.vulkan
+def test_explicit_platform():
+    result = run(["--platform", "CloudRendering", "--json"], env={"VK_ICD_FILENAMES": "/nonexistent.json"})
+    assert result.exit_code == 1
+    data = json.loads(result.output)
+    cloud = next(p for p in data["platforms"] if p["name"] == "CloudRendering")
+    assert "VK_ICD_FILENAMES=/nonexistent.json" in cloud["reasons"][0]
+
+
+@pytest.mark.xvfb
+def test_x_display_and_gpus(xvfb):
+    server = xvfb("-screen", "0", "320x240x24", "-screen", "1", "320x240x24", "+extension", "GLX")
+    env = {"PATH": "/nonexistent"}
+    ok = run(["--width", "320", "--height", "240", "--x-display", server.name, "--gpus", "1,0"], env=env)
+    assert ok.exit_code == 0, ok.output
+    assert f"=> Linux64 ({server.name})" in ok.output and "gpu 1 -> screen 1" in ok.output
+    bad = run(["--x-display", f"{server.name}.4"], env=env)
+    assert bad.exit_code == 1 and "screen 4 does not exist" in bad.output
+
+
+def test_usage_errors():
+    assert run(["--platform", "WebGL"]).exit_code == 2
+    assert run(["--gpus", "a,b"]).exit_code == 2
+
+
+def test_console_script():
+    env = dict(os.environ, **{k: v for k, v in NOTHING.items() if k != "PATH"})
+    done = subprocess.run(
+        [sys.executable, "-c", "from renderd.cli import main; main()", "doctor", "--headless", "--json"],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["selected"] == "headless"
