@@ -29,7 +29,6 @@ import dataclasses
 import ipaddress
 import os
 import re
-import shutil
 import sys
 import tomllib
 import types
@@ -307,7 +306,7 @@ class EnvironmentConfig:
         "renderd-player",
         doc_type="string or list of strings",
         help="The player: a path or command name, or an argv list. Resolved to an absolute path when the "
-        "configuration is loaded (searching `PATH`, then the directory of the Python running renderd).",
+        "configuration is loaded (a name is looked up next to the Python running renderd, then on `PATH`).",
         check=_executable,
     )
     width: int = setting(300, help="Frame width in pixels (`-screen-width`).", check=_resolution)
@@ -542,29 +541,23 @@ def _table(cls: type, data: Any, source: str, prefix: str) -> dict[str, Any]:
 
 # -- executables -------------------------------------------------------------------------------------
 def resolve_executable(name: str) -> str:
-    """The absolute path of an executable: a path is made absolute, a bare name is searched on ``PATH``
-    and then next to the running Python (where ``pip install`` puts console scripts).
+    """The absolute path of an executable (:func:`renderd.process.resolve_executable`: a bare name is
+    looked up next to the running Python, where ``pip install`` puts console scripts, then on ``PATH``).
 
-    Raises ValueError saying where it looked. An application bundle directory (``*.app``) is accepted
-    as it is; the platform finds the program inside it.
+    Raises ValueError saying what is wrong. An application bundle directory (``*.app``) is accepted as it
+    is; the platform finds the program inside it.
     """
+    from renderd.process import resolve_executable as resolve_argv
+
     if os.sep in name:
         path = os.path.abspath(os.path.expanduser(name))
         if path.endswith(".app") and os.path.isdir(path):
             return path
-        if not os.path.exists(path):
-            raise ValueError(f"{path} does not exist")
-        if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise ValueError(f"{path} is not an executable file")
-        return path
-    found = shutil.which(name)
-    if found is None:
-        found = shutil.which(name, path=os.path.dirname(sys.executable))
-    if found is None:
-        raise ValueError(
-            f"{name!r} was not found on PATH or in {os.path.dirname(sys.executable)}; give its absolute path"
-        )
-    return os.path.abspath(found)
+        name = path
+    try:
+        return resolve_argv(name)[0]
+    except ConfigError as exc:
+        raise ValueError(exc.reason) from None
 
 
 def _resolve(env: EnvironmentConfig, source: str, key: str) -> EnvironmentConfig:

@@ -85,6 +85,12 @@ class Metrics:
         )
         self.registry.register(_StateCollector(snapshot))
 
+    def declare(self, environment: str) -> None:
+        """Create an environment's series at zero, so they are scraped before anything happens."""
+        for metric in (self.restarts, self.boot_failures, self.recycles, self.leases, self.lease_timeouts,
+                       self.lease_wait):
+            metric.labels(environment)
+
     def render(self) -> bytes:
         """The Prometheus text exposition of every metric."""
         return generate_latest(self.registry)

@@ -261,6 +261,7 @@ class Supervisor:
         self._stoppers: list[threading.Thread] = []
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
+            self.metrics.declare(name)
 
     # -- waking the loop ---------------------------------------------------------------------------------
     @property
@@ -329,6 +330,7 @@ class Supervisor:
             env = self.environments.get(config.name)
             if env is None:
                 env = self.environments[config.name] = Environment(config, source)
+                self.metrics.declare(config.name)
                 log.info("environment %s declared: %s", config.name, _summary(config))
             else:
                 if env.config != config:
@@ -511,6 +513,9 @@ class Supervisor:
                     "recycling %s[%d] (pid %s): lease ended %s", p.environment.name, p.index, p.pid, how.value
                 )
                 self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn"))
+            elif p.retire:
+                log.info("lease of %s[%d] released; retiring the player", p.environment.name, p.index)
+                self._begin_stop(p, _Stop("scaled down", "remove"))
             else:
                 p.state = State.READY
                 log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
@@ -654,6 +659,9 @@ class Supervisor:
                 env.selection = None
                 log.info("environment %s removed", env.name)
             return
+        for p in env.players:
+            if p.retire and p.state == State.READY:
+                self._begin_stop(p, _Stop("scaled down", "remove"))
         live = env.live()
         wanted = env.config.instances
         if len(live) < wanted:

@@ -122,9 +122,9 @@ class DaemonProcess:
                      timeout: float = READY_TIMEOUT, what: str = "players") -> list[dict[str, Any]]:
         def check() -> Any:
             players = self.players(name)
-            return players if predicate(players) else None
+            return (players,) if predicate(players) else None
 
-        return wait_for(check, timeout, what)
+        return wait_for(check, timeout, what)[0]
 
     def descendants(self) -> list[int]:
         try:

@@ -1,0 +1,163 @@
+"""The control API on a real daemon: routes, JSON errors, declaring environments, lease waits."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import pytest
+
+from renderd.daemon.client import ControlClient, connect
+from renderd.errors import ConfigError, LeaseError, RenderdError
+
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
+
+
+def raw_request(path: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request written by hand on the unix socket; returns status, headers, body."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(path)
+        s.sendall(request)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return status, headers, body
+
+
+def env_body(**keys):
+    body = {"executable": [PLAYER, "--static-frame"], "platform": "headless", "start_timeout": 20.0}
+    body.update(keys)
+    return body
+
+
+def test_errors_are_json_never_a_traceback_page(daemon):
+    d = daemon(fast_config())
+    c = d.client
+    for method, path, body, status in [
+        ("GET", "/nope", None, 404),
+        ("GET", "/v1/environments/nope", None, 404),
+        ("POST", "/v1/environments/nope/leases", {"client_pid": os.getpid()}, 404),
+        ("DELETE", "/v1/leases/abc", None, 404),
+        ("POST", "/v1/environments/demo/leases", {"client_pid": "me"}, 400),
+        ("POST", "/v1/environments/demo/leases", {"client_pid": 2**22 + 12345}, 400),
+        ("POST", "/v1/environments/demo/leases", {"client_pid": os.getpid(), "timeout": -1}, 400),
+        ("POST", "/v1/environments/demo/leases", {"client_pid": os.getpid(), "color": 1}, 400),
+        ("PUT", "/v1/environments/demo", {"widht": 3}, 400),
+        ("PUT", "/v1/environments/demo", {"width": "wide"}, 400),
+        ("PUT", "/v1/environments/demo", {"transport": "http"}, 400),
+        ("PUT", "/v1/environments/bad%20name", {}, 400),
+    ]:
+        with pytest.raises(RenderdError) as info:
+            c.request(method, path, body)
+        assert info.value.status == status, (method, path, info.value)
+    with pytest.raises(ConfigError, match=r"PUT /v1/environments/demo: environments\.demo\.widht: unknown key"):
+        c.request("PUT", "/v1/environments/demo", {"widht": 3})
+    with pytest.raises(LeaseError, match="is not a running process"):
+        c.request("POST", "/v1/environments/demo/leases", {"client_pid": 2**22 + 12345})
+
+    status, headers, body = raw_request(d.socket, b"PATCH /v1/health HTTP/1.0\r\n\r\n")
+    assert status == 405 and headers["allow"] == "GET" and headers["content-type"] == "application/json"
+    assert b'"type":"RenderdError"' in body
+    bad = b"{not json"
+    status, _, body = raw_request(
+        d.socket,
+        b"PUT /v1/environments/demo HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(bad)).encode() + b"\r\n\r\n" + bad,
+    )
+    assert status == 400 and b"not UTF-8 JSON" in body
+    status, _, body = raw_request(
+        d.socket, b"PUT /v1/environments/demo HTTP/1.0\r\nContent-Length: 2\r\n\r\n[]"
+    )
+    assert status == 400 and b"JSON object" in body
+    assert d.health()["status"] == "ready"  # none of that disturbed the daemon
+
+
+def test_health_environments_and_metrics(daemon):
+    d = daemon(fast_config())
+    health = d.client.health()
+    assert health["pid"] == d.pid and health["environments"]["demo"] == {
+        "wanted": 1, "ready": 1, "leased": 0, "failed": 0}
+    (env,) = d.client.environments()
+    assert env["config"]["platform"] == "headless" and env["config"]["executable"][0] == PLAYER
+    assert d.client.get("/v1/environments/demo")["name"] == "demo"
+    status, headers, body = raw_request(d.socket, b"GET /metrics HTTP/1.0\r\n\r\n")
+    assert status == 200 and headers["content-type"].startswith("text/plain")
+    text = body.decode()
+    assert 'renderd_players{environment="demo",state="READY"} 1.0' in text
+    for name in ("renderd_player_restarts_total", "renderd_player_boot_failures_total", "renderd_leases_total",
+                 "renderd_lease_wait_seconds_bucket", "renderd_leases_active"):
+        assert name in text or name.replace("_total", "") in text
+
+
+def test_put_scales_and_delete_removes(daemon):
+    d = daemon(fast_config())
+    c = d.client
+    status, state = c.request("PUT", "/v1/environments/other", env_body(instances=2))
+    assert status == 201 and state["wanted"] == 2
+    d.wait_players(lambda ps: [p["state"] for p in ps] == ["READY", "READY"], name="other", what="2 players")
+    status, _ = c.request("PUT", "/v1/environments/other", env_body(instances=1))
+    assert status == 200
+    (kept,) = d.wait_players(lambda ps: len(ps) == 1, name="other", what="a scale down")
+    assert kept["index"] == 0
+    # Scaling down a leased player waits for its lease to end.
+    with connect("other", socket=d.socket) as session:
+        c.request("PUT", "/v1/environments/other", env_body(instances=0))
+        time.sleep(0.2)
+        assert session.step("Pass")
+        assert [p["state"] for p in d.players("other")] == ["LEASED"]
+    d.wait_players(lambda ps: ps == [], name="other", what="the leased player retired")
+    with pytest.raises(LeaseError, match="wants 0 instances"):
+        connect("other", socket=d.socket, timeout=0.1)
+    assert c.request("DELETE", "/v1/environments/other")[0] == 202
+    wait_for(lambda: [e["name"] for e in c.environments()] == ["demo"], 10, "the environment removed")
+
+
+def test_changed_resolution_replaces_players_one_by_one(daemon):
+    d = daemon(fast_config(instances=2))
+    old = {p["pid"] for p in d.players()}
+    d.client.request("PUT", "/v1/environments/demo", env_body(instances=2, width=64, height=48))
+    seen_ready_counts = []
+
+    def replaced():
+        players = d.players()
+        seen_ready_counts.append(sum(p["state"] == "READY" for p in players))
+        return (len(players) == 2 and all(p["state"] == "READY" and p["width"] == 64 for p in players)
+                and not old & {p["pid"] for p in players})
+
+    wait_for(replaced, 30, "both players replaced")
+    assert min(seen_ready_counts) >= 1  # one at a time: a ready player was there throughout
+    with connect("demo", socket=d.socket) as session:
+        event = session.step("Pass")
+        assert (event.screen_width, event.screen_height) == (64, 48)
+
+
+def test_lease_waiters_are_served_when_a_player_is_released(daemon):
+    d = daemon(fast_config())
+    first = connect("demo", socket=d.socket)
+    try:
+        with pytest.raises(LeaseError, match="1 of 1 leased"):
+            connect("demo", socket=d.socket, timeout=0.2)
+        got: list = []
+        waiter = threading.Thread(target=lambda: got.append(connect("demo", socket=d.socket, timeout=10)))
+        waiter.start()
+        wait_for(lambda: d.client.get("/v1/environments/demo")["waiting_clients"] == 1, 5, "a waiting client")
+        first.step("Pass")
+        first.close()
+        waiter.join(10)
+        (second,) = got
+        with second:
+            assert second.step("Pass").sequence_id == 1
+    finally:
+        first.close()
+    metrics = ControlClient(d.socket).request("GET", "/metrics")[1]
+    assert 'renderd_lease_timeouts_total{environment="demo"} 1.0' in metrics

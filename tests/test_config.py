@@ -1,0 +1,184 @@
+"""The configuration: one definition per key feeding the parser, validation, overrides and the docs."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from renderd import config as cfg
+from renderd.config import ConfigError, load, loads, parse_environment, validate_command
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+
+
+def test_defaults_match_the_design():
+    c = loads("[environments.demo]\n", path="t.toml")
+    env = c.environments["demo"]
+    assert os.path.isabs(env.executable) and os.path.basename(env.executable) == "renderd-player"
+    assert (env.width, env.height, env.quality, env.platform, env.x_display) == (300, 300, "Ultra", "auto", "auto")
+    assert (env.gpus, env.transport, env.instances, env.restart, env.env) == ([], "fifo", 1, "on-failure", {})
+    assert (env.start_timeout, env.step_timeout) == (300.0, 100.0)
+    assert c.daemon.http == ""
+    assert c.daemon.socket == cfg.default_socket_path()
+    assert c.daemon.runtime_dir == cfg.default_runtime_dir()
+
+
+def test_default_paths_by_user(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    assert cfg.default_socket_path() == "/run/renderd/renderd.sock"
+    assert cfg.default_runtime_dir() == "/run/renderd"
+    monkeypatch.setattr(os, "geteuid", lambda: 1234)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1234")
+    assert cfg.default_socket_path() == "/run/user/1234/renderd/renderd.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert cfg.default_runtime_dir() == "/tmp/renderd-1234"
+
+
+def test_the_design_example_loads(tmp_path):
+    text = DOCS.read_text()
+    example = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    c = loads(example, path="design.toml")
+    assert c.daemon.http == "127.0.0.1:8200"
+    assert c.environments["demo"].restart == "on-failure"
+
+
+@pytest.mark.parametrize(
+    "text, key, why",
+    [
+        ("[environments.demo]\nwidth = 0", "environments.demo.width", "greater than 0"),
+        ("[environments.demo]\nheight = -3", "environments.demo.height", "greater than 0"),
+        ("[environments.demo]\nwidth = 300.5", "environments.demo.width", "expected an integer, got number"),
+        ('[environments.demo]\nwidth = "300"', "environments.demo.width", "got string"),
+        ("[environments.demo]\ninstances = -1", "environments.demo.instances", "0 or more"),
+        ("[environments.demo]\ninstances = true", "environments.demo.instances", "got boolean"),
+        ('[environments.demo]\nplatform = "Windows"', "environments.demo.platform", "not one of"),
+        ('[environments.demo]\nrestart = "sometimes"', "environments.demo.restart", "not one of"),
+        ('[environments.demo]\ntransport = "tcp"', "environments.demo.transport", "not one of"),
+        ('[environments.demo]\nquality = "Best"', "environments.demo.quality", "not one of"),
+        ('[environments.demo]\nx_display = "nowhere"', "environments.demo.x_display", "not auto, managed"),
+        ("[environments.demo]\ngpus = [0, 0]", "environments.demo.gpus", "twice"),
+        ("[environments.demo]\ngpus = [-1]", "environments.demo.gpus", "0 or more"),
+        ("[environments.demo]\nstart_timeout = 0", "environments.demo.start_timeout", "greater than 0"),
+        ("[environments.demo]\nstep_timeout = nan", "environments.demo.step_timeout", "nan"),
+        ("[environments.demo]\nenv = {A = 1}", "environments.demo.env", "table of string to string"),
+        ('[environments.demo]\nexecutable = "no-such-player-anywhere"', "environments.demo.executable",
+         "not found"),
+        ("[environments.demo]\nexecutable = []", "environments.demo.executable", "empty"),
+        ("[environments.demo]\nwidht = 3", "environments.demo.widht", "unknown key"),
+        ('[environments.demo]\ntransport = "http"', "environments.demo.transport", "[daemon] http"),
+        ('[environments."a b"]', "environments.a b", "environment name"),
+        ('[daemon]\nhttp = "localhost:8200"', "daemon.http", "not an IP address"),
+        ('[daemon]\nhttp = "127.0.0.1:99999"', "daemon.http", "port"),
+        ('[daemon]\nhttp = "127.0.0.1"', "daemon.http", "HOST:PORT"),
+        ('[daemon]\nsocket = "relative.sock"', "daemon.socket", "absolute"),
+        (f'[daemon]\nsocket = "/{"x" * 120}"', "daemon.socket", "at most 107"),
+        ("[daemon]\nbackoff_initial = 5.0\nbackoff_max = 1.0", "daemon.backoff_max", "less than"),
+        ("[daemon]\nmax_boot_failures = 0", "daemon.max_boot_failures", "greater than 0"),
+        ("[daemon]\nnope = 1", "daemon.nope", "unknown key"),
+        ("[deamon]\n", "deamon", "unknown table"),
+        ("environments = 3", "environments", "expected a table"),
+    ],
+)
+def test_bad_values_name_the_file_key_and_why(text, key, why):
+    with pytest.raises(ConfigError) as info:
+        loads(text, path="bad.toml")
+    err = info.value
+    assert err.path == "bad.toml" and err.key == key, str(err)
+    assert why in err.reason
+    assert str(err).startswith(f"bad.toml: {key}: ")
+
+
+def test_not_toml_and_unreadable_files(tmp_path):
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        loads("[daemon\n", path="x.toml")
+    with pytest.raises(ConfigError, match="cannot read the file") as info:
+        load(tmp_path / "missing.toml")
+    assert info.value.path == str(tmp_path / "missing.toml")
+
+
+def test_executables_resolve_to_absolute_paths(tmp_path, monkeypatch):
+    tool = tmp_path / "bin" / "player"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tool.parent))
+    c = loads('[environments.a]\nexecutable = "player"\n[environments.b]\nexecutable = ["player", "-x"]')
+    assert c.environments["a"].executable == str(tool)
+    assert c.environments["b"].executable == [str(tool), "-x"] and c.environments["b"].argv == [str(tool), "-x"]
+    monkeypatch.chdir(tmp_path)
+    assert loads('[environments.a]\nexecutable = "bin/player"').environments["a"].executable == str(tool)
+    # Loading without resolving touches nothing on disk (how docs and tests can inspect a file).
+    assert loads('[environments.a]\nexecutable = "absent"', resolve=False).environments["a"].executable == "absent"
+
+
+def test_constructing_has_no_side_effects(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg.DaemonConfig(socket=str(tmp_path / "s" / "x.sock"), runtime_dir=str(tmp_path / "r"))
+    cfg.EnvironmentConfig(name="x")
+    cfg.default_config()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_put_bodies_use_the_same_definitions():
+    env = parse_environment("web", {"width": 64, "height": 48, "instances": 2}, source="PUT /v1/environments/web")
+    assert (env.name, env.width, env.instances) == ("web", 64, 2)
+    with pytest.raises(ConfigError, match=r"^PUT /v1/environments/web: environments\.web\.width: "):
+        parse_environment("web", {"width": 64.0}, source="PUT /v1/environments/web")
+
+
+def test_overrides_are_checked_like_the_file():
+    c = loads("")
+    assert c.with_daemon(socket="/tmp/x.sock", http=None).daemon.socket == "/tmp/x.sock"
+    with pytest.raises(ConfigError, match="command line: daemon.http: "):
+        c.with_daemon(http="nowhere")
+
+
+def test_what_needs_new_players():
+    a = parse_environment("e", {})
+    assert not parse_environment("e", {"instances": 5, "step_timeout": 1.0}).replaces_players(a)
+    assert parse_environment("e", {"width": 10}).replaces_players(a)
+    assert parse_environment("e", {"env": {"A": "b"}}).replaces_players(a)
+
+
+def test_platform_names_match_the_platform_registry():
+    from renderd.platforms import PLATFORM_NAMES
+
+    assert tuple(cfg.PLATFORMS) == tuple(PLATFORM_NAMES)
+
+
+def test_quality_names_match_the_player_command_line():
+    from renderd.process import QUALITY_SETTINGS
+
+    assert set(cfg.QUALITIES) <= set(QUALITY_SETTINGS)
+
+
+def test_validate_command(tmp_path):
+    good = tmp_path / "good.toml"
+    good.write_text("[environments.demo]\ninstances = 2\n")
+    result = CliRunner().invoke(validate_command, [str(good)])
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.output and "demo: 2 x" in result.output
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[environments.demo]\nrestart = 1\n")
+    result = CliRunner().invoke(validate_command, [str(bad)])
+    assert result.exit_code == 1
+    assert f"{bad}: environments.demo.restart: expected a string, got integer 1" in result.output
+
+
+def test_docs_key_tables_are_generated_from_the_definitions():
+    text = DOCS.read_text()
+    assert cfg.update_document(text) == text, "run: python -m renderd.config --write docs/configuration.md"
+    for cls in (cfg.DaemonConfig, cfg.EnvironmentConfig):
+        for f in cfg.settings(cls):
+            assert f"| `{f.name}` |" in text
+
+
+def test_markdown_entry_point(capsys):
+    assert cfg.main(["--markdown"]) == 0
+    assert "### `[environments.NAME]`" in capsys.readouterr().out
+    assert cfg.main(["--bogus"]) == 2
+    assert sys.modules["renderd.config"] is cfg
