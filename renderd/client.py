@@ -382,6 +382,7 @@ class _PlatformChoice:
     env: dict[str, str] = field(default_factory=dict)
     args: list[str] = field(default_factory=list)
     headless: bool = False
+    executable: str | None = None
     release: Callable[[], None] | None = None
 
 
@@ -394,21 +395,23 @@ def _resolve_platform(
     executable: str,
     env: Mapping[str, str] | None,
 ) -> _PlatformChoice:
-    """Ask :mod:`renderd.platforms` for a platform; the one place launch() talks to it.
+    """Ask :func:`renderd.platforms.select` for a platform; the one place launch() talks to it.
 
-    Without that module, ``auto`` and ``headless`` run the player as it is (no display set up; the
-    reference player renders without one) and any other platform is a :class:`PlatformError`.
+    The selection's environment (``RENDERD_PLATFORM``, ``DISPLAY`` ...) and arguments (``-batchmode
+    -nographics`` when headless, a GPU index) are those of instance 0. Without :mod:`renderd.platforms`,
+    ``auto`` runs the player as it is (no display set up) and any other platform is a
+    :class:`PlatformError`.
     """
     try:
         platforms = importlib.import_module("renderd.platforms")
         select = platforms.select
         request_type = platforms.PlatformRequest
     except (ImportError, AttributeError):
-        if platform in ("auto", "headless"):
-            return _PlatformChoice(name="headless", env={"RENDERD_PLATFORM": "headless"})
+        if platform == "auto":
+            return _PlatformChoice(name="auto")
         raise PlatformError(
             f"platform {platform!r} needs renderd.platforms, which is not available in this installation; "
-            "use platform='auto' or 'headless'"
+            "use platform='auto'"
         ) from None
     request = request_type(
         platform=platform,
@@ -419,15 +422,19 @@ def _resolve_platform(
         env=dict(env or {}),
     )
     selection = select(request)
-    sel_env = {str(k): str(v) for k, v in (getattr(selection, "env", None) or {}).items()}
-    sel_env.setdefault("RENDERD_PLATFORM", str(selection.name))
-    return _PlatformChoice(
-        name=str(selection.name),
-        env=sel_env,
-        args=[str(a) for a in (getattr(selection, "args", None) or ())],
-        headless=bool(getattr(selection, "headless", False)),
-        release=getattr(selection, "release", None),
-    )
+    try:
+        sel_env, sel_args = selection.for_instance(0)
+        return _PlatformChoice(
+            name=str(selection.name),
+            env={str(k): str(v) for k, v in sel_env.items()},
+            args=[str(a) for a in sel_args],
+            headless=bool(selection.headless),
+            executable=selection.executable,
+            release=selection.release,
+        )
+    except BaseException:
+        selection.release()
+        raise
 
 
 # -- launch ----------------------------------------------------------------------------------------------
@@ -482,12 +489,14 @@ def launch_player(
         choice = _resolve_platform(
             platform, x_display=x_display, width=width, height=height, executable=os.fspath(argv0), env=env
         )
+        if choice.executable is not None:  # the platform resolved the program (a macOS .app bundle)
+            executable = [choice.executable, *(() if isinstance(executable, (str, os.PathLike)) else list(executable)[1:])]
+        # The platform's arguments include -batchmode -nographics when it is headless.
         argv = player_argv(
             executable,
             width=width,
             height=height,
             quality=quality,
-            headless=choice.headless,
             extra_args=[*choice.args, *args],
             log_path=log_path,
         )
