@@ -3,8 +3,8 @@
 It reads what an AI2-THOR Unity build reads (the ``AI2THOR_*`` environment variables and Unity's
 single-dash flags) plus a few double-dash flags of its own; ``renderd-player --help`` lists them all,
 and docs/player.md describes the program. Exit codes: 0 normal end (client closed the pipe, SIGTERM),
-1 pipe I/O error, 2 bad command line or environment, 4 malformed message from the client; a fault hook
-exits with the code or signal it was asked for.
+1 pipe I/O error, 2 bad command line or environment, 3 unhandled error (traceback in the log), 4 malformed
+message from the client; a fault hook exits with the code or signal it was asked for.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from renderd.player import signals
 
 EXIT_OK = 0
 EXIT_USAGE = 2
+EXIT_INTERNAL_ERROR = 3
 #: Seconds to sleep at most in --start-delay.
 MAX_START_DELAY = 3600.0
 
@@ -59,7 +60,7 @@ fault hooks (action {{"action": "RenderdFault", "fault": KIND, ...}}): abort, se
   answers first. Unknown single-dash (Unity) arguments are ignored and logged.
 
 exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error, 2 bad command line or
-  environment, 4 malformed message from the client.
+  environment, 3 unhandled error (traceback in the log), 4 malformed message from the client.
 """
 
 
@@ -157,6 +158,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except signals.Terminated as exc:
         logger.info("received %s; exiting", exc.name)
         return EXIT_OK
+    except Exception:  # a bug or a renderer failure: into the log, where renderd quotes it from
+        logger.critical("player crashed with an unhandled error; exiting with code %d", EXIT_INTERNAL_ERROR,
+                        exc_info=True)
+        return EXIT_INTERNAL_ERROR
     finally:
         logging.shutdown()
 
@@ -179,7 +184,8 @@ def _main(argv: Sequence[str] | None) -> int:
     env = os.environ
     server_type = (env.get(ENV_SERVER_TYPE) or "FIFO").upper()
     platform = env.get(ENV_PLATFORM) or None
-    logger.info("starting: pid %d, argv %s", os.getpid(), " ".join([sys.argv[0]] + list(argv if argv is not None else sys.argv[1:])))
+    shown = list(argv) if argv is not None else sys.argv[1:]
+    logger.info("starting: pid %d, argv %s", os.getpid(), " ".join([sys.argv[0], *shown]))
     if unknown:
         logger.warning("ignoring unknown arguments (as Unity does): %s", " ".join(unknown))
     logger.info(
@@ -251,11 +257,9 @@ def _main(argv: Sequence[str] | None) -> int:
             from renderd.player.fifo_link import FifoLink
 
             link = FifoLink(player, *link_args)
-            if fault in ("hang-open", "exit", "abort", "segfault"):
-                link.open_server()
-                _start_fault(fault, "after-open")
-            code = link.serve(garbage_first=fault == "garbage")
+            code = link.serve(garbage_first=fault == "garbage", after_open=lambda: _start_fault(fault, "after-open"))
         else:
+            _start_fault(fault, "after-open")  # exit/abort/segfault/hang-open before serving; garbage is FIFO-only
             result = run_http(player, *link_args)
             code = EXIT_OK if result is None else int(result)
     finally:

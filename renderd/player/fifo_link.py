@@ -21,7 +21,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults, signals
@@ -161,10 +161,16 @@ class FifoLink:
                 continue
 
     # -- the loop --------------------------------------------------------------------------------------
-    def serve(self, *, garbage_first: bool = False) -> int:
-        """Open the pipes, send the first message, answer actions until the client leaves. Returns an exit code."""
+    def serve(self, *, garbage_first: bool = False, after_open: Callable[[], None] | None = None) -> int:
+        """Open the pipes, send the first message, answer actions until the client leaves. Returns an exit code.
+
+        ``after_open`` runs once server.pipe is open (the startup fault hooks); ``garbage_first`` sends a
+        malformed first message. Raises :class:`~renderd.player.signals.Terminated` on SIGTERM/SIGINT.
+        """
         try:
             self.open_server()
+            if after_open is not None:
+                after_open()
             metadata, images = self.player.first_message()
             if garbage_first:
                 logger.warning("fault at start: sending a malformed first message")

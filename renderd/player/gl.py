@@ -253,7 +253,8 @@ class GLRenderer:
         self._vao(state.scene).render()
         rgb = np.frombuffer(fbo.read(components=3, attachment=0, alignment=1), dtype=np.uint8).reshape(h, w, 3)
         ids = np.frombuffer(fbo.read(components=3, attachment=1, alignment=1), dtype=np.uint8).reshape(h, w, 3)
-        depth = np.frombuffer(fbo.read(components=1, attachment=2, alignment=1, dtype="f4"), dtype=np.float32).reshape(h, w)
+        depth_bytes = fbo.read(components=1, attachment=2, alignment=1, dtype="f4")
+        depth = np.frombuffer(depth_bytes, dtype=np.float32).reshape(h, w)
         frame = (rgb[::-1], depth[::-1], ids[::-1])  # GL rows are bottom-up; frombuffer views are read-only
         self._last = (state, frame)
         return frame

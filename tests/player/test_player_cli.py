@@ -157,3 +157,43 @@ def test_metadata_objects_flag(spawn):
     assert 100_000 < len(body) < 160_000
     objects = decode_metadata(body)["agents"][0]["objects"]
     assert sum(o["objectType"] == "Synthetic" for o in objects) == 130
+
+
+def test_unhandled_error_goes_to_the_log(tmp_path):
+    log = tmp_path / "crash.log"
+    code = (
+        "import sys\n"
+        "from renderd.player import renderer\n"
+        "def broken(self, state): raise RuntimeError('renderer exploded')\n"
+        "renderer.NumpyRenderer.render = broken\n"
+        "from renderd.player.__main__ import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    import os
+
+    os.mkfifo(tmp_path / "s")
+    os.mkfifo(tmp_path / "c")
+    reader = os.open(tmp_path / "s", os.O_RDONLY | os.O_NONBLOCK)  # lets the player open server.pipe
+    try:
+        result = run_player(
+            [], command=[sys.executable, "-c", code, *SMALL, "-logFile", str(log)],
+            env_extra={"AI2THOR_FIFO_SERVER_PIPE_PATH": str(tmp_path / "s"),
+                       "AI2THOR_FIFO_CLIENT_PIPE_PATH": str(tmp_path / "c")},
+        )
+    finally:
+        os.close(reader)
+    assert result.returncode == 3
+    text = log.read_text()
+    assert "player crashed with an unhandled error" in text and "renderer exploded" in text
+
+
+def test_gl_renderer_unavailable_is_a_usage_error(tmp_path):
+    code = (
+        "import sys; sys.modules['renderd.player.gl'] = None\n"
+        "from renderd.player.__main__ import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    result = run_player([], command=[sys.executable, "-c", code, *SMALL, "--renderer", "gl"],
+                        env_extra={"AI2THOR_FIFO_SERVER_PIPE_PATH": str(tmp_path / "s"),
+                                   "AI2THOR_FIFO_CLIENT_PIPE_PATH": str(tmp_path / "c")})
+    assert result.returncode == 2 and "cannot start the gl renderer" in result.stderr

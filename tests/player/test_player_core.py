@@ -185,3 +185,34 @@ def test_fault_parsing():
                 {"fault": "hang", "when": "later"}):
         with pytest.raises(faults.FaultError):
             faults.parse_fault({"action": "RenderdFault", **bad})
+
+
+class FlatRenderer:
+    """A minimal renderer honouring the interface: top-row-first arrays, read-only is fine."""
+
+    name = "flat"
+
+    def __init__(self):
+        self.states = []
+
+    def render(self, state):
+        self.states.append(state)
+        h, w = state.height, state.width
+        rgb = np.zeros((h, w, 3), np.uint8)
+        rgb[0] = 200  # top row bright
+        depth = np.full((h, w), 1.5, np.float32)
+        ids = np.zeros((h, w, 3), np.uint8)
+        return rgb, depth, ids
+
+
+def test_player_uses_any_renderer_with_the_interface():
+    r = FlatRenderer()
+    assert isinstance(r, Renderer)
+    p = Player(width=6, height=4, renderer=r)
+    _, images = p.handle({"action": "Pass", "renderDepthImage": True})
+    rgb = dict(images)[FieldType.RGB_IMAGE]
+    assert (rgb[-1] == 200).all() and (rgb[:-1] == 0).all()  # the top row goes last on the wire
+    assert (dict(images)[FieldType.DEPTH_IMAGE] == 1.5).all()
+    state = r.states[-1]
+    assert (state.width, state.height, state.fov, state.pitch) == (6, 4, 90.0, 0.0)
+    assert state.position == (0.0, CAM_Y, -2.0)
