@@ -9,6 +9,7 @@ block the caller (the parent applies a deadline), and python-xlib's warnings sta
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 
@@ -58,10 +59,8 @@ def probe_one(name: str) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        import Xlib.display  # noqa: F401
-    except ImportError as exc:
-        sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"error": f"python-xlib is not installed ({exc})"}) + "\n")
+    if importlib.util.find_spec("Xlib") is None:
+        sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"error": "python-xlib is not installed"}) + "\n")
         return 0
     displays = [probe_one(name) for name in argv]
     sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"displays": displays}) + "\n")

@@ -1,4 +1,5 @@
-"""What every platform provides (:class:`Platform`) and what a choice of platform gives the launcher (:class:`Selection`)."""
+"""What every platform provides (:class:`Platform`), and what a choice of platform gives the launcher
+(:class:`Selection`)."""
 
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ class Selection:
 
     ``name``: the platform. ``env``: variables to add to the player's environment (always
     ``RENDERD_PLATFORM``; ``DISPLAY`` for Linux64). ``args``: extra player arguments (``-batchmode
-    -nographics`` when headless; :attr:`headless` says so). ``executable``: the program to run when the platform resolved it
-    (the binary inside a macOS bundle), else None. ``report``: the check that chose it. ``display``:
-    the managed display held for it, if any (released by :meth:`release`).
+    -nographics`` when headless; :attr:`headless` says so). ``executable``: the program to run when
+    the platform resolved it (the binary inside a macOS bundle), else None. ``report``: the check that
+    chose it. ``display``: the managed display held for it, if any (released by :meth:`release`).
 
     A context manager; :meth:`release` is idempotent and thread-safe.
     """

@@ -108,12 +108,12 @@ def _format(request: PlatformRequest, result: dict[str, Any]) -> str:
     for item in result["platforms"]:
         verdict = "valid" if item["valid"] else "NOT VALID"
         lines.append(f"{item['name']:<15} {verdict}")
-        for key, label in (("display", "display"), ("devices", "devices"), ("executable", "executable"), ("note", "note")):
+        for key in ("display", "devices", "executable", "note"):
             value = item["details"].get(key)
             if value:
                 if isinstance(value, list):
                     value = "; ".join(str(v) for v in value)
-                lines.append(f"    {label}: {value}")
+                lines.append(f"    {key}: {value}")
         for note in item["details"].get("notes", []):
             lines.append(f"    note: {note}")
         for slot in item["details"].get("gpu_slots", []):
@@ -130,10 +130,11 @@ def _format(request: PlatformRequest, result: dict[str, Any]) -> str:
     if result["ok"]:
         chosen = result["selected"]
         where = result.get("selected_details", {}).get("display")
-        lines.append(f"=> {chosen}" + (f" ({where})" if where else "") + f" serves this request (platform={request.platform!r}).")
+        where = f" ({where})" if where else ""
+        lines.append(f"=> {chosen}{where} serves this request (platform={request.platform!r}).")
     else:
         lines.append("=> no platform can serve this request.")
         error = result.get("error", "")
-        tail = [line for line in error.splitlines()[1:] if line.startswith(("x_display=", "headless was", "Platforms that", "renderd knows"))]
-        lines.extend(tail)
+        notes = ("x_display=", "headless was", "Platforms that", "renderd knows")
+        lines.extend(line for line in error.splitlines()[1:] if line.startswith(notes))
     return "\n".join(lines)

@@ -122,7 +122,9 @@ def apply_cuda_visible_devices(devices: Sequence[CudaDevice], value: str | None)
         entry = raw.strip()
         device = _lookup(devices, entry)
         if isinstance(device, str):
-            notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: {device}; entries from {entry!r} on are ignored, as CUDA does")
+            notes.append(
+                f"CUDA_VISIBLE_DEVICES={value!r}: {device}; entries from {entry!r} on are ignored, as CUDA does"
+            )
             break
         if device in visible:
             notes.append(f"CUDA_VISIBLE_DEVICES={value!r}: {entry!r} repeats a device; the list ends there, as in CUDA")
@@ -183,7 +185,9 @@ def plan_vulkan(
     plan = GpuPlan()
     if not cuda:
         if cuda_visible is not None:
-            plan.notes.append("CUDA_VISIBLE_DEVICES is set but nvidia-smi lists no GPU, so it cannot be mapped; ignored")
+            plan.notes.append(
+                "CUDA_VISIBLE_DEVICES is set but nvidia-smi lists no GPU, so it cannot be mapped; ignored"
+            )
         for g in gpus:
             if g >= len(vulkan):
                 plan.reasons.append(
@@ -267,7 +271,8 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
         )
         output = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
         if output is None:
-            log.warning("%s failed (exit code %d): %s", argv[0], done.returncode, done.stderr.decode(errors="replace")[-300:])
+            stderr = done.stderr.decode(errors="replace")[-300:]
+            log.warning("%s failed (exit code %d): %s", argv[0], done.returncode, stderr)
     except subprocess.TimeoutExpired:
         log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
         output = None

@@ -93,7 +93,9 @@ class Linux64(Platform):
             )
         if request.display_given or xvfb_path is None:
             if xvfb_path is None and not request.display_given:
-                reasons.append(f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}")
+                reasons.append(
+                    f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}"
+                )
             return self.report(request, reasons, managed=False, notes=plan.notes)
         # Discovery found nothing usable, but renderd can start a display itself.
         return self._managed_report(request, xvfb_path, reasons)

@@ -124,7 +124,10 @@ def select(request: PlatformRequest) -> Selection:
             f"{report.name} was chosen for {describe_request(request)} but could not be prepared: {exc}",
             reports=[failed],
         ) from exc
-    log.info("platform %s selected for %s (env %s, args %s)", selection.name, describe_request(request), selection.env, selection.args)
+    log.info(
+        "platform %s selected for %s (env %s, args %s)",
+        selection.name, describe_request(request), selection.env, selection.args,
+    )
     return selection
 
 

@@ -36,7 +36,9 @@ INSTALL_HINT = (
     "NVIDIA_DRIVER_CAPABILITIES=graphics,utility,compute)"
 )
 
-LOADER_FIX = "install the Vulkan loader: apt-get install libvulkan1 (and a driver: mesa-vulkan-drivers or the NVIDIA driver)"
+LOADER_FIX = (
+    "install the Vulkan loader: apt-get install libvulkan1 (and a driver: mesa-vulkan-drivers or the NVIDIA driver)"
+)
 DRIVER_FIX = (
     "install a Vulkan driver: apt-get install mesa-vulkan-drivers (lavapipe, on the CPU) or the NVIDIA driver "
     "with its Vulkan ICD (in containers: NVIDIA_DRIVER_CAPABILITIES must include graphics)"
@@ -86,7 +88,9 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def probe_vulkan(env: Mapping[str, str], *, timeout: float = VULKAN_PROBE_TIMEOUT, use_cache: bool = True) -> VulkanProbe:
+def probe_vulkan(
+    env: Mapping[str, str], *, timeout: float = VULKAN_PROBE_TIMEOUT, use_cache: bool = True
+) -> VulkanProbe:
     """Probe Vulkan with ``env`` (the player's environment). Never raises for the driver's problems:
     a missing loader, a failing ``vkCreateInstance``, a crash or a hang are reported in ``error``."""
     key = _cache_key(env)

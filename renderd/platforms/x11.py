@@ -101,7 +101,9 @@ class DisplayFacts:
         )
 
 
-def probe_displays(names: Iterable[str], env: Mapping[str, str], timeout: float = X11_PROBE_TIMEOUT) -> dict[str, DisplayFacts]:
+def probe_displays(
+    names: Iterable[str], env: Mapping[str, str], timeout: float = X11_PROBE_TIMEOUT
+) -> dict[str, DisplayFacts]:
     """Probe each display (by its base name, screens included) in one child; keyed by the given names.
 
     Never raises for a display's problems: an unreachable display, a hung server or a missing
@@ -122,7 +124,8 @@ def probe_displays(names: Iterable[str], env: Mapping[str, str], timeout: float 
     for item in outcome.answer["displays"]:
         found = DisplayFacts.from_json(item)
         facts[found.name] = found
-    return {name: facts.get(name, DisplayFacts(name, False, "the X probe said nothing about it", "probe")) for name in names}
+    silent = "the X probe said nothing about it"
+    return {name: facts.get(name, DisplayFacts(name, False, silent, "probe")) for name in names}
 
 
 def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) -> list[str]:

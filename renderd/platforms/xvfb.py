@@ -86,7 +86,9 @@ class _Spawner:
         with self._lock:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._jobs = queue.SimpleQueue()
-                self._thread = threading.Thread(target=self._loop, args=(self._jobs,), name="renderd-xvfb-spawner", daemon=True)
+                self._thread = threading.Thread(
+                    target=self._loop, args=(self._jobs,), name="renderd-xvfb-spawner", daemon=True
+                )
                 self._thread.start()
                 self._pid = os.getpid()
             jobs = self._jobs
@@ -128,7 +130,9 @@ def _child_setup(parent_pid: int) -> Callable[[], None]:
 class _Server:
     """One running Xvfb and the handles on it."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], number: int, width: int, height: int, screens: int, log_file: IO[bytes]) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], number: int, width: int, height: int, screens: int, log_file: IO[bytes]
+    ) -> None:
         self.proc = proc
         self.number = number
         self.width = width
@@ -207,7 +211,8 @@ class ManagedDisplay:
 
     def __repr__(self) -> str:
         state = "released" if self.released else "held"
-        return f"<ManagedDisplay {self.name} {self.width}x{self.height}x{XVFB_DEPTH} screens={self.screens} pid={self.pid} {state}>"
+        geometry = f"{self.width}x{self.height}x{XVFB_DEPTH}"
+        return f"<ManagedDisplay {self.name} {geometry} screens={self.screens} pid={self.pid} {state}>"
 
 
 _MANAGERS: weakref.WeakSet[DisplayManager] = weakref.WeakSet()
@@ -255,7 +260,9 @@ class DisplayManager:
 
     # -- public API -----------------------------------------------------------------------------------
 
-    def acquire(self, width: int, height: int, screens: int = 1, *, env: Mapping[str, str] | None = None) -> ManagedDisplay:
+    def acquire(
+        self, width: int, height: int, screens: int = 1, *, env: Mapping[str, str] | None = None
+    ) -> ManagedDisplay:
         """A handle on an Xvfb with ``screens`` screens of ``width`` x ``height`` x 24 and GLX.
 
         Shares a running server of the same geometry, else starts one and verifies it. ``env`` is the
@@ -436,7 +443,10 @@ class DisplayManager:
     def _stop(self, server: _Server) -> None:
         self._stop_process(server.proc)
         self._reap(server)
-        log.info("stopped managed display %s (Xvfb pid %d, %s)", server.name, server.proc.pid, describe_exit(server.proc.returncode))
+        log.info(
+            "stopped managed display %s (Xvfb pid %d, %s)",
+            server.name, server.proc.pid, describe_exit(server.proc.returncode),
+        )
 
     def _reap(self, server: _Server) -> None:
         _remove_leftovers(server.number, server.proc.pid)

@@ -30,7 +30,8 @@ def main() -> int:
     for scene in SCENES.values():
         start = scene.start
         for yaw, pitch, dx, dz in POSES:
-            state = RenderState(scene, width, height, (start.x + dx, AGENT_Y + CAMERA_HEIGHT, start.z + dz), yaw, pitch, 90.0)
+            position = (start.x + dx, AGENT_Y + CAMERA_HEIGHT, start.z + dz)
+            state = RenderState(scene, width, height, position, yaw, pitch, 90.0)
             a = gl.render(state)
             b = numpy_renderer.render(state)
             assert a[0].shape == b[0].shape and a[0].dtype == np.uint8

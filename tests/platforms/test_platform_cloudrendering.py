@@ -66,7 +66,10 @@ def _script(tmp_path, body: str) -> str:
 
 
 def test_probe_runner_reports_a_crash(tmp_path):
-    script = _script(tmp_path, "import os, signal, sys\nsys.stderr.write('driver exploded\\n')\nos.kill(os.getpid(), signal.SIGSEGV)\n")
+    script = _script(
+        tmp_path,
+        "import os, signal, sys\nsys.stderr.write('driver exploded\\n')\nos.kill(os.getpid(), signal.SIGSEGV)\n",
+    )
     outcome = run_probe(script, [], marker="M", env=os.environ, timeout=10)
     assert outcome.answer is None and "SIGSEGV" in outcome.failure and "driver exploded" in outcome.stderr
 

@@ -20,7 +20,8 @@ CHILD_TIMEOUT = 60
 
 def compare(env: dict[str, str], width: int = 160, height: int = 120) -> dict:
     full_env = dict(os.environ, **env)
-    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(HERE)), full_env.get("PYTHONPATH")) if p)
+    root = os.path.dirname(os.path.dirname(HERE))
+    full_env["PYTHONPATH"] = os.pathsep.join(p for p in (root, full_env.get("PYTHONPATH")) if p)
     done = subprocess.run(
         [sys.executable, os.path.join(HERE, "gl_compare.py"), str(width), str(height)],
         capture_output=True, text=True, env=full_env, timeout=CHILD_TIMEOUT,

@@ -20,7 +20,10 @@ from .conftest import fixture_text
 
 @pytest.fixture
 def two():
-    return gpus.parse_nvidia_smi(fixture_text("nvidia-smi-L-2gpu.txt")), gpus.parse_vulkaninfo(fixture_text("vulkaninfo-2gpu.txt"))
+    return (
+        gpus.parse_nvidia_smi(fixture_text("nvidia-smi-L-2gpu.txt")),
+        gpus.parse_vulkaninfo(fixture_text("vulkaninfo-2gpu.txt")),
+    )
 
 
 @pytest.fixture

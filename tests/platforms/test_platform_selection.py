@@ -154,6 +154,6 @@ def test_osx_bundle_problems(tmp_path):
 
 
 def test_osx_only_on_darwin(tmp_path):
-    report = next(r for r in check(PlatformRequest(system="Linux", executable=str(make_bundle(tmp_path)), env=NO_DISPLAY))
-                  if r.name == "OSXIntel64")
+    request = PlatformRequest(system="Linux", executable=str(make_bundle(tmp_path)), env=NO_DISPLAY)
+    report = next(r for r in check(request) if r.name == "OSXIntel64")
     assert not report.valid and "macOS only (this system is Linux)" in report.reasons[0]
