@@ -1,0 +1,1287 @@
+"""HTTP players: the WSGI application they post frames to, and the bridge onto renderd's framing.
+
+Some players cannot use named pipes (older AI2-THOR builds, players on another host). They speak HTTP,
+the way AI2-THOR's Unity builds do::
+
+    player                                  renderd (this module)                       client
+    ------                                  ---------------------                       ------
+    GET /ping                  ------>      "pong"
+    POST /train  multipart:    ------>      token -> bridge (constant-time compare)
+      image, image_depth, ...               frame -> Message(METADATA msgpack, images)  --> Channel.recv()
+      metadata  (JSON)                      (image bodies are views of the request body)
+      token
+                               <------      the next action (JSON)                      <-- Channel.send()
+
+* :func:`make_player_app` is the WSGI application (``/ping``, ``/train``); any WSGI server can serve it.
+* :class:`PlayerBridgeRegistry` holds one :class:`PlayerBridge` per player, found by the player's token.
+* A bridge is the client's end of that player's stream: it implements the
+  :class:`~renderd.transport.Channel` protocol, so a :class:`renderd.client.Session` drives an HTTP
+  player exactly like a FIFO one (standalone: :func:`launch_http`, i.e. ``renderd.launch(transport="http")``).
+* :class:`FifoPump` puts a bridge's stream onto a FIFO pair instead, behaving as a FIFO player would
+  (the daemon's case: leased clients open the pipes exactly as for FIFO players).
+* :class:`PlayerHttpServer` serves the application with waitress on a background thread.
+
+Copies. A FIFO frame is read from the pipe straight into the numpy array the client's ``Event`` holds.
+An HTTP frame is copied once more: waitress receives the socket's bytes, and :class:`PlayerHttpServer`
+has waitress append them directly into the request's own body buffer (instead of its spooling buffer);
+:mod:`renderd.transport.multipart` then finds the parts in place and every image part becomes a numpy
+array over that buffer. Served by another WSGI server, the application reads ``wsgi.input`` into such a
+buffer with ``readinto`` (that server's own buffering is then its business).
+"""
+
+from __future__ import annotations
+
+import collections
+import errno
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import select
+import shutil
+import tempfile
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from renderd.errors import (
+    AlreadyPendingCallError,
+    CallOrderError,
+    PlayerCrashed,
+    PlayerTimeout,
+    ProtocolError,
+    RenderdError,
+    os_error_message,
+)
+from renderd.protocol import (
+    DEFAULT_MAX_BODY_SIZE,
+    END_OF_MESSAGE,
+    FIELD_TYPES_BY_FORM_NAME,
+    HEADER,
+    HEADER_SIZE,
+    NEED_DATA,
+    Decoder,
+    FieldType,
+    Message,
+    encode_message,
+    encode_metadata,
+)
+from renderd.transport.multipart import MultipartError, Part, boundary_from_content_type, split_multipart
+
+__all__ = [
+    "MAX_REQUEST_SIZE",
+    "MAX_JSON_PART_SIZE",
+    "DISCONNECT_POLL_INTERVAL",
+    "FORM_FIELD_ALIASES",
+    "BridgeClosed",
+    "TrainPost",
+    "PlayerBridge",
+    "PlayerBridgeRegistry",
+    "PlayerHttpServer",
+    "FifoPump",
+    "make_player_app",
+    "launch_http",
+    "launch",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Largest ``POST /train`` body accepted, checked from Content-Length before any of the body is read:
+#: four full 4096 x 4096 RGBA frames (a generous multi-agent, multi-camera post). Per registry.
+MAX_REQUEST_SIZE = 4 * DEFAULT_MAX_BODY_SIZE
+#: Largest ``metadata`` / ``actionReturns`` part accepted (AI2-THOR metadata listing every object of a
+#: big scene is a few hundred KB).
+MAX_JSON_PART_SIZE = 32 * 1024 * 1024
+#: Largest action a client may send to an HTTP player (the FIFO player's limit too).
+MAX_ACTION_SIZE = 16 * 1024 * 1024
+#: While a ``/train`` request waits for its action, how often it asks the server whether the player hung
+#: up (seconds), when the server offers ``waitress.client_disconnected`` and no close notification.
+DISCONNECT_POLL_INTERVAL = 0.25
+#: How often a waiting :meth:`PlayerBridge.recv` asks whether the attached player process exited (s).
+EXIT_POLL_INTERVAL = 0.05
+#: After the player hung up or exited, how long recv waits for its exit status, to report it (s).
+EXIT_CLASSIFY_TIMEOUT = 1.0
+#: Form names some AI2-THOR versions use besides :data:`renderd.protocol.FORM_FIELD_NAMES`.
+FORM_FIELD_ALIASES: dict[str, FieldType] = {"image_thirdParty_flows": FieldType.THIRD_PARTY_FLOW}
+
+_IMAGE_TYPES_BY_NAME: dict[str, FieldType] = {**FIELD_TYPES_BY_FORM_NAME, **FORM_FIELD_ALIASES}
+_DEPTH_TYPES = frozenset({FieldType.DEPTH_IMAGE, FieldType.THIRD_PARTY_DEPTH})
+
+
+class BridgeClosed(RenderdError):
+    """The bridge is closed: its client went away, or renderd stopped serving the player."""
+
+
+def _token_bytes(token: str) -> bytes:
+    return token.encode("utf-8", "surrogateescape")
+
+
+def _token_key(token: str) -> bytes:
+    # Bridges are found by the token's digest, so the dict lookup reveals nothing about how much of a
+    # guessed token is right; the final check is hmac.compare_digest on the tokens themselves.
+    return hashlib.sha256(_token_bytes(token)).digest()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Parsing a /train body
+# ---------------------------------------------------------------------------------------------------
+
+
+def _allowed_sizes(agents: list[Any]) -> tuple[set[int], set[int]]:
+    """Byte sizes an image (colour, depth) may have given the agents' screen sizes (see renderd.event)."""
+    colour: set[int] = set()
+    depth: set[int] = set()
+    for i, agent in enumerate(agents):
+        if not isinstance(agent, dict):
+            raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected an object")
+        try:
+            width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError(f"metadata agents[{i}] lacks a valid screenWidth/screenHeight ({exc!r})") from exc
+        if width <= 0 or height <= 0:
+            raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")
+        pixels = width * height
+        colour.update((pixels * 3, pixels * 4))  # RGB, RGBA
+        depth.update((pixels * 4, pixels * 3))  # float32, legacy 24-bit
+    return colour, depth
+
+
+class TrainPost:
+    """One parsed ``POST /train`` body. Nothing is copied: image arrays are views of ``body``.
+
+    ``token`` is the posted token (None when absent); ``images`` the ``(field type, uint8 array)`` pairs
+    in the order posted (parts with unknown names are ignored). :meth:`metadata` parses and checks the
+    rest; it is separate so that a request's token is checked before more work is done for it.
+    """
+
+    __slots__ = ("body", "token", "images", "_image_parts", "_metadata_part", "_returns_part")
+
+    def __init__(self, body: bytearray, content_type: str | None) -> None:
+        """Split ``body``. Raises :class:`~renderd.transport.multipart.MultipartError` if it is malformed."""
+        parts = split_multipart(body, boundary_from_content_type(content_type))
+        self.body = body
+        self.token: str | None = None
+        self._metadata_part: Part | None = None
+        self._returns_part: Part | None = None
+        self._image_parts: list[tuple[FieldType, Part]] = []
+        view = memoryview(body)
+        for part in parts:
+            name = part.name
+            ftype = _IMAGE_TYPES_BY_NAME.get(name)
+            if ftype is not None:
+                self._image_parts.append((ftype, part))
+            elif name == "metadata":
+                self._metadata_part = self._metadata_part or part
+            elif name == "token":
+                if self.token is None:
+                    self.token = bytes(view[part.start : part.end]).decode("utf-8", "surrogateescape")
+            elif name == "actionReturns":
+                self._returns_part = self._returns_part or part
+            else:
+                logger.debug("ignoring unknown form part %r (%d bytes)", name, part.size)
+        self.images: list[tuple[FieldType, np.ndarray]] = [
+            (ftype, np.frombuffer(body, dtype=np.uint8, count=p.size, offset=p.start)) for ftype, p in self._image_parts
+        ]
+
+    def _json(self, part: Part, what: str) -> Any:
+        if part.size > MAX_JSON_PART_SIZE:
+            raise ProtocolError(f"the {what} part is {part.size} bytes, over the limit of {MAX_JSON_PART_SIZE}")
+        try:
+            return json.loads(bytes(memoryview(self.body)[part.start : part.end]))
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise ProtocolError(f"the {what} part is not valid JSON: {exc}") from exc
+
+    def metadata(self) -> dict[str, Any]:
+        """The metadata object, legacy ``actionReturns`` merged into agents that lack ``actionReturn``.
+
+        Raises :class:`ProtocolError` when the part is missing or is not a JSON object with a non-empty
+        ``agents`` list of valid screen sizes, or when an image's size fits none of the agents' screens.
+        """
+        if self._metadata_part is None:
+            raise ProtocolError("the POST /train body has no 'metadata' part (a JSON object describing the frame)")
+        metadata = self._json(self._metadata_part, "metadata")
+        if not isinstance(metadata, dict):
+            raise ProtocolError(f"the metadata part must be a JSON object, got {type(metadata).__name__}")
+        agents = metadata.get("agents")
+        if not isinstance(agents, list) or not agents:
+            raise ProtocolError("metadata has no 'agents' list (every frame must describe its agents)")
+        if self._returns_part is not None and self._returns_part.size:
+            returns = self._json(self._returns_part, "actionReturns")
+            if isinstance(returns, list):
+                for agent, value in zip(agents, returns):
+                    if isinstance(agent, dict) and "actionReturn" not in agent:
+                        agent["actionReturn"] = value
+        colour, depth = _allowed_sizes(agents)
+        for ftype, part in self._image_parts:
+            allowed = depth if ftype in _DEPTH_TYPES else colour
+            if part.size not in allowed:
+                kind = "float32 or 24-bit depth" if ftype in _DEPTH_TYPES else "RGB or RGBA"
+                raise ProtocolError(
+                    f"image part {part.name!r} is {part.size} bytes, but the agents' screen sizes allow "
+                    f"{sorted(allowed)} bytes ({kind})"
+                )
+        return metadata
+
+
+# ---------------------------------------------------------------------------------------------------
+# The bridge: one player's stream
+# ---------------------------------------------------------------------------------------------------
+
+
+def _action_body(buffers: Sequence[Any]) -> bytes:
+    """The ACTION JSON of one encoded client message (buffers from :func:`renderd.protocol.encode_action`)."""
+    if len(buffers) == 3:  # the shape encode_action produces: header, body, end marker
+        head = bytes(buffers[0])
+        if len(head) == HEADER_SIZE:
+            ftype, length = HEADER.unpack(head)
+            body = bytes(buffers[1])
+            if ftype == FieldType.ACTION and length == len(body) and bytes(buffers[2]) == END_OF_MESSAGE:
+                return body
+    decoder = Decoder(max_body_size=MAX_ACTION_SIZE)
+    for buf in buffers:
+        decoder.receive_data(buf)
+    decoder.end_of_input()
+    message = decoder.next_message()
+    if message is NEED_DATA or decoder.next_message() is not NEED_DATA:
+        raise ProtocolError("a client message for an HTTP player must be exactly one framed message")
+    if len(message.fields) != 1 or message.fields[0][0] != FieldType.ACTION:
+        raise ProtocolError(
+            f"a client message must hold exactly one ACTION field, got {[t.name for t, _ in message.fields]}"
+        )
+    return bytes(message.fields[0][1])
+
+
+class PlayerBridge:
+    """One HTTP player's stream, between the WSGI application (the player's side) and a client.
+
+    The client's side is the :class:`~renderd.transport.Channel` protocol: :meth:`recv` returns the
+    player's next frame as a :class:`~renderd.protocol.Message` (a METADATA field holding the metadata as
+    msgpack, then the image fields in the order posted, their bodies numpy views of the request body),
+    :meth:`send` hands an encoded action to the player's waiting ``POST /train``, :meth:`close` ends the
+    stream. The player's side is :meth:`post`, called by the application. Thread-safe; at most one frame
+    and one action are in flight, as on the pipes.
+
+    A player process can be watched with :meth:`attach` (a :class:`renderd.process.PlayerWatch`, as
+    :func:`renderd.client.launch_player` passes) or an ``alive()`` callable: a waiting :meth:`recv`
+    then raises :class:`PlayerCrashed` as soon as the player exits, with its exit status and log tail.
+    """
+
+    def __init__(self, token: str, *, alive: Callable[[], bool] | None = None, name: str = "player") -> None:
+        self.token = token
+        self.name = name
+        self._alive = alive
+        self._player: Any = None
+        self._cond = threading.Condition(threading.Lock())
+        self._frames: collections.deque[Message] = collections.deque()
+        self._action: bytes | None = None
+        self._post_pending = False
+        self._error: RenderdError | None = None
+        self._closed = False
+        self._offset = 0  # stream offset the frames would have on a pipe (for error messages)
+        self._connection: str | None = None  # the player's HTTP connection, "host:port"
+        self._closing_expected = False  # its last request asked the server to close the connection
+        self._on_close: list[Callable[[], None]] = []
+        self._woken = False
+        #: frames the player has posted (the first one included)
+        self.frames_posted = 0
+        #: ``time.monotonic()`` of the player's last ``POST /train`` (None before the first)
+        self.last_post: float | None = None
+
+    # -- state -----------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def error(self) -> RenderdError | None:
+        """The error the stream failed with (the client's next call raises it), or None."""
+        return self._error
+
+    def attach(self, player: Any) -> None:
+        """Watch ``player`` (a :class:`renderd.process.PlayerWatch`): its exit ends a waiting recv at once."""
+        self._player = player
+
+    def add_close_callback(self, callback: Callable[[], None]) -> None:
+        """Call ``callback()`` once when the bridge is closed (at once if it is closed already)."""
+        with self._cond:
+            if not self._closed:
+                self._on_close.append(callback)
+                return
+        callback()
+
+    def fail(self, error: RenderdError) -> None:
+        """Fail the stream: the client's next (or current) recv/send raises ``error``; a waiting post ends."""
+        with self._cond:
+            if self._error is None and not self._closed:
+                self._error = error
+                logger.info("%s: stream failed: %s", self.name, error)
+            self._cond.notify_all()
+
+    def connection_lost(self, connection: str) -> None:
+        """The server saw ``connection`` ("host:port") close; if it was this player's, the player hung up."""
+        with self._cond:
+            if connection != self._connection:
+                return
+            self._connection = None
+            if self._closed or self._closing_expected:
+                return
+            if self._error is None:
+                self._error = PlayerCrashed(f"{self.name} closed its HTTP connection")
+                logger.info("%s: the player closed its HTTP connection", self.name)
+            self._cond.notify_all()
+
+    # -- the player's side (the WSGI application) ----------------------------------------------------------
+    def _check_postable(self) -> None:
+        if self._closed:
+            raise BridgeClosed(f"{self.name}: renderd no longer serves this player (its bridge is closed)")
+        if self._error is not None:
+            raise self._error
+        if self._post_pending:
+            raise AlreadyPendingCallError(
+                f"{self.name}: a POST /train is already waiting for its action; post one frame at a time"
+            )
+
+    def check_postable(self) -> None:
+        """Raise :class:`BridgeClosed`, :class:`AlreadyPendingCallError` or the stream's error if a post
+        would be refused now."""
+        with self._cond:
+            self._check_postable()
+
+    def post(
+        self,
+        fields: list[tuple[FieldType, Any]],
+        *,
+        connection: str | None = None,
+        closing: bool = False,
+        disconnected: Callable[[], bool] | None = None,
+    ) -> bytes:
+        """Hand one frame (metadata and image fields) to the client; wait for and return the action.
+
+        ``connection`` ("host:port") names the player's HTTP connection, so that :meth:`connection_lost`
+        can tell when it closes; ``closing`` says this request asked for the connection to be closed
+        after it (then its closing is not a hang-up). Waits as long as the bridge lives: a ready player
+        idles here until a client steps it. ``disconnected()``, if given, is asked every
+        :data:`DISCONNECT_POLL_INTERVAL` seconds; True fails the stream with :class:`PlayerCrashed`.
+        Raises :class:`BridgeClosed` when the bridge closes, :class:`AlreadyPendingCallError` when
+        another post is waiting, or the stream's error.
+        """
+        sizes = [memoryview(body).nbytes for _, body in fields]
+        with self._cond:
+            self._check_postable()
+            offsets = []
+            pos = self._offset
+            for size in sizes:
+                offsets.append(pos)
+                pos += HEADER_SIZE + size
+            pos += HEADER_SIZE  # end of message
+            self._frames.append(Message(fields, self._offset, pos - self._offset, offsets))
+            self._offset = pos
+            self._post_pending = True
+            self._connection = connection
+            self._closing_expected = closing
+            self.frames_posted += 1
+            self.last_post = time.monotonic()
+            self._cond.notify_all()
+            interval = DISCONNECT_POLL_INTERVAL if disconnected is not None else None
+            try:
+                while True:
+                    action = self._action
+                    if action is not None:
+                        self._action = None
+                        return action
+                    if self._closed:
+                        raise BridgeClosed(f"{self.name}: the bridge closed while the player waited for an action")
+                    if self._error is not None:
+                        raise self._error
+                    if disconnected is not None and disconnected():
+                        self._error = PlayerCrashed(f"{self.name} closed its HTTP connection while waiting for an action")
+                        self._cond.notify_all()
+                        raise self._error
+                    self._cond.wait(interval)
+            finally:
+                self._post_pending = False
+
+    # -- the client's side: the Channel protocol ------------------------------------------------------------
+    def _exited(self) -> bool:
+        if self._player is not None:
+            return bool(self._player.exited())
+        if self._alive is not None:
+            return not self._alive()
+        return False
+
+    def _crashed(self, context: str) -> PlayerCrashed:
+        player = self._player
+        if player is None:
+            return PlayerCrashed(context)
+        player.wait_exit(EXIT_CLASSIFY_TIMEOUT)
+        return player.crashed(context)
+
+    def recv(self, deadline: float, deadline_name: str = "step_timeout") -> Message:
+        """The player's next frame.
+
+        Raises :class:`PlayerTimeout` when ``deadline`` (``time.monotonic()``) passes,
+        :class:`PlayerCrashed` when the player exits or hangs up (with its exit status and log tail when a
+        player is attached), :class:`ProtocolError` when it posted a bad frame, and
+        :class:`CallOrderError` after :meth:`close`.
+        """
+        started = time.monotonic()
+        message = self.wait_frame(deadline, deadline_name)
+        if message is None:
+            waited = time.monotonic() - started
+            raise PlayerTimeout(
+                f"{self.name} posted no frame within {deadline_name} (waited {waited:.3g} s)",
+                deadline=deadline_name,
+                seconds=waited,
+            )
+        return message
+
+    def wait_frame(self, deadline: float, deadline_name: str = "step_timeout") -> Message | None:
+        """Like :meth:`recv`, but None when ``deadline`` passes (or :meth:`wake` is called) with no frame."""
+        watched = self._player is not None or self._alive is not None
+        with self._cond:
+            self._woken = False
+            while True:
+                if self._frames:
+                    return self._frames.popleft()
+                error = self._error
+                if error is not None:
+                    break
+                if self._closed:
+                    raise CallOrderError(f"{self.name}: recv() on a closed channel")
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._woken:
+                    return None
+                if watched:
+                    if self._exited():
+                        error = self._error = PlayerCrashed(f"{self.name} exited")
+                        break
+                    remaining = min(remaining, EXIT_POLL_INTERVAL)
+                self._cond.wait(remaining)
+        if isinstance(error, PlayerCrashed) and self._player is not None and error.returncode is None:
+            # Say how the player ended (exit code or signal, and the tail of its log).
+            raise self._crashed(f"{error} while renderd waited for its next frame ({deadline_name})") from None
+        raise error
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`wait_frame` return None now (for a pump being stopped)."""
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+    def send(self, buffers: Sequence[Any], deadline: float, deadline_name: str = "step_timeout") -> None:
+        """Give the player its next action (one encoded ACTION message). Never blocks.
+
+        Raises :class:`ProtocolError` for anything but one ACTION message, the stream's error,
+        :class:`CallOrderError` after :meth:`close`, :class:`AlreadyPendingCallError` if the previous
+        action has not been taken by the player yet.
+        """
+        body = _action_body(buffers)
+        if len(body) > MAX_ACTION_SIZE:
+            raise ProtocolError(f"the action is {len(body)} bytes, over the limit of {MAX_ACTION_SIZE}")
+        with self._cond:
+            if self._error is not None:
+                error = self._error
+            elif self._closed:
+                raise CallOrderError(f"{self.name}: send() on a closed channel")
+            elif self._action is not None:
+                raise AlreadyPendingCallError(f"{self.name}: the previous action has not been taken by the player yet")
+            else:
+                self._action = body
+                self._cond.notify_all()
+                return
+        if isinstance(error, PlayerCrashed) and self._player is not None and error.returncode is None:
+            raise self._crashed(f"{error} before taking its next action") from None
+        raise error
+
+    def close(self) -> None:
+        """End the stream: a waiting post, and every later one, is answered 410 Gone. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            callbacks, self._on_close = self._on_close, []
+            self._frames.clear()
+            self._cond.notify_all()
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # one failing callback must not stop the others
+                logger.exception("%s: close callback failed", self.name)
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("failed" if self._error else "open")
+        return f"<PlayerBridge {self.name} {state} frames={self.frames_posted}>"
+
+
+class PlayerBridgeRegistry:
+    """The players one WSGI application serves, each found by its token.
+
+    :meth:`register` makes a bridge (and a token, unless one is given); the player is given the token as
+    ``AI2THOR_CLIENT_TOKEN``. A post whose token matches no registered bridge is answered 403 and reaches
+    no bridge. Tokens are compared with :func:`hmac.compare_digest`.
+    """
+
+    def __init__(self, *, max_request_size: int = MAX_REQUEST_SIZE) -> None:
+        if max_request_size <= 0:
+            raise ValueError("max_request_size must be > 0")
+        self.max_request_size = max_request_size
+        self._lock = threading.Lock()
+        self._bridges: dict[bytes, PlayerBridge] = {}
+        self._listeners: list[Callable[[int], None]] = []
+
+    def register(
+        self, token: str | None = None, *, alive: Callable[[], bool] | None = None, name: str = "player"
+    ) -> PlayerBridge:
+        """A new bridge for one player; ``token`` defaults to a fresh random one (256 bits).
+
+        ``alive()``, if given, tells whether the player process still runs (see :class:`PlayerBridge`).
+        Raises ValueError for an empty token or one already registered.
+        """
+        if token is None:
+            token = secrets.token_urlsafe(32)
+        if not token:
+            raise ValueError("a player token must not be empty")
+        bridge = PlayerBridge(token, alive=alive, name=name)
+        key = _token_key(token)
+        with self._lock:
+            if key in self._bridges:
+                raise ValueError("this token is already registered for another player")
+            self._bridges[key] = bridge
+            count = len(self._bridges)
+        bridge.add_close_callback(lambda: self._forget(key, bridge))
+        self._notify(count)
+        return bridge
+
+    def _forget(self, key: bytes, bridge: PlayerBridge) -> None:
+        with self._lock:
+            if self._bridges.get(key) is not bridge:
+                return
+            del self._bridges[key]
+            count = len(self._bridges)
+        self._notify(count)
+
+    def _notify(self, count: int) -> None:
+        for listener in list(self._listeners):
+            listener(count)
+
+    def add_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(number of bridges)`` whenever a bridge is registered or forgotten."""
+        self._listeners.append(listener)
+
+    def unregister(self, bridge: PlayerBridge) -> None:
+        """Stop serving ``bridge``'s player and close the bridge (idempotent)."""
+        self._forget(_token_key(bridge.token), bridge)
+        bridge.close()
+
+    def lookup(self, token: str | None) -> PlayerBridge | None:
+        """The bridge registered for ``token``, or None (the tokens are compared in constant time)."""
+        if not token:
+            return None
+        with self._lock:
+            bridge = self._bridges.get(_token_key(token))
+        if bridge is None or not hmac.compare_digest(_token_bytes(bridge.token), _token_bytes(token)):
+            return None
+        return bridge
+
+    def connection_closed(self, connection: str) -> None:
+        """The server saw the HTTP connection ``connection`` ("host:port") close."""
+        for bridge in self.bridges():
+            bridge.connection_lost(connection)
+
+    def bridges(self) -> list[PlayerBridge]:
+        with self._lock:
+            return list(self._bridges.values())
+
+    def close(self) -> None:
+        """Close every bridge."""
+        for bridge in self.bridges():
+            self.unregister(bridge)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._bridges)
+
+
+# ---------------------------------------------------------------------------------------------------
+# The WSGI application
+# ---------------------------------------------------------------------------------------------------
+
+_STATUS = {
+    200: "200 OK",
+    400: "400 Bad Request",
+    403: "403 Forbidden",
+    404: "404 Not Found",
+    405: "405 Method Not Allowed",
+    409: "409 Conflict",
+    410: "410 Gone",
+    411: "411 Length Required",
+    413: "413 Content Too Large",
+    500: "500 Internal Server Error",
+}
+
+
+def _json_response(
+    start_response: Callable, status: int, payload: Any, extra: Iterable[tuple[str, str]] = ()
+) -> list[bytes]:
+    body = json.dumps(payload, separators=(",", ":")).encode("utf-8")
+    start_response(_STATUS[status], [("Content-Type", "application/json"), ("Content-Length", str(len(body))), *extra])
+    return [body]
+
+
+def _error(
+    start_response: Callable, status: int, type_: str, message: str, extra: Iterable[tuple[str, str]] = ()
+) -> list[bytes]:
+    return _json_response(start_response, status, {"error": {"type": type_, "message": message}}, extra)
+
+
+def _read_body(stream: Any, length: int) -> bytearray | None:
+    """The request body: the server's own buffer when it is a frame body, else read into a new one.
+
+    Returns None if the stream ends before ``length`` bytes.
+    """
+    body = getattr(stream, "frame_body", None)
+    if isinstance(body, bytearray) and len(body) == length and getattr(stream, "complete", False):
+        return body
+    body = bytearray(length)
+    view = memoryview(body)
+    got = 0
+    readinto = getattr(stream, "readinto", None)
+    while got < length:
+        if readinto is not None:
+            n = readinto(view[got:])
+        else:
+            chunk = stream.read(min(length - got, 1 << 20))
+            n = len(chunk)
+            view[got : got + n] = chunk
+        if not n:
+            return None
+        got += n
+    return body
+
+
+def _wants_close(environ: Mapping[str, Any]) -> bool:
+    connection = str(environ.get("HTTP_CONNECTION", "")).lower()
+    if environ.get("SERVER_PROTOCOL") == "HTTP/1.0":
+        return "keep-alive" not in connection
+    return "close" in connection
+
+
+def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
+    """The WSGI application HTTP players talk to: ``GET /ping`` and ``POST /train``.
+
+    ``POST /train`` answers 200 with the next action (JSON), or a JSON error ``{"error": {"type",
+    "message"}}``: 403 for a missing or unknown token (nothing reaches any bridge); 400 for malformed
+    multipart, a missing or invalid metadata part, or an image whose size fits no agent's screen (when
+    the token was valid the client's next call raises :class:`ProtocolError` too); 409 when the player
+    already has a request waiting, or its stream failed; 410 when its bridge is closed; 411 without a
+    Content-Length; 413 when Content-Length exceeds the registry's ``max_request_size`` (checked before
+    the body is read).
+    """
+
+    def ping(environ: dict, start_response: Callable) -> list[bytes]:
+        start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
+        return [b"pong"]
+
+    def train(environ: dict, start_response: Callable) -> list[bytes]:
+        try:
+            length = int(environ.get("CONTENT_LENGTH") or "")
+        except ValueError:
+            length = -1
+        if length <= 0:
+            return _error(start_response, 411, "ProtocolError", "POST /train needs a Content-Length header and a body")
+        if length > registry.max_request_size:
+            return _error(
+                start_response,
+                413,
+                "ProtocolError",
+                f"the body is {length} bytes, over the limit of {registry.max_request_size} bytes",
+                [("Connection", "close")],
+            )
+        body = _read_body(environ["wsgi.input"], length)
+        if body is None:
+            return _error(start_response, 400, "ProtocolError", "the request body ended before Content-Length bytes")
+        try:
+            post = TrainPost(body, environ.get("CONTENT_TYPE"))
+        except MultipartError as exc:
+            return _error(start_response, 400, "ProtocolError", f"malformed multipart/form-data: {exc}")
+        bridge = registry.lookup(post.token)
+        if bridge is None:
+            logger.warning(
+                "refused POST /train from %s: %s token", environ.get("REMOTE_ADDR", "?"), "unknown" if post.token else "no"
+            )
+            return _error(start_response, 403, "LeaseError", "missing or wrong token: this player is not served here")
+        try:
+            bridge.check_postable()
+            try:
+                metadata = post.metadata()
+            except ProtocolError as exc:
+                bridge.fail(ProtocolError(f"{bridge.name} posted a bad frame: {exc}"))
+                return _error(start_response, 400, "ProtocolError", str(exc))
+            fields: list[tuple[FieldType, Any]] = [(FieldType.METADATA, encode_metadata(metadata)), *post.images]
+            action = bridge.post(
+                fields,
+                connection=f"{environ.get('REMOTE_ADDR')}:{environ.get('REMOTE_PORT')}",
+                closing=_wants_close(environ),
+                disconnected=environ.get("waitress.client_disconnected"),
+            )
+        except BridgeClosed as exc:
+            return _error(start_response, 410, "LeaseError", str(exc))
+        except AlreadyPendingCallError as exc:
+            return _error(start_response, 409, "CallOrderError", str(exc))
+        except RenderdError as exc:
+            return _error(start_response, 409, type(exc).__name__, f"this player's stream has failed: {exc}")
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(action)))])
+        return [action]
+
+    routes = {"/ping": ("GET", ping), "/train": ("POST", train)}
+
+    def app(environ: dict, start_response: Callable) -> list[bytes]:
+        path = environ.get("PATH_INFO") or "/"
+        route = routes.get(path)
+        if route is None:
+            return _error(start_response, 404, "RenderdError", f"no such route {path!r}: HTTP players use /ping and /train")
+        method, handler = route
+        request_method = environ.get("REQUEST_METHOD", "GET")
+        if request_method != method and not (method == "GET" and request_method == "HEAD"):
+            return _error(
+                start_response, 405, "RenderdError", f"{path} takes {method}, not {request_method}", [("Allow", method)]
+            )
+        try:
+            return handler(environ, start_response)
+        except Exception as exc:  # a JSON answer, never a traceback page
+            logger.exception("%s %s failed", request_method, path)
+            return _error(start_response, 500, "RenderdError", f"internal error: {type(exc).__name__}: {exc}")
+
+    return app
+
+
+# ---------------------------------------------------------------------------------------------------
+# Serving the application with waitress
+# ---------------------------------------------------------------------------------------------------
+
+#: waitress worker threads beyond one per registered player (each player's waiting ``/train`` holds a
+#: thread until its action comes; the spare ones answer /ping, refusals and new players).
+SPARE_THREADS = 2
+#: How long :meth:`PlayerHttpServer.stop` waits for the server's threads (seconds).
+STOP_TIMEOUT = 5.0
+#: Bytes waitress asks of each recv (its default is 8 KiB; a frame is hundreds of KiB).
+RECV_BYTES = 256 * 1024
+#: Idle keep-alive connections are closed after this long (seconds). A player waiting for an action is
+#: not idle (its request is in progress), so this only reaps connections that stopped talking.
+CHANNEL_TIMEOUT = 3600
+
+
+class _FrameBody:
+    """A request body received straight into the ``bytearray`` its frames will be views of.
+
+    waitress appends each received chunk here (one copy, from its recv buffer) instead of into its
+    spooling buffer; the application takes :attr:`frame_body` as is. It also offers the file API
+    (``read``/``readinto``) that WSGI's ``wsgi.input`` promises.
+    """
+
+    __slots__ = ("frame_body", "_view", "_filled", "_pos")
+
+    def __init__(self, length: int) -> None:
+        self.frame_body = bytearray(length)
+        self._view = memoryview(self.frame_body)
+        self._filled = 0
+        self._pos = 0
+
+    # waitress buffer interface (used by its FixedStreamReceiver) --------------------------------------
+    def append(self, data: bytes) -> None:
+        n = len(data)
+        end = self._filled + n
+        if end > len(self.frame_body):
+            raise ValueError("more body bytes than Content-Length")
+        self._view[self._filled : end] = data
+        self._filled = end
+
+    def __len__(self) -> int:
+        return self._filled - self._pos
+
+    def getfile(self) -> "_FrameBody":
+        return self
+
+    def close(self) -> None:
+        self._view.release()
+
+    # file interface (wsgi.input) ------------------------------------------------------------------------
+    @property
+    def complete(self) -> bool:
+        return self._filled == len(self.frame_body)
+
+    def readinto(self, buffer: Any) -> int:
+        target = memoryview(buffer).cast("B")
+        n = min(target.nbytes, self._filled - self._pos)
+        target[:n] = self.frame_body[self._pos : self._pos + n]
+        self._pos += n
+        return n
+
+    def read(self, size: int = -1) -> bytes:
+        end = self._filled if size is None or size < 0 else min(self._filled, self._pos + size)
+        data = bytes(self.frame_body[self._pos : end])
+        self._pos = end
+        return data
+
+
+def _waitress_classes() -> tuple[type, type]:
+    """waitress's channel and server, extended for HTTP players (built on first use).
+
+    Three extension points of waitress 3 are used: ``HTTPChannel.parser_class`` (the body of a request
+    with a Content-Length is received into a :class:`_FrameBody`), ``HTTPChannel.error_task_class``
+    (waitress's own refusals -- 413 over the size limit, 400 for a malformed request -- are JSON like
+    every other answer) and the channel's close (the registry learns that a player hung up).
+    """
+    import waitress.channel
+    import waitress.parser
+    import waitress.receiver
+    import waitress.server
+    import waitress.task
+
+    class FrameRequestParser(waitress.parser.HTTPRequestParser):
+        def parse_header(self, header_plus: bytes) -> None:
+            super().parse_header(header_plus)
+            receiver = self.body_rcv
+            length = self.content_length
+            if (
+                isinstance(receiver, waitress.receiver.FixedStreamReceiver)
+                and 0 < length < self.adj.max_request_body_size
+            ):
+                receiver.buf = _FrameBody(length)
+
+    class JsonErrorTask(waitress.task.ErrorTask):
+        def execute(self) -> None:
+            error = self.request.error
+            body = json.dumps(
+                {"error": {"type": "ProtocolError", "message": f"{error.reason}: {error.body}"}}, separators=(",", ":")
+            ).encode("utf-8")
+            self.status = f"{error.code} {error.reason}"
+            self.response_headers.append(("Content-Type", "application/json"))
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class PlayerChannel(waitress.channel.HTTPChannel):
+        parser_class = FrameRequestParser
+        error_task_class = JsonErrorTask
+        _renderd_reported = False
+
+        def _report_closed(self) -> None:
+            if not self._renderd_reported:
+                self._renderd_reported = True
+                callback = getattr(self.server, "renderd_connection_closed", None)
+                if callback is not None and isinstance(self.addr, tuple):
+                    try:
+                        callback(f"{self.addr[0]}:{self.addr[1]}")
+                    except Exception:
+                        logger.exception("connection close notification failed")
+
+        def handle_close(self) -> None:
+            self._report_closed()
+            super().handle_close()
+
+        def close(self) -> None:
+            self._report_closed()
+            super().close()
+
+    class PlayerServer(waitress.server.TcpWSGIServer):
+        channel_class = PlayerChannel
+
+    return PlayerChannel, PlayerServer
+
+
+class PlayerHttpServer:
+    """Serve :func:`make_player_app` (or ``app``) with waitress on a background thread.
+
+    ``PlayerHttpServer(registry, host="127.0.0.1", port=0, players=1).start()`` binds and serves;
+    :attr:`host` and :attr:`port` are the bound address; :meth:`stop` closes every bridge, connection
+    and the listening socket and joins the threads. Worker threads: one per registered player (each
+    player's waiting request holds one) plus :data:`SPARE_THREADS`, grown as players register; at least
+    ``players`` + :data:`SPARE_THREADS`.
+    """
+
+    def __init__(
+        self,
+        registry: PlayerBridgeRegistry,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        players: int = 1,
+        app: Callable | None = None,
+    ) -> None:
+        self.registry = registry
+        self.app = app if app is not None else make_player_app(registry)
+        self._host = host
+        self._port = port
+        self._min_players = max(1, players)
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def start(self) -> PlayerHttpServer:
+        """Bind and serve. Raises OSError (address in use, unknown host) naming the address."""
+        import waitress.adjustments
+        import waitress.task
+
+        _, server_cls = _waitress_classes()
+        adj = waitress.adjustments.Adjustments(
+            host=self._host,
+            port=self._port,
+            threads=self._threads_for(len(self.registry)),
+            ident="renderd",
+            # Keep a waiting request's connection readable, so that a player hanging up is noticed.
+            channel_request_lookahead=1,
+            # The size limit is the registry's, checked from Content-Length before the body is read.
+            max_request_body_size=self.registry.max_request_size + 1,
+            inbuf_overflow=self.registry.max_request_size + 1,
+            recv_bytes=RECV_BYTES,
+            channel_timeout=CHANNEL_TIMEOUT,
+            expose_tracebacks=False,
+            clear_untrusted_proxy_headers=True,
+            asyncore_use_poll=True,
+        )
+        import waitress.wasyncore
+
+        socket_map: dict[int, Any] = {}
+        dispatcher = waitress.task.ThreadedTaskDispatcher()
+        dispatcher.set_thread_count(adj.threads)
+        try:
+            server = server_cls(self.app, adj=adj, dispatcher=dispatcher, map=socket_map)
+        except OSError as exc:
+            waitress.wasyncore.close_all(socket_map, ignore_all=True)
+            dispatcher.shutdown(timeout=STOP_TIMEOUT)
+            raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
+        server.renderd_connection_closed = self.registry.connection_closed
+        self._server = server
+        self.registry.add_listener(self._players_changed)
+        self._thread = threading.Thread(target=self._run, name=f"renderd-http-{self.port}", daemon=True)
+        self._thread.start()
+        logger.info("serving HTTP players on %s:%d", self.host, self.port)
+        return self
+
+    def _threads_for(self, players: int) -> int:
+        return max(players, self._min_players) + SPARE_THREADS
+
+    def _players_changed(self, count: int) -> None:
+        server = self._server
+        if server is not None and not self._stopped:
+            wanted = self._threads_for(count)
+            if wanted > server.adj.threads:
+                server.adj.threads = wanted
+                server.task_dispatcher.set_thread_count(wanted)
+
+    def _run(self) -> None:
+        try:
+            self._server.run()
+        except Exception:
+            logger.exception("the HTTP player server stopped on an error")
+
+    @property
+    def host(self) -> str:
+        return self._server.effective_host if self._server is not None else self._host
+
+    @property
+    def port(self) -> int:
+        return int(self._server.effective_port) if self._server is not None else self._port
+
+    def stop(self) -> None:
+        """Close every bridge, every connection and the socket; join the threads. Idempotent."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.registry.close()  # waiting requests answer 410 and free their threads
+        server = self._server
+        if server is None:
+            return
+        import waitress.wasyncore
+
+        done = threading.Event()
+
+        def close_all() -> None:  # runs on the server's loop thread: asyncore maps are not thread-safe
+            try:
+                waitress.wasyncore.close_all(server._map, ignore_all=True)
+            finally:
+                done.set()
+
+        try:
+            server.trigger.pull_trigger(close_all)
+        except OSError:
+            done.set()
+        done.wait(STOP_TIMEOUT)
+        if self._thread is not None:
+            self._thread.join(STOP_TIMEOUT)
+            if self._thread.is_alive():
+                logger.warning("the HTTP player server thread did not stop within %.1f s", STOP_TIMEOUT)
+        server.task_dispatcher.shutdown(timeout=STOP_TIMEOUT)
+
+    def __enter__(self) -> PlayerHttpServer:
+        return self.start() if self._server is None else self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# ---------------------------------------------------------------------------------------------------
+# The daemon's case: a bridge's stream onto a FIFO pair
+# ---------------------------------------------------------------------------------------------------
+
+#: How often the pump's waits look at whether :meth:`FifoPump.stop` was called (seconds).
+PUMP_POLL_INTERVAL = 0.1
+#: Longest pause between attempts to open ``server.pipe`` while no reader has it open (seconds).
+PUMP_OPEN_RETRY_MAX = 0.05
+#: Bytes read from ``client.pipe`` at a time.
+PUMP_READ_SIZE = 64 * 1024
+#: Most buffers passed to one writev.
+PUMP_MAX_IOV = 512
+
+
+class _PumpEnd(Exception):
+    """The pump's loop ends: ``error`` is None for a clean end (the client closed its pipes)."""
+
+    def __init__(self, reason: str, error: BaseException | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.error = error
+
+
+class FifoPump:
+    """Put one bridged HTTP player's stream onto a FIFO pair, behaving exactly as a FIFO player does.
+
+    On a thread of its own: it takes the player's first frame from the bridge, opens ``server.pipe`` for
+    writing (retrying while nobody reads it, as a player's blocking open waits) and writes the frame as
+    a framed message; then it opens ``client.pipe`` for reading and, for each ACTION message read there,
+    hands the action to the bridge and writes the player's answer to ``server.pipe``. So the daemon's
+    readiness check reads the first frame from ``server.pipe`` and leased clients open the pipes exactly
+    as for a FIFO player.
+
+    It ends, closing its pipe ends (the reader of ``server.pipe`` then sees end of file, i.e. a crashed
+    player, unless the stream ended cleanly) and calling ``on_done(error)``, when: the client closes
+    ``client.pipe`` at a message boundary or ``server.pipe`` (clean: ``error`` None; the bridge is closed,
+    so the player is told it is no longer served, as a FIFO player exits when its client leaves); the
+    player crashes, hangs up or posts a bad frame (the bridge's error); a client sends a malformed
+    message (a :class:`ProtocolError`); or :meth:`stop` is called.
+    """
+
+    def __init__(
+        self,
+        bridge: PlayerBridge,
+        server_path: str,
+        client_path: str,
+        *,
+        on_done: Callable[[BaseException | None], None] | None = None,
+    ) -> None:
+        self.bridge = bridge
+        self.server_path = server_path
+        self.client_path = client_path
+        self.on_done = on_done
+        self.decoder = Decoder(max_body_size=MAX_ACTION_SIZE)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._wfd: int | None = None
+        self._rfd: int | None = None
+        #: why the pump ended (None while running), and the error if it was not a clean end
+        self.reason: str | None = None
+        self.error: BaseException | None = None
+        #: messages written to server.pipe
+        self.frames = 0
+
+    def start(self) -> FifoPump:
+        """Start the pump's thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"renderd-pump-{self.bridge.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
+        """Stop the pump and wait (up to ``timeout`` s) for its thread; it closes its pipe ends. Idempotent."""
+        self._stop.set()
+        self.bridge.wake()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+            if thread.is_alive():
+                logger.warning("%s: the FIFO pump did not stop within %.1f s", self.bridge.name, timeout)
+
+    close = stop
+
+    # -- the loop --------------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        reason, error = "stopped", None
+        try:
+            while True:
+                message = self._next_frame()
+                if self._wfd is None:
+                    self._open_server()
+                self._write(encode_message(message.fields))
+                self.frames += 1
+                if self._rfd is None:
+                    self._rfd = os.open(self.client_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                action = self._read_action()
+                self.bridge.send([HEADER.pack(FieldType.ACTION, len(action)), action, END_OF_MESSAGE], time.monotonic())
+        except _PumpEnd as end:
+            reason, error = end.reason, end.error
+            if error is None and not self._stop.is_set():
+                self.bridge.close()
+        except RenderdError as exc:
+            reason, error = f"the stream failed: {exc}", exc
+        except OSError as exc:
+            reason = os_error_message(exc, "the FIFO pump's pipe I/O failed")
+            error = RenderdError(reason)
+        except Exception as exc:  # a bug: never leave the pipes open
+            logger.exception("%s: the FIFO pump failed", self.bridge.name)
+            reason, error = f"internal error: {exc!r}", exc
+        finally:
+            for attr in ("_wfd", "_rfd"):
+                fd = getattr(self, attr)
+                if fd is not None:
+                    setattr(self, attr, None)
+                    os.close(fd)
+            self.reason, self.error = reason, error
+            level = logging.INFO if error is None else logging.WARNING
+            logger.log(level, "%s: FIFO pump ended after %d frame(s): %s", self.bridge.name, self.frames, reason)
+            if self.on_done is not None:
+                try:
+                    self.on_done(error)
+                except Exception:
+                    logger.exception("%s: the pump's on_done callback failed", self.bridge.name)
+
+    def _check_stop(self) -> None:
+        if self._stop.is_set():
+            raise _PumpEnd("stopped")
+
+    def _next_frame(self) -> Message:
+        while True:
+            self._check_stop()
+            try:
+                message = self.bridge.wait_frame(time.monotonic() + PUMP_POLL_INTERVAL)
+            except CallOrderError:  # the bridge was closed
+                self._check_stop()
+                raise _PumpEnd("the bridge was closed") from None
+            if message is not None:
+                return message
+
+    def _open_server(self) -> None:
+        pause = 0.001
+        while True:
+            self._check_stop()
+            try:
+                self._wfd = os.open(self.server_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                return
+            except OSError as exc:
+                if exc.errno != errno.ENXIO:  # ENXIO: no reader yet
+                    raise
+            self._stop.wait(pause)
+            pause = min(pause * 2, PUMP_OPEN_RETRY_MAX)
+
+    def _write(self, buffers: list[Any]) -> None:
+        views = [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+        poller = select.poll()
+        poller.register(self._wfd, select.POLLOUT)
+        while views:
+            try:
+                n = os.writev(self._wfd, views[:PUMP_MAX_IOV])
+            except BlockingIOError:
+                self._check_stop()
+                poller.poll(int(PUMP_POLL_INTERVAL * 1000))
+                continue
+            except BrokenPipeError:
+                raise _PumpEnd("the client closed server.pipe") from None
+            while n and views:
+                if n >= views[0].nbytes:
+                    n -= views.pop(0).nbytes
+                else:
+                    views[0] = views[0][n:]
+                    n = 0
+
+    def _read_action(self) -> bytes:
+        decoder = self.decoder
+        poller = select.poll()
+        poller.register(self._rfd, select.POLLIN | select.POLLHUP)
+        while True:
+            message = decoder.next_message()
+            if message is not NEED_DATA:
+                fields = message.fields
+                if len(fields) != 1 or fields[0][0] != FieldType.ACTION:
+                    raise ProtocolError(
+                        f"a client message must hold exactly one ACTION field, got {[t.name for t, _ in fields]}",
+                        offset=message.offset,
+                    )
+                return bytes(fields[0][1])
+            self._check_stop()
+            if not poller.poll(int(PUMP_POLL_INTERVAL * 1000)):
+                continue
+            data = os.read(self._rfd, PUMP_READ_SIZE)
+            if not data:
+                decoder.end_of_input()  # a ProtocolError if the client left mid-message
+                raise _PumpEnd("the client closed client.pipe")
+            decoder.receive_data(data)
+
+
+# ---------------------------------------------------------------------------------------------------
+# renderd.launch(transport="http")
+# ---------------------------------------------------------------------------------------------------
+
+
+def launch_http(
+    executable: str | os.PathLike[str] | Sequence[str] = "renderd-player",
+    *,
+    host: str = "127.0.0.1",
+    log_path: str | os.PathLike[str] | None = None,
+    **kwargs: Any,
+) -> Any:
+    """``renderd.launch(transport="http")``: serve one player over HTTP and return its Session.
+
+    A private :class:`PlayerHttpServer` listens on ``host`` (loopback by default) on a free port with one
+    bridge registered under a fresh token; the player is spawned with ``AI2THOR_SERVER_TYPE=WSGI``,
+    ``AI2THOR_HOST``, ``AI2THOR_PORT`` and ``AI2THOR_CLIENT_TOKEN``, and the Session reads the bridge.
+    Every other keyword is :func:`renderd.launch`'s (``width``, ``height``, ``platform``, ``x_display``,
+    ``args``, ``env``, ``start_timeout``, ``step_timeout``, ``quality``). Closing the session closes the
+    bridge (the player's waiting request is answered 410), stops the player and then the server.
+    Raises what :func:`renderd.launch` raises; nothing is left behind when it raises.
+    """
+    from renderd.client import launch_player
+    from renderd.errors import ConfigError
+    from renderd.process import player_env
+
+    kwargs.pop("transport", None)
+    kwargs.pop("pipe_size", None)
+    for key in ("start_timeout", "step_timeout"):
+        value = kwargs.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise ConfigError(f"must be a positive number of seconds, got {value!r}", key=key)
+    directory = tempfile.mkdtemp(prefix="renderd-http-")  # 0700: the player's log
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry, host=host, players=1)
+    try:
+        server.start()
+        bridge = registry.register(name="the player")
+    except BaseException:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+    keep_log = log_path is not None
+    if log_path is None:
+        log_path = os.path.join(directory, "player.log")
+    endpoint = player_env({}, server_type="WSGI", host=server.host, port=server.port, token=bridge.token)
+    endpoint.pop("AI2THOR_SERVER_SIDE_SCREENSHOT", None)  # decided by the platform in launch_player
+    return launch_player(
+        bridge,
+        endpoint,
+        executable=executable,
+        log_path=log_path,
+        keep_log=keep_log,
+        cleanup=[server.stop, lambda: shutil.rmtree(directory, ignore_errors=True)],
+        **kwargs,
+    )
+
+
+#: The name :func:`renderd.launch` calls for ``transport="http"``.
+launch = launch_http
