@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 XVFB_BINARY = "Xvfb"
 #: Deadline for a new Xvfb to write its display number (and for the verification that follows).
 XVFB_START_TIMEOUT = 15.0
+#: Deadline for forking Xvfb on the spawner thread (fork and exec take milliseconds).
+XVFB_SPAWN_TIMEOUT = 30.0
 #: Seconds between SIGTERM and SIGKILL when stopping.
 XVFB_STOP_GRACE = 5.0
 #: Seconds to wait for the kernel to reap after SIGKILL.
@@ -82,7 +84,10 @@ class _Spawner:
         self._pid = 0
         self._lock = threading.Lock()
 
-    def run(self, fn: Callable[[], _T]) -> _T:
+    def run(self, fn: Callable[[], _T], timeout: float, on_late: Callable[[_T], None]) -> _T:
+        """Run ``fn`` on the spawner thread and return its result. Raises what ``fn`` raises, or
+        ``concurrent.futures.TimeoutError`` after ``timeout`` seconds; a result that arrives after that
+        is handed to ``on_late`` (which stops it)."""
         with self._lock:
             if self._thread is None or not self._thread.is_alive() or self._pid != os.getpid():
                 self._jobs = queue.SimpleQueue()
@@ -94,7 +99,12 @@ class _Spawner:
             jobs = self._jobs
         future: concurrent.futures.Future[_T] = concurrent.futures.Future()
         jobs.put((fn, future))
-        return future.result()
+        try:
+            return future.result(timeout=timeout)
+        except concurrent.futures.TimeoutError:
+            if not future.cancel():
+                future.add_done_callback(lambda f: on_late(f.result()) if f.exception() is None else None)
+            raise
 
     @staticmethod
     def _loop(jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]]]) -> None:
@@ -368,10 +378,14 @@ class DisplayManager:
                         pass_fds=(write_fd,),
                         process_group=0,
                         preexec_fn=_child_setup(os.getpid()),
-                    )
+                    ),
+                    timeout=XVFB_SPAWN_TIMEOUT,
+                    on_late=self._stop_process,
                 )
             except OSError as exc:
                 raise PlatformError(os_error_message(exc, f"cannot start {binary}")) from exc
+            except concurrent.futures.TimeoutError:
+                raise PlatformError(f"could not fork {binary} within {XVFB_SPAWN_TIMEOUT:g} s") from None
             finally:
                 os.close(write_fd)
             try:
