@@ -26,6 +26,8 @@ def compare(env: dict[str, str], width: int = 160, height: int = 120) -> dict:
         [sys.executable, os.path.join(HERE, "gl_compare.py"), str(width), str(height)],
         capture_output=True, text=True, env=full_env, timeout=CHILD_TIMEOUT,
     )
+    if done.returncode != 0 and "GLUnavailable" in done.stderr and "EGL" in done.stderr:
+        pytest.skip(f"no EGL driver here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 

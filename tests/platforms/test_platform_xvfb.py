@@ -112,7 +112,7 @@ def test_dies_with_its_owner(xvfb, tmp_path):
         owner.stdout.close()
 
 
-def test_atexit_stops_displays():
+def test_atexit_stops_displays(xvfb):
     code = textwrap.dedent(
         """
         from renderd.platforms.xvfb import DisplayManager
