@@ -96,9 +96,13 @@ class Selection:
         """``(env, args)`` for player instance ``index`` (0-based), GPUs spread round-robin: instance
         ``i`` gets slot ``i % len(gpus)`` (``DISPLAY=:N.s`` for Linux64, ``-force-device-index v`` for
         CloudRendering). Without GPU spreading every instance gets ``env`` and ``args``.
-        Raises ``ValueError`` for a negative index."""
+
+        A managed display that died since the selection was made is replaced first (players restarted
+        after an Xvfb crash get the new display). Raises ``ValueError`` for a negative index and
+        :class:`renderd.errors.PlatformError` when a dead managed display cannot be replaced."""
         if index < 0:
             raise ValueError(f"instance index must be >= 0, got {index}")
+        self._renew_display()
         env = dict(self.env)
         args = list(self.args)
         if self._slots:
@@ -106,6 +110,16 @@ class Selection:
             env.update(slot_env)
             args.extend(slot_args)
         return env, args
+
+    def _renew_display(self) -> None:
+        with self._release_lock:
+            display = self.display
+            if display is None or self.released or display.alive():
+                return
+            log.warning("managed display %s (Xvfb pid %d) died; starting a new one", display.name, display.pid)
+            fresh = display.renew(self.request.environ())
+            self.display = fresh
+            self.env["DISPLAY"] = fresh.screen_name(0)
 
     def describe_slots(self) -> list[str]:
         """One line per GPU slot: which requested GPU maps to which device or screen."""

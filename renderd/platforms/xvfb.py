@@ -213,6 +213,13 @@ class ManagedDisplay:
         """Drop this reference; the Xvfb stops when it was the last. Idempotent."""
         self._manager.release(self)
 
+    def renew(self, env: Mapping[str, str] | None = None) -> ManagedDisplay:
+        """A handle on a running display of the same geometry (a new server if this one died), then
+        release this handle. Raises :class:`PlatformError` as :meth:`DisplayManager.acquire` does."""
+        fresh = self._manager.acquire(self.width, self.height, self.screens, env=env)
+        self.release()
+        return fresh
+
     def __enter__(self) -> ManagedDisplay:
         return self
 

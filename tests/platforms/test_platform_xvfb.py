@@ -173,6 +173,19 @@ def test_managed_selection_acquires_and_releases(xvfb):
     assert not display.alive()
 
 
+def test_a_selection_replaces_its_dead_display(xvfb):
+    request = PlatformRequest(platform="Linux64", system="Linux", width=123, height=45, x_display="managed")
+    with select(request) as selection:
+        old = selection.display
+        os.kill(old.pid, signal.SIGKILL)
+        assert wait_until(lambda: not old.alive(), 5)
+        env, _ = selection.for_instance(0)
+        assert selection.display is not old and selection.display.alive()
+        assert env["DISPLAY"] == f"{selection.display.name}.0" == selection.env["DISPLAY"]
+        assert old.released
+    assert not selection.display.alive()
+
+
 def test_managed_without_xvfb_is_invalid():
     with pytest.raises(PlatformError, match="needs Xvfb, which is not installed"):
         select(PlatformRequest(system="Linux", x_display="managed", env={"PATH": "/nonexistent"}))
