@@ -46,7 +46,6 @@ from renderd.daemon.leases import Lease, LeaseEnd, open_client_pidfd
 from renderd.daemon.metrics import Metrics
 from renderd.errors import (
     LeaseError,
-    PlatformError,
     ProtocolError,
     RenderdError,
     describe_exit,
@@ -731,17 +730,19 @@ class Supervisor:
         try:
             selection = self._selection(env)
             p.selection = selection
-            instance = selection.for_instance(p.index) if hasattr(selection, "for_instance") else selection
+            platform_env, platform_args = selection.for_instance(p.index)
+            program = cfg.argv
+            if getattr(selection, "executable", None):  # the binary inside a macOS bundle
+                program = [selection.executable, *program[1:]]
             p.pair = FifoPair.create(self.players_dir, prefix=f"{env.name}.{p.index}.")
             p.holder = FifoChannel(p.pair.server_path, p.pair.client_path)
             p.log_path = self._log_path(p)
-            extra_args = list(getattr(instance, "args", ()) or ())
             argv = player_argv(
-                cfg.argv, width=cfg.width, height=cfg.height, quality=cfg.quality, extra_args=extra_args,
+                program, width=cfg.width, height=cfg.height, quality=cfg.quality, extra_args=platform_args,
                 log_path=p.log_path,
             )
             base_env = dict(os.environ)
-            base_env.update(getattr(instance, "env", {}) or {})
+            base_env.update(platform_env)
             if cfg.transport == "http":
                 endpoint = self._http_endpoint(p)
                 child_env = player_env(base_env, server_type="WSGI", extra=cfg.env, **endpoint)

@@ -8,7 +8,6 @@ import signal
 import socket
 import subprocess
 import sys
-import textwrap
 import time
 
 import numpy as np
@@ -298,3 +297,26 @@ def test_sighup_reloads_the_configuration(daemon):
     d.signal(signal.SIGHUP)
     wait_for(lambda: "reload failed" in d.output(), 10, "the reload error")
     assert len(d.players()) == 2  # the running configuration is kept
+
+
+def test_lease_cycles_and_crashes_leak_nothing_in_the_daemon(daemon):
+    d = daemon(fast_config())
+    proc = psutil.Process(d.pid)
+
+    def cycle(n: int) -> None:
+        for i in range(n):
+            with connect("demo", socket=d.socket) as session:
+                session.step("Pass")
+                if i % 5 == 4:
+                    os.kill(session.pid, signal.SIGKILL)
+                    with pytest.raises(PlayerCrashed):
+                        session.step("Pass")
+            d.wait_players(lambda ps: ps[0]["state"] == "READY", what="a ready player")
+
+    cycle(5)  # warm up: lazily created sockets, threads, metrics series
+    fds, threads = proc.num_fds(), proc.num_threads()
+    cycle(20)
+    # Connections and stopper threads finish asynchronously: the counts must come back, not grow per cycle.
+    wait_for(lambda: proc.num_fds() <= fds, 5, f"the daemon's descriptors back to {fds} (now {proc.num_fds()})")
+    wait_for(lambda: proc.num_threads() <= threads, 5, "the daemon's threads back to their number")
+    assert len(os.listdir(os.path.join(d.runtime_dir, "players"))) == 1
