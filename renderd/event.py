@@ -57,7 +57,7 @@ class Event:
         "third_party_flow_frames",
         "third_party_instance_segmentation_frames",
         "third_party_semantic_segmentation_frames",
-        "events",
+        "_events",
         "__weakref__",
     )
 
@@ -78,7 +78,19 @@ class Event:
         self.third_party_flow_frames: list[np.ndarray] = []
         self.third_party_instance_segmentation_frames: list[np.ndarray] = []
         self.third_party_semantic_segmentation_frames: list[np.ndarray] = []
-        self.events: list[Event] = [self]
+        # None stands for [self]: a single-agent event must not reference itself, or it (and the frame
+        # buffers it holds) could only be freed by the cyclic garbage collector, long after the client
+        # dropped it; at 1024x1024 that costs page faults on every step.
+        self._events: list[Event] | None = None
+
+    @property
+    def events(self) -> list[Event]:
+        """Every agent's event of this step, in agent order (``[self]`` with one agent)."""
+        return [self] if self._events is None else self._events
+
+    @events.setter
+    def events(self, events: list[Event]) -> None:
+        self._events = None if len(events) == 1 and events[0] is self else events
 
     def __bool__(self) -> bool:
         return bool(self.metadata.get("lastActionSuccess", False))
