@@ -1,11 +1,16 @@
 """Signals for the player process: handlers that only record, and waits that never miss them.
 
-SIGTERM and SIGINT handlers only record the signal number. Python's C-level handler also writes a byte
-to a self-pipe (``signal.set_wakeup_fd``), and every place the player waits -- for a pipe to be
-readable or writable, a sleep, a hang -- is a ``select`` that includes that pipe. So a signal that
-arrives just before a wait begins still ends the wait at once (a plain blocking ``read`` or
-``signal.pause`` could miss it and block forever), and :func:`wait` raises :class:`Terminated`, which
-unwinds to ``main()`` for a logged, clean exit.
+The SIGTERM and SIGINT handlers record the signal number; Python's C-level handler also writes it to a
+self-pipe (``signal.set_wakeup_fd``), and every place the player waits -- for a pipe to be readable or
+writable, a sleep, a hang -- is a ``select`` that includes that pipe. So a signal that arrives just
+before a wait begins still ends the wait at once (a plain blocking ``read`` or ``signal.pause`` could
+miss it and block forever), and :func:`wait` raises :class:`Terminated`, which unwinds to ``main()``
+for a logged, clean exit.
+
+The handler also raises :class:`Terminated` itself, once (for the first signal only), so a blocking
+call made outside this module (a socket read inside ``http.client``) is unwound too instead of being
+retried; it never logs or allocates beyond that. Code that must not miss a signal waits with
+:func:`wait`.
 
 Blocking ``open()`` of a FIFO cannot be select-ed; :func:`open_blocking` runs it in a helper thread and
 waits for the thread the same way.
@@ -42,7 +47,10 @@ _wakeup_r: int | None = None
 
 
 def _record(signum: int, frame: object) -> None:
-    _received.append(signum)  # only record: the waits notice it through the wakeup pipe
+    first = not _received
+    _received.append(signum)
+    if first:  # unwind whatever the main thread blocks in; later signals only record (exit is under way)
+        raise Terminated(signum)
 
 
 def install() -> None:
