@@ -508,7 +508,10 @@ class Player:
                         "center": _xyz(px, py, pz),
                         "size": _xyz(*part.size),
                         "cornerPoints": [
-                            [round(a, 4), round(b, 4), round(c, 4)] for a in (lx, hx) for b in (ly, hy) for c in (lz, hz)
+                            [round(a, 4), round(b, 4), round(c, 4)]
+                            for a in (lx, hx)
+                            for b in (ly, hy)
+                            for c in (lz, hz)
                         ],
                     },
                 }
