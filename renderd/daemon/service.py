@@ -42,6 +42,8 @@ LOCK_NAME = "renderd.lock"
 SOCKET_PROBE_TIMEOUT = 2.0
 #: Seconds the control API's threads get to finish their requests at stop.
 API_STOP_TIMEOUT = 5.0
+#: Worker threads of the HTTP player listener at least (one per player waiting for an action).
+HTTP_MIN_THREADS = 8
 #: Seconds waitress keeps an idle control connection open.
 API_CHANNEL_TIMEOUT = 60
 
@@ -81,9 +83,11 @@ class _HttpPlayers:
     """The daemon's HTTP listener for ``transport = "http"`` players (renderd.transport.http).
 
     For each player: a bridge registered under a fresh token (given to the player as
-    ``AI2THOR_CLIENT_TOKEN``) and a pump that puts the bridge's stream onto the player's FIFO pair, so a
-    leased client opens the pipes exactly as for a FIFO player and the daemon's readiness check reads
-    the first frame from ``server.pipe`` as usual.
+    ``AI2THOR_CLIENT_TOKEN``) and a :class:`~renderd.transport.http.FifoPump` that puts the bridge's stream
+    onto the player's FIFO pair, so the daemon's readiness check reads the first frame from
+    ``server.pipe`` as usual and a leased client opens the pipes exactly as for a FIFO player. The daemon
+    holds a writer of ``client.pipe`` for the player's whole life, so the pump never sees a client leave.
+    A pump that ends with an error (the player posted a bad frame, hung up...) fails the player.
     """
 
     def __init__(self, address: str, players: int) -> None:
@@ -92,6 +96,7 @@ class _HttpPlayers:
         host, port = parse_http_address(address)
         self.registry = PlayerBridgeRegistry()
         self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players)
+        self.supervisor: Supervisor | None = None
         self._pumps: dict[int, Any] = {}
 
     def start(self) -> None:
@@ -102,20 +107,20 @@ class _HttpPlayers:
         return self.server.host, self.server.port
 
     def register(self, player: Player) -> dict[str, Any]:
-        """Register ``player`` (its FIFO pair exists, the process does not yet): returns host, port, token."""
-        from renderd.transport import http as http_transport
+        """Register ``player`` (its FIFO pair exists, its process not yet): returns host, port and token
+        for its environment. Called by the supervisor with its lock held."""
+        from renderd.transport.http import FifoPump
 
         assert player.pair is not None
         name = f"{player.environment.name}[{player.index}]"
-        bridge = self.registry.register(name=name, alive=lambda: player.proc is None or player.proc.poll() is None)
-        pump_cls = getattr(http_transport, "FifoPump", None)
-        if pump_cls is None:
-            self.registry.unregister(bridge)
-            raise RenderdError("this renderd has no HTTP-to-FIFO pump (renderd.transport.http.FifoPump)")
-        pump = pump_cls(bridge, player.pair.server_path, player.pair.client_path)
-        start = getattr(pump, "start", None)
-        if start is not None:
-            start()
+        bridge = self.registry.register(name=name, alive=lambda: _alive(player))
+
+        def on_done(error: BaseException | None) -> None:
+            if error is not None and self.supervisor is not None:
+                self.supervisor.player_failed(player, bridge, f"its HTTP stream failed: {error}")
+
+        pump = FifoPump(bridge, player.pair.server_path, player.pair.client_path, on_done=on_done)
+        pump.start()
         player.http_token = bridge.token
         player.http_bridge = bridge
         self._pumps[id(player)] = pump
@@ -123,19 +128,34 @@ class _HttpPlayers:
         return {"host": host, "port": port, "token": bridge.token}
 
     def unregister(self, player: Player) -> None:
+        """Close the player's bridge and stop its pump (which closes its pipe ends)."""
         pump = self._pumps.pop(id(player), None)
         bridge, player.http_bridge = player.http_bridge, None
         if bridge is not None:
             self.registry.unregister(bridge)
         if pump is not None:
-            for method in ("stop", "close"):
-                fn = getattr(pump, method, None)
-                if fn is not None:
-                    fn()
-                    break
+            pump.stop()
 
     def stop(self) -> None:
+        for pump in list(self._pumps.values()):
+            pump.stop()
+        self._pumps.clear()
         self.server.stop()
+
+
+def _alive(player: Player) -> bool:
+    """Whether ``player``'s process is still running, without reaping it (that is the loop's job)."""
+    proc = player.proc
+    if proc is None:
+        return True  # registered just before the spawn
+    if proc.returncode is not None:
+        return False
+    fd = proc.fileno()
+    if fd is None:
+        return True
+    import select
+
+    return not select.select([fd], [], [], 0)[0]
 
 
 class _ControlServer:
@@ -369,7 +389,7 @@ class Daemon:
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
             if cfg.http:
                 n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
-                http_players = _HttpPlayers(cfg.http, max(1, n))
+                http_players = _HttpPlayers(cfg.http, max(HTTP_MIN_THREADS, n))
                 try:
                     http_players.start()
                 except OSError as exc:
@@ -386,6 +406,8 @@ class Daemon:
                 on_status=self.notifier.status,
                 on_tick=self._tick,
             )
+            if http_players is not None:
+                http_players.supervisor = self.supervisor
             from renderd.daemon.api import make_app
 
             app = make_app(self.supervisor, http_listener=cfg.http)

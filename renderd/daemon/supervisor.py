@@ -258,6 +258,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         self._stoppers: list[threading.Thread] = []
+        self._failures: deque[tuple[Player, Any, str]] = deque()
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
             self.metrics.declare(name)
@@ -521,6 +522,24 @@ class Supervisor:
         self.changed.notify_all()
         return recycle
 
+    def player_failed(self, player: Player, bridge: Any, reason: str) -> None:
+        """A transport noticed that ``player`` (while it still had ``bridge``) cannot serve any more: the loop
+        stops it and counts a boot failure or a crash. Any thread; never blocks (it only queues)."""
+        self._failures.append((player, bridge, reason))
+        self.wake()
+
+    def _handle_failures(self) -> None:
+        while self._failures:
+            player, bridge, reason = self._failures.popleft()
+            if player.http_bridge is not bridge or player.state not in (State.STARTING, State.READY, State.LEASED):
+                continue
+            if player.state == State.STARTING:
+                self._boot_failed(player, reason)
+            else:
+                log.error("%s[%d] pid %s failed: %s", player.environment.name, player.index, player.pid, reason)
+                player.reason = reason
+                self._begin_stop(player, _Stop(reason, "backoff"))
+
     # -- the loop ----------------------------------------------------------------------------------------
     def request_stop(self) -> None:
         """Begin a graceful stop (any thread; also what SIGTERM/SIGINT do)."""
@@ -621,6 +640,7 @@ class Supervisor:
 
     # -- one pass: timers, reconciling (lock held) -------------------------------------------------------
     def _tick(self) -> None:
+        self._handle_failures()
         now = time.monotonic()
         for lease in list(self.leases.values()):
             self._watch(lease.pidfd, ("client", lease))
@@ -727,6 +747,7 @@ class Supervisor:
         p.stop = None
         p.stop_done.clear()
         p.returncode = None
+        p.proc = None  # the previous process (if any) is gone; a transport may look at this one
         try:
             selection = self._selection(env)
             p.selection = selection

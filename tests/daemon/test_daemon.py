@@ -320,3 +320,24 @@ def test_lease_cycles_and_crashes_leak_nothing_in_the_daemon(daemon):
     wait_for(lambda: proc.num_fds() <= fds, 5, f"the daemon's descriptors back to {fds} (now {proc.num_fds()})")
     wait_for(lambda: proc.num_threads() <= threads, 5, "the daemon's threads back to their number")
     assert len(os.listdir(os.path.join(d.runtime_dir, "players"))) == 1
+
+
+def test_http_players_are_leased_like_fifo_players(daemon):
+    d = daemon(fast_config(instances=1, extra='transport = "http"', daemon='http = "127.0.0.1:0"'))
+    (player,) = d.players()
+    assert player["state"] == "READY"
+    env = psutil.Process(player["pid"]).environ()
+    assert env["AI2THOR_SERVER_TYPE"] == "WSGI" and env["AI2THOR_HOST"] == "127.0.0.1"
+    assert int(env["AI2THOR_PORT"]) > 0 and len(env["AI2THOR_CLIENT_TOKEN"]) >= 32
+    assert env["AI2THOR_CLIENT_TOKEN"] not in d.output()  # tokens are never logged
+    for _ in range(2):  # the same player across two leases
+        with connect("demo", socket=d.socket) as session:
+            assert session.pid == player["pid"]
+            for i in range(1, 21):
+                event = session.step("MoveAhead")
+                assert event.sequence_id == i and event.metadata["lastAction"] == "MoveAhead"
+    os.kill(player["pid"], signal.SIGKILL)
+    (again,) = d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"],
+                              what="a restarted HTTP player")
+    with connect("demo", socket=d.socket) as session:
+        assert session.step("Pass").sequence_id == 1
