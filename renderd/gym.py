@@ -1,0 +1,518 @@
+"""Gymnasium environments over renderd players (the only module that imports gymnasium).
+
+Importing this module registers ``renderd/Unity-v0``::
+
+    import gymnasium
+    import renderd.gym  # noqa: F401  (or: gymnasium.make("renderd.gym:renderd/Unity-v0"))
+
+    env = gymnasium.make("renderd/Unity-v0", width=128, height=128, scene=["FloorPlan1", "FloorPlan2"])
+    envs = gymnasium.make_vec("renderd/Unity-v0", num_envs=4, width=128, height=128)  # RenderdVectorEnv
+
+:class:`RenderdEnv` is one player (launched with :func:`renderd.launch` at the first ``reset``);
+:class:`RenderdVectorEnv` is a ``gymnasium.vector.VectorEnv`` over a :class:`renderd.VectorSession`
+(players launched, or leased from the daemon, concurrently; next-step autoreset; crashed players
+replaced). Both observe ``Dict(rgb=Box(0, 255, (H, W, 3), uint8))`` plus ``depth=Box(0, max_depth,
+(H, W), float32)`` when ``depth=True``, act through ``Discrete(len(actions))`` over a configurable
+action list, and compute rewards and termination with caller-supplied functions of the
+:class:`renderd.Event`. docs/vector.md describes every argument.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import gymnasium
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from renderd.errors import CallOrderError, RenderdError
+from renderd.event import Event
+
+__all__ = [
+    "ENV_ID",
+    "DEFAULT_ACTIONS",
+    "DEFAULT_MAX_EPISODE_STEPS",
+    "DEFAULT_MAX_DEPTH",
+    "STEP_REWARD",
+    "FAILED_ACTION_REWARD",
+    "default_reward",
+    "never_terminated",
+    "RenderdEnv",
+    "RenderdVectorEnv",
+    "register",
+]
+
+log = logging.getLogger(__name__)
+
+ENV_ID = "renderd/Unity-v0"
+#: The discrete actions when none are given: AI2-THOR navigation.
+DEFAULT_ACTIONS: tuple[str, ...] = ("MoveAhead", "RotateLeft", "RotateRight", "LookUp", "LookDown")
+#: Steps after which an episode is truncated.
+DEFAULT_MAX_EPISODE_STEPS = 500
+#: Upper bound of the depth observation, metres (the reference player's far clipping plane, which is
+#: also AI2-THOR's default); depth beyond it is clipped. Gymnasium's checker rejects an infinite bound.
+DEFAULT_MAX_DEPTH = 20.0
+#: The default reward: this much every step...
+STEP_REWARD = -0.01
+#: ...plus this much when the action failed (``lastActionSuccess`` false: blocked, out of range...).
+FAILED_ACTION_REWARD = -0.1
+RENDER_FPS = 30
+
+
+def default_reward(event: Event) -> float:
+    """``STEP_REWARD`` (-0.01) every step, plus ``FAILED_ACTION_REWARD`` (-0.1) when the action failed."""
+    return STEP_REWARD + (0.0 if event else FAILED_ACTION_REWARD)
+
+
+def never_terminated(event: Event) -> bool:
+    """The default termination predicate: episodes end only by truncation."""
+    return False
+
+
+class _EnvSpec:
+    """What the single and the vector environment share: spaces, actions, observations, scene choice."""
+
+    def __init__(
+        self,
+        *,
+        width: int,
+        height: int,
+        actions: Sequence[str | Mapping[str, Any]] | None,
+        depth: bool,
+        max_depth: float,
+        scene: str | Sequence[str] | None,
+        max_episode_steps: int | None,
+        reward_fn: Callable[[Event], float] | None,
+        terminated_fn: Callable[[Event], bool] | None,
+        init_params: Mapping[str, Any] | None,
+    ) -> None:
+        acts = list(DEFAULT_ACTIONS if actions is None else actions)
+        if not acts:
+            raise ValueError("actions must list at least one action")
+        for a in acts:
+            name = a if isinstance(a, str) else (a.get("action") if isinstance(a, Mapping) else None)
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"each action must be a name or a dict with an 'action' name, got {a!r}")
+        self.actions: list[str | dict[str, Any]] = [a if isinstance(a, str) else dict(a) for a in acts]
+        if isinstance(scene, str) or scene is None:
+            self.scenes: list[str] | None = None
+            self.scene = scene
+        else:
+            self.scenes = [str(s) for s in scene]
+            if not self.scenes:
+                raise ValueError("scene must be a name, a non-empty list of names, or None")
+            self.scene = None
+        if max_episode_steps is not None and (isinstance(max_episode_steps, bool) or int(max_episode_steps) < 1):
+            raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}")
+        self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
+        self.reward_fn = reward_fn if reward_fn is not None else default_reward
+        self.terminated_fn = terminated_fn if terminated_fn is not None else never_terminated
+        self.depth = bool(depth)
+        self.max_depth = float(max_depth)
+        if not (self.max_depth > 0 and np.isfinite(self.max_depth)):
+            raise ValueError(f"max_depth must be a positive finite number of metres, got {max_depth!r}")
+        self.init_params = dict(init_params or {})
+        if self.depth:
+            self.init_params["renderDepthImage"] = True
+        self.width, self.height = int(width), int(height)
+        obs: dict[str, spaces.Space] = {"rgb": spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)}
+        if self.depth:
+            obs["depth"] = spaces.Box(0.0, self.max_depth, (self.height, self.width), np.float32)
+        self.observation_space = spaces.Dict(obs)
+        self.action_space = spaces.Discrete(len(self.actions))
+
+    def action(self, index: Any) -> str | dict[str, Any]:
+        if isinstance(index, (bool, np.bool_)):
+            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}")
+        try:
+            i = int(index)
+        except (TypeError, ValueError):
+            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}") from None
+        if not 0 <= i < len(self.actions) or i != index:
+            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}")
+        return self.actions[i]
+
+    def choose_scene(self, rng: np.random.Generator, options: Mapping[str, Any] | None) -> str | None:
+        """``options["scene"]`` if given, else the configured scene, else one drawn from the list with
+        ``rng`` (so a seeded reset picks the same scene), else None (the player's current scene)."""
+        if options and options.get("scene") is not None:
+            return str(options["scene"])
+        if self.scenes is not None:
+            return self.scenes[int(rng.integers(len(self.scenes)))]
+        return self.scene
+
+    def observation(self, event: Event) -> dict[str, np.ndarray]:
+        """New arrays every call (the event's arrays are views of the received bytes)."""
+        frame = event.frame
+        if frame is None:
+            raise RenderdError(
+                "the player sent no RGB image (is it running with -nographics, or on the headless platform?)"
+            )
+        if frame.shape != (self.height, self.width, 3):
+            raise RenderdError(
+                f"the player sent a {frame.shape[1]} x {frame.shape[0]} frame; the observation space is "
+                f"{self.width} x {self.height} (pass width/height matching the player)"
+            )
+        obs = {"rgb": np.array(frame, dtype=np.uint8, order="C")}
+        if self.depth:
+            depth = event.depth_frame
+            if depth is None:
+                raise RenderdError("depth=True, but the player sent no depth image")
+            obs["depth"] = np.ascontiguousarray(np.clip(depth, 0.0, self.max_depth), dtype=np.float32)
+        return obs
+
+    @staticmethod
+    def info(event: Event) -> dict[str, Any]:
+        md = event.metadata
+        return {"last_action_success": bool(event), "error_message": str(md.get("errorMessage") or "")}
+
+
+def _reset_failed(event: Event, what: str) -> None:
+    if not event:
+        raise ValueError(f"{what} failed: {event.metadata.get('errorMessage') or 'lastActionSuccess is false'}")
+
+
+class RenderdEnv(gymnasium.Env):
+    """One renderd player as a ``gymnasium.Env`` (registered as ``renderd/Unity-v0``).
+
+    ``actions``: the discrete action list (names or action dicts; default :data:`DEFAULT_ACTIONS`).
+    ``depth``: add a ``depth`` observation (metres, clipped to ``max_depth``). ``scene``: a scene name,
+    a list to draw from at each reset (with the env's seeded ``np_random``), or None for the player's
+    current scene; ``reset(options={"scene": ...})`` overrides it. ``max_episode_steps``: truncation
+    (None: never). ``reward_fn(event) -> float`` (default :func:`default_reward`) and
+    ``terminated_fn(event) -> bool`` (default: never). ``init_params``: extra ``Initialize`` arguments
+    (``gridSize``, ``fieldOfView``...). Other keyword arguments go to :func:`renderd.launch`
+    (``width``, ``height``, ``executable``, ``args``, ``platform``...). The player is launched at the first
+    ``reset`` and stopped by ``close``.
+
+    ``reset`` and ``step`` raise what :meth:`renderd.Session.step` raises (a crashed player is a
+    :class:`renderd.PlayerCrashed`), ``ValueError`` for a reset the player refuses (an unknown scene)
+    or an action outside the action space.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": RENDER_FPS}
+
+    def __init__(
+        self,
+        actions: Sequence[str | Mapping[str, Any]] | None = None,
+        *,
+        depth: bool = False,
+        max_depth: float = DEFAULT_MAX_DEPTH,
+        scene: str | Sequence[str] | None = None,
+        max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
+        reward_fn: Callable[[Event], float] | None = None,
+        terminated_fn: Callable[[Event], bool] | None = None,
+        init_params: Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
+        **launch_kwargs: Any,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.render_mode = render_mode
+        self._launch_kwargs = dict(launch_kwargs)
+        self._launch_kwargs.setdefault("width", 300)
+        self._launch_kwargs.setdefault("height", 300)
+        self._spec = _EnvSpec(
+            width=self._launch_kwargs["width"],
+            height=self._launch_kwargs["height"],
+            actions=actions,
+            depth=depth,
+            max_depth=max_depth,
+            scene=scene,
+            max_episode_steps=max_episode_steps,
+            reward_fn=reward_fn,
+            terminated_fn=terminated_fn,
+            init_params=init_params,
+        )
+        self.observation_space = self._spec.observation_space
+        self.action_space = self._spec.action_space
+        self.actions = self._spec.actions
+        self.session: Any = None
+        self.last_event: Event | None = None
+        self._elapsed = 0
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        super().reset(seed=seed)
+        scene = self._spec.choose_scene(self.np_random, options)
+        if self.session is None:
+            from renderd.client import launch
+
+            self.session = launch(**self._launch_kwargs)
+        reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
+        if scene is not None:
+            reset["sceneName"] = scene
+        _reset_failed(self.session.step(reset), f"Reset to scene {scene!r}")
+        event = self.session.step({"action": "Initialize", **self._spec.init_params})
+        _reset_failed(event, "Initialize")
+        self.last_event = event
+        self._elapsed = 0
+        return self._spec.observation(event), self._spec.info(event)
+
+    def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
+        if self.session is None:
+            raise CallOrderError("step() before reset(): call reset() first")
+        event = self.session.step(self._spec.action(action))
+        self.last_event = event
+        self._elapsed += 1
+        spec = self._spec
+        reward = float(spec.reward_fn(event))
+        terminated = bool(spec.terminated_fn(event))
+        truncated = spec.max_episode_steps is not None and self._elapsed >= spec.max_episode_steps
+        return spec.observation(event), reward, terminated, truncated, spec.info(event)
+
+    def render(self) -> np.ndarray | None:
+        """The last RGB frame (a copy) with ``render_mode="rgb_array"``; None otherwise or before reset."""
+        if self.render_mode != "rgb_array" or self.last_event is None or self.last_event.frame is None:
+            return None
+        return np.array(self.last_event.frame, dtype=np.uint8, order="C")
+
+    def close(self) -> None:
+        """Stop the player. Idempotent."""
+        session, self.session = self.session, None
+        self.last_event = None
+        if session is not None:
+            session.close()
+
+
+class RenderdVectorEnv(VectorEnv):
+    """``num_envs`` renderd players as a ``gymnasium.vector.VectorEnv`` over a :class:`renderd.VectorSession`.
+
+    Arguments as :class:`RenderdEnv`, plus: ``environment`` (lease players of that daemon environment
+    with :func:`renderd.connect_many`, ``socket`` and ``timeout`` as there) instead of launching them,
+    or ``vector_session`` (an open :class:`renderd.VectorSession` to use and close). ``replace_on_crash``
+    (default True): a crashed player is replaced and its episode ends with ``truncated=True`` and the
+    error in ``infos["error"]``. Players are started in the constructor.
+
+    Autoreset is ``NEXT_STEP`` (Gymnasium's default): the step after a sub-environment terminates or
+    truncates resets it (its action is ignored; reward 0, not terminated, not truncated) while the others
+    step, all concurrently. ``reset(options={"reset_mask": mask})`` resets only the masked ones.
+    Observations are new arrays every call.
+    """
+
+    metadata = {"render_modes": ["rgb_array"], "render_fps": RENDER_FPS, "autoreset_mode": AutoresetMode.NEXT_STEP}
+
+    def __init__(
+        self,
+        num_envs: int | None = None,
+        actions: Sequence[str | Mapping[str, Any]] | None = None,
+        *,
+        depth: bool = False,
+        max_depth: float = DEFAULT_MAX_DEPTH,
+        scene: str | Sequence[str] | None = None,
+        max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
+        reward_fn: Callable[[Event], float] | None = None,
+        terminated_fn: Callable[[Event], bool] | None = None,
+        init_params: Mapping[str, Any] | None = None,
+        render_mode: str | None = None,
+        replace_on_crash: bool = True,
+        environment: str | None = None,
+        socket: str | None = None,
+        timeout: float | None = None,
+        vector_session: Any = None,
+        **launch_kwargs: Any,
+    ) -> None:
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        self.render_mode = render_mode
+        from renderd.vector import connect_many, launch_many
+
+        if vector_session is not None:
+            if num_envs is not None and num_envs != len(vector_session):
+                raise ValueError(f"num_envs={num_envs}, but the vector session has {len(vector_session)} slots")
+            if environment is not None or launch_kwargs:
+                raise ValueError("pass either vector_session, or environment / launch arguments, not both")
+            vs = vector_session
+        elif environment is not None:
+            if launch_kwargs:
+                raise ValueError(f"launch arguments {sorted(launch_kwargs)} do not apply to leased players")
+            vs = connect_many(environment, 1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash,
+                              socket=socket, timeout=timeout)
+        else:
+            launch_kwargs.setdefault("width", 300)
+            launch_kwargs.setdefault("height", 300)
+            vs = launch_many(1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash, **launch_kwargs)
+        self.vector_session = vs
+        try:
+            first = vs.sessions[0]
+            width = launch_kwargs.get("width") or first.width
+            height = launch_kwargs.get("height") or first.height
+            if not width or not height:
+                raise RenderdError("cannot tell the players' screen size; pass width and height")
+            self._spec = _EnvSpec(
+                width=width,
+                height=height,
+                actions=actions,
+                depth=depth,
+                max_depth=max_depth,
+                scene=scene,
+                max_episode_steps=max_episode_steps,
+                reward_fn=reward_fn,
+                terminated_fn=terminated_fn,
+                init_params=init_params,
+            )
+        except BaseException:
+            vs.close()
+            raise
+        self.num_envs = len(vs)
+        self.actions = self._spec.actions
+        self.single_observation_space = self._spec.observation_space
+        self.single_action_space = self._spec.action_space
+        self.observation_space = batch_space(self.single_observation_space, self.num_envs)
+        self.action_space = batch_space(self.single_action_space, self.num_envs)
+        n = self.num_envs
+        self._rngs: list[np.random.Generator] = [seeding.np_random()[0] for _ in range(n)]
+        self._obs: list[dict[str, np.ndarray] | None] = [None] * n
+        self._elapsed = np.zeros(n, dtype=np.int64)
+        self._autoreset = np.zeros(n, dtype=np.bool_)
+        self._was_reset = False
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def _batch(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        for key, space in self.single_observation_space.spaces.items():
+            batch = np.empty((self.num_envs, *space.shape), dtype=space.dtype)
+            for i, obs in enumerate(self._obs):
+                batch[i] = obs[key] if obs is not None else 0
+            out[key] = batch
+        return out
+
+    def _set_obs(self, i: int, event: Event) -> None:
+        self._obs[i] = self._spec.observation(event)
+
+    # -- the VectorEnv API -------------------------------------------------------------------------------
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """Reset all sub-environments (or those in ``options["reset_mask"]``), concurrently.
+
+        ``seed``: an int (sub-environment i gets ``seed + i``), a list of per-environment seeds, or None.
+        ``options["scene"]``: the scene for every reset one. Raises ``ValueError`` for a bad mask or a
+        reset the players refuse, and what :meth:`renderd.VectorSession.reset` raises.
+        """
+        n = self.num_envs
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            super().reset(seed=seed)
+            seeds: list[int | None] = [seed + i for i in range(n)]
+        elif seed is None:
+            seeds = [None] * n
+        else:
+            seeds = list(seed)
+            if len(seeds) != n:
+                raise ValueError(f"got {len(seeds)} seeds for {n} sub-environments")
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if mask is None:
+            slots = list(range(n))
+        else:
+            mask = np.asarray(mask)
+            if mask.shape != (n,) or mask.dtype != np.bool_ or not mask.any():
+                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+            slots = [int(i) for i in np.flatnonzero(mask)]
+        for i in slots:
+            if seeds[i] is not None:
+                self._rngs[i] = seeding.np_random(seeds[i])[0]
+        scenes = [self._spec.choose_scene(self._rngs[i], options) for i in slots]
+        result = self.vector_session.reset(slots, scenes, **self._spec.init_params)
+        infos: dict[str, Any] = {}
+        for i in slots:
+            event, info = result.observations[i], result.infos[i]
+            if info.get("reset_error"):
+                raise ValueError(f"sub-environment {i}: reset failed: {info['reset_error']}")
+            if event is None:
+                raise RenderdError(f"sub-environment {i}: the reset produced no observation")
+            self._set_obs(i, event)
+            infos = self._add_info(infos, self._info(event, info), i)
+        self._elapsed[slots] = 0
+        self._autoreset[slots] = False
+        self._was_reset = True
+        return self._batch(), infos
+
+    def _info(self, event: Event | None, vinfo: Mapping[str, Any]) -> dict[str, Any]:
+        info = self._spec.info(event) if event is not None else {}
+        for key in ("error", "error_type", "replaced"):
+            if key in vinfo:
+                info[key] = vinfo[key]
+        return info
+
+    def step(
+        self, actions: Any
+    ) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+        """Step every sub-environment (autoresetting those that ended in the previous step).
+
+        Raises :class:`CallOrderError` before the first reset, ``ValueError`` for actions outside the
+        action space, and what :meth:`renderd.VectorSession.step` raises.
+        """
+        if not self._was_reset:
+            raise CallOrderError("step() before reset(): call reset() first")
+        acts = np.asarray(actions)
+        n = self.num_envs
+        if acts.shape != (n,):
+            raise ValueError(f"actions must have shape ({n},), got {acts.shape}")
+        messages = [self._spec.action(a) for a in acts]
+        vs = self.vector_session
+        autoreset = self._autoreset.copy()
+        reset_slots = [int(i) for i in np.flatnonzero(autoreset)]
+        if reset_slots:
+            scenes = [self._spec.choose_scene(self._rngs[i], None) for i in reset_slots]
+            vs.reset_async(reset_slots, scenes, **self._spec.init_params)
+        result = vs.step(messages, wait_resets=True)
+        rewards = np.zeros(n, dtype=np.float64)
+        terminated = np.zeros(n, dtype=np.bool_)
+        truncated = np.zeros(n, dtype=np.bool_)
+        infos: dict[str, Any] = {}
+        spec = self._spec
+        for i in range(n):
+            event, vinfo = result.observations[i], result.infos[i]
+            if autoreset[i] or (vinfo.get("reset_complete") and "error" not in vinfo):
+                # A reset step: the new episode's first observation.
+                if vinfo.get("reset_error"):
+                    raise ValueError(f"sub-environment {i}: reset failed: {vinfo['reset_error']}")
+                if event is None:
+                    raise RenderdError(f"sub-environment {i}: the reset produced no observation")
+                self._set_obs(i, event)
+                self._elapsed[i] = 0
+            elif "error" in vinfo:
+                # The player failed and was replaced: the episode is cut short; keep its last observation.
+                truncated[i] = True
+            else:
+                assert event is not None
+                self._set_obs(i, event)
+                self._elapsed[i] += 1
+                rewards[i] = float(spec.reward_fn(event))
+                terminated[i] = bool(spec.terminated_fn(event))
+                truncated[i] = spec.max_episode_steps is not None and self._elapsed[i] >= spec.max_episode_steps
+            infos = self._add_info(infos, self._info(event, vinfo), i)
+        self._autoreset = terminated | truncated
+        return self._batch(), rewards, terminated, truncated, infos
+
+    def render(self) -> tuple[np.ndarray, ...] | None:
+        """Each sub-environment's last RGB frame (copies) with ``render_mode="rgb_array"``."""
+        if self.render_mode != "rgb_array" or not self._was_reset:
+            return None
+        return tuple(np.array(obs["rgb"]) if obs is not None else None for obs in self._obs)  # type: ignore[misc]
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Close the vector session: every player stopped (or lease released)."""
+        self.vector_session.close()
+
+
+def register() -> None:
+    """Register ``renderd/Unity-v0`` with Gymnasium (done when this module is imported; idempotent)."""
+    if ENV_ID in gymnasium.registry:
+        return
+    gymnasium.register(
+        id=ENV_ID,
+        entry_point="renderd.gym:RenderdEnv",
+        vector_entry_point="renderd.gym:RenderdVectorEnv",
+        nondeterministic=False,
+    )
+
+
+register()

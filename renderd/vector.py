@@ -1,0 +1,1031 @@
+"""Many players at once: :class:`VectorSession`, :func:`launch_many` and :func:`connect_many`.
+
+A vector session steps N players (its *slots*) together::
+
+    with renderd.launch_many(4, width=128, height=128, replace_on_crash=True) as vs:
+        observations, rewards, dones, infos = vs.step(["MoveAhead", "RotateLeft", "Pass", "LookUp"])
+
+``step(actions)`` is ``send(actions)`` (every action is written before any answer is read, so the players
+work in parallel) then ``recv()`` (one ``poll`` over every slot's pipe and player pidfd; answers are read
+in the order they arrive, results come back in slot order). Calls are ordered like a
+:class:`renderd.Session`'s: a second ``send`` before ``recv`` raises
+:class:`~renderd.errors.AlreadyPendingCallError`, a ``recv`` with nothing pending
+:class:`~renderd.errors.NoPendingCallError`, anything on a closed or broken vector session
+:class:`~renderd.errors.CallOrderError`.
+
+Each slot is in one of four states (:class:`SlotState`)::
+
+    RUNNING ──reset_async()──> RESETTING ──last reset answer──> RUNNING
+       │                           │
+       └── crash / timeout / protocol error ──> REPLACING ──new player ready──> RESETTING (or RUNNING)
+                                                (replace_on_crash=True; else FAILED and the error is raised)
+
+While a slot is RESETTING or REPLACING (the "masks" of a vectorized environment), the caller's actions
+for it are dropped (``info["dropped_action"]``), its observation is ``None`` (``info["resetting"]``)
+and it never holds up a ``recv`` unless ``wait_resets=True``; its reset actions (``Reset``, an optional
+``ChangeResolution``, ``Initialize``) are sent one after another as its player answers, interleaved with
+the other slots' steps. The step in which its reset finishes returns the reset's last event as the
+observation (``info["reset_complete"]``). Rewards and done flags pass through for every slot in every
+step. docs/vector.md gives the exact semantics.
+
+Players are launched (or leased) concurrently from a small thread pool that lives as long as the vector
+session: a player started with ``PR_SET_PDEATHSIG`` dies when the *thread* that forked it exits, so those
+threads are kept until :meth:`VectorSession.close`.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import logging
+import math
+import os
+import select
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, NamedTuple
+
+from renderd.errors import (
+    AlreadyPendingCallError,
+    CallOrderError,
+    NoPendingCallError,
+    PlayerCrashed,
+    PlayerTimeout,
+    ProtocolError,
+    RenderdError,
+)
+from renderd.event import Event
+from renderd.protocol import encode_action
+
+__all__ = [
+    "REPLACE_ATTEMPTS",
+    "SlotState",
+    "VectorStep",
+    "VectorSession",
+    "launch_many",
+    "connect_many",
+]
+
+log = logging.getLogger(__name__)
+
+#: How many players (or leases) are tried, one after another, to replace one crashed slot before the
+#: failure is raised instead.
+REPLACE_ATTEMPTS = 3
+#: Largest number of slots one vector session accepts (each slot is a player process and a few fds).
+MAX_SLOTS = 1024
+
+_READ_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
+
+
+class SlotState(enum.Enum):
+    RUNNING = "running"  # takes the caller's actions
+    RESETTING = "resetting"  # working through its reset actions; the caller's actions are dropped
+    REPLACING = "replacing"  # its player failed; a new player (or lease) is on its way
+    FAILED = "failed"  # its player failed and is not replaced: the vector session is broken
+
+
+class _VectorState(enum.Enum):
+    READY = "ready"
+    PENDING = "pending"
+    BROKEN = "broken"
+    CLOSED = "closed"
+
+
+class VectorStep(NamedTuple):
+    """What :meth:`VectorSession.step`, :meth:`~VectorSession.recv` and :meth:`~VectorSession.reset`
+    return, one entry per slot in slot order.
+
+    ``observations[i]``: the slot's :class:`~renderd.Event`, or ``None`` while it resets.
+    ``rewards[i]``: ``reward_fn(event)`` for an answered action, else ``0.0``.
+    ``dones[i]``: ``done_fn(event)`` for an answered action; ``True`` in the step that reports a failure.
+    ``infos[i]``: a new dict every step (keys in docs/vector.md).
+    """
+
+    observations: list[Event | None]
+    rewards: list[float]
+    dones: list[bool]
+    infos: list[dict[str, Any]]
+
+
+class _Slot:
+    """One player's place in the vector: its session and where it is in its reset."""
+
+    __slots__ = (
+        "index",
+        "session",
+        "state",
+        "in_flight",
+        "deadline",
+        "fds",
+        "reset_queue",
+        "scene",
+        "init_params",
+        "resolution",
+        "reset_requested",
+        "reset_errors",
+        "future",
+    )
+
+    def __init__(self, index: int, session: Any) -> None:
+        self.index = index
+        self.session = session
+        self.state = SlotState.RUNNING
+        self.in_flight: str | None = None  # "action" | "reset" | None
+        self.deadline = math.inf
+        self.fds: tuple[int, ...] = ()  # registered with the poller while something is in flight
+        self.reset_queue: deque[dict[str, Any]] = deque()
+        self.scene: str | None = None  # the scene of the last reset asked for (a replacement loads it too)
+        self.init_params: dict[str, Any] = {}  # Initialize parameters, accumulated across resets
+        self.resolution: tuple[int, int] | None = None
+        self.reset_requested = False
+        self.reset_errors: list[str] = []
+        self.future: Future | None = None  # the replacement on its way
+
+
+class _Round:
+    """What one ``recv`` (or ``reset``) collects, slot by slot."""
+
+    __slots__ = ("events", "answered", "completed", "dropped", "reset_errors")
+
+    def __init__(self, n: int) -> None:
+        self.events: list[Event | None] = [None] * n
+        self.answered = [False] * n  # the slot answered the caller's action
+        self.completed = [False] * n  # the slot's reset (or replacement) finished in this round
+        self.dropped = [False] * n  # the caller's action for the slot was dropped
+        self.reset_errors: list[list[str] | None] = [None] * n
+
+
+def _check_action(action: Any, slot: int) -> str | dict[str, Any]:
+    """Validate one slot's action before anything is sent, so a bad one cannot leave a half-sent step."""
+    if isinstance(action, str):
+        if not action:
+            raise ValueError(f"slot {slot}: the action name is empty")
+        return action
+    if isinstance(action, Mapping):
+        message = dict(action)
+        name = message.get("action")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"slot {slot}: an action needs a non-empty 'action' name, got {name!r}")
+        try:
+            encode_action(message)
+        except ValueError as exc:
+            raise ValueError(f"slot {slot}: {exc}") from exc
+        return message
+    raise TypeError(f"slot {slot}: an action must be a name or a dict, not {type(action).__name__}")
+
+
+def _channel_fds(session: Any) -> tuple[int, ...] | None:
+    """The fds that wake a poll for ``session``: its pipe and its player's pidfd; None if not pollable."""
+    channel = getattr(session, "channel", None)
+    fileno = getattr(channel, "fileno", None)
+    if fileno is None:
+        return None
+    try:
+        fd = fileno()
+    except (ValueError, OSError):
+        return None
+    if not isinstance(fd, int):
+        return None
+    player = getattr(channel, "player", None)
+    pidfd = player.fileno() if player is not None and hasattr(player, "fileno") else None
+    return (fd,) if pidfd is None else (fd, pidfd)
+
+
+def _indent(text: str) -> str:
+    return text.replace("\n", "\n      ")
+
+
+def failure_error(failures: Sequence[tuple[int, BaseException]], n: int) -> RenderdError:
+    """One error naming every failed slot and why: a :class:`PlayerCrashed` if every failure is a
+    crash, a :class:`PlayerTimeout` if every one is a timeout, a :class:`ProtocolError` if every one is
+    malformed bytes, else a :class:`RenderdError`. ``failures`` (slot -> error) and ``slots`` are
+    attributes of the result."""
+    lines = [f"slot {i}: {type(exc).__name__}: {_indent(str(exc))}" for i, exc in failures]
+    slots = ", ".join(str(i) for i, _ in failures)
+    head = (
+        f"slot {slots} of {n} failed" if len(failures) == 1 else f"{len(failures)} of {n} slots failed (slots {slots})"
+    )
+    message = (
+        f"{head}; the other slots' answers were received, but this VectorSession is broken now: close it "
+        "(or pass replace_on_crash=True to have failed players replaced):\n  " + "\n  ".join(lines)
+    )
+    errors = [exc for _, exc in failures]
+    first = errors[0]
+    err: RenderdError
+    if all(isinstance(e, PlayerCrashed) for e in errors):
+        err = PlayerCrashed(message, pid=getattr(first, "pid", None))
+        err.returncode = getattr(first, "returncode", None)
+        err.log_tail = getattr(first, "log_tail", "")
+        err.log_path = getattr(first, "log_path", None)
+    elif all(isinstance(e, PlayerTimeout) for e in errors):
+        err = PlayerTimeout(message, deadline=getattr(first, "deadline", None), seconds=getattr(first, "seconds", None))
+    elif all(isinstance(e, ProtocolError) for e in errors):
+        err = ProtocolError(message)
+    else:
+        err = RenderdError(message)
+    err.failures = dict(failures)  # type: ignore[attr-defined]
+    err.slots = [i for i, _ in failures]  # type: ignore[attr-defined]
+    return err
+
+
+class VectorSession:
+    """N player sessions stepped together; see the module docstring and docs/vector.md.
+
+    Build one with :func:`launch_many` or :func:`connect_many`. The constructor takes ready
+    :class:`renderd.Session` objects and does no I/O; ``factory(slot)`` makes a new ready session for a
+    slot (required with ``replace_on_crash``). ``reward_fn(event) -> float`` and
+    ``done_fn(event) -> bool`` compute ``rewards`` and ``dones`` of answered actions (defaults: ``0.0``
+    and ``False``). The vector session owns its sessions: :meth:`close` closes them all.
+
+    Not thread-safe: one caller at a time.
+    """
+
+    def __init__(
+        self,
+        sessions: Sequence[Any],
+        *,
+        factory: Callable[[int], Any] | None = None,
+        replace_on_crash: bool = False,
+        reward_fn: Callable[[Event], float] | None = None,
+        done_fn: Callable[[Event], bool] | None = None,
+        executor: ThreadPoolExecutor | None = None,
+    ) -> None:
+        if not sessions:
+            raise ValueError("a VectorSession needs at least one session")
+        if replace_on_crash and factory is None:
+            raise ValueError("replace_on_crash=True needs a factory that makes a new session for a slot")
+        self._slots = [_Slot(i, s) for i, s in enumerate(sessions)]
+        self._factory = factory
+        self.replace_on_crash = bool(replace_on_crash)
+        self.reward_fn = reward_fn
+        self.done_fn = done_fn
+        self._executor = executor
+        self._state = _VectorState.READY
+        self._error: BaseException | None = None
+        self._round: _Round | None = None
+        self._failures: list[tuple[int, BaseException, bool]] = []  # (slot, error, replaced), not yet reported
+        self._poller = select.poll()
+        self._fd_slots: dict[int, _Slot] = {}
+        self._wake_fd: int | None = None
+        self._wake_lock = threading.Lock()
+        # Receive slot by slot (each session's own deadline) instead of one poll over all of them; only
+        # for benchmarks/vector.py, which measures both.
+        self._sequential_recv = False
+
+    # -- properties -------------------------------------------------------------------------------------
+    @property
+    def num_envs(self) -> int:
+        """The number of slots."""
+        return len(self._slots)
+
+    n = num_envs
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    @property
+    def pids(self) -> list[int | None]:
+        """Each slot's player pid (``None`` while a replacement is on its way)."""
+        return [s.session.pid if s.session is not None else None for s in self._slots]
+
+    @property
+    def sessions(self) -> tuple[Any, ...]:
+        """Each slot's current :class:`renderd.Session` (``None`` while replacing). Do not step them
+        directly: the vector session keeps track of what is in flight."""
+        return tuple(s.session for s in self._slots)
+
+    @property
+    def slot_states(self) -> list[SlotState]:
+        return [s.state for s in self._slots]
+
+    @property
+    def closed(self) -> bool:
+        return self._state is _VectorState.CLOSED
+
+    @property
+    def pending(self) -> bool:
+        """True between :meth:`send` and :meth:`recv`."""
+        return self._state is _VectorState.PENDING
+
+    @property
+    def error(self) -> BaseException | None:
+        """The error that broke the vector session, if any."""
+        return self._error
+
+    # -- call order -------------------------------------------------------------------------------------
+    def _check_open(self, what: str) -> None:
+        if self._state is _VectorState.CLOSED:
+            raise CallOrderError(f"{what} on a closed VectorSession (launch or connect a new one)")
+        if self._state is _VectorState.BROKEN:
+            raise CallOrderError(
+                f"{what} on a broken VectorSession: an earlier call failed with {type(self._error).__name__}: "
+                f"{self._error}. Close it and start a new one (or use replace_on_crash=True)."
+            ) from self._error
+
+    def _break(self, exc: BaseException) -> None:
+        if self._state is not _VectorState.CLOSED:
+            self._state = _VectorState.BROKEN
+            self._error = exc
+            self._round = None
+
+    def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
+        n = len(self._slots)
+        if slots is None:
+            return list(range(n))
+        if isinstance(slots, int) and not isinstance(slots, bool):
+            slots = [slots]
+        out: list[int] = []
+        for s in slots:
+            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < n:
+                raise ValueError(f"slot {s!r} is not a slot index (0..{n - 1})")
+            if s in out:
+                raise ValueError(f"slot {s} is listed twice")
+            out.append(int(s))
+        return out
+
+    # -- stepping ---------------------------------------------------------------------------------------
+    def step(
+        self, actions: Sequence[str | Mapping[str, Any]], *, timeout: float | None = None, wait_resets: bool = False
+    ) -> VectorStep:
+        """Send one action per slot, then receive every answer: :meth:`send` then :meth:`recv`.
+
+        Raises what those raise.
+        """
+        self.send(actions)
+        return self.recv(timeout, wait_resets=wait_resets)
+
+    def send(self, actions: Sequence[str | Mapping[str, Any]]) -> None:
+        """Send ``actions[i]`` (a name or a dict, as :meth:`renderd.Session.send` takes) to every running
+        slot ``i`` without waiting for the answers; actions for resetting slots are dropped.
+
+        Every action is checked before any is sent: ``TypeError``/``ValueError`` for a bad one (nothing is
+        sent then). Raises :class:`AlreadyPendingCallError` when a ``recv`` is due, :class:`CallOrderError`
+        on a closed or broken vector session. A player that fails here is reported by :meth:`recv`.
+        """
+        self._check_open("send()")
+        if self._state is _VectorState.PENDING:
+            raise AlreadyPendingCallError("send() while the answers to an earlier send() are pending; call recv() first")
+        if isinstance(actions, (str, Mapping)):
+            raise TypeError("send() takes one action per slot (a list), not a single action")
+        actions = list(actions)
+        if len(actions) != len(self._slots):
+            raise ValueError(f"send() needs {len(self._slots)} actions (one per slot), got {len(actions)}")
+        messages = [_check_action(a, i) for i, a in enumerate(actions)]
+        rnd = _Round(len(self._slots))
+        self._round = rnd
+        self._state = _VectorState.PENDING
+        try:
+            self._install_replacements(rnd)
+            for slot, message in zip(self._slots, messages):
+                if slot.state is SlotState.RUNNING:
+                    self._send(slot, message, "action")
+                else:
+                    rnd.dropped[slot.index] = True
+                    if slot.state is SlotState.RESETTING and slot.in_flight is None:
+                        self._send_next_reset(slot)
+        except BaseException as exc:
+            self._break(exc)
+            raise
+
+    def recv(self, timeout: float | None = None, *, wait_resets: bool = False) -> VectorStep:
+        """Receive the answers to :meth:`send`, one poll over every slot; results in slot order.
+
+        Each answer has its session's ``step_timeout`` (counted from ``send``); ``timeout`` (seconds from
+        now) shortens that for every slot: a player that has not begun to answer by then fails with
+        :class:`PlayerTimeout`. Resetting slots never hold up ``recv`` unless ``wait_resets`` is true
+        (then it returns when every reset and replacement has finished).
+
+        A slot whose player crashes, times out or sends malformed bytes is replaced when
+        ``replace_on_crash`` is set (its ``info`` carries the error, its ``done`` is ``True``). Otherwise,
+        once every other slot's answer is in, this raises one error naming every failed slot
+        (:func:`failure_error`: :class:`PlayerCrashed` if all failures are crashes) and the vector session
+        is broken. Raises :class:`NoPendingCallError` with nothing pending, :class:`CallOrderError` on a
+        closed or broken vector session.
+        """
+        self._check_open("recv()")
+        if self._state is not _VectorState.PENDING or self._round is None:
+            raise NoPendingCallError("recv() with nothing pending; call send() first")
+        rnd = self._round
+        try:
+            self._collect(rnd, timeout, wait_resets)
+            result = self._finish(rnd)
+        except BaseException as exc:
+            self._break(exc)
+            raise
+        self._round = None
+        self._state = _VectorState.READY
+        return result
+
+    # -- resets -----------------------------------------------------------------------------------------
+    def reset_async(
+        self, slots: int | Sequence[int] | None = None, scene: str | Sequence[str | None] | None = None, **init_params: Any
+    ) -> None:
+        """Start resetting ``slots`` (all when None) without waiting: each gets ``Reset`` (``scene``, or
+        its current scene when None), ``ChangeResolution`` when ``width``/``height`` change, then
+        ``Initialize`` with every initialization parameter given so far (they accumulate, as
+        :meth:`renderd.Session.reset`'s do). ``scene`` may be one name for all or one per listed slot.
+
+        The first reset action goes out at once; the rest follow as the player answers, during later
+        :meth:`recv` calls. Until the reset finishes the slot's actions are dropped and its observation
+        is ``None``. A reset asked for a slot that is already resetting starts over after the action in
+        flight. Raises :class:`AlreadyPendingCallError` between :meth:`send` and :meth:`recv`,
+        :class:`CallOrderError` on a closed or broken vector session, ``ValueError`` for a bad slot list,
+        and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
+        """
+        self._check_open("reset_async()")
+        if self._state is _VectorState.PENDING:
+            raise AlreadyPendingCallError("reset_async() between send() and recv(); call recv() first")
+        indices = self._slot_indices(slots)
+        if scene is None or isinstance(scene, str):
+            scenes: list[str | None] = [scene] * len(indices)
+        else:
+            scenes = list(scene)
+            if len(scenes) != len(indices):
+                raise ValueError(f"reset_async() got {len(scenes)} scenes for {len(indices)} slots")
+        params = dict(init_params)
+        width = params.pop("width", None)
+        height = params.pop("height", None)
+        try:
+            encode_action({"action": "Initialize", **params})
+        except ValueError as exc:
+            raise ValueError(f"reset parameters: {exc}") from exc
+        try:
+            for i, name in zip(indices, scenes):
+                slot = self._slots[i]
+                if name is not None:
+                    slot.scene = name
+                if width is not None or height is not None:
+                    w = int(width if width is not None else (slot.resolution or (0, 0))[0] or self._size(slot)[0])
+                    h = int(height if height is not None else (slot.resolution or (0, 0))[1] or self._size(slot)[1])
+                    slot.resolution = (w, h)
+                slot.init_params.update(params)
+                slot.reset_requested = True
+                if slot.state is SlotState.REPLACING:
+                    continue  # the new player gets this reset once it is ready
+                self._start_reset(slot, name)
+        except BaseException as exc:
+            self._break(exc)
+            raise
+        self._raise_unreplaced()
+
+    def reset(
+        self,
+        slots: int | Sequence[int] | None = None,
+        scene: str | Sequence[str | None] | None = None,
+        *,
+        timeout: float | None = None,
+        **init_params: Any,
+    ) -> VectorStep:
+        """Reset ``slots`` (all when None) concurrently and wait until every resetting slot is done.
+
+        Arguments as :meth:`reset_async`. The result has the reset's last event for every slot that
+        finished a reset, and each other slot's ``last_event`` (nothing is sent to those). Raises what
+        :meth:`reset_async` and :meth:`recv` raise.
+        """
+        self.reset_async(slots, scene, **init_params)
+        rnd = _Round(len(self._slots))
+        try:
+            self._collect(rnd, timeout, True)
+            result = self._finish(rnd)
+        except BaseException as exc:
+            self._break(exc)
+            raise
+        for i, slot in enumerate(self._slots):
+            if result.observations[i] is None and slot.session is not None:
+                result.observations[i] = slot.session.last_event
+        return result
+
+    def _size(self, slot: _Slot) -> tuple[int, int]:
+        s = slot.session
+        return (int(s.width or 0), int(s.height or 0)) if s is not None else (0, 0)
+
+    def _reset_actions(self, slot: _Slot, scene: str | None) -> deque[dict[str, Any]]:
+        reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
+        if scene is not None:
+            reset["sceneName"] = scene
+        queue: deque[dict[str, Any]] = deque([reset])
+        if slot.resolution is not None and slot.resolution != self._size(slot):
+            queue.append({"action": "ChangeResolution", "x": slot.resolution[0], "y": slot.resolution[1]})
+        queue.append({"action": "Initialize", **slot.init_params})
+        return queue
+
+    def _start_reset(self, slot: _Slot, scene: str | None) -> None:
+        slot.reset_queue = self._reset_actions(slot, scene)
+        slot.reset_errors = []
+        slot.state = SlotState.RESETTING
+        if slot.in_flight is None:
+            self._send_next_reset(slot)
+
+    def _send_next_reset(self, slot: _Slot) -> None:
+        self._send(slot, slot.reset_queue.popleft(), "reset")
+
+    # -- I/O ---------------------------------------------------------------------------------------------
+    def _send(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
+        session = slot.session
+        try:
+            session.send(message)
+        except RenderdError as exc:
+            self._fail(slot, exc)
+            return
+        slot.in_flight = kind
+        slot.deadline = time.monotonic() + session.step_timeout
+        fds = _channel_fds(session)
+        if fds:
+            slot.fds = fds
+            for fd in fds:
+                self._poller.register(fd, _READ_EVENTS)
+                self._fd_slots[fd] = slot
+
+    def _done_waiting(self, slot: _Slot) -> None:
+        for fd in slot.fds:
+            try:
+                self._poller.unregister(fd)
+            except KeyError:
+                pass
+            self._fd_slots.pop(fd, None)
+        slot.fds = ()
+        slot.in_flight = None
+
+    def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None) -> None:
+        """Take the answer of the slot's action in flight (its data is there, or its deadline passed)."""
+        kind = slot.in_flight
+        try:
+            event = slot.session.recv(timeout)
+        except RenderdError as exc:
+            self._fail(slot, exc)
+            return
+        self._done_waiting(slot)
+        i = slot.index
+        if kind == "action":
+            rnd.events[i] = event
+            rnd.answered[i] = True
+            return
+        if not event:
+            md = event.metadata
+            slot.reset_errors.append(f"{md.get('lastAction') or 'reset'}: {md.get('errorMessage') or 'failed'}")
+        if slot.reset_queue:
+            self._send_next_reset(slot)
+            return
+        slot.state = SlotState.RUNNING
+        rnd.events[i] = event
+        rnd.completed[i] = True
+        if slot.reset_errors:
+            rnd.reset_errors[i] = slot.reset_errors
+            slot.reset_errors = []
+
+    def _collect(self, rnd: _Round, timeout: float | None, wait_resets: bool) -> None:
+        """Receive until every slot with a caller's action in flight has answered or failed (and, with
+        ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile."""
+        overall = None if timeout is None else time.monotonic() + timeout
+        slots = self._slots
+        while True:
+            self._install_replacements(rnd)
+            now = time.monotonic()
+            must_wait = False
+            expired = False
+            replacing = False
+            limit = math.inf
+            for slot in slots:
+                if slot.state is SlotState.REPLACING:
+                    replacing = True
+                    continue
+                if slot.in_flight is None:
+                    continue
+                blocking = wait_resets or slot.in_flight == "action"
+                by_overall = blocking and overall is not None and overall < slot.deadline
+                expiry = overall if by_overall else slot.deadline
+                if now >= expiry:  # type: ignore[operator]
+                    self._expire(slot, rnd, timeout if by_overall else None)
+                    expired = True
+                    continue
+                must_wait = must_wait or blocking
+                limit = min(limit, expiry)  # type: ignore[type-var]
+            if expired:
+                continue  # states changed: look again
+            if wait_resets and replacing:
+                if overall is not None:
+                    if now >= overall:
+                        self._expire_replacements(timeout)
+                        continue
+                    limit = min(limit, overall)
+                must_wait = True
+            if not must_wait:
+                if self._fd_slots:
+                    self._sweep(rnd, 0.0)  # take what resetting slots have sent; never wait for them
+                return
+            self._sweep(rnd, limit - now, overall)
+
+    def _sweep(self, rnd: _Round, wait: float, overall: float | None = None) -> None:
+        """One poll over every slot with something in flight (and the replacement wake-up), up to
+        ``wait`` seconds; receive from every slot that is ready, in slot order."""
+        if wait > 0:
+            # Channels that cannot be polled (and the sequential strategy): receive in slot order, each
+            # with its own deadline, or what is left of ``timeout``.
+            serial = [
+                s
+                for s in self._slots
+                if s.in_flight is not None and (not s.fds or (self._sequential_recv and s.in_flight == "action"))
+            ]
+            if serial:
+                for slot in serial:
+                    remaining = None if overall is None else max(overall - time.monotonic(), 0.0)
+                    self._receive(slot, rnd, remaining)
+                return
+        if not self._fd_slots and self._wake_fd is None:
+            return
+        ms = 0 if wait <= 0 else (-1 if math.isinf(wait) else max(1, math.ceil(wait * 1000)))
+        ready = self._poller.poll(ms)
+        if not ready:
+            return
+        hit: set[_Slot] = set()
+        for fd, _ in ready:
+            if fd == self._wake_fd:
+                self._drain_wake()
+                continue
+            slot = self._fd_slots.get(fd)
+            if slot is not None:
+                hit.add(slot)
+        for slot in sorted(hit, key=lambda s: s.index):
+            if slot.in_flight is not None:
+                self._receive(slot, rnd)
+
+    def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
+        if timeout is None:
+            # The session's own step deadline has passed: its recv raises PlayerTimeout (or returns an
+            # answer that arrived at the last moment).
+            self._receive(slot, rnd)
+            return
+        session = slot.session
+        self._fail(
+            slot,
+            PlayerTimeout(
+                f"no answer from the player (pid {session.pid}) within the recv timeout of {timeout:g} s "
+                "(it is still running: hung, or busy for longer than the timeout allows); its session was "
+                "closed",
+                deadline="recv timeout",
+                seconds=timeout,
+            ),
+        )
+
+    def _expire_replacements(self, timeout: float | None) -> None:
+        for slot in self._slots:
+            if slot.state is SlotState.REPLACING and slot.future is not None and not slot.future.done():
+                raise PlayerTimeout(
+                    f"slot {slot.index}: its replacement player was not ready within the recv timeout of "
+                    f"{timeout:g} s; the VectorSession is broken now",
+                    deadline="recv timeout",
+                    seconds=timeout,
+                )
+
+    # -- failures and replacement ----------------------------------------------------------------------
+    def _fail(self, slot: _Slot, exc: BaseException) -> None:
+        """The slot's player crashed, timed out or sent malformed bytes: replace it or record it."""
+        self._done_waiting(slot)
+        slot.reset_queue.clear()
+        old = slot.session
+        log.warning("slot %d (player pid %s) failed: %s: %s", slot.index, getattr(old, "pid", None),
+                    type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        if not self.replace_on_crash:
+            slot.state = SlotState.FAILED
+            self._failures.append((slot.index, exc, False))
+            return
+        self._failures.append((slot.index, exc, True))
+        slot.state = SlotState.REPLACING
+        slot.session = None
+        executor = self._ensure_executor()
+        self._ensure_wake_fd()
+        slot.future = executor.submit(_replace, self._factory, slot.index, old)
+        slot.future.add_done_callback(self._wake)
+
+    def _install_replacements(self, rnd: _Round) -> None:
+        for slot in self._slots:
+            if slot.state is not SlotState.REPLACING or slot.future is None or not slot.future.done():
+                continue
+            future, slot.future = slot.future, None
+            try:
+                session = future.result()
+            except BaseException as exc:  # every attempt failed
+                slot.state = SlotState.FAILED
+                self._failures.append((slot.index, exc, False))
+                continue
+            slot.session = session
+            log.info("slot %d: replacement player pid %s is ready", slot.index, session.pid)
+            if slot.reset_requested or session.last_event is None:
+                self._start_reset(slot, slot.scene)
+            else:
+                slot.state = SlotState.RUNNING
+                rnd.events[slot.index] = session.last_event
+                rnd.completed[slot.index] = True
+
+    def _ensure_executor(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = _make_executor(len(self._slots))
+        return self._executor
+
+    def _ensure_wake_fd(self) -> None:
+        if self._wake_fd is None:
+            self._wake_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+            self._poller.register(self._wake_fd, select.POLLIN)
+
+    def _wake(self, _future: Future) -> None:
+        # Runs in the worker thread when a replacement is done: wake a poll in recv().
+        with self._wake_lock:
+            if self._wake_fd is not None:
+                try:
+                    os.eventfd_write(self._wake_fd, 1)
+                except OSError:
+                    pass
+
+    def _drain_wake(self) -> None:
+        try:
+            os.eventfd_read(self._wake_fd)  # type: ignore[arg-type]
+        except (BlockingIOError, OSError):
+            pass
+
+    def _raise_unreplaced(self) -> None:
+        unreplaced = [(i, e) for i, e, replaced in self._failures if not replaced]
+        if not unreplaced:
+            return
+        self._failures = []
+        self._close_failed()
+        err = failure_error(unreplaced, len(self._slots))
+        self._break(err)
+        raise err from unreplaced[0][1]
+
+    def _close_failed(self) -> None:
+        for slot in self._slots:
+            if slot.state is SlotState.FAILED and slot.session is not None:
+                try:
+                    slot.session.close()
+                except Exception as exc:  # noqa: BLE001 - keep closing; the failure is what gets raised
+                    log.warning("closing slot %d's session failed: %s", slot.index, exc)
+
+    def _finish(self, rnd: _Round) -> VectorStep:
+        self._raise_unreplaced()
+        failures = {i: e for i, e, _ in self._failures}
+        self._failures = []
+        reward_fn, done_fn = self.reward_fn, self.done_fn
+        observations = rnd.events
+        rewards: list[float] = []
+        dones: list[bool] = []
+        infos: list[dict[str, Any]] = []
+        for slot in self._slots:
+            i = slot.index
+            event = observations[i]
+            info: dict[str, Any] = {
+                "resetting": slot.state is not SlotState.RUNNING,
+                "dropped_action": rnd.dropped[i],
+            }
+            reward, done = 0.0, False
+            if rnd.answered[i] and event is not None:
+                if reward_fn is not None:
+                    reward = float(reward_fn(event))
+                if done_fn is not None:
+                    done = bool(done_fn(event))
+            if rnd.completed[i]:
+                info["reset_complete"] = True
+                if rnd.reset_errors[i]:
+                    info["reset_error"] = "; ".join(rnd.reset_errors[i])  # type: ignore[arg-type]
+            exc = failures.get(i)
+            if exc is not None:
+                info["error"] = exc
+                info["error_type"] = type(exc).__name__
+                info["replaced"] = True
+                done = True
+            rewards.append(reward)
+            dones.append(done)
+            infos.append(info)
+        return VectorStep(observations, rewards, dones, infos)
+
+    # -- closing -----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Close every slot's session (players stopped or leases released), waiting for replacements
+        on their way, then stop the launch threads. Idempotent; the first error from a session's close
+        is raised after everything else was closed."""
+        if self._state is _VectorState.CLOSED:
+            return
+        self._state = _VectorState.CLOSED
+        self._round = None
+        first: BaseException | None = None
+        for slot in self._slots:
+            self._done_waiting(slot)
+            future, slot.future = slot.future, None
+            if future is not None:
+                try:
+                    slot.session = future.result()
+                except BaseException:  # noqa: BLE001 - the replacement failed: nothing to close
+                    slot.session = None
+        sessions = [s.session for s in self._slots if s.session is not None]
+        # Close every channel first, so all players see end of file and exit together; each close()
+        # below then finds its player gone (or stops it: SIGTERM, grace, SIGKILL).
+        for session in sessions:
+            channel = getattr(session, "channel", None)
+            if channel is not None and getattr(session, "process", None) is not None:
+                try:
+                    channel.close()
+                except Exception as exc:  # noqa: BLE001
+                    log.debug("closing a channel failed: %s", exc)
+        for session in sessions:
+            try:
+                session.close()
+            except BaseException as exc:  # noqa: BLE001 - close everything, raise the first
+                if first is None:
+                    first = exc
+                else:
+                    log.warning("closing a session failed too: %s", exc)
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True, cancel_futures=True)
+        with self._wake_lock:
+            wake, self._wake_fd = self._wake_fd, None
+        if wake is not None:
+            os.close(wake)
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> VectorSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", _VectorState.CLOSED) is not _VectorState.CLOSED:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+    def __repr__(self) -> str:
+        states = ",".join(s.state.value[0] for s in self._slots)
+        return f"<renderd.VectorSession n={len(self._slots)} {self._state.value} slots=[{states}]>"
+
+
+# -- building vector sessions --------------------------------------------------------------------------
+
+
+def _make_executor(n: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="renderd-vector")
+
+
+def _replace(factory: Callable[[int], Any], slot: int, old: Any) -> Any:
+    """In a launch thread: close the failed session, then make a new one (up to REPLACE_ATTEMPTS tries)."""
+    if old is not None:
+        try:
+            old.close()
+        except Exception as exc:  # noqa: BLE001 - the old player is gone either way
+            log.warning("slot %d: closing the failed session: %s", slot, exc)
+    errors: list[BaseException] = []
+    for attempt in range(1, REPLACE_ATTEMPTS + 1):
+        try:
+            return factory(slot)
+        except RenderdError as exc:
+            log.warning("slot %d: replacement attempt %d of %d failed: %s", slot, attempt, REPLACE_ATTEMPTS, exc)
+            errors.append(exc)
+    raise RenderdError(
+        f"slot {slot} could not be replaced: {REPLACE_ATTEMPTS} attempts failed; the last one: "
+        f"{type(errors[-1]).__name__}: {errors[-1]}"
+    ) from errors[-1]
+
+
+def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecutor) -> list[Any]:
+    """Make n sessions concurrently; on any failure close the others and raise one error naming every
+    slot that failed (of the failures' type when they all have the same one)."""
+    futures = [executor.submit(factory, i) for i in range(n)]
+    sessions: list[Any] = []
+    failures: list[tuple[int, BaseException]] = []
+    for i, future in enumerate(futures):
+        try:
+            sessions.append(future.result())
+        except BaseException as exc:  # noqa: BLE001 - collected and raised below
+            failures.append((i, exc))
+    if not failures:
+        return sessions
+    for session in sessions:
+        try:
+            session.close()
+        except Exception as exc:  # noqa: BLE001
+            log.warning("closing a session after a failed start: %s", exc)
+    first = failures[0][1]
+    if not all(isinstance(e, RenderdError) for _, e in failures):
+        raise first
+    texts = {str(e) for _, e in failures}
+    if len(failures) == n and len(texts) == 1:
+        message = f"none of the {n} players could be started: {first}"
+    else:
+        lines = [f"slot {i}: {type(e).__name__}: {_indent(str(e))}" for i, e in failures]
+        message = f"{len(failures)} of {n} players could not be started:\n  " + "\n  ".join(lines)
+    cls = type(first) if len({type(e) for _, e in failures}) == 1 else RenderdError
+    err = cls.__new__(cls)
+    RenderdError.__init__(err, message)
+    if cls is type(first):
+        for attr, value in vars(first).items():  # pid, returncode, deadline, key...
+            if attr not in ("message", "args"):
+                setattr(err, attr, value)
+    err.failures = dict(failures)  # type: ignore[attr-defined]
+    err.slots = [i for i, _ in failures]  # type: ignore[attr-defined]
+    raise err from first
+
+
+def _check_n(n: int) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SLOTS:
+        raise ValueError(f"n must be an integer 1..{MAX_SLOTS}, got {n!r}")
+    return n
+
+
+def _launch_slot(executable: Any, kwargs: dict[str, Any], slot: int) -> Any:
+    from renderd.client import launch
+
+    kw = dict(kwargs)
+    log_path = kw.get("log_path")
+    if log_path is not None:
+        kw["log_path"] = os.fspath(log_path).format(slot=slot)
+    return launch(executable, **kw)
+
+
+def _connect_slot(environment: str, kwargs: dict[str, Any], slot: int) -> Any:
+    from renderd.client import connect
+
+    return connect(environment, **kwargs)
+
+
+def _build(
+    n: int,
+    factory: Callable[[int], Any],
+    *,
+    replace_on_crash: bool,
+    reward_fn: Callable[[Event], float] | None,
+    done_fn: Callable[[Event], bool] | None,
+) -> VectorSession:
+    executor = _make_executor(n)
+    try:
+        sessions = _open_all(n, factory, executor)
+    except BaseException:
+        executor.shutdown(wait=True, cancel_futures=True)
+        raise
+    return VectorSession(
+        sessions,
+        factory=factory,
+        replace_on_crash=replace_on_crash,
+        reward_fn=reward_fn,
+        done_fn=done_fn,
+        executor=executor,
+    )
+
+
+def launch_many(
+    n: int,
+    executable: str | os.PathLike[str] | Sequence[str] = "renderd-player",
+    *,
+    replace_on_crash: bool = False,
+    reward_fn: Callable[[Event], float] | None = None,
+    done_fn: Callable[[Event], bool] | None = None,
+    **launch_kwargs: Any,
+) -> VectorSession:
+    """Launch ``n`` players concurrently (all spawned, then all first frames awaited) and return a
+    :class:`VectorSession` over them.
+
+    ``launch_kwargs`` are :func:`renderd.launch`'s (``width``, ``height``, ``platform``, ``args``,
+    ``start_timeout``, ``step_timeout``...); a ``log_path`` may contain ``{slot}``, replaced by the slot
+    number (a replacement player appends to its slot's log). With ``replace_on_crash`` a slot whose
+    player fails is given a new player launched the same way.
+
+    Raises ``ValueError`` for a bad ``n`` and what :func:`renderd.launch` raises; when several players
+    fail to start, one error names every failed slot. Nothing is left running when it raises.
+    """
+    _check_n(n)
+    factory = functools.partial(_launch_slot, executable, dict(launch_kwargs))
+    return _build(n, factory, replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
+
+
+def connect_many(
+    environment: str,
+    n: int,
+    *,
+    replace_on_crash: bool = False,
+    socket: str | os.PathLike[str] | None = None,
+    timeout: float | None = None,
+    step_timeout: float | None = None,
+    reward_fn: Callable[[Event], float] | None = None,
+    done_fn: Callable[[Event], bool] | None = None,
+) -> VectorSession:
+    """Lease ``n`` ready players of ``environment`` from the daemon (concurrently) and return a
+    :class:`VectorSession` over them.
+
+    ``socket``, ``timeout`` (seconds to wait for each lease) and ``step_timeout`` are
+    :func:`renderd.connect`'s. With ``replace_on_crash`` a slot whose player fails gets a new lease; the
+    daemon recycles the failed player. Leased players have no first event yet: call :meth:`reset` (or
+    step) first. Raises ``ValueError`` for a bad ``n``, and what :func:`renderd.connect` raises
+    (:class:`LeaseError` when not enough players are ready in time); every lease granted is released then.
+    """
+    _check_n(n)
+    kwargs: dict[str, Any] = {"socket": socket}
+    if timeout is not None:
+        kwargs["timeout"] = timeout
+    if step_timeout is not None:
+        kwargs["step_timeout"] = step_timeout
+    factory = functools.partial(_connect_slot, environment, kwargs)
+    return _build(n, factory, replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
