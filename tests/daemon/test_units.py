@@ -1,0 +1,119 @@
+"""The daemon's small parts in-process: sd_notify, log format, status table, the control client's errors."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import subprocess
+
+import pytest
+
+from renderd.daemon.client import ControlClient, socket_path
+from renderd.daemon.commands import JournalFormatter, format_status
+from renderd.daemon.notify import Notifier, watchdog_interval
+from renderd.errors import RenderdError
+
+from tests.daemon.conftest import RENDERD
+
+
+def _receiver(address: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(address)
+    sock.settimeout(5)
+    return sock
+
+
+def test_notifier_sends_datagrams_to_a_path_and_an_abstract_name(tmp_path):
+    path = str(tmp_path / "notify")
+    with _receiver(path) as sock:
+        n = Notifier(path)
+        assert n.enabled and n.ready("1 player up")
+        assert sock.recv(4096) == b"READY=1\nSTATUS=1 player up"
+        assert n.status("two\nlines")
+        assert sock.recv(4096) == b"STATUS=two lines"
+        n.close()
+    name = f"renderd-unit-{os.getpid()}"
+    with _receiver("\0" + name) as sock:
+        n = Notifier("@" + name)
+        assert n.stopping()
+        assert sock.recv(4096) == b"STOPPING=1"
+        n.close()
+
+
+def test_notifier_without_a_socket_does_nothing_and_never_raises(tmp_path, caplog):
+    assert not Notifier("").enabled and Notifier("").notify("READY=1") is False
+    n = Notifier(str(tmp_path / "nobody-listens"))
+    with caplog.at_level(logging.WARNING):
+        assert n.watchdog() is False and n.watchdog() is False
+    assert len([r for r in caplog.records if "cannot notify" in r.message]) == 1  # warned once
+    n.close()
+
+
+def test_watchdog_interval():
+    assert watchdog_interval({}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "30000000"}) == 15.0
+    assert watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": str(os.getpid())}) == 15.0
+    assert watchdog_interval({"WATCHDOG_USEC": "30000000", "WATCHDOG_PID": "1"}) is None
+    assert watchdog_interval({"WATCHDOG_USEC": "soon"}) is None
+
+
+def test_journal_format_prefixes_every_line_with_its_priority():
+    fmt = JournalFormatter()
+
+    def line(level: int, msg: str) -> str:
+        return fmt.format(logging.LogRecord("renderd.daemon.x", level, __file__, 1, msg, (), None))
+
+    assert line(logging.ERROR, "player died") == "<3>renderd.daemon.x: player died"
+    assert line(logging.WARNING, "a\nb") == "<4>renderd.daemon.x: a\n<4>b"
+    assert line(logging.INFO, "ok").startswith("<6>") and line(logging.DEBUG, "x").startswith("<7>")
+
+
+def test_plain_log_format_without_journald(tmp_path):
+    out = subprocess.run(
+        [*RENDERD, "start", "-c", str(tmp_path / "missing.toml"), "--socket", str(tmp_path / "s"),
+         "--runtime-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=30, env={k: v for k, v in os.environ.items() if k != "JOURNAL_STREAM"},
+    )
+    assert out.returncode == 1
+    assert out.stderr.startswith("ERROR renderd.daemon: ") and "cannot read the file" in out.stderr
+
+
+def test_status_table():
+    health = {"version": "0.1.0", "pid": 42, "status": "ready", "uptime": 3725.0}
+    envs = [{
+        "name": "demo", "removing": False, "wanted": 2,
+        "players": [
+            {"index": 0, "state": "LEASED", "pid": 100, "uptime": 65.0, "restarts": 0, "reason": "",
+             "lease": {"client_pid": 7, "duration": 12.5}},
+            {"index": 1, "state": "FAILED", "pid": None, "uptime": None, "restarts": 4,
+             "reason": "exited before readiness: exit code 3", "lease": None},
+        ],
+    }]
+    text = format_status(health, envs)
+    lines = text.splitlines()
+    assert lines[0] == "renderd 0.1.0 pid 42 ready, up 1h02m"
+    assert lines[1].split() == ["ENVIRONMENT", "PLAYER", "STATE", "PID", "UPTIME", "RESTARTS", "LEASE"]
+    assert lines[2].split() == ["demo", "0", "LEASED", "100", "1m05s", "0", "client", "pid", "7", "for", "12s"]
+    assert lines[3].split()[:6] == ["demo", "1", "FAILED", "-", "-", "4"]
+    assert lines[4] == "demo[1] FAILED: exited before readiness: exit code 3"
+    assert format_status(health, []).endswith("no environments")
+
+
+def test_unreachable_daemon_is_a_clear_error(tmp_path, monkeypatch):
+    missing = str(tmp_path / "none.sock")
+    with pytest.raises(RenderdError, match="cannot reach the renderd daemon at .*none.sock.*renderd start"):
+        ControlClient(missing).health()
+    monkeypatch.setenv("RENDERD_SOCKET", missing)
+    assert socket_path() == missing and socket_path("/x.sock") == "/x.sock"
+    out = subprocess.run([*RENDERD, "status"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "none.sock" in out.stderr
+
+
+def test_commands_are_registered_in_the_cli():
+    out = subprocess.run([*RENDERD, "start", "--help"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0
+    for flag in ("-c, --config", "--socket", "--runtime-dir", "--http", "--log-level"):
+        assert flag in out.stdout
+    out = subprocess.run([*RENDERD, "status", "--help"], capture_output=True, text=True, timeout=30)
+    assert "--json" in out.stdout and "--socket" in out.stdout
