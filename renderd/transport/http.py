@@ -19,14 +19,15 @@ the way AI2-THOR's Unity builds do::
   player exactly like a FIFO one (standalone: :func:`launch_http`, i.e. ``renderd.launch(transport="http")``).
 * :class:`FifoPump` puts a bridge's stream onto a FIFO pair instead, behaving as a FIFO player would
   (the daemon's case: leased clients open the pipes exactly as for FIFO players).
-* :class:`PlayerHttpServer` serves the application with waitress on a background thread.
+* :class:`PlayerHttpServer` serves the application on a background thread (a small HTTP/1.1 server of
+  its own; its docstring says why not waitress).
 
 Copies. A FIFO frame is read from the pipe straight into the numpy array the client's ``Event`` holds.
-An HTTP frame is copied once more: waitress receives the socket's bytes, and :class:`PlayerHttpServer`
-has waitress append them directly into the request's own body buffer (instead of its spooling buffer);
-:mod:`renderd.transport.multipart` then finds the parts in place and every image part becomes a numpy
-array over that buffer. Served by another WSGI server, the application reads ``wsgi.input`` into such a
-buffer with ``readinto`` (that server's own buffering is then its business).
+An HTTP frame is too: :class:`PlayerHttpServer` receives a request's body (after the first read, which
+also carries the request head and is copied once) directly into the body's own ``bytearray``;
+:mod:`renderd.transport.multipart` finds the parts in place, and every image part becomes a numpy array
+over that buffer. Served by another WSGI server, the application reads ``wsgi.input`` into such a buffer
+with ``readinto`` (one copy, plus whatever that server's own buffering costs).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ MAX_JSON_PART_SIZE = 32 * 1024 * 1024
 #: Largest action a client may send to an HTTP player (the FIFO player's limit too).
 MAX_ACTION_SIZE = 16 * 1024 * 1024
 #: While a ``/train`` request waits for its action, how often it asks the server whether the player hung
-#: up (seconds), when the server offers ``waitress.client_disconnected`` and no close notification.
+#: up (seconds): ``renderd.client_disconnected`` (this module's server) or ``waitress.client_disconnected``.
 DISCONNECT_POLL_INTERVAL = 0.25
 #: How often a waiting :meth:`PlayerBridge.recv` asks whether the attached player process exited (s).
 EXIT_POLL_INTERVAL = 0.05
@@ -726,7 +727,7 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
                 fields,
                 connection=f"{environ.get('REMOTE_ADDR')}:{environ.get('REMOTE_PORT')}",
                 closing=_wants_close(environ),
-                disconnected=environ.get("waitress.client_disconnected"),
+                disconnected=environ.get("renderd.client_disconnected") or environ.get("waitress.client_disconnected"),
             )
         except BridgeClosed as exc:
             return _error(start_response, 410, "LeaseError", str(exc))
@@ -760,148 +761,379 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
 
 
 # ---------------------------------------------------------------------------------------------------
-# Serving the application with waitress
+# Serving the application
 # ---------------------------------------------------------------------------------------------------
 
-#: waitress worker threads beyond one per registered player (each player's waiting ``/train`` holds a
-#: thread until its action comes; the spare ones answer /ping, refusals and new players).
-SPARE_THREADS = 2
-#: How long :meth:`PlayerHttpServer.stop` waits for the server's threads (seconds).
+#: Largest request head (request line and header lines) accepted; a longer one is answered 431.
+MAX_HEAD_SIZE = 16 * 1024
+#: Most simultaneous connections; one more is answered 503 and closed. Each player keeps one.
+MAX_CONNECTIONS = 256
+#: An idle keep-alive connection (no request begun) is closed after this long (seconds). A player
+#: waiting for its action is not idle: its request is in progress.
+IDLE_TIMEOUT = 3600.0
+#: A request in progress (head or body) that makes no progress for this long is dropped (seconds).
+REQUEST_TIMEOUT = 30.0
+#: How long :meth:`PlayerHttpServer.stop` waits for its threads (seconds).
 STOP_TIMEOUT = 5.0
-#: Bytes waitress asks of each recv (its default is 8 KiB; a frame is hundreds of KiB).
-RECV_BYTES = 256 * 1024
-#: Idle keep-alive connections are closed after this long (seconds). A player waiting for an action is
-#: not idle (its request is in progress), so this only reaps connections that stopped talking.
-CHANNEL_TIMEOUT = 3600
+#: Backlog of the listening socket.
+LISTEN_BACKLOG = 64
+#: Bytes of a request head read at a time (what follows the head in the same read is copied into the
+#: body buffer; the rest of the body is received directly into it).
+HEAD_READ_SIZE = 16 * 1024
+
+_HTTP_VERSIONS = ("HTTP/1.1", "HTTP/1.0")
+_TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
+_REASONS = {
+    **{code: text.split(" ", 1)[1] for code, text in _STATUS.items()},
+    431: "Request Header Fields Too Large",
+    501: "Not Implemented",
+    503: "Service Unavailable",
+    505: "HTTP Version Not Supported",
+}
+_POLL_HUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
-class _FrameBody:
-    """A request body received straight into the ``bytearray`` its frames will be views of.
+class _RequestBody:
+    """``wsgi.input``: the request body, received straight into the ``bytearray`` its frames will view.
 
-    waitress appends each received chunk here (one copy, from its recv buffer) instead of into its
-    spooling buffer; the application takes :attr:`frame_body` as is. It also offers the file API
-    (``read``/``readinto``) that WSGI's ``wsgi.input`` promises.
+    The application takes :attr:`frame_body` as is; ``read``/``readinto`` are the file API WSGI promises.
     """
 
-    __slots__ = ("frame_body", "_view", "_filled", "_pos")
+    __slots__ = ("frame_body", "_pos")
+    complete = True
 
-    def __init__(self, length: int) -> None:
-        self.frame_body = bytearray(length)
-        self._view = memoryview(self.frame_body)
-        self._filled = 0
+    def __init__(self, body: bytearray) -> None:
+        self.frame_body = body
         self._pos = 0
-
-    # waitress buffer interface (used by its FixedStreamReceiver) --------------------------------------
-    def append(self, data: bytes) -> None:
-        n = len(data)
-        end = self._filled + n
-        if end > len(self.frame_body):
-            raise ValueError("more body bytes than Content-Length")
-        self._view[self._filled : end] = data
-        self._filled = end
-
-    def __len__(self) -> int:
-        return self._filled - self._pos
-
-    def getfile(self) -> "_FrameBody":
-        return self
-
-    def close(self) -> None:
-        self._view.release()
-
-    # file interface (wsgi.input) ------------------------------------------------------------------------
-    @property
-    def complete(self) -> bool:
-        return self._filled == len(self.frame_body)
 
     def readinto(self, buffer: Any) -> int:
         target = memoryview(buffer).cast("B")
-        n = min(target.nbytes, self._filled - self._pos)
-        target[:n] = self.frame_body[self._pos : self._pos + n]
+        n = min(target.nbytes, len(self.frame_body) - self._pos)
+        target[:n] = memoryview(self.frame_body)[self._pos : self._pos + n]
         self._pos += n
         return n
 
     def read(self, size: int = -1) -> bytes:
-        end = self._filled if size is None or size < 0 else min(self._filled, self._pos + size)
+        end = len(self.frame_body) if size is None or size < 0 else min(len(self.frame_body), self._pos + size)
+        data = bytes(self.frame_body[self._pos : end])
+        self._pos = end
+        return data
+
+    def readline(self, size: int = -1) -> bytes:
+        end = self.frame_body.find(b"\n", self._pos)
+        end = len(self.frame_body) if end < 0 else end + 1
+        if size is not None and size >= 0:
+            end = min(end, self._pos + size)
         data = bytes(self.frame_body[self._pos : end])
         self._pos = end
         return data
 
 
-def _waitress_classes() -> tuple[type, type]:
-    """waitress's channel and server, extended for HTTP players (built on first use).
+class _HttpError(Exception):
+    """A request the server refuses before the application sees it; the connection is closed after."""
 
-    Three extension points of waitress 3 are used: ``HTTPChannel.parser_class`` (the body of a request
-    with a Content-Length is received into a :class:`_FrameBody`), ``HTTPChannel.error_task_class``
-    (waitress's own refusals -- 413 over the size limit, 400 for a malformed request -- are JSON like
-    every other answer) and the channel's close (the registry learns that a player hung up).
-    """
-    import waitress.channel
-    import waitress.parser
-    import waitress.receiver
-    import waitress.server
-    import waitress.task
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
-    class FrameRequestParser(waitress.parser.HTTPRequestParser):
-        def parse_header(self, header_plus: bytes) -> None:
-            super().parse_header(header_plus)
-            receiver = self.body_rcv
-            length = self.content_length
-            if (
-                isinstance(receiver, waitress.receiver.FixedStreamReceiver)
-                and 0 < length < self.adj.max_request_body_size
-            ):
-                receiver.buf = _FrameBody(length)
 
-    class JsonErrorTask(waitress.task.ErrorTask):
-        def execute(self) -> None:
-            error = self.request.error
-            body = json.dumps(
-                {"error": {"type": "ProtocolError", "message": f"{error.reason}: {error.body}"}}, separators=(",", ":")
-            ).encode("utf-8")
-            self.status = f"{error.code} {error.reason}"
-            self.response_headers.append(("Content-Type", "application/json"))
-            self.set_close_on_finish()
-            self.content_length = len(body)
-            self.write(body)
+class _Closed(Exception):
+    """The peer closed the connection (or it timed out) between or inside requests."""
 
-    class PlayerChannel(waitress.channel.HTTPChannel):
-        parser_class = FrameRequestParser
-        error_task_class = JsonErrorTask
-        _renderd_reported = False
 
-        def _report_closed(self) -> None:
-            if not self._renderd_reported:
-                self._renderd_reported = True
-                callback = getattr(self.server, "renderd_connection_closed", None)
-                if callback is not None and isinstance(self.addr, tuple):
-                    try:
-                        callback(f"{self.addr[0]}:{self.addr[1]}")
-                    except Exception:
-                        logger.exception("connection close notification failed")
+def _error_bytes(status: int, message: str, type_: str = "ProtocolError", close: bool = True) -> bytes:
+    body = json.dumps({"error": {"type": type_, "message": message}}, separators=(",", ":")).encode("utf-8")
+    head = (
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
+    )
+    return head.encode("latin-1") + body
 
-        def handle_close(self) -> None:
-            self._report_closed()
-            super().handle_close()
 
-        def close(self) -> None:
-            self._report_closed()
-            super().close()
+class _Connection:
+    """One client connection, served on a thread of its own: read a request, call the app, answer, repeat."""
 
-    class PlayerServer(waitress.server.TcpWSGIServer):
-        channel_class = PlayerChannel
+    def __init__(self, server: PlayerHttpServer, sock: Any, addr: Any) -> None:
+        self.server = server
+        self.sock = sock
+        self.key = f"{addr[0]}:{addr[1]}"
+        self.addr = addr
+        self.buf = bytearray(HEAD_READ_SIZE)
+        self.view = memoryview(self.buf)
+        self.have = 0  # bytes of the next request already read into buf
+        self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
-    return PlayerChannel, PlayerServer
+    # -- reading ---------------------------------------------------------------------------------------------
+    def _recv_into(self, view: memoryview, idle: bool) -> int:
+        self.sock.settimeout(IDLE_TIMEOUT if idle else REQUEST_TIMEOUT)
+        try:
+            n = self.sock.recv_into(view)
+        except TimeoutError:
+            raise _Closed("timed out") from None
+        except OSError as exc:
+            raise _Closed(str(exc)) from None
+        if n == 0:
+            raise _Closed("end of input")
+        return n
+
+    def _read_head(self) -> tuple[bytes, int]:
+        """The request head (without its final blank line) and where its end is in buf."""
+        searched = 0
+        while True:
+            end = self.buf.find(b"\r\n\r\n", max(0, searched - 3), self.have)
+            if end >= 0:
+                return bytes(self.buf[:end]), end + 4
+            searched = self.have
+            if self.have >= MAX_HEAD_SIZE:
+                raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
+            self.have += self._recv_into(self.view[self.have :], idle=self.have == 0)
+
+    def _read_body(self, start: int, length: int) -> bytearray:
+        body = bytearray(length)
+        target = memoryview(body)
+        extra = min(self.have - start, length)
+        target[:extra] = self.view[start : start + extra]
+        rest = self.have - start - extra
+        if rest:
+            self.buf[:rest] = self.buf[start + extra : self.have]
+        self.have = rest
+        got = extra
+        while got < length:
+            got += self._recv_into(target[got:], idle=False)
+        return body
+
+    def _consume(self, end: int) -> None:
+        rest = self.have - end
+        if rest:
+            self.buf[:rest] = self.buf[end : self.have]
+        self.have = rest
+
+    def disconnected(self) -> bool:
+        """True once the peer has closed (or reset) the connection (asked while its request waits)."""
+        poller = select.poll()
+        try:
+            poller.register(self.sock.fileno(), _POLL_HUP)
+        except (OSError, ValueError):
+            return True
+        return bool(poller.poll(0))
+
+    # -- parsing ---------------------------------------------------------------------------------------------
+    def _parse_head(self, head: bytes) -> tuple[str, str, str, dict[str, str]]:
+        try:
+            text = head.decode("latin-1")
+        except UnicodeDecodeError:  # latin-1 decodes everything; kept for clarity
+            raise _HttpError(400, "the request head is not text") from None
+        lines = text.split("\r\n")
+        while lines and not lines[0]:  # RFC 9112 2.2: ignore blank lines before a request
+            lines.pop(0)
+        if not lines:
+            raise _HttpError(400, "empty request")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise _HttpError(400, f"malformed request line {lines[0][:100]!r}")
+        method, target, version = parts
+        if not method or not set(method.encode("latin-1")) <= _TOKEN_CHARS:
+            raise _HttpError(400, f"malformed request method {method[:40]!r}")
+        if version not in _HTTP_VERSIONS:
+            if version.startswith("HTTP/"):
+                raise _HttpError(505, f"{version} is not supported (use HTTP/1.1)")
+            raise _HttpError(400, f"malformed request line {lines[0][:100]!r}")
+        headers: dict[str, str] = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if not sep or not name or not set(name.encode("latin-1")) <= _TOKEN_CHARS:
+                raise _HttpError(400, f"malformed header line {line[:100]!r}")
+            key = name.upper().replace("-", "_")
+            value = value.strip(" \t")
+            if key in headers:
+                if key == "CONTENT_LENGTH" and headers[key] != value:
+                    raise _HttpError(400, "conflicting Content-Length headers")
+                headers[key] = f"{headers[key]}, {value}" if key != "CONTENT_LENGTH" else value
+            else:
+                headers[key] = value
+        return method, target, version, headers
+
+    def _environ(self, method: str, target: str, version: str, headers: dict[str, str], body: bytearray) -> dict:
+        path, _, query = target.partition("?")
+        if path.startswith(("http://", "https://")):  # absolute form
+            path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+        from urllib.parse import unquote_to_bytes
+
+        environ: dict[str, Any] = {
+            "REQUEST_METHOD": method,
+            "SCRIPT_NAME": "",
+            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+            "QUERY_STRING": query,
+            "SERVER_NAME": self.server.host,
+            "SERVER_PORT": str(self.server.port),
+            "SERVER_PROTOCOL": version,
+            "REMOTE_ADDR": str(self.addr[0]),
+            "REMOTE_PORT": str(self.addr[1]),
+            "wsgi.version": (1, 0),
+            "wsgi.url_scheme": "http",
+            "wsgi.input": _RequestBody(body),
+            "wsgi.errors": _LogWriter(),
+            "wsgi.multithread": True,
+            "wsgi.multiprocess": False,
+            "wsgi.run_once": False,
+            "renderd.client_disconnected": self.disconnected,
+        }
+        for key, value in headers.items():
+            if key == "CONTENT_TYPE":
+                environ["CONTENT_TYPE"] = value
+            elif key == "CONTENT_LENGTH":
+                environ["CONTENT_LENGTH"] = value
+            else:
+                environ["HTTP_" + key] = value
+        environ.setdefault("CONTENT_LENGTH", str(len(body)) if body else "")
+        return environ
+
+    # -- the loop ----------------------------------------------------------------------------------------------
+    def run(self) -> None:
+        try:
+            while not self.server.stopping:
+                if not self._serve_one():
+                    break
+        except _Closed:
+            pass
+        except _HttpError as exc:
+            self._send(_error_bytes(exc.status, exc.message))
+        except Exception:
+            logger.exception("HTTP connection %s failed", self.key)
+        finally:
+            try:
+                self.sock.close()
+            finally:
+                self.server._connection_done(self)
+
+    def _send(self, data: bytes | list[Any]) -> bool:
+        try:
+            if isinstance(data, (bytes, bytearray)):
+                self.sock.sendall(data)
+            else:
+                for chunk in data:
+                    self.sock.sendall(chunk)
+            return True
+        except OSError:
+            return False
+
+    def _serve_one(self) -> bool:
+        """Serve one request; False when the connection is to be closed."""
+        head, end = self._read_head()
+        method, target, version, headers = self._parse_head(head)
+        if "TRANSFER_ENCODING" in headers:
+            raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
+        raw_length = headers.get("CONTENT_LENGTH", "")
+        if raw_length:
+            if not raw_length.isdigit():
+                raise _HttpError(400, f"Content-Length {raw_length[:40]!r} is not a number")
+            length = int(raw_length)
+        else:
+            length = 0
+        limit = self.server.registry.max_request_size
+        if length > limit:
+            raise _HttpError(413, f"the body is {length} bytes, over the limit of {limit} bytes")
+        connection = headers.get("CONNECTION", "").lower()
+        keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
+        if length and headers.get("EXPECT", "").lower() == "100-continue" and self.have == end:
+            if not self._send(b"HTTP/1.1 100 Continue\r\n\r\n"):
+                return False
+        if length:
+            body = self._read_body(end, length)
+        else:
+            body = bytearray()
+            self._consume(end)
+        environ = self._environ(method, target, version, headers, body)
+        status, response_headers, chunks = self._call_app(environ)
+        names = {name.lower() for name, _ in response_headers}
+        payload = b"".join(chunks)
+        if method == "HEAD":
+            out_body = b""
+        else:
+            out_body = payload
+        lines = [f"HTTP/1.1 {status}\r\n"]
+        lines.extend(f"{name}: {value}\r\n" for name, value in response_headers)
+        if "content-length" not in names:
+            lines.append(f"Content-Length: {len(payload)}\r\n")
+        if not keep_alive or "connection" in names and any(
+            name.lower() == "connection" and value.lower() == "close" for name, value in response_headers
+        ):
+            keep_alive = False
+            if "connection" not in names:
+                lines.append("Connection: close\r\n")
+        lines.append("\r\n")
+        if not self._send(["".join(lines).encode("latin-1") + out_body]):
+            return False
+        return keep_alive
+
+    def _call_app(self, environ: dict) -> tuple[str, list[tuple[str, str]], list[bytes]]:
+        state: dict[str, Any] = {}
+        written: list[bytes] = []
+
+        def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Callable:
+            if exc_info is not None and state:
+                raise exc_info[1].with_traceback(exc_info[2])
+            state["status"], state["headers"] = status, list(headers)
+            return written.append
+
+        try:
+            result = self.server.app(environ, start_response)
+            try:
+                chunks = written + [bytes(c) for c in result]
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+        except Exception as exc:
+            logger.exception("the WSGI application failed on %s %s", environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"))
+            body = json.dumps({"error": {"type": "RenderdError", "message": f"internal error: {exc!r}"}}).encode()
+            return "500 Internal Server Error", [("Content-Type", "application/json"), ("Connection", "close")], [body]
+        if "status" not in state:
+            body = b'{"error":{"type":"RenderdError","message":"the application did not start a response"}}'
+            return "500 Internal Server Error", [("Content-Type", "application/json"), ("Connection", "close")], [body]
+        return state["status"], state["headers"], chunks
+
+
+class _LogWriter:
+    """``wsgi.errors``: lines written here go to this module's logger."""
+
+    def write(self, text: str) -> int:
+        if text.strip():
+            logger.warning("wsgi.errors: %s", text.rstrip())
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def flush(self) -> None:
+        pass
 
 
 class PlayerHttpServer:
-    """Serve :func:`make_player_app` (or ``app``) with waitress on a background thread.
+    """Serve :func:`make_player_app` (or ``app``, any WSGI application) on a background thread.
 
-    ``PlayerHttpServer(registry, host="127.0.0.1", port=0, players=1).start()`` binds and serves;
-    :attr:`host` and :attr:`port` are the bound address; :meth:`stop` closes every bridge, connection
-    and the listening socket and joins the threads. Worker threads: one per registered player (each
-    player's waiting request holds one) plus :data:`SPARE_THREADS`, grown as players register; at least
-    ``players`` + :data:`SPARE_THREADS`.
+    ``PlayerHttpServer(registry, host="127.0.0.1", port=0).start()`` binds and serves; :attr:`host` and
+    :attr:`port` are the bound address; :meth:`stop` closes every bridge, every connection and the
+    listening socket, and joins the threads. ``players`` is accepted for compatibility (there is one
+    thread per connection, so nothing needs sizing).
+
+    A small HTTP/1.1 server of its own, for one job: each connection (a player keeps one) is served by
+    a thread that receives a request's body straight into the buffer its frames will view (so a frame
+    is never copied after the socket), calls the application, and answers on the same connection.
+    Requests need a Content-Length (chunked bodies are refused with 411); the head is limited to
+    :data:`MAX_HEAD_SIZE`, the body to the registry's ``max_request_size`` (checked before reading,
+    413), connections to :data:`MAX_CONNECTIONS` (503); a request that stalls for
+    :data:`REQUEST_TIMEOUT` is dropped. The connection's closing is reported to the registry at once,
+    so a player that hangs up or dies fails its client's next call with :class:`PlayerCrashed`.
+
+    Why not waitress (a production server renderd already uses for its control API, and which serves
+    this application unchanged): measured in ``benchmarks/transport_http.py`` (docs/http.md has the
+    table), waitress spends more CPU per frame than this server (its I/O thread receives and spools
+    the body, a worker thread runs the application, a trigger wakes the I/O thread to answer; here one
+    thread does all three, with no spooling copy), and it cannot tell the application that an idle
+    keep-alive connection closed.
     """
 
     def __init__(
@@ -912,114 +1144,136 @@ class PlayerHttpServer:
         port: int = 0,
         players: int = 1,
         app: Callable | None = None,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.registry = registry
         self.app = app if app is not None else make_player_app(registry)
+        self.max_connections = max_connections
         self._host = host
         self._port = port
-        self._min_players = max(1, players)
-        self._server: Any = None
+        self._sock: Any = None
+        self._bound: tuple[str, int] | None = None
+        self._wake_r: int | None = None
+        self._wake_w: int | None = None
         self._thread: threading.Thread | None = None
-        self._stopped = False
+        self._lock = threading.Lock()
+        self._connections: set[_Connection] = set()
+        self.stopping = False
 
     def start(self) -> PlayerHttpServer:
         """Bind and serve. Raises OSError (address in use, unknown host) naming the address."""
-        import waitress.adjustments
-        import waitress.task
+        import socket
 
-        _, server_cls = _waitress_classes()
-        adj = waitress.adjustments.Adjustments(
-            host=self._host,
-            port=self._port,
-            threads=self._threads_for(len(self.registry)),
-            ident="renderd",
-            # Keep a waiting request's connection readable, so that a player hanging up is noticed.
-            channel_request_lookahead=1,
-            # The size limit is the registry's, checked from Content-Length before the body is read.
-            max_request_body_size=self.registry.max_request_size + 1,
-            inbuf_overflow=self.registry.max_request_size + 1,
-            recv_bytes=RECV_BYTES,
-            channel_timeout=CHANNEL_TIMEOUT,
-            expose_tracebacks=False,
-            clear_untrusted_proxy_headers=True,
-            asyncore_use_poll=True,
-        )
-        import waitress.wasyncore
-
-        socket_map: dict[int, Any] = {}
-        dispatcher = waitress.task.ThreadedTaskDispatcher()
-        dispatcher.set_thread_count(adj.threads)
         try:
-            server = server_cls(self.app, adj=adj, dispatcher=dispatcher, map=socket_map)
+            infos = socket.getaddrinfo(self._host, self._port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            family, socktype, proto, _, address = infos[0]
+            sock = socket.socket(family, socktype, proto)
         except OSError as exc:
-            waitress.wasyncore.close_all(socket_map, ignore_all=True)
-            dispatcher.shutdown(timeout=STOP_TIMEOUT)
             raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
-        server.renderd_connection_closed = self.registry.connection_closed
-        self._server = server
-        self.registry.add_listener(self._players_changed)
-        self._thread = threading.Thread(target=self._run, name=f"renderd-http-{self.port}", daemon=True)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+            sock.listen(LISTEN_BACKLOG)
+        except OSError as exc:
+            sock.close()
+            raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
+        self._sock = sock
+        self._bound = sock.getsockname()[:2]
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._thread = threading.Thread(target=self._accept_loop, name=f"renderd-http-{self.port}", daemon=True)
         self._thread.start()
         logger.info("serving HTTP players on %s:%d", self.host, self.port)
         return self
 
-    def _threads_for(self, players: int) -> int:
-        return max(players, self._min_players) + SPARE_THREADS
-
-    def _players_changed(self, count: int) -> None:
-        server = self._server
-        if server is not None and not self._stopped:
-            wanted = self._threads_for(count)
-            if wanted > server.adj.threads:
-                server.adj.threads = wanted
-                server.task_dispatcher.set_thread_count(wanted)
-
-    def _run(self) -> None:
-        try:
-            self._server.run()
-        except Exception:
-            logger.exception("the HTTP player server stopped on an error")
-
     @property
     def host(self) -> str:
-        return self._server.effective_host if self._server is not None else self._host
+        return str(self._bound[0]) if self._bound is not None else self._host
 
     @property
     def port(self) -> int:
-        return int(self._server.effective_port) if self._server is not None else self._port
+        return int(self._bound[1]) if self._bound is not None else self._port
+
+    def _accept_loop(self) -> None:
+        import socket
+
+        poller = select.poll()
+        poller.register(self._sock.fileno(), select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while not self.stopping:
+            events = poller.poll()
+            if self.stopping or any(fd == self._wake_r for fd, _ in events):
+                return
+            try:
+                conn, addr = self._sock.accept()
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    logger.error("%s", os_error_message(exc, "cannot accept an HTTP connection"))
+                    time.sleep(0.1)  # let connections close; polling again at once would spin
+                continue
+            try:
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+            connection = _Connection(self, conn, addr)
+            with self._lock:
+                full = len(self._connections) >= self.max_connections
+                if not full:
+                    self._connections.add(connection)
+            if full:
+                logger.warning("refused an HTTP connection from %s: %d connections open", addr[0], self.max_connections)
+                try:
+                    conn.settimeout(1.0)
+                    conn.sendall(_error_bytes(503, f"too many connections (limit {self.max_connections})", "RenderdError"))
+                except OSError:
+                    pass
+                conn.close()
+                continue
+            connection.thread.start()
+
+    def _connection_done(self, connection: _Connection) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+        try:
+            self.registry.connection_closed(connection.key)
+        except Exception:
+            logger.exception("connection close notification failed")
 
     def stop(self) -> None:
-        """Close every bridge, every connection and the socket; join the threads. Idempotent."""
-        if self._stopped:
+        """Close every bridge (waiting requests answer 410), every connection and the socket; join the threads.
+
+        Idempotent.
+        """
+        import socket
+
+        if self.stopping:
             return
-        self._stopped = True
-        self.registry.close()  # waiting requests answer 410 and free their threads
-        server = self._server
-        if server is None:
+        self.stopping = True
+        self.registry.close()
+        if self._sock is None:
             return
-        import waitress.wasyncore
-
-        done = threading.Event()
-
-        def close_all() -> None:  # runs on the server's loop thread: asyncore maps are not thread-safe
-            try:
-                waitress.wasyncore.close_all(server._map, ignore_all=True)
-            finally:
-                done.set()
-
-        try:
-            server.trigger.pull_trigger(close_all)
-        except OSError:
-            done.set()
-        done.wait(STOP_TIMEOUT)
+        os.write(self._wake_w, b"x")
         if self._thread is not None:
             self._thread.join(STOP_TIMEOUT)
-            if self._thread.is_alive():
-                logger.warning("the HTTP player server thread did not stop within %.1f s", STOP_TIMEOUT)
-        server.task_dispatcher.shutdown(timeout=STOP_TIMEOUT)
+        self._sock.close()
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:
+            try:
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        deadline = time.monotonic() + STOP_TIMEOUT
+        for connection in connections:
+            connection.thread.join(max(0.0, deadline - time.monotonic()))
+            if connection.thread.is_alive():
+                logger.warning("HTTP connection %s did not stop within %.1f s", connection.key, STOP_TIMEOUT)
+        for fd in (self._wake_r, self._wake_w):
+            if fd is not None:
+                os.close(fd)
+        self._wake_r = self._wake_w = None
 
     def __enter__(self) -> PlayerHttpServer:
-        return self.start() if self._server is None else self
+        return self.start() if self._sock is None else self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -1,0 +1,286 @@
+"""HTTP transport throughput: renderd's HTTP path against its FIFO path and AI2-THOR's WsgiServer.
+
+Run on demand (not part of the test suite)::
+
+    python benchmarks/transport_http.py                    # the table (about two minutes on 2 CPUs)
+    python benchmarks/transport_http.py --duration 1 --repeat 1 --cases rgb300 --placements different
+
+For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
+three clients are measured in lockstep (send an action, receive the whole answer as an event):
+
+* ``HTTP``: ``renderd.launch(transport="http")`` and ``Session.step("Pass")``: the player posts
+  multipart frames to renderd's waitress server, the bridge hands them to the session in memory;
+* ``FIFO``: ``renderd.launch()`` (named pipes), the same session code;
+* ``waitress`` (with ``--waitress``): renderd's HTTP application and bridge served by plain waitress
+  (``waitress.create_server``) instead of renderd's own server: the measurement behind that choice;
+* ``AI2-THOR``: AI2-THOR's own ``WsgiServer`` (``send`` + ``receive``, as its controller uses it), the
+  same player posting to it; the column is skipped when ``ai2thor`` is not importable.
+
+Client (with its server threads) and player are pinned with ``os.sched_setaffinity``: ``same`` puts both
+on one CPU, ``different`` on two. The three clients run interleaved, ``--repeat`` times per cell, and
+the median is reported, so that load from other processes hits all columns alike. Besides steps per
+second, each cell gives the client process's CPU time per step (user + system, all its threads: for
+HTTP that includes the server), which varies less than wall-clock rates on a busy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import resource
+import statistics
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import renderd  # noqa: E402
+from benchmarks.transport import (  # noqa: E402
+    ACTION,
+    CASES,
+    PLACEMENTS,
+    START_TIMEOUT,
+    STEP_TIMEOUT,
+    WARMUP_STEPS,
+    Case,
+    Pinned,
+    cpu_model,
+    cpus_for,
+    pin_all_threads,
+    setup_session,
+)
+from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
+
+DEFAULT_CASES = ("rgb300", "depth300")
+COLUMNS = ("http", "fifo", "ai2thor", "waitress")
+TITLES = {
+    "http": "renderd HTTP",
+    "fifo": "renderd FIFO",
+    "ai2thor": "AI2-THOR WsgiServer",
+    "waitress": "HTTP via waitress",
+}
+
+
+@dataclass
+class Cell:
+    steps_per_s: float
+    cpu_us_per_step: float
+    runs: list[float] = field(default_factory=list)
+
+
+def measure(step: Callable[[], Any], duration: float) -> Cell:
+    """Steps per second and this process's CPU microseconds per step, over about ``duration`` seconds."""
+    for _ in range(WARMUP_STEPS):
+        step()
+    n = 0
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    start = time.perf_counter()
+    end = start + duration
+    while True:
+        for _ in range(10):
+            step()
+        n += 10
+        now = time.perf_counter()
+        if now >= end:
+            break
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return Cell(n / (now - start), cpu / n * 1e6)
+
+
+def _pin_self(pin: Pinned, child_pid: int) -> None:
+    pin.running(child_pid)
+    pin_all_threads(os.getpid(), pin.client_cpu)  # the server's threads too
+
+
+def run_session(case: Case, pin: Pinned, duration: float, transport: str) -> Cell:
+    pin.spawning()
+    with renderd.launch(
+        width=case.width,
+        height=case.height,
+        transport=transport,
+        args=case.player_args(),
+        start_timeout=START_TIMEOUT,
+        step_timeout=STEP_TIMEOUT,
+    ) as session:
+        _pin_self(pin, session.pid)
+        setup_session(session, case)
+        cell = measure(lambda: session.step(ACTION), duration)
+        event = session.last_event
+        assert event.frame.shape == (case.height, case.width, 3)
+        if case.depth:
+            assert event.depth_frame is not None
+    pin.restore()
+    return cell
+
+
+def run_waitress(case: Case, pin: Pinned, duration: float) -> Cell:
+    """renderd's application and bridge behind plain waitress (the daemon-independent WSGI path)."""
+    import waitress
+    import waitress.wasyncore
+
+    from renderd.client import launch_player
+    from renderd.transport.http import PlayerBridgeRegistry, make_player_app
+
+    pin.spawning()
+    registry = PlayerBridgeRegistry()
+    server = waitress.create_server(
+        make_player_app(registry), host="127.0.0.1", port=0, threads=3, channel_request_lookahead=1,
+        inbuf_overflow=registry.max_request_size + 1, max_request_body_size=registry.max_request_size + 1,
+        recv_bytes=256 * 1024, ident="renderd",
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    bridge = registry.register()
+    endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=server.effective_port, token=bridge.token)
+    try:
+        with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
+                           start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+            _pin_self(pin, session.pid)
+            setup_session(session, case)
+            cell = measure(lambda: session.step(ACTION), duration)
+            assert session.last_event.frame.shape == (case.height, case.width, 3)
+    finally:
+        registry.close()
+        server.trigger.pull_trigger(lambda: waitress.wasyncore.close_all(server._map, ignore_all=True))
+        thread.join(5.0)
+        server.task_dispatcher.shutdown(timeout=5.0)
+        pin.restore()
+    return cell
+
+
+def ai2thor_available() -> bool:
+    try:
+        import ai2thor.wsgi_server  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
+    import ai2thor.wsgi_server
+
+    pin.spawning()
+    server = ai2thor.wsgi_server.WsgiServer("127.0.0.1", timeout=STEP_TIMEOUT, width=case.width, height=case.height)
+    server.client_token = "benchmark-token"
+    server.start()
+    host, port = server.wsgi_server.socket.getsockname()[:2]
+    env = player_env(None, server_type="WSGI", host=host, port=port, token=server.client_token)
+    argv = player_argv("renderd-player", width=case.width, height=case.height, extra_args=case.player_args())
+    proc = PlayerProcess.spawn(argv, env, None)
+    try:
+        server.unity_proc = proc._popen
+        server.receive(timeout=START_TIMEOUT)
+        _pin_self(pin, proc.pid)
+        if case.depth:
+            server.send({"action": "Initialize", "renderDepthImage": True})
+            server.receive()
+
+        def step() -> None:
+            server.send({"action": ACTION})
+            server.receive()
+
+        cell = measure(step, duration)
+        event = server.last_event
+        assert event.frame.shape == (case.height, case.width, 3)
+        if case.depth:
+            assert event.depth_frame is not None
+    finally:
+        proc.stop(1.0)
+        # Its request handler waits for an action with no timeout: give it one, then stop the server.
+        try:
+            server.response_queue.put_nowait({})
+        except queue.Full:
+            pass
+        stopper = threading.Thread(target=server.wsgi_server.shutdown, daemon=True)
+        stopper.start()
+        stopper.join(2.0)
+        server.wsgi_server.server_close()
+        pin.restore()
+    return cell
+
+
+def fmt(cell: Cell | None) -> str:
+    if cell is None:
+        return "-"
+    return f"{cell.steps_per_s:6.0f} /s {cell.cpu_us_per_step:5.0f} us"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=2.0, help="seconds measured per run (default 2)")
+    p.add_argument("--repeat", type=int, default=3, help="interleaved runs per cell; the median is reported")
+    p.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated: {', '.join(CASES)}")
+    p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
+    p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
+    p.add_argument("--waitress", action="store_true", help="add the column: renderd's app served by waitress")
+    p.add_argument("--json", action="store_true", help="print the results as JSON as well")
+    args = p.parse_args(argv)
+
+    cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
+    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    with_ai2thor = not args.no_ai2thor and ai2thor_available()
+    import platform
+
+    print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
+    print(f"# renderd {renderd.__version__}; {args.duration:g} s per run, median of {args.repeat} interleaved runs;"
+          f" action {ACTION!r} on renderd-player --static-frame; cells: steps/s, client CPU us/step")
+    if not with_ai2thor:
+        print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
+    header = (f"{'case':<20} {'CPUs':<9} {TITLES['http']:>18} {TITLES['fifo']:>18} {TITLES['ai2thor']:>20}"
+              f" {'HTTP/AI2-THOR':>13} {'HTTP/FIFO':>9}" + (f" {TITLES['waitress']:>18}" if args.waitress else ""))
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for case in cases:
+        for placement in placements:
+            cpus = cpus_for(placement)
+            if cpus is None:
+                print(f"{case.label:<20} {placement:<9} (needs 2 CPUs)")
+                continue
+            pin = Pinned(*cpus)
+            runs: dict[str, list[Cell]] = {c: [] for c in COLUMNS}
+            runners: dict[str, Callable[[], Cell] | None] = {
+                "http": lambda: run_session(case, pin, args.duration, "http"),
+                "fifo": lambda: run_session(case, pin, args.duration, "fifo"),
+                "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
+                "waitress": (lambda: run_waitress(case, pin, args.duration)) if args.waitress else None,
+            }
+            for _ in range(args.repeat):
+                for name, run in runners.items():
+                    if run is not None:
+                        runs[name].append(run())
+            cells: dict[str, Cell | None] = {}
+            for name, results in runs.items():
+                if not results:
+                    cells[name] = None
+                    continue
+                cells[name] = Cell(
+                    statistics.median(r.steps_per_s for r in results),
+                    statistics.median(r.cpu_us_per_step for r in results),
+                    [round(r.steps_per_s) for r in results],
+                )
+            ours, fifo, theirs = cells["http"], cells["fifo"], cells["ai2thor"]
+            vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:12.2f}x" if theirs and ours else "-"
+            vs_fifo = f"{ours.steps_per_s / fifo.steps_per_s:8.0%}" if fifo and ours else "-"
+            print(f"{case.label:<20} {placement:<9} {fmt(ours):>18} {fmt(fifo):>18} {fmt(theirs):>20}"
+                  f" {vs_thor:>13} {vs_fifo:>9}" + (f" {fmt(cells['waitress']):>18}" if args.waitress else ""),
+                  flush=True)
+            rows.append({
+                "case": case.key, "placement": placement,
+                **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
+                **{f"{k}_cpu_us_per_step": (v.cpu_us_per_step if v else None) for k, v in cells.items()},
+                **{f"{k}_runs": (v.runs if v else None) for k, v in cells.items()},
+            })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
