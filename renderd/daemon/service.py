@@ -432,11 +432,13 @@ class Daemon:
             if self.supervisor is not None and not self.supervisor.stopping:
                 # An error on the way up: nothing was started for good.
                 self.notifier.stopping()
-            self._restore_signals() if self.supervisor is not None else None
+            self._restore_signals()
             if api is not None:
                 api.stop()
             if http_players is not None:
                 http_players.stop()
+            if self.supervisor is not None:
+                self.supervisor.close()
             platforms.shutdown()
             self._cleanup()
             self.notifier.close()

@@ -275,6 +275,8 @@ class Supervisor:
             os.write(self._wake_w, b"\0")
         except BlockingIOError:
             pass  # the pipe is full: the loop is awake already
+        except OSError:
+            pass  # closed: the loop has finished
 
     # -- views -------------------------------------------------------------------------------------------
     def snapshot(self) -> dict[str, dict[str, Any]]:
@@ -558,6 +560,12 @@ class Supervisor:
 
     def run(self) -> None:
         """Supervise until a stop is requested and every player is gone. Run it on one long-lived thread."""
+        try:
+            self._loop()
+        finally:
+            self._finish()  # also after a bug in the loop: never leave a player behind
+
+    def _loop(self) -> None:
         shutdown_deadline: float | None = None
         while True:
             timeout = self._next_timeout()
@@ -597,7 +605,6 @@ class Supervisor:
                         self._shutdown_players()
                     if self._all_gone() or time.monotonic() > shutdown_deadline:
                         break
-        self._finish()
 
     def _drain_wake(self) -> list[int]:
         signals = []
@@ -1093,9 +1100,16 @@ class Supervisor:
                 self._release_selection(sel)
         for t in self._stoppers:
             t.join(SHUTDOWN_SLACK)
+
+    def close(self) -> None:
+        """Release the loop's own descriptors (after :meth:`run`, once no signal can be routed to the
+        wake-up pipe any more). Idempotent."""
+        if self._wake_r < 0:
+            return
         self._selector.close()
         os.close(self._wake_r)
         os.close(self._wake_w)
+        self._wake_r = self._wake_w = -1
 
     # -- notifications -----------------------------------------------------------------------------------
     def _maybe_ready(self) -> None:
