@@ -18,7 +18,6 @@ call raises :class:`~renderd.errors.CallOrderError` naming the original error (c
 from __future__ import annotations
 
 import enum
-import gc
 import importlib
 import logging
 import os
@@ -46,7 +45,7 @@ from renderd.process import (
     player_argv,
     player_env,
 )
-from renderd.protocol import Message, encode_action
+from renderd.protocol import encode_action
 from renderd.transport import Channel
 
 __all__ = [
@@ -69,8 +68,6 @@ DEFAULT_STEP_TIMEOUT = 100.0
 DEFAULT_LOG_NAME = "player.log"
 
 TRANSPORTS = ("fifo", "http")
-#: Pause the cyclic garbage collector while an answer's metadata is decoded (see Session._build_event).
-PAUSE_GC_WHILE_DECODING = True
 
 
 class SessionState(enum.Enum):
@@ -273,7 +270,7 @@ class Session:
         seq, name, deadline = self._pending
         try:
             message = self.channel.recv(deadline, deadline_name)
-            event = self._build_event(message, seq)
+            event = self._assembler.event(message, seq)
             if event.sequence_id != seq:
                 raise ProtocolError(
                     f"the answer to {name} carries sequenceId {event.sequence_id!r}, expected {seq} "
@@ -290,19 +287,6 @@ class Session:
         self._state = SessionState.READY
         self.last_event = event
         return event
-
-    def _build_event(self, message: Message, seq: int) -> Event:
-        # Decoding metadata creates thousands of small containers (about 10 per object), none of them in a
-        # reference cycle; letting the cyclic collector run in the middle of that, again and again, costs
-        # a third of the decode time with 100 objects. Pause it for the decode; the objects are counted
-        # and collected normally afterwards.
-        if PAUSE_GC_WHILE_DECODING and gc.isenabled():
-            gc.disable()
-            try:
-                return self._assembler.event(message, seq)
-            finally:
-                gc.enable()
-        return self._assembler.event(message, seq)
 
     def _timeout_error(
         self, name: str, exc: PlayerTimeout, deadline_name: str = "step_timeout", seconds: float | None = None

@@ -24,6 +24,7 @@ descriptor, a clock or a logger. After a :class:`~renderd.errors.ProtocolError` 
 from __future__ import annotations
 
 import enum
+import gc
 import json
 import struct
 from dataclasses import dataclass, field
@@ -236,12 +237,21 @@ def _msgpack_default(obj: Any) -> Any:
 
 def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = FieldType.METADATA) -> dict:
     """Unpack a METADATA or METADATA_PATCH body; anything but a msgpack map is a ProtocolError."""
+    # Metadata with many objects unpacks into thousands of small containers, none in a reference cycle;
+    # letting the cyclic collector run again and again in the middle of that costs a third of the decode
+    # time. Pause it for the unpack: the new objects are counted and collected normally afterwards.
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         raise ProtocolError(
             f"{ftype.name} body is not valid msgpack ({type(exc).__name__}: {exc})", offset=offset, field_type=ftype
         ) from exc
+    finally:
+        if collecting:
+            gc.enable()
     if not isinstance(value, dict):
         raise ProtocolError(
             f"{ftype.name} body must be a msgpack map, got {type(value).__name__}", offset=offset, field_type=ftype
