@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 #: The lock file in ``runtime_dir`` that one daemon holds (``flock``) for its whole life.
 LOCK_NAME = "renderd.lock"
+#: The reference player's program name: it can run without any platform.
+REFERENCE_PLAYER = "renderd-player"
 #: Seconds to wait for an existing socket to answer before calling it stale.
 SOCKET_PROBE_TIMEOUT = 2.0
 #: Seconds the control API's threads get to finish their requests at stop.
@@ -52,10 +54,45 @@ class DaemonError(RenderdError):
     """The daemon cannot start (another one runs, a directory cannot be made, the socket is taken)."""
 
 
+class _NoPlatform:
+    """What the reference player runs under when no platform is valid (it renders with numpy anyway)."""
+
+    name = "none"
+    env: dict[str, str] = {}
+    args: list[str] = []
+    executable = None
+
+    def for_instance(self, index: int) -> tuple[dict[str, str], list[str]]:
+        return {}, []
+
+    def release(self) -> None:
+        pass
+
+
 class _Platforms:
-    """Turns an environment's configuration into a platform selection (renderd.platforms)."""
+    """Turns an environment's configuration into a platform selection (renderd.platforms).
+
+    The reference player (``renderd-player``) renders with numpy on any machine, so when ``auto`` finds
+    no valid platform for it, it runs without one (3-byte RGB), with a warning saying why; that is how
+    the built-in ``demo`` environment serves on a bare machine. Any other player gets the PlatformError.
+    """
 
     def select(self, config: EnvironmentConfig) -> Any:
+        from renderd.errors import PlatformError
+
+        try:
+            return self._select(config)
+        except PlatformError as exc:
+            reference = os.path.basename(config.argv[0]) == REFERENCE_PLAYER
+            if not (reference and config.platform == "auto"):
+                raise
+            log.warning(
+                "environment %s: no platform is valid here, so the reference player runs without one "
+                "(it renders with numpy anyway). %s", config.name, exc,
+            )
+            return _NoPlatform()
+
+    def _select(self, config: EnvironmentConfig) -> Any:
         from renderd.platforms import PlatformRequest, select
 
         request = PlatformRequest(

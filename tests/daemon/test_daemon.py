@@ -341,3 +341,15 @@ def test_http_players_are_leased_like_fifo_players(daemon):
                               what="a restarted HTTP player")
     with connect("demo", socket=d.socket) as session:
         assert session.step("Pass").sequence_id == 1
+
+
+def test_demo_serves_on_a_machine_without_any_platform(daemon):
+    # No display, no Vulkan driver, no Xvfb on PATH: `auto` finds nothing, and the reference player
+    # (which renders with numpy) runs without a platform.
+    env = {"PATH": os.path.dirname(sys.executable), "VK_ICD_FILENAMES": "/nonexistent.json", "DISPLAY": ""}
+    d = daemon(env=env)
+    (player,) = d.players()
+    assert player["state"] == "READY" and player["platform"] == "none"
+    assert "no platform is valid here" in d.output()
+    with connect("demo", socket=d.socket) as session:
+        assert session.step("MoveAhead").frame.shape == (300, 300, 3)
