@@ -67,6 +67,7 @@ __all__ = [
     "VectorSession",
     "launch_many",
     "connect_many",
+    "failure_error",
 ]
 
 log = logging.getLogger(__name__)
@@ -891,7 +892,7 @@ def _replace(factory: Callable[[int], Any], slot: int, old: Any) -> Any:
     ) from errors[-1]
 
 
-def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecutor) -> list[Any]:
+def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecutor, what: str) -> list[Any]:
     """Make n sessions concurrently; on any failure close the others and raise one error naming every
     slot that failed (of the failures' type when they all have the same one)."""
     futures = [executor.submit(factory, i) for i in range(n)]
@@ -914,10 +915,10 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
         raise first
     texts = {str(e) for _, e in failures}
     if len(failures) == n and len(texts) == 1:
-        message = f"none of the {n} players could be started: {first}"
+        message = f"none of the {n} players could be {what}: {first}"
     else:
         lines = [f"slot {i}: {type(e).__name__}: {_indent(str(e))}" for i, e in failures]
-        message = f"{len(failures)} of {n} players could not be started:\n  " + "\n  ".join(lines)
+        message = f"{len(failures)} of {n} players could not be {what}:\n  " + "\n  ".join(lines)
     cls = type(first) if len({type(e) for _, e in failures}) == 1 else RenderdError
     err = cls.__new__(cls)
     RenderdError.__init__(err, message)
@@ -955,6 +956,7 @@ def _connect_slot(environment: str, kwargs: dict[str, Any], slot: int) -> Any:
 def _build(
     n: int,
     factory: Callable[[int], Any],
+    what: str,
     *,
     replace_on_crash: bool,
     reward_fn: Callable[[Event], float] | None,
@@ -962,7 +964,7 @@ def _build(
 ) -> VectorSession:
     executor = _make_executor(n)
     try:
-        sessions = _open_all(n, factory, executor)
+        sessions = _open_all(n, factory, executor, what)
     except BaseException:
         executor.shutdown(wait=True, cancel_futures=True)
         raise
@@ -998,7 +1000,7 @@ def launch_many(
     """
     _check_n(n)
     factory = functools.partial(_launch_slot, executable, dict(launch_kwargs))
-    return _build(n, factory, replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
+    return _build(n, factory, "started", replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
 
 
 def connect_many(
@@ -1028,4 +1030,4 @@ def connect_many(
     if step_timeout is not None:
         kwargs["step_timeout"] = step_timeout
     factory = functools.partial(_connect_slot, environment, kwargs)
-    return _build(n, factory, replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
+    return _build(n, factory, "leased", replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)

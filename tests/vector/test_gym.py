@@ -1,0 +1,170 @@
+"""The Gymnasium layer: renderd/Unity-v0 passes Gymnasium's checker, the VectorEnv steps, autoresets and
+survives a crashed player. pytest turns every warning into an error, so the checks run warning-free."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gymnasium = pytest.importorskip("gymnasium")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+from gymnasium.vector import AutoresetMode  # noqa: E402
+
+import renderd  # noqa: E402
+import renderd.gym as rgym  # noqa: E402
+from tests.vector.conftest import SIZE, player_kwargs  # noqa: E402
+
+FAULT = "RenderdFault"
+
+
+def _kwargs(**overrides):
+    kw = player_kwargs(**overrides)
+    kw.pop("args")  # rendered frames: observations must follow the actions
+    return kw
+
+
+def test_registered_on_import():
+    spec = gymnasium.spec(rgym.ENV_ID)
+    assert spec.entry_point == "renderd.gym:RenderdEnv"
+    assert spec.vector_entry_point == "renderd.gym:RenderdVectorEnv"
+    rgym.register()  # idempotent, no "overriding" warning
+
+
+def test_check_env_passes(no_leaks):
+    env = gymnasium.make(rgym.ENV_ID, scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], **_kwargs())
+    try:
+        check_env(env.unwrapped)
+    finally:
+        env.close()
+
+
+def test_check_env_passes_with_depth_and_rendering(no_leaks):
+    env = gymnasium.make(rgym.ENV_ID, depth=True, render_mode="rgb_array", **_kwargs())
+    try:
+        check_env(env.unwrapped)
+        obs, info = env.reset(seed=3)
+        assert set(obs) == {"rgb", "depth"}
+        assert obs["rgb"].shape == (SIZE, SIZE, 3) and obs["rgb"].dtype == np.uint8
+        assert obs["depth"].shape == (SIZE, SIZE) and obs["depth"].dtype == np.float32
+        assert 0.0 < obs["depth"].min() <= obs["depth"].max() <= rgym.DEFAULT_MAX_DEPTH
+        assert obs["rgb"].flags.c_contiguous and obs in env.observation_space
+        frame = env.render()
+        assert np.array_equal(frame, obs["rgb"]) and frame is not obs["rgb"]
+        assert info == {"last_action_success": True, "error_message": ""}
+    finally:
+        env.close()
+
+
+def test_single_env_episode(no_leaks):
+    env = gymnasium.make(rgym.ENV_ID, actions=["MoveAhead", {"action": "LookUp", "degrees": 90}],
+                         scene="FloorPlan2", max_episode_steps=3, **_kwargs())
+    try:
+        assert env.action_space == gymnasium.spaces.Discrete(2)
+        obs, _ = env.reset(seed=0)
+        assert env.unwrapped.last_event.metadata["sceneName"] == "FloorPlan2"
+        _, reward, terminated, truncated, info = env.step(0)
+        assert reward == pytest.approx(rgym.STEP_REWARD) and not terminated and not truncated
+        _, reward, _, truncated, info = env.step(1)  # 90 degrees up is out of range: the action fails
+        assert reward == pytest.approx(rgym.STEP_REWARD + rgym.FAILED_ACTION_REWARD)
+        assert info["last_action_success"] is False and "look up" in info["error_message"]
+        assert not truncated
+        _, _, _, truncated, _ = env.step(0)
+        assert truncated
+        with pytest.raises(ValueError, match="no scene named"):
+            env.reset(options={"scene": "NoSuchScene"})
+    finally:
+        env.close()
+
+
+def test_seeded_scene_choice_is_deterministic(no_leaks):
+    env = rgym.RenderdEnv(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], **_kwargs())
+    try:
+        scenes = []
+        for seed in (7, 7, 8):
+            env.reset(seed=seed)
+            scenes.append([env.last_event.metadata["sceneName"]] + [
+                (env.reset(), env.last_event.metadata["sceneName"])[1] for _ in range(3)
+            ])
+        assert scenes[0] == scenes[1]
+    finally:
+        env.close()
+
+
+def test_vector_env_steps_and_autoresets(no_leaks):
+    terminate_on_failure = lambda ev: not ev  # noqa: E731
+    envs = gymnasium.make_vec(rgym.ENV_ID, num_envs=3, actions=["MoveAhead", {"action": "LookUp", "degrees": 90}],
+                              max_episode_steps=4, terminated_fn=terminate_on_failure, render_mode="rgb_array",
+                              **_kwargs())
+    try:
+        assert isinstance(envs.unwrapped, rgym.RenderdVectorEnv)
+        assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+        assert envs.num_envs == 3
+        assert envs.action_space == gymnasium.spaces.MultiDiscrete([2, 2, 2])
+        obs, infos = envs.reset(seed=1)
+        assert obs in envs.observation_space and obs["rgb"].shape == (3, SIZE, SIZE, 3)
+        assert infos["last_action_success"].tolist() == [True] * 3
+
+        # Slot 1 fails an action (terminated), the others go on until they are truncated at 4 steps.
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1, 0]))
+        assert terminated.tolist() == [False, True, False] and not truncated.any()
+        assert rewards[1] == pytest.approx(rgym.STEP_REWARD + rgym.FAILED_ACTION_REWARD)
+        # Next step: slot 1 resets (its action is ignored: reward 0, not done), the others step.
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1, 0]))
+        assert rewards.tolist() == [pytest.approx(rgym.STEP_REWARD), 0.0, pytest.approx(rgym.STEP_REWARD)]
+        assert not terminated.any() and not truncated.any()
+        assert obs in envs.observation_space
+        for _ in range(2):
+            obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0, 0]))
+        assert truncated.tolist() == [True, False, True]
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0, 0]))
+        assert rewards.tolist() == [0.0, pytest.approx(rgym.STEP_REWARD), 0.0]
+        frames = envs.render()
+        assert len(frames) == 3 and all(np.array_equal(f, o) for f, o in zip(frames, obs["rgb"]))
+
+        # A partial reset with a mask touches only the masked sub-environments.
+        before = obs["rgb"][0].copy()
+        obs, infos = envs.reset(options={"reset_mask": np.array([False, True, False])})
+        assert infos["_last_action_success"].tolist() == [False, True, False]
+        assert np.array_equal(obs["rgb"][0], before)
+        with pytest.raises(ValueError, match="reset_mask"):
+            envs.reset(options={"reset_mask": np.array([False, False, False])})
+        with pytest.raises(ValueError):
+            envs.step(np.array([0, 5, 0]))
+    finally:
+        envs.close()
+
+
+def test_vector_env_replaces_a_crashed_player(no_leaks):
+    envs = rgym.RenderdVectorEnv(2, actions=["Pass", {"action": FAULT, "fault": "segfault"}], **_kwargs())
+    try:
+        envs.reset(seed=0)
+        before = envs.vector_session.pids
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 1]))
+        # The crashed episode ends truncated with the error; the other sub-environment is untouched.
+        assert truncated.tolist() == [False, True] and not terminated.any()
+        assert infos["_error"].tolist() == [False, True]
+        assert isinstance(infos["error"][1], renderd.PlayerCrashed)
+        assert infos["error_type"][1] == "PlayerCrashed"
+        assert obs in envs.observation_space
+        after = envs.vector_session.pids
+        assert after[0] == before[0] and after[1] != before[1]
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))  # autoreset of env 1
+        assert rewards[1] == 0.0 and not truncated.any()
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert infos["last_action_success"].tolist() == [True, True]
+    finally:
+        envs.close()
+
+
+def test_vector_env_over_an_existing_vector_session(no_leaks):
+    vs = renderd.launch_many(2, **_kwargs())
+    envs = rgym.RenderdVectorEnv(vector_session=vs, depth=True)
+    try:
+        obs, _ = envs.reset()
+        assert obs["depth"].shape == (2, SIZE, SIZE)
+        with pytest.raises(ValueError, match="slots"):
+            rgym.RenderdVectorEnv(3, vector_session=vs)
+    finally:
+        envs.close()
+    assert vs.closed
