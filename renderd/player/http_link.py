@@ -15,7 +15,7 @@ ends the player: 410 (its client is gone, or renderd stopped serving it) with ex
 with exit 2; anything else with exit 1. An action that is not a JSON object exits 4, as on the FIFO link.
 
 Fault actions (:mod:`renderd.player.faults`) work as on the FIFO link; the stream faults become their
-HTTP equivalents: ``garbage`` posts a body that is not valid multipart (renderd answers 400 and the
+HTTP equivalents: ``garbage`` posts a frame whose metadata is not JSON (renderd answers 400 and the
 client's next call raises ProtocolError; the player then exits 1), ``oversize`` declares a
 Content-Length over any limit (413; exit 1), ``truncate`` sends half a request, hangs up and exits with
 ``code``, ``close`` sends half a request, hangs up and stays alive until SIGTERM.
@@ -245,7 +245,11 @@ class HttpLink:
         metadata, images = self.player.handle(action)
         boundary = secrets.token_hex(20).encode()
         if fault.kind == "garbage":
-            body = [b"--" + boundary + b"\r\nthis is not a part header\r\n\r\nno closing delimiter"]
+            # Well-formed multipart with the right token, but metadata that is not JSON: renderd blames
+            # this player's stream (400 here, ProtocolError on the client's next call).
+            body = [_part_header(boundary, "metadata", binary=False), b"this is not JSON", b"\r\n",
+                    _part_header(boundary, "token", binary=False), (self.token or "").encode("utf-8"),
+                    b"\r\n--" + boundary + b"--\r\n"]
             length = sum(len(b) for b in body)
             try:
                 self._send_request(body, length, boundary)

@@ -1257,16 +1257,22 @@ class PlayerHttpServer:
         self._sock.close()
         with self._lock:
             connections = list(self._connections)
+        # Reading ends first: idle connections wake with end of file, while a connection answering its
+        # waiting request (410 now that the bridges are closed) still gets its answer out.
+        for how in (socket.SHUT_RD, socket.SHUT_RDWR):
+            for connection in connections:
+                try:
+                    connection.sock.shutdown(how)
+                except OSError:
+                    pass
+            deadline = time.monotonic() + STOP_TIMEOUT
+            for connection in connections:
+                connection.thread.join(max(0.0, deadline - time.monotonic()))
+            connections = [c for c in connections if c.thread.is_alive()]
+            if not connections:
+                break
         for connection in connections:
-            try:
-                connection.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        deadline = time.monotonic() + STOP_TIMEOUT
-        for connection in connections:
-            connection.thread.join(max(0.0, deadline - time.monotonic()))
-            if connection.thread.is_alive():
-                logger.warning("HTTP connection %s did not stop within %.1f s", connection.key, STOP_TIMEOUT)
+            logger.warning("HTTP connection %s did not stop within %.1f s", connection.key, 2 * STOP_TIMEOUT)
         for fd in (self._wake_r, self._wake_w):
             if fd is not None:
                 os.close(fd)

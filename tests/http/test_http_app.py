@@ -1,0 +1,424 @@
+"""The endpoint over real loopback sockets, written by hand as a Unity build writes it.
+
+The client side here is the bridge itself (the Channel a Session reads); players are raw sockets, so
+every malformed request can be sent byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from renderd.errors import AlreadyPendingCallError, CallOrderError, PlayerCrashed, PlayerTimeout, ProtocolError
+from renderd.event import FrameAssembler
+from renderd.protocol import FieldType, encode_action
+
+from conftest import BOUNDARY, DEADLINE, connect, form, frame_body, metadata, part, request_bytes
+
+
+def deadline(seconds: float = DEADLINE) -> float:
+    return time.monotonic() + seconds
+
+
+def answer_in_background(bridge, action: dict, frames: list) -> threading.Thread:
+    """Receive one frame from the bridge (as a client would) and send ``action``."""
+
+    def run() -> None:
+        frames.append(bridge.recv(deadline()))
+        bridge.send(encode_action(action), deadline())
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the happy path -------------------------------------------------------------------------------------
+
+
+def test_ping_and_keep_alive_train_loop(served):
+    registry, server, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    pong = client.response()
+    assert (pong.status, pong.body) == (200, b"pong")
+    assembler = FrameAssembler()
+    for seq in range(3):
+        frames: list = []
+        thread = answer_in_background(bridge, {"action": "MoveAhead", "sequenceId": seq + 1}, frames)
+        client.send(request_bytes(frame_body(bridge.token, seq=seq)))  # the same connection every time
+        response = client.response()
+        thread.join(DEADLINE)
+        assert response.status == 200, response
+        assert response.headers["content-type"] == "application/json"
+        assert json.loads(response.body) == {"action": "MoveAhead", "sequenceId": seq + 1}
+        event = assembler.event(frames[0])
+        assert event.metadata["screenWidth"] == 4 and event.sequence_id == seq
+        assert event.frame.shape == (3, 4, 3)
+    assert bridge.frames_posted == 3
+
+
+def test_frame_bytes_are_views_of_the_request_body(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    rgb = bytes(range(36))
+    depth = np.arange(12, dtype="<f4").tobytes()
+    ids = bytes(range(100, 148))
+    body = form([
+        part("image", rgb, filename="file.dat"),
+        part("image_depth", depth, filename="file.dat"),
+        part("image_ids", ids, filename="file.dat"),
+        part("metadata", json.dumps(metadata()).encode()),
+        part("token", bridge.token.encode()),
+        part("somethingNew", b"ignored"),
+    ])
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(body))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    message = frames[0]
+    assert [t for t, _ in message.fields] == [
+        FieldType.METADATA, FieldType.RGB_IMAGE, FieldType.DEPTH_IMAGE, FieldType.IDS_IMAGE
+    ]
+    images = [b for _, b in message.fields[1:]]
+    assert [bytes(b) for b in images] == [rgb, depth, ids]
+    body_buffer = images[0].base.obj  # np.frombuffer(bytearray) keeps a memoryview of it
+    assert isinstance(body_buffer, bytearray) and all(b.base.obj is body_buffer for b in images)  # no copies
+    assert all(b.flags.writeable for b in images)
+    event = FrameAssembler().event(message)
+    assert np.array_equal(event.depth_frame, np.arange(12, dtype="<f4").reshape(3, 4)[::-1])
+
+
+def test_legacy_action_returns_and_third_party_aliases(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    md = metadata()
+    md["agents"][0].pop("actionReturn")
+    body = form([
+        part("image-thirdParty-camera", bytes(36), filename="file.dat"),
+        part("image_thirdParty_flows", bytes(48), filename="file.dat"),
+        part("metadata", json.dumps(md).encode()),
+        part("actionReturns", b'[{"x": 1}]'),
+        part("token", bridge.token.encode()),
+    ])
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(body))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    assert [t for t, _ in frames[0].fields[1:]] == [FieldType.THIRD_PARTY_IMAGE, FieldType.THIRD_PARTY_FLOW]
+    metadata_, _ = FrameAssembler().assemble(frames[0])
+    assert metadata_["agents"][0]["actionReturn"] == {"x": 1}
+
+
+def test_unity_writes_head_and_body_separately_and_unquoted_boundary_works(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    body = frame_body(bridge.token)
+    head = (f"POST /train HTTP/1.1\r\nContent-Length: {len(body)}\r\n"
+            f"Content-Type: multipart/form-data; boundary={BOUNDARY.decode()}\r\n\r\n").encode()
+    client.send(head)
+    time.sleep(0.05)  # the body arrives in another segment, as Unity's two Send calls produce
+    for i in range(0, len(body), 7):
+        client.send(body[i : i + 7])
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    assert frames
+
+
+def test_expect_100_continue(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    body = frame_body(bridge.token)
+    request = request_bytes(body, headers=["Expect: 100-continue"])
+    head, _, rest = request.partition(b"\r\n\r\n")
+    client.send(head + b"\r\n\r\n")
+    assert client.response().status == 100
+    client.send(rest)
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+
+
+# -- tokens ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("token", [None, "", "wrong-token", "x" * 10_000])
+def test_wrong_or_missing_token_is_403_and_reaches_no_bridge(served, token):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(frame_body(token)))
+    response = client.response()
+    assert response.status == 403
+    assert response.json()["error"]["type"] == "LeaseError"
+    assert bridge.frames_posted == 0
+    with pytest.raises(PlayerTimeout):
+        bridge.recv(time.monotonic() + 0.05)
+    # the refused connection stays usable: the right token works on it
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+
+
+def test_tokens_select_their_own_bridge(served):
+    registry, _, _ = served
+    a, b = registry.register(), registry.register()
+    assert a.token != b.token and len(a.token) >= 32
+    frames: list = []
+    thread = answer_in_background(b, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(b.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    assert (a.frames_posted, b.frames_posted) == (0, 1)
+    registry.unregister(b)
+    client.send(request_bytes(frame_body(b.token)))
+    assert client.response().status == 403
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register(a.token)
+
+
+# -- bad input ------------------------------------------------------------------------------------------
+
+
+def test_malformed_multipart_is_400_json(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(b"--" + BOUNDARY + b"\r\nnot a header\r\n\r\nno end"))
+    response = client.response()
+    assert response.status == 400
+    assert response.json()["error"]["type"] == "ProtocolError"
+    assert "multipart" in response.json()["error"]["message"]
+    assert bridge.error is None  # the token is unknown: no bridge is blamed
+
+
+def test_wrong_content_type_is_400(served):
+    client = connect(served)
+    body = b'{"metadata": {}}'
+    client.send(b"POST /train HTTP/1.1\r\nContent-Type: application/json\r\nContent-Length: "
+                + str(len(body)).encode() + b"\r\n\r\n" + body)
+    response = client.response()
+    assert response.status == 400 and "multipart/form-data" in response.json()["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    "body_kwargs, match",
+    [
+        ({"md": {"no": "agents"}}, "no 'agents' list"),
+        ({"rgb": b"\x00" * 35}, "image part 'image' is 35 bytes"),
+        ({"md": {"agents": [{"screenWidth": 0, "screenHeight": 3}]}}, "screen size 0 x 3"),
+        ({"md": {"agents": ["x"]}}, "agents\\[0\\] is str"),
+    ],
+)
+def test_bad_frame_is_400_and_the_client_gets_protocol_error(served, body_kwargs, match):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token, **body_kwargs)))
+    response = client.response()
+    assert response.status == 400
+    assert response.json()["error"]["type"] == "ProtocolError"
+    with pytest.raises(ProtocolError, match=match):
+        bridge.recv(deadline())
+    # the stream stays failed, as a decoder does after bad bytes
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 409
+
+
+def test_missing_metadata_is_400_and_protocol_error(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(form([part("image", bytes(36), filename="f"), part("token", bridge.token.encode())])))
+    assert client.response().status == 400
+    with pytest.raises(ProtocolError, match="no 'metadata' part"):
+        bridge.recv(deadline())
+
+
+def test_metadata_not_json_is_protocol_error(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(form([part("metadata", b"{nope"), part("token", bridge.token.encode())])))
+    assert client.response().status == 400
+    with pytest.raises(ProtocolError, match="not valid JSON"):
+        bridge.recv(deadline())
+
+
+def test_oversize_body_is_refused_from_content_length_before_reading(served):
+    registry, server, _ = served
+    client = connect(served)
+    limit = registry.max_request_size
+    client.send(f"POST /train HTTP/1.1\r\nContent-Length: {limit + 1}\r\n"
+                f"Content-Type: multipart/form-data; boundary=x\r\n\r\n".encode())
+    response = client.response()  # answered without a single body byte sent
+    assert response.status == 413
+    assert str(limit) in response.json()["error"]["message"]
+    assert client.closed_by_server()
+
+
+@pytest.mark.parametrize(
+    "raw, status",
+    [
+        (b"POST /train HTTP/1.1\r\nContent-Length: 12abc\r\n\r\n", 400),
+        (b"POST /train HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 411),
+        (b"POST /train HTTP/1.1\r\n\r\n", 411),
+        (b"BROKEN\r\n\r\n", 400),
+        (b"GET /ping HTTP/2.0\r\n\r\n", 505),
+        (b"GET /ping HTTP/1.1\r\nbad header line\r\n\r\n", 400),
+        (b"POST /train HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx", 400),
+        (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
+        (b"POST /ping HTTP/1.1\r\n\r\n", 405),
+        (b"GET /train HTTP/1.1\r\n\r\n", 405),
+    ],
+)
+def test_malformed_requests_get_json_errors(served, raw, status):
+    client = connect(served)
+    client.send(raw)
+    response = client.response()
+    assert response.status == status, response
+    assert "error" in response.json()
+
+
+def test_head_too_long_is_431(served):
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\nX-Long: " + b"a" * 20_000 + b"\r\n\r\n")
+    assert client.response().status == 431
+
+
+def test_disconnect_mid_request_hangs_nothing(served):
+    registry, server, _ = served
+    bridge = registry.register()
+    body = request_bytes(frame_body(bridge.token))
+    for cut in (10, len(body) // 2, len(body) - 1):
+        sock = socket.create_connection(("127.0.0.1", server.port), timeout=DEADLINE)
+        sock.sendall(body[:cut])
+        sock.close()
+    # nothing reached the bridge, and the server still answers everyone
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+    assert bridge.frames_posted == 0
+
+
+def test_player_hanging_up_fails_the_clients_next_call(served):
+    registry, _, _ = served
+    bridge, other = registry.register(), registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    client.close()  # between requests: the player hung up
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
+        bridge.recv(deadline())
+    assert time.monotonic() - started < 2.0  # noticed at once, not at the deadline
+    # another player on the same server is unaffected
+    frames2: list = []
+    thread = answer_in_background(other, {"action": "Pass"}, frames2)
+    client2 = connect(served)
+    client2.send(request_bytes(frame_body(other.token)))
+    assert client2.response().status == 200
+    thread.join(DEADLINE)
+
+
+def test_player_hanging_up_while_waiting_for_its_action(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(deadline())  # the frame arrived; its request now waits for an action
+    client.close()
+    end = time.monotonic() + 5.0
+    while bridge.error is None and time.monotonic() < end:
+        time.sleep(0.01)
+    with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
+        bridge.send(encode_action({"action": "Pass"}), deadline())
+
+
+def test_connection_close_requested_by_the_player_is_not_a_crash(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token), headers=["Connection: close"]))
+    response = client.response()
+    assert response.status == 200 and response.headers.get("connection") == "close"
+    thread.join(DEADLINE)
+    assert client.closed_by_server()
+    time.sleep(0.05)
+    assert bridge.error is None
+
+
+# -- the bridge as a Channel ----------------------------------------------------------------------------
+
+
+def test_bridge_channel_order_and_close(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    with pytest.raises(PlayerTimeout, match="posted no frame within start_timeout"):
+        bridge.recv(time.monotonic() + 0.05, "start_timeout")
+    bridge.send(encode_action({"action": "Pass"}), deadline())  # taken by the next post, like a pipe
+    with pytest.raises(AlreadyPendingCallError):
+        bridge.send(encode_action({"action": "Pass"}), deadline())
+    with pytest.raises(ProtocolError, match="exactly one ACTION"):
+        bridge.send([b"\x01\x00\x00\x00\x00", b"\xff\x00\x00\x00\x00"], deadline())
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert json.loads(client.response().body) == {"action": "Pass"}
+    bridge.recv(deadline())
+    client.send(request_bytes(frame_body(bridge.token)))  # now waits for an action...
+    bridge.recv(deadline())
+    bridge.close()  # ...and is told the player is no longer served
+    response = client.response()
+    assert response.status == 410
+    with pytest.raises(CallOrderError):
+        bridge.recv(deadline())
+    with pytest.raises(CallOrderError):
+        bridge.send(encode_action({"action": "Pass"}), deadline())
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 403  # unregistered with the close
+
+
+def test_a_second_concurrent_post_is_409(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    first = connect(served)
+    first.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(deadline())
+    second = connect(served)
+    second.send(request_bytes(frame_body(bridge.token)))
+    assert second.response().status == 409
+    bridge.send(encode_action({"action": "Pass"}), deadline())
+    assert first.response().status == 200
+
+
+def test_stop_answers_waiting_players_and_joins_threads(served):
+    registry, server, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(deadline())
+    server.stop()
+    assert client.response().status == 410
+    assert client.closed_by_server()
