@@ -1,0 +1,391 @@
+"""Transport throughput: renderd's FIFO client against the raw pipe limit and AI2-THOR's FifoServer.
+
+Run on demand (not part of the test suite)::
+
+    python benchmarks/transport.py                 # the full table (about a minute on 2 CPUs)
+    python benchmarks/transport.py --duration 1 --cases rgb300 --placements different
+
+For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
+three clients are measured in lockstep (send an action, read the whole answer):
+
+* ``raw``: the pipe's limit: a bare writer process answers each request with the *same bytes* the
+  player sends (captured from it), and a bare reader reads them with blocking ``readv`` into one
+  preallocated buffer; same 1 MiB pipe, no framing, no decoding, no deadlines;
+* ``renderd``: ``renderd.launch(...)`` and ``Session.step("Pass")`` (frames decoded into ``Event``s);
+* ``ai2thor``: AI2-THOR's own ``FifoServer`` (``send`` + ``receive``, as its controller uses it), on the
+  same player; the column is skipped when ``ai2thor`` is not importable.
+
+Client and player are pinned with ``os.sched_setaffinity``: ``same`` puts both on one CPU, ``different``
+on two. Numbers are steps per second and MB/s of player -> client payload (whole messages).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+# Allow `python benchmarks/transport.py` from a checkout without installing.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import renderd  # noqa: E402
+from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
+from renderd.protocol import encode_action, encode_message  # noqa: E402
+from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoPair, _set_pipe_size  # noqa: E402
+
+ACTION = "Pass"
+#: Every column runs the same player with the same bytes: RGB at 3 bytes per pixel, as on Linux64
+#: (renderd.launch would otherwise pick CloudRendering on a machine with Vulkan, whose RGB is RGBA).
+PLAYER_ENV = {"RENDERD_PLATFORM": "Linux64"}
+WARMUP_STEPS = 30
+START_TIMEOUT = 60.0
+STEP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class Case:
+    key: str
+    label: str
+    width: int
+    height: int
+    depth: bool = False
+    objects: int = 0
+    #: renderd decodes metadata on first access; this makes its client read ``event.metadata`` every
+    #: step, so the row compares the cost of a full decode too (AI2-THOR always decodes in full).
+    read_metadata: bool = False
+
+    def player_args(self) -> list[str]:
+        args = ["--static-frame"]
+        if self.objects:
+            args += ["--metadata-objects", str(self.objects)]
+        return args
+
+
+CASES = {
+    c.key: c
+    for c in (
+        Case("rgb300", "300x300 RGB", 300, 300),
+        Case("depth300", "300x300 RGB+depth", 300, 300, depth=True),
+        Case("rgb1024", "1024x1024 RGB", 1024, 1024),
+        Case("objects300", "300x300 RGB, 100 objects", 300, 300, objects=100),
+        Case("objects300read", "  same, metadata read", 300, 300, objects=100, read_metadata=True),
+    )
+}
+
+PLACEMENTS = ("same", "different")
+
+
+@dataclass
+class Result:
+    steps_per_s: float
+    bytes_per_step: int
+    runs: list[float] = field(default_factory=list)
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.steps_per_s * self.bytes_per_step / 1e6
+
+
+# -- CPU placement -------------------------------------------------------------------------------------
+
+
+def cpus_for(placement: str) -> tuple[int, int] | None:
+    """(client CPU, player CPU), or None when the placement is impossible here."""
+    available = sorted(os.sched_getaffinity(0))
+    if placement == "same":
+        return available[0], available[0]
+    if len(available) < 2:
+        return None
+    return available[0], available[1]
+
+
+def pin_all_threads(pid: int, cpu: int) -> None:
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), {cpu})
+        except ProcessLookupError:
+            pass
+
+
+class Pinned:
+    """Spawn children on ``player_cpu`` (they inherit it), then run this process on ``client_cpu``."""
+
+    def __init__(self, client_cpu: int, player_cpu: int) -> None:
+        self.client_cpu, self.player_cpu = client_cpu, player_cpu
+        self.saved = os.sched_getaffinity(0)
+
+    def spawning(self) -> None:
+        os.sched_setaffinity(0, {self.player_cpu})
+
+    def running(self, child_pid: int) -> None:
+        pin_all_threads(child_pid, self.player_cpu)
+        os.sched_setaffinity(0, {self.client_cpu})
+
+    def restore(self) -> None:
+        os.sched_setaffinity(0, self.saved)
+
+
+def timed(step: Callable[[], Any], duration: float) -> tuple[float, int]:
+    """Steps per second of ``step`` over about ``duration`` seconds (after a warm-up)."""
+    for _ in range(WARMUP_STEPS):
+        step()
+    n = 0
+    start = time.perf_counter()
+    end = start + duration
+    batch = 10
+    while True:
+        for _ in range(batch):
+            step()
+        n += batch
+        now = time.perf_counter()
+        if now >= end:
+            return n / (now - start), n
+
+
+# -- renderd ---------------------------------------------------------------------------------------------
+
+
+def setup_session(session: renderd.Session, case: Case) -> None:
+    if case.depth:
+        session.step("Initialize", renderDepthImage=True)
+
+
+def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
+    pin.spawning()
+    with renderd.launch(
+        width=case.width,
+        height=case.height,
+        args=case.player_args(),
+        env=PLAYER_ENV,
+        start_timeout=START_TIMEOUT,
+        step_timeout=STEP_TIMEOUT,
+    ) as session:
+        pin.running(session.pid)
+        setup_session(session, case)
+        if case.read_metadata:
+            rate, _ = timed(lambda: session.step(ACTION).metadata, duration)
+        else:
+            rate, _ = timed(lambda: session.step(ACTION), duration)
+        if case.depth:
+            assert session.last_event.depth_frame is not None
+        assert session.last_event.frame.shape == (case.height, case.width, 3)
+    return Result(rate, 0)
+
+
+def capture_answer(case: Case) -> bytes:
+    """The exact bytes the player sends in answer to one step of ``case``."""
+    with renderd.launch(width=case.width, height=case.height, args=case.player_args(), env=PLAYER_ENV,
+                        start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+        setup_session(session, case)
+        session.send(ACTION)
+        message = session.channel.recv(time.monotonic() + STEP_TIMEOUT)
+        session.close()
+    return b"".join(bytes(memoryview(b).cast("B")) for b in encode_message(message.fields))
+
+
+# -- raw -------------------------------------------------------------------------------------------------
+
+
+def raw_writer(server_path: str, client_path: str, payload_path: str, request_size: int) -> None:
+    """The bare writer: for every request read from client.pipe, write the payload to server.pipe."""
+    with open(payload_path, "rb") as f:
+        payload = f.read()
+    out = os.open(server_path, os.O_WRONLY)
+    inp = os.open(client_path, os.O_RDONLY)
+    request = bytearray(request_size)
+    view = memoryview(request)
+    while True:
+        got = 0
+        while got < request_size:
+            n = os.readv(inp, [view[got:]])
+            if n == 0:
+                return
+            got += n
+        data = memoryview(payload)
+        while data:
+            n = os.write(out, data)
+            data = data[n:]
+
+
+def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
+    request = b"".join(bytes(b) for b in encode_action({"action": ACTION, "sequenceId": 1}))
+    with FifoPair.create() as pair, tempfile.NamedTemporaryFile() as tmp:
+        tmp.write(payload)
+        tmp.flush()
+        pin.spawning()
+        code = (
+            "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks.transport import raw_writer; "
+            "raw_writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))"
+        )
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        argv = [sys.executable, "-c", code, root, pair.server_path, pair.client_path, tmp.name, str(len(request))]
+        proc = PlayerProcess.spawn(argv, None, None)
+        try:
+            rfd = os.open(pair.server_path, os.O_RDONLY)
+            _set_pipe_size(rfd, DEFAULT_PIPE_SIZE)
+            wfd = os.open(pair.client_path, os.O_WRONLY)
+            pin.running(proc.pid)
+            buf = bytearray(len(payload))
+            view = memoryview(buf)
+            total = len(payload)
+
+            def step() -> None:
+                os.write(wfd, request)
+                got = 0
+                while got < total:
+                    got += os.readv(rfd, [view[got:]])
+
+            rate, _ = timed(step, duration)
+            if bytes(buf) != payload:
+                raise AssertionError("raw reader received different bytes")
+            os.close(wfd)
+            os.close(rfd)
+        finally:
+            proc.stop(1.0)
+    return Result(rate, len(payload))
+
+
+# -- AI2-THOR --------------------------------------------------------------------------------------------
+
+
+def ai2thor_available() -> bool:
+    try:
+        import ai2thor.fifo_server  # noqa: F401
+    except Exception:
+        return False
+    return True
+
+
+def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
+    import ai2thor.fifo_server
+
+    server = ai2thor.fifo_server.FifoServer(width=case.width, height=case.height, timeout=STEP_TIMEOUT)
+    server.start()
+    params = server.unity_params()
+    env = player_env(
+        None, server_pipe=params["fifo_server_pipe_path"], client_pipe=params["fifo_client_pipe_path"],
+        extra=PLAYER_ENV,
+    )
+    argv = player_argv("renderd-player", width=case.width, height=case.height, extra_args=case.player_args())
+    pin.spawning()
+    proc = PlayerProcess.spawn(argv, env, None)
+    try:
+        server.unity_proc = proc._popen
+        server.receive()
+        pin.running(proc.pid)
+        if case.depth:
+            server.send({"action": "Initialize", "renderDepthImage": True})
+            server.receive()
+
+        def step() -> None:
+            server.send({"action": ACTION})
+            server.receive()
+
+        step()
+        rate, _ = timed(step, duration)
+        event = server.last_event
+        assert event.frame.shape == (case.height, case.width, 3)
+        if case.depth:
+            assert event.depth_frame is not None
+    finally:
+        for pipe in (server.client_pipe, server.server_pipe):
+            if pipe is not None:
+                pipe.close()
+        proc.stop(1.0)
+        server.tmp_dir.cleanup()
+    return Result(rate, 0)
+
+
+# -- the table -------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def fmt(result: Result | None) -> str:
+    if result is None:
+        return "-"
+    return f"{result.steps_per_s:8.0f} /s {result.mb_per_s:7.0f} MB/s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--duration", type=float, default=1.0, help="seconds measured per run (default 1)")
+    p.add_argument("--repeat", type=int, default=3, help="runs per cell, interleaved; the median is reported")
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
+    p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
+    p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
+    p.add_argument("--json", action="store_true", help="print the results as JSON as well")
+    args = p.parse_args(argv)
+
+    cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
+    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    with_ai2thor = not args.no_ai2thor and ai2thor_available()
+    print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
+    print(f"# renderd {renderd.__version__}; pipe {DEFAULT_PIPE_SIZE // 1024} KiB; median of {args.repeat} interleaved"
+          f" runs of {args.duration:g} s; action {ACTION!r} on renderd-player --static-frame; load average"
+          f" {os.getloadavg()[0]:.2f} at start")
+    if not with_ai2thor:
+        print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
+    header = (f"{'case':<26} {'CPUs':<9} {'raw lockstep':>24} {'renderd':>24} {'AI2-THOR FifoServer':>24}"
+              f" {'renderd/raw':>11} {'renderd/AI2-THOR':>16}")
+    print(header)
+    print("-" * len(header))
+    rows = []
+    for case in cases:
+        payload = capture_answer(case)
+        for placement in placements:
+            cpus = cpus_for(placement)
+            if cpus is None:
+                print(f"{case.label:<26} {placement:<9} (needs 2 CPUs)")
+                continue
+            pin = Pinned(*cpus)
+            runners: dict[str, Callable[[], Result] | None] = {
+                "raw": lambda: run_raw(case, pin, args.duration, payload),
+                "renderd": lambda: run_renderd(case, pin, args.duration),
+                "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
+            }
+            rates: dict[str, list[float]] = {name: [] for name in runners}
+            try:
+                # Interleave the columns so that a burst of other load on the machine hits them alike.
+                for _ in range(args.repeat):
+                    for name, run in runners.items():
+                        if run is not None:
+                            rates[name].append(run().steps_per_s)
+            finally:
+                pin.restore()
+            cells: dict[str, Result | None] = {
+                name: Result(statistics.median(r), len(payload), r) if r else None for name, r in rates.items()
+            }
+            raw, ours, theirs = cells["raw"], cells["renderd"], cells["ai2thor"]
+            vs_raw = f"{ours.steps_per_s / raw.steps_per_s:10.0%}" if raw and ours else "-"
+            vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:15.2f}x" if theirs and ours else "-"
+            label = f"{case.label}"
+            print(f"{label:<26} {placement:<9} {fmt(raw):>24} {fmt(ours):>24} {fmt(theirs):>24} {vs_raw:>11} {vs_thor:>16}",
+                  flush=True)
+            rows.append({
+                "case": case.key, "label": case.label, "placement": placement, "bytes_per_step": len(payload),
+                **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
+            })
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
