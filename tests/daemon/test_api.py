@@ -161,3 +161,23 @@ def test_lease_waiters_are_served_when_a_player_is_released(daemon):
         first.close()
     metrics = ControlClient(d.socket).request("GET", "/metrics")[1]
     assert 'renderd_lease_timeouts_total{environment="demo"} 1.0' in metrics
+
+
+def test_socket_pipes_and_logs_are_private(daemon):
+    import stat
+
+    d = daemon(fast_config())
+    assert stat.S_IMODE(os.stat(d.socket).st_mode) == 0o600
+    run = d.runtime_dir
+    assert stat.S_IMODE(os.stat(run).st_mode) == 0o700
+    for sub in ("players", "logs"):
+        assert stat.S_IMODE(os.stat(os.path.join(run, sub)).st_mode) == 0o700
+    (pair,) = os.listdir(os.path.join(run, "players"))
+    pair_dir = os.path.join(run, "players", pair)
+    assert stat.S_IMODE(os.stat(pair_dir).st_mode) == 0o700
+    for name in ("server.pipe", "client.pipe"):
+        st = os.stat(os.path.join(pair_dir, name))
+        assert stat.S_ISFIFO(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    (log,) = os.listdir(os.path.join(run, "logs"))
+    assert stat.S_IMODE(os.stat(os.path.join(run, "logs", log)).st_mode) == 0o600
+    assert stat.S_IMODE(os.stat(os.path.join(run, "renderd.lock")).st_mode) == 0o600
