@@ -46,6 +46,7 @@ import tempfile
 import threading
 import time
 from typing import Any, Callable, Iterable, Mapping, Sequence
+from urllib.parse import unquote_to_bytes
 
 import numpy as np
 
@@ -110,6 +111,10 @@ EXIT_CLASSIFY_TIMEOUT = 1.0
 FORM_FIELD_ALIASES: dict[str, FieldType] = {"image_thirdParty_flows": FieldType.THIRD_PARTY_FLOW}
 
 _IMAGE_TYPES_BY_NAME: dict[str, FieldType] = {**FIELD_TYPES_BY_FORM_NAME, **FORM_FIELD_ALIASES}
+#: Part sizes of recent bodies by body length: a player posts the same layout frame after frame, so the
+#: next body of that length is split without searching its images (see split_multipart's size_hints).
+LAYOUT_CACHE_SIZE = 64
+_LAYOUTS: dict[int, tuple[int, ...]] = {}
 _DEPTH_TYPES = frozenset({FieldType.DEPTH_IMAGE, FieldType.THIRD_PARTY_DEPTH})
 
 
@@ -163,7 +168,13 @@ class TrainPost:
 
     def __init__(self, body: bytearray, content_type: str | None) -> None:
         """Split ``body``. Raises :class:`~renderd.transport.multipart.MultipartError` if it is malformed."""
-        parts = split_multipart(body, boundary_from_content_type(content_type))
+        hints = _LAYOUTS.get(len(body))
+        parts = split_multipart(body, boundary_from_content_type(content_type), size_hints=hints)
+        layout = tuple(p.size for p in parts)
+        if layout != hints:
+            if len(_LAYOUTS) >= LAYOUT_CACHE_SIZE:
+                _LAYOUTS.pop(next(iter(_LAYOUTS), None), None)
+            _LAYOUTS[len(body)] = layout
         self.body = body
         self.token: str | None = None
         self._metadata_part: Part | None = None
@@ -958,12 +969,12 @@ class _Connection:
         path, _, query = target.partition("?")
         if path.startswith(("http://", "https://")):  # absolute form
             path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
-        from urllib.parse import unquote_to_bytes
-
+        if "%" in path:
+            path = unquote_to_bytes(path).decode("latin-1")
         environ: dict[str, Any] = {
             "REQUEST_METHOD": method,
             "SCRIPT_NAME": "",
-            "PATH_INFO": unquote_to_bytes(path).decode("latin-1"),
+            "PATH_INFO": path,
             "QUERY_STRING": query,
             "SERVER_NAME": self.server.host,
             "SERVER_PORT": str(self.server.port),

@@ -214,3 +214,20 @@ def test_fuzz_random_bytes(raw):
         split_multipart(bytearray(raw), B)
     except MultipartError:
         pass
+
+
+@settings(max_examples=200, deadline=None)
+@given(parts=parts_strategy, hints=st.lists(st.integers(0, 400), max_size=8), exact=st.booleans())
+def test_fuzz_size_hints_never_change_a_valid_split(parts, hints, exact):
+    body = encode(parts)
+    if exact:
+        hints = [len(b) for _, _, b in parts]
+    assert split_multipart(body, B, size_hints=hints) == split_multipart(body, B)
+
+
+def test_header_blocks_are_cached_but_errors_keep_their_offsets():
+    block = b"--" + B + b"\r\nno colon\r\n\r\nb\r\n--" + B + b"--"
+    for prefix in (b"", b"pre\r\n"):
+        with pytest.raises(MultipartError) as info:
+            split_multipart(bytearray(prefix + block), B)
+        assert info.value.offset == len(prefix) + len(B) + 4
