@@ -45,6 +45,7 @@ __all__ = [
     "RenderdEnv",
     "RenderdVectorEnv",
     "register",
+    "rgb_copy",
 ]
 
 log = logging.getLogger(__name__)
@@ -146,8 +147,8 @@ class _EnvSpec:
             return self.scenes[int(rng.integers(len(self.scenes)))]
         return self.scene
 
-    def observation(self, event: Event) -> dict[str, np.ndarray]:
-        """New arrays every call (the event's arrays are views of the received bytes)."""
+    def check(self, event: Event) -> None:
+        """Raise :class:`RenderdError` if ``event`` does not fit the observation space."""
         frame = event.frame
         if frame is None:
             raise RenderdError(
@@ -158,18 +159,83 @@ class _EnvSpec:
                 f"the player sent a {frame.shape[1]} x {frame.shape[0]} frame; the observation space is "
                 f"{self.width} x {self.height} (pass width/height matching the player)"
             )
-        obs = {"rgb": np.array(frame, dtype=np.uint8, order="C")}
+        if self.depth and event.depth_frame is None:
+            raise RenderdError("depth=True, but the player sent no depth image")
+
+    def observation(self, event: Event) -> dict[str, np.ndarray]:
+        """New arrays every call (the event's arrays are views of the received bytes)."""
+        self.check(event)
+        obs = {"rgb": rgb_copy(event.frame)}  # type: ignore[arg-type]
         if self.depth:
-            depth = event.depth_frame
-            if depth is None:
-                raise RenderdError("depth=True, but the player sent no depth image")
-            obs["depth"] = np.ascontiguousarray(np.clip(depth, 0.0, self.max_depth), dtype=np.float32)
+            obs["depth"] = np.clip(event.depth_frame, 0.0, self.max_depth).astype(np.float32, order="C", copy=False)
+        return obs
+
+    def batch(self, events: Sequence[Event]) -> dict[str, np.ndarray]:
+        """New batched arrays for ``events`` (one per sub-environment), one copy of each frame."""
+        n, h, w = len(events), self.height, self.width
+        size = h * w * 3
+        flat = np.empty(n * size + 1, dtype=np.uint8)
+        for i, event in enumerate(events):  # in order: see _copy_rgb
+            _copy_rgb(event.frame, flat, i * size)  # type: ignore[arg-type]
+        obs = {"rgb": flat[: n * size].reshape(n, h, w, 3)}
+        if self.depth:
+            depth = np.empty((n, h, w), dtype=np.float32)
+            for i, event in enumerate(events):
+                np.clip(event.depth_frame, 0.0, self.max_depth, out=depth[i])
+            obs["depth"] = depth
         return obs
 
     @staticmethod
     def info(event: Event) -> dict[str, Any]:
         md = event.metadata
         return {"last_action_success": bool(event), "error_message": str(md.get("errorMessage") or "")}
+
+
+def _rgba_pixels(frame: np.ndarray) -> np.ndarray | None:
+    """The ``(H, W)`` uint32 view of the RGBA pixels behind ``frame`` when it is an event's view of an
+    RGBA body (rows possibly flipped, alpha dropped), else None."""
+    if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3 or frame.strides[1:] != (4, 1):
+        return None
+    h, w = frame.shape[:2]
+    if abs(frame.strides[0]) != w * 4:
+        return None
+    root = frame
+    while isinstance(root.base, np.ndarray):
+        root = root.base
+    if root.ndim != 1 or root.dtype != np.uint8 or root.nbytes != h * w * 4 or not root.flags.c_contiguous:
+        return None
+    start = root.__array_interface__["data"][0]
+    if start % 4 or frame.__array_interface__["data"][0] != start + (0 if frame.strides[0] > 0 else (h - 1) * w * 4):
+        return None
+    pixels = root.view("<u4").reshape(h, w)
+    return pixels[::-1] if frame.strides[0] < 0 else pixels
+
+
+def _copy_rgb(frame: np.ndarray, out: np.ndarray, offset: int) -> None:
+    """Copy an ``(H, W, 3)`` frame into the flat uint8 buffer ``out`` at ``offset`` (C order).
+
+    ``out`` must have one spare byte after the frame's ``H * W * 3``: a frame received as RGBA (4 bytes
+    per pixel, as CloudRendering players send it) is a strided view that numpy copies byte by byte
+    (about 0.5 ms at 300x300). Here each pixel is copied as one 4-byte word into overlapping 3-byte
+    slots, in increasing address order, so each pixel's alpha byte is overwritten by the next pixel's
+    red one and the last lands in the spare byte: about 15x faster. Frames are to be copied in
+    increasing ``offset`` order when they share a buffer. Any other frame is copied by numpy.
+    """
+    h, w = frame.shape[:2]
+    pixels = _rgba_pixels(frame)
+    if pixels is None:
+        out[offset : offset + h * w * 3].reshape(h, w, 3)[...] = frame
+        return
+    slots = np.ndarray((h, w), dtype="<u4", buffer=out, offset=offset, strides=(w * 3, 3))
+    slots[...] = pixels
+
+
+def rgb_copy(frame: np.ndarray) -> np.ndarray:
+    """A new C-contiguous ``(H, W, 3) uint8`` copy of an event's ``frame`` (fast for RGBA bodies)."""
+    h, w = frame.shape[:2]
+    out = np.empty(h * w * 3 + 1, dtype=np.uint8)
+    _copy_rgb(frame, out, 0)
+    return out[: h * w * 3].reshape(h, w, 3)
 
 
 def _reset_failed(event: Event, what: str) -> None:
@@ -271,7 +337,7 @@ class RenderdEnv(gymnasium.Env):
         """The last RGB frame (a copy) with ``render_mode="rgb_array"``; None otherwise or before reset."""
         if self.render_mode != "rgb_array" or self.last_event is None or self.last_event.frame is None:
             return None
-        return np.array(self.last_event.frame, dtype=np.uint8, order="C")
+        return rgb_copy(self.last_event.frame)
 
     def close(self) -> None:
         """Stop the player. Idempotent."""
@@ -368,23 +434,18 @@ class RenderdVectorEnv(VectorEnv):
         self.action_space = batch_space(self.single_action_space, self.num_envs)
         n = self.num_envs
         self._rngs: list[np.random.Generator] = [seeding.np_random()[0] for _ in range(n)]
-        self._obs: list[dict[str, np.ndarray] | None] = [None] * n
+        self._events: list[Event | None] = [None] * n  # what each sub-environment observes now
         self._elapsed = np.zeros(n, dtype=np.int64)
         self._autoreset = np.zeros(n, dtype=np.bool_)
         self._was_reset = False
 
     # -- helpers ---------------------------------------------------------------------------------------
     def _batch(self) -> dict[str, np.ndarray]:
-        out: dict[str, np.ndarray] = {}
-        for key, space in self.single_observation_space.spaces.items():
-            batch = np.empty((self.num_envs, *space.shape), dtype=space.dtype)
-            for i, obs in enumerate(self._obs):
-                batch[i] = obs[key] if obs is not None else 0
-            out[key] = batch
-        return out
+        return self._spec.batch(self._events)  # type: ignore[arg-type]
 
     def _set_obs(self, i: int, event: Event) -> None:
-        self._obs[i] = self._spec.observation(event)
+        self._spec.check(event)
+        self._events[i] = event
 
     # -- the VectorEnv API -------------------------------------------------------------------------------
     def reset(
@@ -496,7 +557,7 @@ class RenderdVectorEnv(VectorEnv):
         """Each sub-environment's last RGB frame (copies) with ``render_mode="rgb_array"``."""
         if self.render_mode != "rgb_array" or not self._was_reset:
             return None
-        return tuple(np.array(obs["rgb"]) if obs is not None else None for obs in self._obs)  # type: ignore[misc]
+        return tuple(rgb_copy(ev.frame) for ev in self._events if ev is not None)  # type: ignore[arg-type]
 
     def close_extras(self, **kwargs: Any) -> None:
         """Close the vector session: every player stopped (or lease released)."""

@@ -168,3 +168,16 @@ def test_vector_env_over_an_existing_vector_session(no_leaks):
     finally:
         envs.close()
     assert vs.closed
+
+
+@pytest.mark.parametrize("h,w", [(1, 1), (3, 5), (7, 1), (64, 48)])
+def test_rgb_copy_matches_numpy(h, w):
+    rng = np.random.default_rng(h * 100 + w)
+    body = rng.integers(0, 256, h * w * 4, dtype=np.uint8)
+    rgba = body.reshape(h, w, 4)
+    # RGBA bodies as events view them (rows flipped, alpha dropped), RGB bodies, and anything else.
+    for view in (rgba[::-1][..., :3], rgba[..., :3], body[: h * w * 3].reshape(h, w, 3)[::-1], rgba[:, ::-1, :3]):
+        out = rgym.rgb_copy(view)
+        assert out.shape == (h, w, 3) and out.dtype == np.uint8 and out.flags.c_contiguous
+        assert np.array_equal(out, view)
+        assert not np.shares_memory(out, body)

@@ -1,0 +1,214 @@
+"""Vectorized throughput: renderd's VectorSession and RenderdVectorEnv against Gymnasium's AsyncVectorEnv.
+
+Run on demand (not part of the test suite)::
+
+    python benchmarks/vector.py                        # the full table (a few minutes on 2 CPUs)
+    python benchmarks/vector.py --ns 4 --frames static --duration 2
+    python benchmarks/vector.py --json results.json
+
+For n = 1, 2, 4, 8 reference players at 300x300 RGB, with static frames (``renderd-player
+--static-frame``: the transport and client cost) and rendered frames (every step a new view, so the
+numpy renderer draws each frame: the players' CPU cost), these clients are measured side by side,
+total steps per second over all players:
+
+* ``vector``: ``renderd.launch_many(n)`` and ``VectorSession.step(actions)`` (one poll over all slots);
+* ``vector-seq``: the same, receiving slot by slot with each session's own deadline instead of one poll
+  (the alternative the design asked to measure);
+* ``serial``: the same n sessions stepped one after another (``Session.step``), no overlap;
+* ``gym-vector``: ``renderd.gym.RenderdVectorEnv`` (a ``gymnasium.vector.VectorEnv`` over a
+  VectorSession, batched observation arrays) - the Gymnasium-level number;
+* ``async`` / ``async-shm``: ``gymnasium.vector.AsyncVectorEnv`` with one worker process per player,
+  each worker holding one ``renderd.launch`` session wrapped in ``renderd.gym.RenderdEnv``;
+  ``shared_memory=False`` / ``True`` (Gymnasium's default is True).
+
+``ratio`` is gym-vector over the faster AsyncVectorEnv (the two are the same API, the same observation
+copies). Each cell is the median of ``--repeats`` rounds (rounds interleave the clients, so a noisy
+neighbour hits all of them alike). Nothing is pinned: players, workers and the client float over all
+CPUs, which is how they run in training; pinning n + 1 busy processes to 2 CPUs would only add
+constraints. The machine's CPU count, load average and Python version are printed with the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+# Allow `python benchmarks/vector.py` from a checkout without installing.
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import numpy as np  # noqa: E402
+
+import renderd  # noqa: E402
+
+SIZE = 300
+START_TIMEOUT = 120.0
+STEP_TIMEOUT = 60.0
+WARMUP_STEPS = 10
+#: A rotation that never repeats a recent view (the player caches the last few frames it drew).
+RENDER_ACTION = {"action": "RotateLeft", "degrees": 7}
+STATIC_ACTION = "RotateLeft"
+CLIENTS = ("vector", "vector-seq", "serial", "gym-vector", "async", "async-shm")
+
+
+def _launch_kwargs(frames: str) -> dict[str, Any]:
+    return {
+        "width": SIZE,
+        "height": SIZE,
+        "args": ["--static-frame"] if frames == "static" else [],
+        "start_timeout": START_TIMEOUT,
+        "step_timeout": STEP_TIMEOUT,
+    }
+
+
+def _action(frames: str) -> Any:
+    return STATIC_ACTION if frames == "static" else RENDER_ACTION
+
+
+def _timed(step: Callable[[], None], duration: float) -> tuple[int, float]:
+    for _ in range(WARMUP_STEPS):
+        step()
+    count = 0
+    started = time.perf_counter()
+    while True:
+        step()
+        count += 1
+        elapsed = time.perf_counter() - started
+        if elapsed >= duration:
+            return count, elapsed
+
+
+class _Client:
+    """One client setup, opened once and measured in several rounds."""
+
+    def __init__(self, name: str, n: int, frames: str) -> None:
+        self.name, self.n, self.frames = name, n, frames
+        self.closer: Callable[[], None] = lambda: None
+        action = _action(frames)
+        kw = _launch_kwargs(frames)
+        if name in ("vector", "vector-seq", "serial"):
+            vs = renderd.launch_many(n, **kw)
+            vs._sequential_recv = name == "vector-seq"
+            actions = [action] * n
+            if name == "serial":
+                sessions = vs.sessions
+
+                def step() -> None:
+                    for s in sessions:
+                        s.step(action)
+            else:
+
+                def step() -> None:
+                    vs.step(actions)
+
+            self.closer = vs.close
+        elif name == "gym-vector":
+            from renderd.gym import RenderdVectorEnv
+
+            env = RenderdVectorEnv(n, actions=[action], max_episode_steps=None, replace_on_crash=False, **kw)
+            env.reset(seed=0)
+            acts = np.zeros(n, dtype=np.int64)
+
+            def step() -> None:
+                env.step(acts)
+
+            self.closer = env.close
+        else:
+            from gymnasium.vector import AsyncVectorEnv
+
+            from renderd.gym import RenderdEnv
+
+            make = functools.partial(RenderdEnv, actions=[action], max_episode_steps=None, **kw)
+            env = AsyncVectorEnv([make] * n, shared_memory=name == "async-shm")
+            env.reset(seed=0)
+            acts = np.zeros(n, dtype=np.int64)
+
+            def step() -> None:
+                env.step(acts)
+
+            self.closer = env.close
+        self.step = step
+
+    def measure(self, duration: float) -> float:
+        count, elapsed = _timed(self.step, duration)
+        return count * self.n / elapsed
+
+    def close(self) -> None:
+        self.closer()
+
+
+def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, repeats: int) -> list[dict]:
+    rows = []
+    for frames in frames_list:
+        for n in ns:
+            samples: dict[str, list[float]] = {c: [] for c in clients}
+            # Open one client at a time (n players, or n workers + n players, at once is plenty on 2 CPUs)
+            # and interleave rounds across clients.
+            for _ in range(repeats):
+                for c in clients:
+                    client = _Client(c, n, frames)
+                    try:
+                        samples[c].append(client.measure(duration))
+                    finally:
+                        client.close()
+            row = {"frames": frames, "n": n}
+            row.update({c: statistics.median(v) for c, v in samples.items()})
+            asyncs = [row[c] for c in ("async", "async-shm") if c in row]
+            if "gym-vector" in row and asyncs:
+                row["ratio"] = row["gym-vector"] / max(asyncs)
+            rows.append(row)
+            print(_format_row(row, clients), flush=True)
+    return rows
+
+
+def _header(clients: list[str]) -> str:
+    cols = ["frames", "n", *clients, "ratio"]
+    return "| " + " | ".join(cols) + " |\n|" + "|".join("---" for _ in cols) + "|"
+
+
+def _format_row(row: dict, clients: list[str]) -> str:
+    cells = [row["frames"], str(row["n"])] + [f"{row[c]:.0f}" for c in clients]
+    cells.append(f"{row['ratio']:.2f}x" if "ratio" in row else "-")
+    return "| " + " | ".join(cells) + " |"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ns", default="1,2,4,8", help="comma-separated player counts (default 1,2,4,8)")
+    p.add_argument("--frames", default="static,rendered", help="static, rendered or both (default both)")
+    p.add_argument("--clients", default=",".join(CLIENTS), help=f"subset of {','.join(CLIENTS)}")
+    p.add_argument("--duration", type=float, default=2.0, help="seconds measured per client and round")
+    p.add_argument("--repeats", type=int, default=3, help="rounds per cell; the median is reported")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
+    args = p.parse_args(argv)
+    ns = [int(x) for x in args.ns.split(",") if x]
+    frames = [f for f in args.frames.split(",") if f]
+    clients = [c for c in args.clients.split(",") if c]
+    for c in clients:
+        if c not in CLIENTS:
+            p.error(f"unknown client {c!r}")
+    load = os.getloadavg()
+    print(
+        f"# {SIZE}x{SIZE} RGB, steps/s over all players (median of {args.repeats} x {args.duration:g} s); "
+        f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+        f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    )
+    print(_header(clients), flush=True)
+    rows = run(ns, frames, clients, args.duration, args.repeats)
+    load = os.getloadavg()
+    print(f"# load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"cpus": os.cpu_count(), "rows": rows}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
