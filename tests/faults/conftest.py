@@ -4,7 +4,8 @@
 after it, polls briefly until the descriptors are the same set again and no child process (running or
 zombie) remains, then fails naming what is left. ``launch()`` is made to create its private pipe
 directories under ``tmp_path/runtime`` (``tempfile.tempdir``), so that directory must be empty again.
-Processes the test declares as expected (a daemon serving several rows) are ignored.
+Processes that ran before the test (a daemon shared by several rows) and the processes a test declares
+in ``nothing_left.ignore`` (a daemon it started itself), with their descendants, are not counted.
 """
 
 from __future__ import annotations
@@ -81,7 +82,8 @@ class Leaks:
     def __init__(self, runtime: Path) -> None:
         self.runtime = runtime
         self.fds = open_fds()
-        self.ignore: set[int] = set()
+        # Processes that were there before (a daemon shared by several tests) and what they start.
+        self.ignore: set[int] = {p.pid for p in psutil.Process().children()}
 
     def check(self, timeout: float = SETTLE_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
