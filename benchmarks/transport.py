@@ -2,15 +2,17 @@
 
 Run on demand (not part of the test suite)::
 
-    python benchmarks/transport.py                 # the full table (about a minute on 2 CPUs)
+    python benchmarks/transport.py                 # the full table (about four minutes on 2 CPUs)
     python benchmarks/transport.py --duration 1 --cases rgb300 --placements different
 
 For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
-three clients are measured in lockstep (send an action, read the whole answer):
+these clients are measured in lockstep (send an action, read the whole answer):
 
 * ``raw``: the pipe's limit: a bare writer process answers each request with the *same bytes* the
   player sends (captured from it), and a bare reader reads them with blocking ``readv`` into one
   preallocated buffer; same 1 MiB pipe, no framing, no decoding, no deadlines;
+* ``renderd, bare writer``: renderd's client (``FifoChannel`` + ``Session.step``, events built) against
+  the bare writer: what the client itself costs, without the reference player's own per-step work;
 * ``renderd``: ``renderd.launch(...)`` and ``Session.step("Pass")`` (frames decoded into ``Event``s);
 * ``ai2thor``: AI2-THOR's own ``FifoServer`` (``send`` + ``receive``, as its controller uses it), on the
   same player; the column is skipped when ``ai2thor`` is not importable.
@@ -35,10 +37,12 @@ from typing import Any, Callable
 # Allow `python benchmarks/transport.py` from a checkout without installing.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+import msgpack  # noqa: E402
+
 import renderd  # noqa: E402
 from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
 from renderd.protocol import encode_action, encode_message  # noqa: E402
-from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoPair, _set_pipe_size  # noqa: E402
+from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair, _set_pipe_size  # noqa: E402
 
 ACTION = "Pass"
 #: Every column runs the same player with the same bytes: RGB at 3 bytes per pixel, as on Linux64
@@ -214,19 +218,27 @@ def raw_writer(server_path: str, client_path: str, payload_path: str, request_si
             data = data[n:]
 
 
+def _request(seq: int = 1) -> bytes:
+    return b"".join(bytes(b) for b in encode_action({"action": ACTION, "sequenceId": seq}))
+
+
+def _spawn_raw_writer(pair: FifoPair, payload_path: str, request_size: int) -> PlayerProcess:
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks.transport import raw_writer; "
+        "raw_writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    argv = [sys.executable, "-c", code, root, pair.server_path, pair.client_path, payload_path, str(request_size)]
+    return PlayerProcess.spawn(argv, None, None)
+
+
 def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
-    request = b"".join(bytes(b) for b in encode_action({"action": ACTION, "sequenceId": 1}))
+    request = _request()
     with FifoPair.create() as pair, tempfile.NamedTemporaryFile() as tmp:
         tmp.write(payload)
         tmp.flush()
         pin.spawning()
-        code = (
-            "import sys; sys.path.insert(0, sys.argv[1]); from benchmarks.transport import raw_writer; "
-            "raw_writer(sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]))"
-        )
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        argv = [sys.executable, "-c", code, root, pair.server_path, pair.client_path, tmp.name, str(len(request))]
-        proc = PlayerProcess.spawn(argv, None, None)
+        proc = _spawn_raw_writer(pair, tmp.name, len(request))
         try:
             rfd = os.open(pair.server_path, os.O_RDONLY)
             _set_pipe_size(rfd, DEFAULT_PIPE_SIZE)
@@ -249,6 +261,28 @@ def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
             os.close(rfd)
         finally:
             proc.stop(1.0)
+    return Result(rate, len(payload))
+
+
+def run_renderd_bare(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
+    """renderd's client (FifoChannel + Session, events built) against the bare writer: the client's own cost."""
+    seq = msgpack.unpackb(payload[5 : 5 + int.from_bytes(payload[1:5], "big")])["sequenceId"]
+    request = _request(seq)
+    with FifoPair.create() as pair, tempfile.NamedTemporaryFile() as tmp:
+        tmp.write(payload)
+        tmp.flush()
+        channel = FifoChannel(pair.server_path, pair.client_path)
+        pin.spawning()
+        proc = _spawn_raw_writer(pair, tmp.name, len(request))
+        channel.attach(proc)
+        with renderd.Session(channel, process=proc, stop_grace=1.0) as session:
+            pin.running(proc.pid)
+            action = {"action": ACTION, "sequenceId": seq}
+            if case.read_metadata:
+                rate, _ = timed(lambda: session.step(action).metadata, duration)
+            else:
+                rate, _ = timed(lambda: session.step(action), duration)
+            assert session.last_event.frame.shape == (case.height, case.width, 3)
     return Result(rate, len(payload))
 
 
@@ -342,8 +376,8 @@ def main(argv: list[str] | None = None) -> int:
           f" {os.getloadavg()[0]:.2f} at start")
     if not with_ai2thor:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
-    header = (f"{'case':<26} {'CPUs':<9} {'raw lockstep':>24} {'renderd':>24} {'AI2-THOR FifoServer':>24}"
-              f" {'renderd/raw':>11} {'renderd/AI2-THOR':>16}")
+    header = (f"{'case':<26} {'CPUs':<9} {'raw lockstep':>24} {'renderd, bare writer':>24} {'renderd':>24}"
+              f" {'AI2-THOR FifoServer':>24} {'bare/raw':>9} {'renderd/raw':>11} {'renderd/AI2-THOR':>16}")
     print(header)
     print("-" * len(header))
     rows = []
@@ -357,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
             pin = Pinned(*cpus)
             runners: dict[str, Callable[[], Result] | None] = {
                 "raw": lambda: run_raw(case, pin, args.duration, payload),
+                "bare": lambda: run_renderd_bare(case, pin, args.duration, payload),
                 "renderd": lambda: run_renderd(case, pin, args.duration),
                 "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
             }
@@ -372,12 +407,12 @@ def main(argv: list[str] | None = None) -> int:
             cells: dict[str, Result | None] = {
                 name: Result(statistics.median(r), len(payload), r) if r else None for name, r in rates.items()
             }
-            raw, ours, theirs = cells["raw"], cells["renderd"], cells["ai2thor"]
-            vs_raw = f"{ours.steps_per_s / raw.steps_per_s:10.0%}" if raw and ours else "-"
-            vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:15.2f}x" if theirs and ours else "-"
-            label = f"{case.label}"
-            print(f"{label:<26} {placement:<9} {fmt(raw):>24} {fmt(ours):>24} {fmt(theirs):>24} {vs_raw:>11} {vs_thor:>16}",
-                  flush=True)
+            raw, bare, ours, theirs = cells["raw"], cells["bare"], cells["renderd"], cells["ai2thor"]
+            bare_raw = f"{bare.steps_per_s / raw.steps_per_s:.0%}" if raw and bare else "-"
+            vs_raw = f"{ours.steps_per_s / raw.steps_per_s:.0%}" if raw and ours else "-"
+            vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:.2f}x" if theirs and ours else "-"
+            print(f"{case.label:<26} {placement:<9} {fmt(raw):>24} {fmt(bare):>24} {fmt(ours):>24} {fmt(theirs):>24}"
+                  f" {bare_raw:>9} {vs_raw:>11} {vs_thor:>16}", flush=True)
             rows.append({
                 "case": case.key, "label": case.label, "placement": placement, "bytes_per_step": len(payload),
                 **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
