@@ -1067,12 +1067,12 @@ class _Connection:
         lines.extend(f"{name}: {value}\r\n" for name, value in response_headers)
         if "content-length" not in names:
             lines.append(f"Content-Length: {len(payload)}\r\n")
-        if not keep_alive or "connection" in names and any(
-            name.lower() == "connection" and value.lower() == "close" for name, value in response_headers
-        ):
+        if any(name.lower() == "connection" and value.lower() == "close" for name, value in response_headers):
             keep_alive = False
-            if "connection" not in names:
-                lines.append("Connection: close\r\n")
+        elif not keep_alive:
+            lines.append("Connection: close\r\n")
+        elif version == "HTTP/1.0":
+            lines.append("Connection: keep-alive\r\n")
         lines.append("\r\n")
         if not self._send(["".join(lines).encode("latin-1") + out_body]):
             return False

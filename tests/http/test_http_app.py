@@ -422,3 +422,25 @@ def test_stop_answers_waiting_players_and_joins_threads(served):
     server.stop()
     assert client.response().status == 410
     assert client.closed_by_server()
+
+
+def test_http_1_0_keep_alive_and_close(served):
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+    response = client.response()
+    assert response.body == b"pong" and response.headers["connection"] == "keep-alive"
+    client.send(b"GET /ping HTTP/1.0\r\n\r\n")
+    response = client.response()
+    assert response.headers["connection"] == "close"
+    assert client.closed_by_server()
+
+
+def test_head_ping_has_no_body(served):
+    client = connect(served)
+    client.send(b"HEAD /ping HTTP/1.1\r\n\r\n")
+    raw = b""
+    while b"\r\n\r\n" not in raw:
+        raw += client.sock.recv(65536)
+    assert raw.startswith(b"HTTP/1.1 200 OK") and raw.endswith(b"\r\n\r\n")  # headers only
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")  # and the connection goes on
+    assert client.response().body == b"pong"
