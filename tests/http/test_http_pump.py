@@ -91,7 +91,8 @@ def test_pump_stop_is_prompt_even_with_no_reader(tmp_path, no_leaks):
 
 
 def test_the_application_under_waitress(tmp_path, no_leaks):
-    waitress = pytest.importorskip("waitress")
+    pytest.importorskip("waitress")
+    import waitress
     import waitress.wasyncore
 
     from renderd.protocol import encode_action
