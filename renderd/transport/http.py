@@ -115,6 +115,7 @@ _IMAGE_TYPES_BY_NAME: dict[str, FieldType] = {**FIELD_TYPES_BY_FORM_NAME, **FORM
 #: next body of that length is split without searching its images (see split_multipart's size_hints).
 LAYOUT_CACHE_SIZE = 64
 _LAYOUTS: dict[int, tuple[int, ...]] = {}
+_LAYOUTS_LOCK = threading.Lock()
 _DEPTH_TYPES = frozenset({FieldType.DEPTH_IMAGE, FieldType.THIRD_PARTY_DEPTH})
 
 
@@ -172,9 +173,10 @@ class TrainPost:
         parts = split_multipart(body, boundary_from_content_type(content_type), size_hints=hints)
         layout = tuple(p.size for p in parts)
         if layout != hints:
-            if len(_LAYOUTS) >= LAYOUT_CACHE_SIZE:
-                _LAYOUTS.pop(next(iter(_LAYOUTS), None), None)
-            _LAYOUTS[len(body)] = layout
+            with _LAYOUTS_LOCK:
+                if len(_LAYOUTS) >= LAYOUT_CACHE_SIZE:
+                    del _LAYOUTS[next(iter(_LAYOUTS))]
+                _LAYOUTS[len(body)] = layout
         self.body = body
         self.token: str | None = None
         self._metadata_part: Part | None = None
