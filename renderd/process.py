@@ -318,6 +318,7 @@ class PlayerProcess:
         self.show_log_path = show_log_path
         self.pidfd: int | None = _open_pidfd(popen.pid)
         self.started_at = time.monotonic()
+        self._returncode: int | None = None
         self._stopped = False
 
     @classmethod
@@ -371,29 +372,47 @@ class PlayerProcess:
         return self.pidfd
 
     def poll(self) -> int | None:
-        """The return code if the player has exited (it is reaped then), else None."""
-        return self._popen.poll()
+        """The return code if the player has exited, else None.
+
+        The player is *not* reaped here (``waitid`` with ``WNOWAIT``): until :meth:`stop` reaps it, its
+        zombie keeps its pid and process group id reserved, so stopping the group can never signal an
+        unrelated process that was given a recycled id.
+        """
+        if self._returncode is not None:
+            return self._returncode
+        if self._popen.returncode is not None:  # reaped (by stop, or by someone holding the Popen)
+            self._returncode = self._popen.returncode
+            return self._returncode
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped behind our back: let Popen tell what it knows
+            self._returncode = self._popen.poll()
+            return self._returncode
+        if info is None or info.si_pid == 0:
+            return None
+        if info.si_code == os.CLD_EXITED:
+            self._returncode = info.si_status
+        else:  # CLD_KILLED, CLD_DUMPED
+            self._returncode = -info.si_status
+        return self._returncode
 
     @property
     def returncode(self) -> int | None:
-        """The exit status once reaped: >= 0 an exit code, < 0 the number of the signal that killed it."""
-        return self._popen.returncode
+        """The exit status once exited: >= 0 an exit code, < 0 the number of the signal that killed it."""
+        return self.poll()
 
     def exited(self) -> bool:
         return self.poll() is not None
 
     def wait(self, timeout: float | None = None) -> int | None:
-        """Wait up to ``timeout`` seconds (forever if None) for the exit; the return code, or None if running."""
-        if self._popen.returncode is not None:
-            return self._popen.returncode
-        if timeout is None:
-            return self._popen.wait()
-        deadline = time.monotonic() + timeout
+        """Wait up to ``timeout`` seconds (forever if None) for the exit; the return code, or None if
+        still running. Does not reap (see :meth:`poll`)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            code = self._popen.poll()
+            code = self.poll()
             if code is not None:
                 return code
-            remaining = deadline - time.monotonic()
+            remaining = PID_POLL_INTERVAL if deadline is None else deadline - time.monotonic()
             if remaining <= 0:
                 return None
             if self.pidfd is not None:
@@ -461,38 +480,34 @@ class PlayerProcess:
         except PermissionError as exc:  # the group id was taken over by someone else: leave it alone
             log.warning("cannot send %s to process group %d: %s", sig.name, self.pgid, exc)
 
-    def _exited_unreaped(self, timeout: float) -> bool:
-        """Wait for the leader to exit without reaping it (so its pid, and the group id, stay reserved)."""
-        if self._popen.returncode is not None:
-            return True
-        if self.pidfd is not None:
-            return _poll_fd(self.pidfd, timeout)
-        return self.wait(timeout) is not None
-
     def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
         """Stop the player and its process group: SIGTERM, up to ``grace`` seconds, SIGKILL, reap.
 
-        Leftover members of the group are killed too. Idempotent; logs a warning when it has to escalate
-        to SIGKILL. Returns the player's return code. Never raises for a player that is already gone.
+        Leftover members of the group are killed too (the unreaped leader keeps the group id reserved
+        until then). Idempotent; logs a warning when it has to escalate to SIGKILL. Returns the player's
+        return code. Never raises for a player that is already gone.
         """
         if self._stopped:
-            return self._popen.returncode
+            return self._returncode
         try:
-            if self._popen.returncode is None and not self._exited_unreaped(0):
+            if self.poll() is None:
                 self._signal_group(signal.SIGTERM)
-                if not self._exited_unreaped(grace):
+                if self.wait(grace) is None:
                     log.warning(
                         "player pid %d did not exit within %.3g s of SIGTERM; sending SIGKILL", self.pid, grace
                     )
-            # The leader has exited (a zombie still holds its pid) or ignored SIGTERM: kill whatever is
-            # left of the group, then reap.
+            # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill
+            # whatever is left of the group, then reap.
             self._signal_group(signal.SIGKILL)
-            code = self.wait(KILL_REAP_TIMEOUT)
-            if code is None:
+            try:
+                self._popen.wait(KILL_REAP_TIMEOUT)
+            except subprocess.TimeoutExpired:
                 log.error("player pid %d survived SIGKILL for %.3g s (stuck in the kernel?)", self.pid, KILL_REAP_TIMEOUT)
-            else:
-                log.debug("player pid %d stopped: %s", self.pid, describe_exit(code))
-            return code
+                return None
+            if self._returncode is None:
+                self._returncode = self._popen.returncode
+            log.debug("player pid %d stopped: %s", self.pid, describe_exit(self._returncode))
+            return self._returncode
         finally:
             self._stopped = True
             self._close_pidfd()
@@ -503,7 +518,7 @@ class PlayerProcess:
             os.close(fd)
 
     def __repr__(self) -> str:
-        return f"<PlayerProcess pid={self.pid} {describe_exit(self._popen.returncode)}>"
+        return f"<PlayerProcess pid={self.pid} {describe_exit(self._returncode)}>"
 
 
 class LeasedPlayer:

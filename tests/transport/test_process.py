@@ -224,6 +224,15 @@ class TestStop:
         assert wait_until(lambda: not psutil.pid_exists(child_pid) or
                           psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE, 5)
 
+    def test_an_exited_player_stays_unreaped_until_stop(self, tmp_path):
+        """Its zombie holds the pid and group id, so stop() cannot signal a recycled id."""
+        proc = PlayerProcess.spawn(python("raise SystemExit(6)"), None, None)
+        assert proc.wait(10) == 6
+        assert proc.poll() == 6 and proc.returncode == 6 and proc.exited()
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_ZOMBIE
+        assert proc.stop() == 6
+        assert not psutil.pid_exists(proc.pid)
+
     def test_crashed_classifies_the_exit(self, tmp_path):
         proc = PlayerProcess.spawn(python("import os; print('about to abort', flush=True); os.abort()"), None,
                                    tmp_path / "log")
@@ -241,7 +250,7 @@ class TestStop:
         log = tmp_path / "log"
         out = open(log, "w")
         owner = subprocess.Popen(
-            python(f"""
+            python("""
                 import sys, time
                 from renderd.process import PlayerProcess
                 p = PlayerProcess.spawn([sys.executable, "-c", "import time; time.sleep(60)"], None, None)
