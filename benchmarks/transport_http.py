@@ -4,6 +4,7 @@ Run on demand (not part of the test suite)::
 
     python benchmarks/transport_http.py                    # the table (about two minutes on 2 CPUs)
     python benchmarks/transport_http.py --duration 1 --repeat 1 --cases rgb300 --placements different
+    python benchmarks/transport_http.py --parsers          # the multipart splitter vs the multipart package
 
 For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
 three clients are measured in lockstep (send an action, receive the whole answer as an event):
@@ -11,8 +12,9 @@ three clients are measured in lockstep (send an action, receive the whole answer
 * ``HTTP``: ``renderd.launch(transport="http")`` and ``Session.step("Pass")``: the player posts
   multipart frames to renderd's waitress server, the bridge hands them to the session in memory;
 * ``FIFO``: ``renderd.launch()`` (named pipes), the same session code;
-* ``waitress`` (with ``--waitress``): renderd's HTTP application and bridge served by plain waitress
-  (``waitress.create_server``) instead of renderd's own server: the measurement behind that choice;
+* ``waitress`` / ``cheroot`` (with ``--waitress`` / ``--cheroot``): renderd's HTTP application and
+  bridge served by plain waitress (``waitress.create_server``) or cheroot (``cheroot.wsgi.Server``, if
+  installed) instead of renderd's own server: the measurement behind that choice;
 * ``AI2-THOR``: AI2-THOR's own ``WsgiServer`` (``send`` + ``receive``, as its controller uses it), the
   same player posting to it; the column is skipped when ``ai2thor`` is not importable.
 
@@ -57,12 +59,13 @@ from benchmarks.transport import (  # noqa: E402
 from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
 
 DEFAULT_CASES = ("rgb300", "depth300")
-COLUMNS = ("http", "fifo", "ai2thor", "waitress")
+COLUMNS = ("http", "fifo", "ai2thor", "waitress", "cheroot")
 TITLES = {
     "http": "renderd HTTP",
     "fifo": "renderd FIFO",
     "ai2thor": "AI2-THOR WsgiServer",
     "waitress": "HTTP via waitress",
+    "cheroot": "HTTP via cheroot",
 }
 
 
@@ -154,6 +157,37 @@ def run_waitress(case: Case, pin: Pinned, duration: float) -> Cell:
     return cell
 
 
+def run_cheroot(case: Case, pin: Pinned, duration: float) -> Cell:
+    """renderd's application and bridge behind cheroot's thread-pool WSGI server."""
+    import cheroot.wsgi
+
+    from renderd.client import launch_player
+    from renderd.transport.http import PlayerBridgeRegistry, make_player_app
+
+    pin.spawning()
+    registry = PlayerBridgeRegistry()
+    server = cheroot.wsgi.Server(("127.0.0.1", 0), make_player_app(registry), numthreads=3)
+    server.prepare()
+    thread = threading.Thread(target=server.serve, daemon=True)
+    thread.start()
+    bridge = registry.register()
+    port = server.bind_addr[1]
+    endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=port, token=bridge.token)
+    try:
+        with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
+                           start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+            _pin_self(pin, session.pid)
+            setup_session(session, case)
+            cell = measure(lambda: session.step(ACTION), duration)
+            assert session.last_event.frame.shape == (case.height, case.width, 3)
+    finally:
+        registry.close()
+        server.stop()
+        thread.join(5.0)
+        pin.restore()
+    return cell
+
+
 def ai2thor_available() -> bool:
     try:
         import ai2thor.wsgi_server  # noqa: F401
@@ -205,6 +239,53 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
     return cell
 
 
+def parsers() -> None:
+    """The multipart splitter against the ``multipart`` package on the reference player's RGB+depth frame."""
+    import secrets
+    import timeit
+
+    import multipart as mp
+
+    from renderd.player.core import Player
+    from renderd.player.http_link import build_form
+    from renderd.transport.multipart import split_multipart
+
+    player = Player(static_frame=True)
+    player.first_message()
+    md, images = player.handle({"action": "Initialize", "renderDepthImage": True})
+    boundary = secrets.token_hex(20).encode()
+    body = bytearray(b"".join(bytes(memoryview(b).cast("B")) for b in build_form(md, images, "t" * 43, boundary)))
+    raw = bytes(body)
+    hints = [q.size for q in split_multipart(body, boundary)]
+
+    def push(chunk: int) -> Callable[[], dict]:
+        def run() -> dict:
+            parser = mp.PushMultipartParser(boundary, content_length=len(raw))
+            out: dict = {}
+            for i in range(0, len(raw), chunk):
+                for event in parser.parse(raw[i : i + chunk]):
+                    if isinstance(event, mp.MultipartSegment):
+                        segment, chunks = event, []
+                    elif event is None:
+                        out[segment.name] = b"".join(chunks)
+                    else:
+                        chunks.append(event)
+            for _ in parser.parse(b""):
+                pass
+            return out
+
+        return run
+
+    def best(fn: Callable[[], Any]) -> float:
+        return min(timeit.repeat(fn, number=200, repeat=7)) / 200 * 1e6
+
+    print(f"# one body of {len(body)} bytes, {len(hints)} parts; best of 7 x 200 runs")
+    print(f"split_multipart, every byte searched   {best(lambda: split_multipart(body, boundary)):8.1f} us")
+    print(f"split_multipart, size hints            {best(lambda: split_multipart(body, boundary, size_hints=hints)):8.1f} us")
+    print(f"multipart.PushMultipartParser, 1 chunk {best(push(len(raw))):8.1f} us")
+    print(f"multipart.PushMultipartParser, 64 KiB  {best(push(65536)):8.1f} us")
+
+
 def fmt(cell: Cell | None) -> str:
     if cell is None:
         return "-"
@@ -219,8 +300,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
     p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
     p.add_argument("--waitress", action="store_true", help="add the column: renderd's app served by waitress")
+    p.add_argument("--cheroot", action="store_true", help="add the column: renderd's app served by cheroot")
     p.add_argument("--json", action="store_true", help="print the results as JSON as well")
+    p.add_argument("--parsers", action="store_true",
+                   help="only time the multipart splitter against the multipart package")
     args = p.parse_args(argv)
+    if args.parsers:
+        parsers()
+        return 0
 
     cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
     placements = [x.strip() for x in args.placements.split(",") if x.strip()]
@@ -233,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
     if not with_ai2thor:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
     header = (f"{'case':<20} {'CPUs':<9} {TITLES['http']:>18} {TITLES['fifo']:>18} {TITLES['ai2thor']:>20}"
-              f" {'HTTP/AI2-THOR':>13} {'HTTP/FIFO':>9}" + (f" {TITLES['waitress']:>18}" if args.waitress else ""))
+              f" {'HTTP/AI2-THOR':>13} {'HTTP/FIFO':>9}" + (f" {TITLES['waitress']:>18}" if args.waitress else "")
+              + (f" {TITLES['cheroot']:>18}" if args.cheroot else ""))
     print(header)
     print("-" * len(header))
     rows = []
@@ -250,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
                 "fifo": lambda: run_session(case, pin, args.duration, "fifo"),
                 "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
                 "waitress": (lambda: run_waitress(case, pin, args.duration)) if args.waitress else None,
+                "cheroot": (lambda: run_cheroot(case, pin, args.duration)) if args.cheroot else None,
             }
             for _ in range(args.repeat):
                 for name, run in runners.items():
@@ -269,8 +358,8 @@ def main(argv: list[str] | None = None) -> int:
             vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:12.2f}x" if theirs and ours else "-"
             vs_fifo = f"{ours.steps_per_s / fifo.steps_per_s:8.0%}" if fifo and ours else "-"
             print(f"{case.label:<20} {placement:<9} {fmt(ours):>18} {fmt(fifo):>18} {fmt(theirs):>20}"
-                  f" {vs_thor:>13} {vs_fifo:>9}" + (f" {fmt(cells['waitress']):>18}" if args.waitress else ""),
-                  flush=True)
+                  f" {vs_thor:>13} {vs_fifo:>9}" + (f" {fmt(cells['waitress']):>18}" if args.waitress else "")
+                  + (f" {fmt(cells['cheroot']):>18}" if args.cheroot else ""), flush=True)
             rows.append({
                 "case": case.key, "placement": placement,
                 **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
