@@ -21,8 +21,9 @@ three clients are measured in lockstep (send an action, receive the whole answer
 Client (with its server threads) and player are pinned with ``os.sched_setaffinity``: ``same`` puts both
 on one CPU, ``different`` on two. The three clients run interleaved, ``--repeat`` times per cell, and
 the median is reported, so that load from other processes hits all columns alike. Besides steps per
-second, each cell gives the client process's CPU time per step (user + system, all its threads: for
-HTTP that includes the server), which varies less than wall-clock rates on a busy machine.
+second, each cell gives the CPU time per step (user + system) of the client process (all its threads:
+for HTTP that includes the server) and of the player: on a busy machine these vary far less than
+wall-clock rates, and in lockstep their sum bounds the rate (the "(CPU)" column compares the sums).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import psutil  # noqa: E402
 
 import renderd  # noqa: E402
 from benchmarks.transport import (  # noqa: E402
@@ -73,14 +76,26 @@ TITLES = {
 class Cell:
     steps_per_s: float
     cpu_us_per_step: float
+    player_cpu_us_per_step: float = 0.0
     runs: list[float] = field(default_factory=list)
 
+    @property
+    def total_cpu_us_per_step(self) -> float:
+        return self.cpu_us_per_step + self.player_cpu_us_per_step
 
-def measure(step: Callable[[], Any], duration: float) -> Cell:
-    """Steps per second and this process's CPU microseconds per step, over about ``duration`` seconds."""
+
+def _cpu(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return times.user + times.system
+
+
+def measure(step: Callable[[], Any], duration: float, player_pid: int) -> Cell:
+    """Steps per second, and the CPU microseconds per step of this process and of the player, over about
+    ``duration`` seconds."""
     for _ in range(WARMUP_STEPS):
         step()
     n = 0
+    p0 = _cpu(player_pid)
     r0 = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     end = start + duration
@@ -92,8 +107,9 @@ def measure(step: Callable[[], Any], duration: float) -> Cell:
         if now >= end:
             break
     r1 = resource.getrusage(resource.RUSAGE_SELF)
+    p1 = _cpu(player_pid)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return Cell(n / (now - start), cpu / n * 1e6)
+    return Cell(n / (now - start), cpu / n * 1e6, (p1 - p0) / n * 1e6)
 
 
 def _pin_self(pin: Pinned, child_pid: int) -> None:
@@ -113,7 +129,7 @@ def run_session(case: Case, pin: Pinned, duration: float, transport: str) -> Cel
     ) as session:
         _pin_self(pin, session.pid)
         setup_session(session, case)
-        cell = measure(lambda: session.step(ACTION), duration)
+        cell = measure(lambda: session.step(ACTION), duration, session.pid)
         event = session.last_event
         assert event.frame.shape == (case.height, case.width, 3)
         if case.depth:
@@ -146,7 +162,7 @@ def run_waitress(case: Case, pin: Pinned, duration: float) -> Cell:
                            start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
             _pin_self(pin, session.pid)
             setup_session(session, case)
-            cell = measure(lambda: session.step(ACTION), duration)
+            cell = measure(lambda: session.step(ACTION), duration, session.pid)
             assert session.last_event.frame.shape == (case.height, case.width, 3)
     finally:
         registry.close()
@@ -178,7 +194,7 @@ def run_cheroot(case: Case, pin: Pinned, duration: float) -> Cell:
                            start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
             _pin_self(pin, session.pid)
             setup_session(session, case)
-            cell = measure(lambda: session.step(ACTION), duration)
+            cell = measure(lambda: session.step(ACTION), duration, session.pid)
             assert session.last_event.frame.shape == (case.height, case.width, 3)
     finally:
         registry.close()
@@ -219,7 +235,7 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
             server.send({"action": ACTION})
             server.receive()
 
-        cell = measure(step, duration)
+        cell = measure(step, duration, proc.pid)
         event = server.last_event
         assert event.frame.shape == (case.height, case.width, 3)
         if case.depth:
@@ -289,7 +305,7 @@ def parsers() -> None:
 def fmt(cell: Cell | None) -> str:
     if cell is None:
         return "-"
-    return f"{cell.steps_per_s:6.0f} /s {cell.cpu_us_per_step:5.0f} us"
+    return f"{cell.steps_per_s:5.0f}/s {cell.cpu_us_per_step:5.0f}+{cell.player_cpu_us_per_step:4.0f}us"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,12 +332,13 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
     print(f"# renderd {renderd.__version__}; {args.duration:g} s per run, median of {args.repeat} interleaved runs;"
-          f" action {ACTION!r} on renderd-player --static-frame; cells: steps/s, client CPU us/step")
+          f" action {ACTION!r} on renderd-player --static-frame;"
+          " cells: steps/s, CPU us/step of the client process (all threads) + of the player")
     if not with_ai2thor:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
-    header = (f"{'case':<20} {'CPUs':<9} {TITLES['http']:>18} {TITLES['fifo']:>18} {TITLES['ai2thor']:>20}"
-              f" {'HTTP/AI2-THOR':>13} {'HTTP/FIFO':>9}" + (f" {TITLES['waitress']:>18}" if args.waitress else "")
-              + (f" {TITLES['cheroot']:>18}" if args.cheroot else ""))
+    header = (f"{'case':<20} {'CPUs':<9} {TITLES['http']:>22} {TITLES['fifo']:>22} {TITLES['ai2thor']:>22}"
+              f" {'HTTP/AI2-THOR':>13} {'(CPU)':>6}" + (f" {TITLES['waitress']:>22}" if args.waitress else "")
+              + (f" {TITLES['cheroot']:>22}" if args.cheroot else ""))
     print(header)
     print("-" * len(header))
     rows = []
@@ -352,18 +369,20 @@ def main(argv: list[str] | None = None) -> int:
                 cells[name] = Cell(
                     statistics.median(r.steps_per_s for r in results),
                     statistics.median(r.cpu_us_per_step for r in results),
+                    statistics.median(r.player_cpu_us_per_step for r in results),
                     [round(r.steps_per_s) for r in results],
                 )
-            ours, fifo, theirs = cells["http"], cells["fifo"], cells["ai2thor"]
+            ours, theirs = cells["http"], cells["ai2thor"]
             vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:12.2f}x" if theirs and ours else "-"
-            vs_fifo = f"{ours.steps_per_s / fifo.steps_per_s:8.0%}" if fifo and ours else "-"
-            print(f"{case.label:<20} {placement:<9} {fmt(ours):>18} {fmt(fifo):>18} {fmt(theirs):>20}"
-                  f" {vs_thor:>13} {vs_fifo:>9}" + (f" {fmt(cells['waitress']):>18}" if args.waitress else "")
-                  + (f" {fmt(cells['cheroot']):>18}" if args.cheroot else ""), flush=True)
+            vs_cpu = f"{theirs.total_cpu_us_per_step / ours.total_cpu_us_per_step:5.2f}x" if theirs and ours else "-"
+            print(f"{case.label:<20} {placement:<9} {fmt(ours):>22} {fmt(cells['fifo']):>22} {fmt(theirs):>22}"
+                  f" {vs_thor:>13} {vs_cpu:>6}" + (f" {fmt(cells['waitress']):>22}" if args.waitress else "")
+                  + (f" {fmt(cells['cheroot']):>22}" if args.cheroot else ""), flush=True)
             rows.append({
                 "case": case.key, "placement": placement,
                 **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
                 **{f"{k}_cpu_us_per_step": (v.cpu_us_per_step if v else None) for k, v in cells.items()},
+                **{f"{k}_player_cpu_us_per_step": (v.player_cpu_us_per_step if v else None) for k, v in cells.items()},
                 **{f"{k}_runs": (v.runs if v else None) for k, v in cells.items()},
             })
     if args.json:
