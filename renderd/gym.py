@@ -170,19 +170,27 @@ class _EnvSpec:
             obs["depth"] = np.clip(event.depth_frame, 0.0, self.max_depth).astype(np.float32, order="C", copy=False)
         return obs
 
+    def new_batch(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Uninitialised batched observation arrays for ``n`` sub-environments, and the flat RGB buffer
+        behind ``obs["rgb"]`` (with the spare byte :func:`_copy_rgb` needs)."""
+        h, w = self.height, self.width
+        flat = np.empty(n * h * w * 3 + 1, dtype=np.uint8)
+        obs = {"rgb": flat[: n * h * w * 3].reshape(n, h, w, 3)}
+        if self.depth:
+            obs["depth"] = np.empty((n, h, w), dtype=np.float32)
+        return flat, obs
+
+    def fill(self, flat: np.ndarray, obs: dict[str, np.ndarray], i: int, event: Event) -> None:
+        """Copy ``event``'s observation into row ``i`` of a batch from :meth:`new_batch`."""
+        _copy_rgb(event.frame, flat, i * self.height * self.width * 3)  # type: ignore[arg-type]
+        if self.depth:
+            np.clip(event.depth_frame, 0.0, self.max_depth, out=obs["depth"][i])
+
     def batch(self, events: Sequence[Event]) -> dict[str, np.ndarray]:
         """New batched arrays for ``events`` (one per sub-environment), one copy of each frame."""
-        n, h, w = len(events), self.height, self.width
-        size = h * w * 3
-        flat = np.empty(n * size + 1, dtype=np.uint8)
-        for i, event in enumerate(events):  # in order: see _copy_rgb
-            _copy_rgb(event.frame, flat, i * size)  # type: ignore[arg-type]
-        obs = {"rgb": flat[: n * size].reshape(n, h, w, 3)}
-        if self.depth:
-            depth = np.empty((n, h, w), dtype=np.float32)
-            for i, event in enumerate(events):
-                np.clip(event.depth_frame, 0.0, self.max_depth, out=depth[i])
-            obs["depth"] = depth
+        flat, obs = self.new_batch(len(events))
+        for i, event in enumerate(events):
+            self.fill(flat, obs, i, event)
         return obs
 
     @staticmethod
@@ -218,16 +226,19 @@ def _copy_rgb(frame: np.ndarray, out: np.ndarray, offset: int) -> None:
     per pixel, as CloudRendering players send it) is a strided view that numpy copies byte by byte
     (about 0.5 ms at 300x300). Here each pixel is copied as one 4-byte word into overlapping 3-byte
     slots, in increasing address order, so each pixel's alpha byte is overwritten by the next pixel's
-    red one and the last lands in the spare byte: about 15x faster. Frames are to be copied in
-    increasing ``offset`` order when they share a buffer. Any other frame is copied by numpy.
+    red one and the last lands in the spare byte (whose value is kept, so frames sharing a buffer may
+    be copied in any order): about 15x faster. Any other frame is copied by numpy.
     """
     h, w = frame.shape[:2]
     pixels = _rgba_pixels(frame)
     if pixels is None:
         out[offset : offset + h * w * 3].reshape(h, w, 3)[...] = frame
         return
+    end = offset + h * w * 3
+    spare = out[end]  # the next frame's first byte when frames share a buffer: keep it
     slots = np.ndarray((h, w), dtype="<u4", buffer=out, offset=offset, strides=(w * 3, 3))
     slots[...] = pixels
+    out[end] = spare
 
 
 def rgb_copy(frame: np.ndarray) -> np.ndarray:
@@ -516,19 +527,32 @@ class RenderdVectorEnv(VectorEnv):
         n = self.num_envs
         if acts.shape != (n,):
             raise ValueError(f"actions must have shape ({n},), got {acts.shape}")
-        messages = [self._spec.action(a) for a in acts]
+        spec = self._spec
+        messages = [spec.action(a) for a in acts]
         vs = self.vector_session
         autoreset = self._autoreset.copy()
         reset_slots = [int(i) for i in np.flatnonzero(autoreset)]
         if reset_slots:
             scenes = [self._spec.choose_scene(self._rngs[i], None) for i in reset_slots]
             vs.reset_async(reset_slots, scenes, **self._spec.init_params)
-        result = vs.step(messages, wait_resets=True)
+        # Copy each frame into the batch the moment it arrives, while the other players still work.
+        flat, batch = spec.new_batch(n)
+        filled = np.zeros(n, dtype=np.bool_)
+
+        def on_event(i: int, event: Event) -> None:
+            spec.check(event)
+            spec.fill(flat, batch, i, event)
+            filled[i] = True
+
+        vs.on_event = on_event
+        try:
+            result = vs.step(messages, wait_resets=True)
+        finally:
+            vs.on_event = None
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=np.bool_)
         truncated = np.zeros(n, dtype=np.bool_)
         infos: dict[str, Any] = {}
-        spec = self._spec
         for i in range(n):
             event, vinfo = result.observations[i], result.infos[i]
             if autoreset[i] or (vinfo.get("reset_complete") and "error" not in vinfo):
@@ -537,21 +561,24 @@ class RenderdVectorEnv(VectorEnv):
                     raise ValueError(f"sub-environment {i}: reset failed: {vinfo['reset_error']}")
                 if event is None:
                     raise RenderdError(f"sub-environment {i}: the reset produced no observation")
-                self._set_obs(i, event)
+                self._events[i] = event  # checked by on_event
                 self._elapsed[i] = 0
             elif "error" in vinfo:
                 # The player failed and was replaced: the episode is cut short; keep its last observation.
                 truncated[i] = True
+                filled[i] = False
             else:
                 assert event is not None
-                self._set_obs(i, event)
+                self._events[i] = event  # checked by on_event
                 self._elapsed[i] += 1
                 rewards[i] = float(spec.reward_fn(event))
                 terminated[i] = bool(spec.terminated_fn(event))
                 truncated[i] = spec.max_episode_steps is not None and self._elapsed[i] >= spec.max_episode_steps
             infos = self._add_info(infos, self._info(event, vinfo), i)
         self._autoreset = terminated | truncated
-        return self._batch(), rewards, terminated, truncated, infos
+        for i in np.flatnonzero(~filled):
+            spec.fill(flat, batch, int(i), self._events[i])  # type: ignore[arg-type]
+        return batch, rewards, terminated, truncated, infos
 
     def render(self) -> tuple[np.ndarray, ...] | None:
         """Each sub-environment's last RGB frame (copies) with ``render_mode="rgb_array"``."""

@@ -140,7 +140,7 @@ class _Slot:
         self.reset_queue: deque[dict[str, Any]] = deque()
         self.scene: str | None = None  # the scene of the last reset asked for (a replacement loads it too)
         self.init_params: dict[str, Any] = {}  # Initialize parameters, accumulated across resets
-        self.resolution: tuple[int, int] | None = None
+        self.resolution: tuple[int | None, int | None] | None = None  # asked for by a reset
         self.reset_requested = False
         self.reset_errors: list[str] = []
         self.future: Future | None = None  # the replacement on its way
@@ -204,6 +204,7 @@ def failure_error(failures: Sequence[tuple[int, BaseException]], n: int) -> Rend
     crash, a :class:`PlayerTimeout` if every one is a timeout, a :class:`ProtocolError` if every one is
     malformed bytes, else a :class:`RenderdError`. ``failures`` (slot -> error) and ``slots`` are
     attributes of the result."""
+    failures = sorted(failures, key=lambda f: f[0])
     lines = [f"slot {i}: {type(exc).__name__}: {_indent(str(exc))}" for i, exc in failures]
     slots = ", ".join(str(i) for i, _ in failures)
     head = (
@@ -239,7 +240,10 @@ class VectorSession:
     :class:`renderd.Session` objects and does no I/O; ``factory(slot)`` makes a new ready session for a
     slot (required with ``replace_on_crash``). ``reward_fn(event) -> float`` and
     ``done_fn(event) -> bool`` compute ``rewards`` and ``dones`` of answered actions (defaults: ``0.0``
-    and ``False``). The vector session owns its sessions: :meth:`close` closes them all.
+    and ``False``). ``on_event(slot, event)``, if set (also as an attribute), is called the moment an
+    observation for ``slot`` is received, before :meth:`recv` returns, so frames can be processed while
+    other players are still working; an exception from it propagates and breaks the vector session.
+    The vector session owns its sessions: :meth:`close` closes them all.
 
     Not thread-safe: one caller at a time.
     """
@@ -252,6 +256,7 @@ class VectorSession:
         replace_on_crash: bool = False,
         reward_fn: Callable[[Event], float] | None = None,
         done_fn: Callable[[Event], bool] | None = None,
+        on_event: Callable[[int, Event], None] | None = None,
         executor: ThreadPoolExecutor | None = None,
     ) -> None:
         if not sessions:
@@ -263,6 +268,7 @@ class VectorSession:
         self.replace_on_crash = bool(replace_on_crash)
         self.reward_fn = reward_fn
         self.done_fn = done_fn
+        self.on_event = on_event
         self._executor = executor
         self._state = _VectorState.READY
         self._error: BaseException | None = None
@@ -459,9 +465,11 @@ class VectorSession:
                 if name is not None:
                     slot.scene = name
                 if width is not None or height is not None:
-                    w = int(width if width is not None else (slot.resolution or (0, 0))[0] or self._size(slot)[0])
-                    h = int(height if height is not None else (slot.resolution or (0, 0))[1] or self._size(slot)[1])
-                    slot.resolution = (w, h)
+                    w, h = slot.resolution or (None, None)
+                    slot.resolution = (
+                        int(width) if width is not None else w,
+                        int(height) if height is not None else h,
+                    )
                 slot.init_params.update(params)
                 slot.reset_requested = True
                 if slot.state is SlotState.REPLACING:
@@ -508,8 +516,11 @@ class VectorSession:
         if scene is not None:
             reset["sceneName"] = scene
         queue: deque[dict[str, Any]] = deque([reset])
-        if slot.resolution is not None and slot.resolution != self._size(slot):
-            queue.append({"action": "ChangeResolution", "x": slot.resolution[0], "y": slot.resolution[1]})
+        if slot.resolution is not None:
+            size = self._size(slot)
+            w, h = slot.resolution[0] or size[0], slot.resolution[1] or size[1]
+            if (w, h) != size:
+                queue.append({"action": "ChangeResolution", "x": w, "y": h})
         queue.append({"action": "Initialize", **slot.init_params})
         return queue
 
@@ -563,6 +574,8 @@ class VectorSession:
         if kind == "action":
             rnd.events[i] = event
             rnd.answered[i] = True
+            if self.on_event is not None:
+                self.on_event(i, event)
             return
         if not event:
             md = event.metadata
@@ -573,6 +586,8 @@ class VectorSession:
         slot.state = SlotState.RUNNING
         rnd.events[i] = event
         rnd.completed[i] = True
+        if self.on_event is not None:
+            self.on_event(i, event)
         if slot.reset_errors:
             rnd.reset_errors[i] = slot.reset_errors
             slot.reset_errors = []
@@ -720,6 +735,8 @@ class VectorSession:
                 slot.state = SlotState.RUNNING
                 rnd.events[slot.index] = session.last_event
                 rnd.completed[slot.index] = True
+                if self.on_event is not None:
+                    self.on_event(slot.index, session.last_event)
 
     def _ensure_executor(self) -> ThreadPoolExecutor:
         if self._executor is None:
