@@ -23,11 +23,11 @@ Why not the ``multipart`` package (a dependency, well kept): it is a streaming p
 out as many ``bytes`` chunks to be joined, i.e. two more copies of every frame, and it is slower. The body
 here is already whole in one buffer (it is received with a known Content-Length), so finding the
 delimiters with ``bytearray.find`` is all the work there is. Measured on this machine (AMD EPYC, 2 CPUs,
-Python 3.11, multipart 2.0.1; best of 7 x 200 runs) on the reference player's 300x300 RGB + depth frame
-(634,696 bytes, 4 parts): ``split_multipart`` 252 us searching every byte, 14 us with ``size_hints``
-(a player's next frame of the same layout); ``multipart.PushMultipartParser`` with chunks joined per
-part 460 us fed the body in one chunk, 622 us fed 64 KiB chunks as a server reads them
-(``python benchmarks/transport_http.py --parsers``; another run: 200 / 10 / 363 / 373 us).
+Python 3.11, multipart 2.0.1; ``python benchmarks/transport_http.py --parsers``, best of 7 x 200 runs,
+two runs) on the reference player's 300x300 RGB + depth frame (634,696 bytes, 4 parts):
+``split_multipart`` 99-127 us, 65-79 us with ``size_hints`` (a player's next frame of the same
+layout); ``multipart.PushMultipartParser`` with its chunks joined per part 199-236 us fed the body in
+one chunk, 334-342 us fed 64 KiB chunks as a server reads them.
 ``tests/http/test_http_multipart.py`` fuzzes this module with hypothesis: round trips of bodies built by
 an independent encoder, agreement with the ``multipart`` package on every valid body, size hints never
 changing a valid split, and random or mutated bodies raising nothing but :class:`MultipartError`.
@@ -199,10 +199,10 @@ def split_multipart(
     that is truncated (no close delimiter), more than ``max_parts`` parts, a header block over
     ``max_header_size`` bytes. Text before the first delimiter and after the last is ignored (RFC 2046).
 
-    ``size_hints`` (the part sizes of a previous body of the same layout) saves searching the bodies:
-    when a delimiter sits exactly where the hint says part *i* ends, it ends there. This relies on
-    RFC 2046's rule that the delimiter never occurs inside a part; for a body that breaks the rule the
-    result may differ from a full search (parts stay in order, disjoint and inside ``body``).
+    ``size_hints`` (the part sizes of a previous body of the same layout) makes the search cheaper:
+    where a delimiter sits exactly where the hint says part *i* ends, the part's bytes are only checked
+    backwards for an earlier delimiter (keyed on CR) instead of searched forwards. The result is always
+    the same as without hints.
     """
     if not boundary or len(boundary) > MAX_BOUNDARY_LENGTH:
         raise MultipartError(f"invalid multipart boundary {boundary!r}")
@@ -239,8 +239,10 @@ def split_multipart(
         name, filename, content_type = parsed
         end = -1
         if size_hints is not None and len(parts) < len(size_hints):
+            # The hint holds if a delimiter starts there and none starts before it: rfind checks the
+            # latter keyed on the delimiter's first byte, CR, which is rare in image data.
             hinted = start + size_hints[len(parts)]
-            if body.startswith(separator, hinted):
+            if body.startswith(separator, hinted) and body.rfind(separator, start, hinted + len(separator) - 1) < 0:
                 end = hinted
         if end < 0:
             end = body.find(separator, start)
