@@ -44,9 +44,9 @@ from typing import Any
 # Allow `python benchmarks/vector.py` from a checkout without installing.
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-import renderd  # noqa: E402
+import renderd
 
 SIZE = 300
 START_TIMEOUT = 120.0

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         for step in range(1, args.steps + 1):
             actions = rng.integers(0, envs.single_action_space.n, size=args.envs)  # your policy here
-            observations, rewards, terminated, truncated, infos = envs.step(actions)
+            _observations, rewards, terminated, truncated, infos = envs.step(actions)
             returns += rewards
             for i in np.flatnonzero(terminated | truncated):
                 finished.append(float(returns[i]))

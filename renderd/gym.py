@@ -34,16 +34,16 @@ from renderd.errors import CallOrderError, RenderdError
 from renderd.event import Event
 
 __all__ = [
-    "ENV_ID",
     "DEFAULT_ACTIONS",
-    "DEFAULT_MAX_EPISODE_STEPS",
     "DEFAULT_MAX_DEPTH",
-    "STEP_REWARD",
+    "DEFAULT_MAX_EPISODE_STEPS",
+    "ENV_ID",
     "FAILED_ACTION_REWARD",
-    "default_reward",
-    "never_terminated",
+    "STEP_REWARD",
     "RenderdEnv",
     "RenderdVectorEnv",
+    "default_reward",
+    "never_terminated",
     "register",
     "rgb_copy",
 ]
@@ -98,7 +98,7 @@ class _EnvSpec:
         for a in acts:
             name = a if isinstance(a, str) else (a.get("action") if isinstance(a, Mapping) else None)
             if not isinstance(name, str) or not name:
-                raise ValueError(f"each action must be a name or a dict with an 'action' name, got {a!r}")
+                raise TypeError(f"each action must be a name or a dict with an 'action' name, got {a!r}")
         self.actions: list[str | dict[str, Any]] = [a if isinstance(a, str) else dict(a) for a in acts]
         if isinstance(scene, str) or scene is None:
             self.scenes: list[str] | None = None

@@ -63,11 +63,11 @@ from renderd.protocol import encode_action
 __all__ = [
     "REPLACE_ATTEMPTS",
     "SlotState",
-    "VectorStep",
     "VectorSession",
-    "launch_many",
+    "VectorStep",
     "connect_many",
     "failure_error",
+    "launch_many",
 ]
 
 log = logging.getLogger(__name__)
@@ -115,19 +115,19 @@ class _Slot:
     """One player's place in the vector: its session and where it is in its reset."""
 
     __slots__ = (
-        "index",
-        "session",
-        "state",
-        "in_flight",
         "deadline",
         "fds",
-        "reset_queue",
-        "scene",
-        "init_params",
-        "resolution",
-        "reset_requested",
-        "reset_errors",
         "future",
+        "in_flight",
+        "index",
+        "init_params",
+        "reset_errors",
+        "reset_queue",
+        "reset_requested",
+        "resolution",
+        "scene",
+        "session",
+        "state",
     )
 
     def __init__(self, index: int, session: Any) -> None:
@@ -149,7 +149,7 @@ class _Slot:
 class _Round:
     """What one ``recv`` (or ``reset``) collects, slot by slot."""
 
-    __slots__ = ("events", "answered", "completed", "dropped", "reset_errors")
+    __slots__ = ("answered", "completed", "dropped", "events", "reset_errors")
 
     def __init__(self, n: int) -> None:
         self.events: list[Event | None] = [None] * n
@@ -778,7 +778,7 @@ class VectorSession:
             if slot.state is SlotState.FAILED and slot.session is not None:
                 try:
                     slot.session.close()
-                except Exception as exc:  # noqa: BLE001 - keep closing; the failure is what gets raised
+                except Exception as exc:
                     log.warning("closing slot %d's session failed: %s", slot.index, exc)
 
     def _finish(self, rnd: _Round) -> VectorStep:
@@ -834,7 +834,7 @@ class VectorSession:
             if future is not None:
                 try:
                     slot.session = future.result()
-                except BaseException:  # noqa: BLE001 - the replacement failed: nothing to close
+                except BaseException:
                     slot.session = None
         sessions = [s.session for s in self._slots if s.session is not None]
         # Close every channel first, so all players see end of file and exit together; each close()
@@ -844,12 +844,12 @@ class VectorSession:
             if channel is not None and getattr(session, "process", None) is not None:
                 try:
                     channel.close()
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
         for session in sessions:
             try:
                 session.close()
-            except BaseException as exc:  # noqa: BLE001 - close everything, raise the first
+            except BaseException as exc:
                 if first is None:
                     first = exc
                 else:
@@ -894,7 +894,7 @@ def _replace(factory: Callable[[int], Any], slot: int, old: Any) -> Any:
     if old is not None:
         try:
             old.close()
-        except Exception as exc:  # noqa: BLE001 - the old player is gone either way
+        except Exception as exc:
             log.warning("slot %d: closing the failed session: %s", slot, exc)
     errors: list[BaseException] = []
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
@@ -918,14 +918,14 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
     for i, future in enumerate(futures):
         try:
             sessions.append(future.result())
-        except BaseException as exc:  # noqa: BLE001 - collected and raised below
+        except BaseException as exc:
             failures.append((i, exc))
     if not failures:
         return sessions
     for session in sessions:
         try:
             session.close()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("closing a session after a failed start: %s", exc)
     first = failures[0][1]
     if not all(isinstance(e, RenderdError) for _, e in failures):

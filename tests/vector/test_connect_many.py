@@ -7,12 +7,12 @@ import pytest
 
 import renderd
 from renderd.errors import LeaseError, PlayerCrashed
-from tests.daemon.conftest import daemon, fast_config  # noqa: F401  (the daemon fixture)
+from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
 
 FAULT = "RenderdFault"
 
 
-def test_connect_many_replaces_a_crashed_lease(daemon):  # noqa: F811
+def test_connect_many_replaces_a_crashed_lease(daemon):
     d = daemon(fast_config(instances=2))
     with renderd.connect_many("demo", 2, replace_on_crash=True, socket=d.socket, timeout=15) as vs:
         first_pids = vs.pids
@@ -31,7 +31,7 @@ def test_connect_many_replaces_a_crashed_lease(daemon):  # noqa: F811
     d.wait_players(lambda ps: len(ps) == 2 and all(p["state"] == "READY" for p in ps), what="released players")
 
 
-def test_connect_many_without_enough_players_names_the_slot(daemon):  # noqa: F811
+def test_connect_many_without_enough_players_names_the_slot(daemon):
     d = daemon(fast_config(instances=2))
     with pytest.raises(LeaseError) as info:
         renderd.connect_many("demo", 3, socket=d.socket, timeout=1.0)

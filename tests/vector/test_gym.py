@@ -8,12 +8,12 @@ import pytest
 
 gymnasium = pytest.importorskip("gymnasium")
 
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-from gymnasium.vector import AutoresetMode  # noqa: E402
+from gymnasium.utils.env_checker import check_env
+from gymnasium.vector import AutoresetMode
 
-import renderd  # noqa: E402
-import renderd.gym as rgym  # noqa: E402
-from tests.vector.conftest import SIZE, player_kwargs  # noqa: E402
+import renderd
+import renderd.gym as rgym
+from tests.vector.conftest import SIZE, player_kwargs
 
 FAULT = "RenderdFault"
 
@@ -61,7 +61,7 @@ def test_single_env_episode(no_leaks):
                          scene="FloorPlan2", max_episode_steps=3, **_kwargs())
     try:
         assert env.action_space == gymnasium.spaces.Discrete(2)
-        obs, _ = env.reset(seed=0)
+        env.reset(seed=0)
         assert env.unwrapped.last_event.metadata["sceneName"] == "FloorPlan2"
         _, reward, terminated, truncated, info = env.step(0)
         assert reward == pytest.approx(rgym.STEP_REWARD) and not terminated and not truncated
@@ -92,7 +92,9 @@ def test_seeded_scene_choice_is_deterministic(no_leaks):
 
 
 def test_vector_env_steps_and_autoresets(no_leaks):
-    terminate_on_failure = lambda ev: not ev  # noqa: E731
+    def terminate_on_failure(ev):
+        return not ev
+
     envs = gymnasium.make_vec(rgym.ENV_ID, num_envs=3, actions=["MoveAhead", {"action": "LookUp", "degrees": 90}],
                               max_episode_steps=4, terminated_fn=terminate_on_failure, render_mode="rgb_array",
                               **_kwargs())

@@ -123,7 +123,7 @@ def test_masks_while_resetting(no_leaks, launch):
     assert vs.slot_states == [SlotState.RUNNING, SlotState.RESETTING, SlotState.RUNNING]
     seen = []
     for _ in range(50):
-        obs, rewards, dones, infos = vs.step(["MoveAhead", "MoveAhead", "MoveAhead"])
+        obs, _, _, infos = vs.step(["MoveAhead", "MoveAhead", "MoveAhead"])
         assert obs[0] is not None and obs[2] is not None
         assert infos[0]["dropped_action"] is False
         seen.append((obs[1], infos[1]))
@@ -218,7 +218,7 @@ def test_replace_on_crash_keeps_the_others_running(no_leaks, launch):
     others = [vs.pids[0], vs.pids[2]]
     old = vs.pids[1]
     seq_before = [s.sequence_id for s in vs.sessions]
-    obs, rewards, dones, infos = vs.step(["Pass", {"action": FAULT, "fault": "segfault"}, "Pass"])
+    obs, _, dones, infos = vs.step(["Pass", {"action": FAULT, "fault": "segfault"}, "Pass"])
     assert obs[1] is None and dones == [False, True, False]
     assert isinstance(infos[1]["error"], PlayerCrashed) and infos[1]["error_type"] == "PlayerCrashed"
     assert infos[1]["replaced"] is True and infos[1]["resetting"] is True
@@ -268,7 +268,7 @@ def test_timeout_is_replaced_too(no_leaks, launch):
 
 def test_protocol_error_is_replaced(no_leaks, launch):
     vs = launch(2, replace_on_crash=True)
-    obs, _, dones, infos = vs.step([{"action": FAULT, "fault": "garbage"}, "Pass"])
+    _, _, dones, infos = vs.step([{"action": FAULT, "fault": "garbage"}, "Pass"])
     assert dones == [True, False] and isinstance(infos[0]["error"], ProtocolError)
 
 

@@ -33,7 +33,7 @@ def test_sigkill_mid_run_with_replace_on_crash(no_leaks):
         for step in range(STEPS):
             if step == KILL_AT:
                 os.kill(pids[VICTIM], signal.SIGKILL)
-            obs, rewards, dones, infos = vs.step(_actions(step))
+            obs, _, dones, infos = vs.step(_actions(step))
             for i in range(N):
                 if obs[i] is not None:
                     answered[i] += 1
