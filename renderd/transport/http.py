@@ -545,7 +545,6 @@ class PlayerBridgeRegistry:
         self.max_request_size = max_request_size
         self._lock = threading.Lock()
         self._bridges: dict[bytes, PlayerBridge] = {}
-        self._listeners: list[Callable[[int], None]] = []
 
     def register(
         self, token: str | None = None, *, alive: Callable[[], bool] | None = None, name: str = "player"
@@ -565,26 +564,13 @@ class PlayerBridgeRegistry:
             if key in self._bridges:
                 raise ValueError("this token is already registered for another player")
             self._bridges[key] = bridge
-            count = len(self._bridges)
         bridge.add_close_callback(lambda: self._forget(key, bridge))
-        self._notify(count)
         return bridge
 
     def _forget(self, key: bytes, bridge: PlayerBridge) -> None:
         with self._lock:
-            if self._bridges.get(key) is not bridge:
-                return
-            del self._bridges[key]
-            count = len(self._bridges)
-        self._notify(count)
-
-    def _notify(self, count: int) -> None:
-        for listener in list(self._listeners):
-            listener(count)
-
-    def add_listener(self, listener: Callable[[int], None]) -> None:
-        """Call ``listener(number of bridges)`` whenever a bridge is registered or forgotten."""
-        self._listeners.append(listener)
+            if self._bridges.get(key) is bridge:
+                del self._bridges[key]
 
     def unregister(self, bridge: PlayerBridge) -> None:
         """Stop serving ``bridge``'s player and close the bridge (idempotent)."""
@@ -684,6 +670,29 @@ def _wants_close(environ: Mapping[str, Any]) -> bool:
     return "close" in connection
 
 
+#: Refused posts (wrong or missing token) are logged at most once per this many seconds (a count of the
+#: ones not logged follows), so that something hammering the port cannot flood the log.
+REFUSAL_LOG_INTERVAL = 10.0
+
+
+class _RefusalLog:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0.0
+        self._quiet = 0
+
+    def note(self, address: str, what: str) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next:
+                self._quiet += 1
+                return
+            quiet, self._quiet = self._quiet, 0
+            self._next = now + REFUSAL_LOG_INTERVAL
+        more = f" ({quiet} more refused since the last report)" if quiet else ""
+        logger.warning("refused POST /train from %s: %s token (403)%s", address, what, more)
+
+
 def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     """The WSGI application HTTP players talk to: ``GET /ping`` and ``POST /train``.
 
@@ -695,6 +704,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     Content-Length; 413 when Content-Length exceeds the registry's ``max_request_size`` (checked before
     the body is read).
     """
+
+    refusals = _RefusalLog()
 
     def ping(environ: dict, start_response: Callable) -> list[bytes]:
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
@@ -724,9 +735,7 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
             return _error(start_response, 400, "ProtocolError", f"malformed multipart/form-data: {exc}")
         bridge = registry.lookup(post.token)
         if bridge is None:
-            logger.warning(
-                "refused POST /train from %s: %s token", environ.get("REMOTE_ADDR", "?"), "unknown" if post.token else "no"
-            )
+            refusals.note(environ.get("REMOTE_ADDR", "?"), "an unknown" if post.token else "no")
             return _error(start_response, 403, "LeaseError", "missing or wrong token: this player is not served here")
         try:
             bridge.check_postable()
