@@ -403,7 +403,9 @@ class VectorSession:
         Each answer has its session's ``step_timeout`` (counted from ``send``); ``timeout`` (seconds from
         now) shortens that for every slot: a player that has not begun to answer by then fails with
         :class:`PlayerTimeout`. Resetting slots never hold up ``recv`` unless ``wait_resets`` is true
-        (then it returns when every reset and replacement has finished).
+        (then it returns when every reset and replacement has finished); when every slot is resetting,
+        ``recv`` waits until one of them makes progress (an answer, or a replacement ready), so a loop
+        over :meth:`step` does not spin.
 
         A slot whose player crashes, times out or sends malformed bytes is replaced when
         ``replace_on_crash`` is set (its ``info`` carries the error, its ``done`` is ``True``). Otherwise,
@@ -597,6 +599,9 @@ class VectorSession:
         ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile."""
         overall = None if timeout is None else time.monotonic() + timeout
         slots = self._slots
+        # Every action was dropped (all slots are resetting): wait for some progress once, so a loop over
+        # step() does not spin while players reset or replacements start.
+        idle = not wait_resets and not any(s.in_flight == "action" for s in slots)
         while True:
             self._install_replacements(rnd)
             now = time.monotonic()
@@ -629,6 +634,12 @@ class VectorSession:
                     limit = min(limit, overall)
                 must_wait = True
             if not must_wait:
+                if idle and (replacing or self._fd_slots):
+                    idle = False
+                    if overall is not None:
+                        limit = min(limit, overall)
+                    self._sweep(rnd, max(limit - now, 0.001), overall)
+                    continue
                 if self._fd_slots:
                     self._sweep(rnd, 0.0)  # take what resetting slots have sent; never wait for them
                 return

@@ -164,6 +164,24 @@ def test_a_slow_reset_does_not_hold_up_the_others(no_leaks, launch):
     assert infos[1]["reset_complete"] is True
 
 
+def test_stepping_while_every_slot_resets_does_not_spin(no_leaks, launch):
+    vs = launch(1)
+    vs.step([{"action": FAULT, "fault": "sleep", "seconds": 1.0, "when": "after"}])
+    vs.reset_async()
+    started = time.monotonic()
+    calls = 0
+    while True:
+        obs, _, _, infos = vs.step(["Pass"])
+        calls += 1
+        if obs[0] is not None:
+            break
+        assert infos[0]["dropped_action"] and infos[0]["resetting"]
+    # One step waited for the Reset answer (1 s), one more for the Initialize answer: no busy loop.
+    assert time.monotonic() - started >= 0.9
+    assert calls <= 3
+    assert infos[0]["reset_complete"]
+
+
 def test_reset_waits_and_returns_every_slot(no_leaks, launch):
     vs = launch(3)
     result = vs.reset(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], gridSize=0.5)
