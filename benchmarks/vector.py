@@ -22,7 +22,9 @@ total steps per second over all players:
   ``shared_memory=False`` / ``True`` (Gymnasium's default is True).
 
 ``ratio`` is gym-vector over the faster AsyncVectorEnv (the two are the same API, the same observation
-copies). Each cell is the median of ``--repeats`` rounds (rounds interleave the clients, so a noisy
+copies). A second table gives the CPU time per player step (this process, the players and the workers,
+from ``psutil``): on a busy or small machine throughput is about CPUs / CPU-per-step, and that number
+moves much less with other load than steps per second do. Each cell is the median of ``--repeats`` rounds (rounds interleave the clients, so a noisy
 neighbour hits all of them alike). Nothing is pinned: players, workers and the client float over all
 CPUs, which is how they run in training; pinning n + 1 busy processes to 2 CPUs would only add
 constraints. The machine's CPU count, load average and Python version are printed with the table.
@@ -45,6 +47,7 @@ from typing import Any
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np
+import psutil
 
 import renderd
 
@@ -72,9 +75,18 @@ def _action(frames: str) -> Any:
     return STATIC_ACTION if frames == "static" else RENDER_ACTION
 
 
+def _cpu(procs: list[psutil.Process]) -> float:
+    total = 0.0
+    for p in procs:
+        try:
+            t = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += t.user + t.system
+    return total
+
+
 def _timed(step: Callable[[], None], duration: float) -> tuple[int, float]:
-    for _ in range(WARMUP_STEPS):
-        step()
     count = 0
     started = time.perf_counter()
     while True:
@@ -136,9 +148,15 @@ class _Client:
             self.closer = env.close
         self.step = step
 
-    def measure(self, duration: float) -> float:
+    def measure(self, duration: float) -> tuple[float, float]:
+        """(steps/s over all players, CPU microseconds per player step: this process + every child)."""
+        for _ in range(WARMUP_STEPS):
+            self.step()
+        procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+        cpu0 = _cpu(procs)
         count, elapsed = _timed(self.step, duration)
-        return count * self.n / elapsed
+        cpu = _cpu(procs) - cpu0
+        return count * self.n / elapsed, cpu / (count * self.n) * 1e6
 
     def close(self) -> None:
         self.closer()
@@ -149,23 +167,36 @@ def run(ns: list[int], frames_list: list[str], clients: list[str], duration: flo
     for frames in frames_list:
         for n in ns:
             samples: dict[str, list[float]] = {c: [] for c in clients}
+            cpu: dict[str, list[float]] = {c: [] for c in clients}
             # Open one client at a time (n players, or n workers + n players, at once is plenty on 2 CPUs)
             # and interleave rounds across clients.
             for _ in range(repeats):
                 for c in clients:
                     client = _Client(c, n, frames)
                     try:
-                        samples[c].append(client.measure(duration))
+                        rate, us = client.measure(duration)
                     finally:
                         client.close()
-            row = {"frames": frames, "n": n}
+                    samples[c].append(rate)
+                    cpu[c].append(us)
+            row: dict[str, Any] = {"frames": frames, "n": n}
             row.update({c: statistics.median(v) for c, v in samples.items()})
+            row["cpu_us"] = {c: statistics.median(v) for c, v in cpu.items()}
             asyncs = [row[c] for c in ("async", "async-shm") if c in row]
             if "gym-vector" in row and asyncs:
                 row["ratio"] = row["gym-vector"] / max(asyncs)
             rows.append(row)
             print(_format_row(row, clients), flush=True)
     return rows
+
+
+def _cpu_table(rows: list[dict], clients: list[str]) -> str:
+    cols = ["frames", "n", *clients]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for row in rows:
+        cells = [row["frames"], str(row["n"])] + [f"{row['cpu_us'][c]:.0f}" for c in clients]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
 
 
 def _header(clients: list[str]) -> str:
@@ -202,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(_header(clients), flush=True)
     rows = run(ns, frames, clients, args.duration, args.repeats)
+    print("\n# CPU microseconds per player step (this process + players + workers; lower is better)")
+    print(_cpu_table(rows, clients))
     load = os.getloadavg()
     print(f"# load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:
