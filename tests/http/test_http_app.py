@@ -444,3 +444,25 @@ def test_head_ping_has_no_body(served):
     assert raw.startswith(b"HTTP/1.1 200 OK") and raw.endswith(b"\r\n\r\n")  # headers only
     client.send(b"GET /ping HTTP/1.1\r\n\r\n")  # and the connection goes on
     assert client.response().body == b"pong"
+
+
+def test_connection_limit_is_503_json(no_leaks):
+    from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+
+    from conftest import RawClient
+
+    server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=1).start()
+    first = second = None
+    try:
+        first = RawClient(server.port)
+        first.send(b"GET /ping HTTP/1.1\r\n\r\n")
+        assert first.response().body == b"pong"  # the first connection is being served
+        second = RawClient(server.port)
+        response = second.response()
+        assert response.status == 503 and "too many connections" in response.json()["error"]["message"]
+        assert second.closed_by_server()
+    finally:
+        for client in (first, second):
+            if client is not None:
+                client.close()
+        server.stop()
