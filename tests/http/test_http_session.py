@@ -166,3 +166,25 @@ def test_frames_are_views_not_copies(no_leaks):
             owner = owner.base
         assert isinstance(owner, memoryview) and isinstance(owner.obj, bytearray)
         assert np.shares_memory(event.frame, np.frombuffer(owner.obj, dtype=np.uint8))
+
+
+def test_player_exiting_before_its_first_post(no_leaks):
+    import sys
+
+    from renderd.errors import PlayerCrashed
+
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed) as info:
+        renderd.launch([sys.executable, "-c", "import sys; print('bye'); sys.exit(3)"], transport="http",
+                       start_timeout=DEADLINE)
+    assert info.value.returncode == 3 and "bye" in info.value.log_tail
+    assert time.monotonic() - started < DEADLINE / 2
+
+
+def test_player_that_never_posts_times_out_at_start(no_leaks):
+    import sys
+
+    from renderd.errors import PlayerTimeout
+
+    with pytest.raises(PlayerTimeout, match="start_timeout"):
+        renderd.launch([sys.executable, "-c", "import time; time.sleep(60)"], transport="http", start_timeout=0.5)
