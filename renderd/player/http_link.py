@@ -90,6 +90,16 @@ def _part_header(boundary: bytes, name: str, *, binary: bool) -> bytes:
     return b"--" + boundary + b"\r\nContent-Type: " + ctype + b"\r\nContent-disposition: " + disp + b"\r\n\r\n"
 
 
+def _json_default(value: Any) -> Any:
+    # numpy scalars and arrays in metadata (msgpack takes them on the FIFO link; JSON needs help)
+    tolist = getattr(value, "tolist", None)
+    if tolist is not None:
+        return tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    raise TypeError(f"metadata value of type {type(value).__name__} cannot be sent as JSON")
+
+
 def build_form(metadata: dict, images: Images, token: str | None, boundary: bytes) -> list[Any]:
     """The multipart body of one /train post as a list of buffers (image arrays are not copied)."""
     out: list[Any] = []
@@ -98,7 +108,7 @@ def build_form(metadata: dict, images: Images, token: str | None, boundary: byte
         out.append(memoryview(array).cast("B"))
         out.append(b"\r\n")
     out.append(_part_header(boundary, "metadata", binary=False))
-    out.append(json.dumps(metadata, separators=(",", ":")).encode("utf-8"))
+    out.append(json.dumps(metadata, separators=(",", ":"), default=_json_default).encode("utf-8"))
     out.append(b"\r\n")
     out.append(_part_header(boundary, "token", binary=False))
     out.append((token or "").encode("utf-8"))
