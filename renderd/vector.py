@@ -39,6 +39,7 @@ import enum
 import functools
 import logging
 import math
+import numbers
 import os
 import select
 import threading
@@ -342,11 +343,11 @@ class VectorSession:
         n = len(self._slots)
         if slots is None:
             return list(range(n))
-        if isinstance(slots, int) and not isinstance(slots, bool):
-            slots = [slots]
+        if isinstance(slots, numbers.Integral) and not isinstance(slots, bool):
+            slots = [int(slots)]
         out: list[int] = []
         for s in slots:
-            if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < n:
+            if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 0 <= s < n:
                 raise ValueError(f"slot {s!r} is not a slot index (0..{n - 1})")
             if s in out:
                 raise ValueError(f"slot {s} is listed twice")
