@@ -44,6 +44,7 @@ from renderd.process import (
     PlayerProcess,
     player_argv,
     player_env,
+    resolve_executable,
 )
 from renderd.protocol import encode_action
 from renderd.transport import Channel
@@ -485,15 +486,15 @@ def launch_player(
     process: PlayerProcess | None = None
     session: Session | None = None
     try:
-        argv0 = executable if isinstance(executable, (str, os.PathLike)) else list(executable)[0]
+        program = resolve_executable(executable)  # before the platform: it may start an Xvfb
         choice = _resolve_platform(
-            platform, x_display=x_display, width=width, height=height, executable=os.fspath(argv0), env=env
+            platform, x_display=x_display, width=width, height=height, executable=program[0], env=env
         )
         if choice.executable is not None:  # the platform resolved the program (a macOS .app bundle)
-            executable = [choice.executable, *(() if isinstance(executable, (str, os.PathLike)) else list(executable)[1:])]
+            program = [choice.executable, *program[1:]]
         # The platform's arguments include -batchmode -nographics when it is headless.
         argv = player_argv(
-            executable,
+            program,
             width=width,
             height=height,
             quality=quality,
@@ -526,7 +527,10 @@ def launch_player(
         return session
     except BaseException:
         if session is not None:
-            session.close()
+            try:
+                session.close()
+            except Exception as exc:
+                log.warning("cleanup after a failed launch failed: %s", exc)
         else:
             steps: list[Callable[[], None]] = [channel.close]
             if process is not None:
