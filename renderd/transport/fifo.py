@@ -251,11 +251,15 @@ class FifoChannel:
         fd = self._rfd
         if fd is None:
             raise ValueError("I/O on a closed FifoChannel")
-        started = time.monotonic()
         poll = self._poller.poll
         readv = os.readv
+        monotonic = time.monotonic
+        started: float | None = None
         while True:
-            remaining = deadline - time.monotonic()
+            now = monotonic()
+            if started is None:
+                started = now
+            remaining = deadline - now
             if remaining <= 0:
                 raise self._timeout(deadline_name, started)
             # Without a pidfd, wake up now and then to ask whether the player is still there.
