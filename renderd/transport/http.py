@@ -1153,8 +1153,8 @@ class PlayerHttpServer:
     Why not waitress (a production server renderd already uses for its control API, and which serves
     this application unchanged; tested) or cheroot: ``benchmarks/transport_http.py --waitress --cheroot``
     (table in docs/http.md) puts the same application and bridge behind each. Per 300x300 frame the
-    client process spent 0.3-0.65 ms more CPU behind waitress or cheroot than behind this server (about
-    1.0-1.3 ms against 0.7-0.85 ms), and stepped 8-41% slower: waitress's I/O thread receives and spools
+    client process spent 0.2-0.45 ms more CPU behind waitress or cheroot than behind this server (about
+    0.75-1.3 ms against 0.5-0.86 ms) and stepped 16-47% slower: waitress's I/O thread receives and spools
     the body, a worker runs the application, and a trigger wakes the I/O thread to answer; cheroot's
     workers read the body through buffered file objects; here one thread does it all and the body is
     received straight into its frame buffer (waitress copies it twice more). Neither can tell the
