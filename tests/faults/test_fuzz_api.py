@@ -18,7 +18,8 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from renderd.config import default_config, settings as config_keys, EnvironmentConfig
+from renderd.config import EnvironmentConfig, default_config
+from renderd.config import settings as config_keys
 from renderd.daemon.api import make_app
 from renderd.daemon.supervisor import Supervisor
 from renderd.errors import ERROR_TYPES

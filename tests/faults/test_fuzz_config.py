@@ -16,7 +16,15 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from renderd.config import Config, ConfigError, DaemonConfig, EnvironmentConfig, load, loads, validate_command
+from renderd.config import (
+    Config,
+    ConfigError,
+    DaemonConfig,
+    EnvironmentConfig,
+    load,
+    loads,
+    validate_command,
+)
 from renderd.config import settings as config_keys
 
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

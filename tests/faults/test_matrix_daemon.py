@@ -16,7 +16,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,7 +182,7 @@ def test_leased_player_fault(row: LeaseRow, shared_daemon: DaemonProcess, nothin
     err = info.value
     assert isinstance(err, row.expect), f"{row}: {type(err).__name__}: {err}"
     assert t.elapsed < row.within, f"{row}: raised after {t.elapsed:.2f} s"
-    assert re.search(row.match, str(err), re.S), f"{row}: {err}"
+    assert re.search(row.match, str(err), re.DOTALL), f"{row}: {err}"
     if row.deadline is not None:
         assert err.deadline == row.deadline and t.elapsed >= row.step_timeout
     _check_replaced_and_clean(d, old_pid, before)

@@ -16,6 +16,7 @@ reported at once (no waiting for a deadline), a hang exactly at its deadline. Af
 from __future__ import annotations
 
 import os
+import re
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,7 +27,13 @@ import pytest
 
 import renderd
 from renderd.client import Session, SessionState
-from renderd.errors import CallOrderError, PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
+from renderd.errors import (
+    CallOrderError,
+    PlayerCrashed,
+    PlayerTimeout,
+    ProtocolError,
+    RenderdError,
+)
 
 from .conftest import Timer, wait_for
 
@@ -205,9 +212,7 @@ def _launch(row: Row, log_path: Path) -> Session:
 def _check_error(row: Row, err: BaseException, elapsed: float) -> None:
     assert isinstance(err, row.expect), f"{row}: expected {row.expect.__name__}, got {type(err).__name__}: {err}"
     assert elapsed < row.within, f"{row}: raised after {elapsed:.2f} s, bound {row.within} s"
-    import re
-
-    assert re.search(row.match, str(err), re.S), f"{row}: {err}"
+    assert re.search(row.match, str(err), re.DOTALL), f"{row}: {err}"
     if row.deadline is not None:
         assert err.deadline == row.deadline, err.deadline
         timeout = row.start_timeout if row.deadline == "start_timeout" else row.step_timeout
