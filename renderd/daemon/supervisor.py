@@ -1056,8 +1056,10 @@ class Supervisor:
             p.writer_fd = None
         if p.proc is not None:
             self._unwatch(p.proc.fileno())
-            if p.proc.returncode is None and not p.stop_done.is_set():
-                # Never leave a process behind, even on a path that forgot to stop it.
+            if not p.stop_done.is_set():
+                # Never leave a process behind, even on a path that forgot to stop it. An exited player
+                # is still a zombie here (PlayerProcess.poll does not reap): stop() reaps it at once and
+                # closes its pidfd.
                 p.proc.stop(self.daemon_config.stop_grace)
         if p.http_token is not None and self.http is not None:
             self.http.unregister(p)
