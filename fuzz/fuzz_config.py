@@ -20,8 +20,6 @@ with atheris.instrument_imports():
     from renderd.config import ConfigError, load, loads
 
 PATH = "fuzz.toml"
-_DIR = tempfile.mkdtemp(prefix="renderd-fuzz-config-")
-_FILE = os.path.join(_DIR, "renderd.toml")
 
 
 def one_input(data: bytes) -> None:
@@ -31,22 +29,24 @@ def one_input(data: bytes) -> None:
     except ConfigError as exc:
         if exc.path != PATH:
             raise AssertionError(f"ConfigError without the file's name: {exc}") from exc
-    with open(_FILE, "wb") as f:
-        f.write(data)
+    # A file of its own per input, removed at once: libFuzzer ends the process with exit(), so no
+    # Python cleanup would run at the end of a session.
+    fd, path = tempfile.mkstemp(prefix="renderd-fuzz-", suffix=".toml")
     try:
-        load(_FILE, resolve=False)
-    except ConfigError as exc:
-        if exc.path != _FILE:
-            raise AssertionError(f"ConfigError without the file's name: {exc}") from exc
+        os.write(fd, data)
+        os.close(fd)
+        fd = -1
+        try:
+            load(path, resolve=False)
+        except ConfigError as exc:
+            if exc.path != path:
+                raise AssertionError(f"ConfigError without the file's name: {exc}") from exc
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(path)
 
 
 if __name__ == "__main__":
-    try:
-        atheris.Setup(sys.argv, one_input)
-        atheris.Fuzz()
-    finally:
-        try:
-            os.unlink(_FILE)
-        except FileNotFoundError:
-            pass
-        os.rmdir(_DIR)
+    atheris.Setup(sys.argv, one_input)
+    atheris.Fuzz()
