@@ -3,7 +3,7 @@
 Run on demand (not part of the test suite)::
 
     python benchmarks/vector.py                        # the full table (a few minutes on 2 CPUs)
-    python benchmarks/vector.py --ns 4 --frames static --duration 2
+    python benchmarks/vector.py --ns 4 --frames static --rounds 15
     python benchmarks/vector.py --json results.json
 
 For n = 1, 2, 4, 8 reference players at 300x300 RGB, with static frames (``renderd-player
@@ -24,10 +24,14 @@ total steps per second over all players:
 ``ratio`` is gym-vector over the faster AsyncVectorEnv (the two are the same API, the same observation
 copies). A second table gives the CPU time per player step (this process, the players and the workers,
 from ``psutil``): on a busy or small machine throughput is about CPUs / CPU-per-step, and that number
-moves much less with other load than steps per second do. Each cell is the median of ``--repeats`` rounds (rounds interleave the clients, so a noisy
-neighbour hits all of them alike). Nothing is pinned: players, workers and the client float over all
-CPUs, which is how they run in training; pinning n + 1 busy processes to 2 CPUs would only add
-constraints. The machine's CPU count, load average and Python version are printed with the table.
+moves much less with other load than steps per second do.
+
+Every client of a cell is open at once (idle players and workers use no CPU), and each cell is
+``--rounds`` short rounds interleaving the clients in rotating order; medians are reported, so load from
+other jobs on a shared machine hits every client alike. Nothing is pinned: players, workers and the
+client float over all CPUs, which is how they run in training; pinning n + 1 busy processes to 2 CPUs
+would only add constraints. The machine's CPU count, load average and Python version are printed with
+the table.
 """
 
 from __future__ import annotations
@@ -87,6 +91,7 @@ def _cpu(procs: list[psutil.Process]) -> float:
 
 
 def _timed(step: Callable[[], None], duration: float) -> tuple[int, float]:
+    step()  # first step after a pause: not counted
     count = 0
     started = time.perf_counter()
     while True:
@@ -98,11 +103,12 @@ def _timed(step: Callable[[], None], duration: float) -> tuple[int, float]:
 
 
 class _Client:
-    """One client setup, opened once and measured in several rounds."""
+    """One client setup (its players, and workers if any), opened once and measured in many rounds."""
 
     def __init__(self, name: str, n: int, frames: str) -> None:
         self.name, self.n, self.frames = name, n, frames
         self.closer: Callable[[], None] = lambda: None
+        before = {p.pid for p in psutil.Process().children(recursive=True)}
         action = _action(frames)
         kw = _launch_kwargs(frames)
         if name in ("vector", "vector-seq", "serial"):
@@ -147,12 +153,14 @@ class _Client:
 
             self.closer = env.close
         self.step = step
-
-    def measure(self, duration: float) -> tuple[float, float]:
-        """(steps/s over all players, CPU microseconds per player step: this process + every child)."""
+        # This client's own processes (players, workers), for its CPU time; idle ones cost nothing.
+        self.procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
         for _ in range(WARMUP_STEPS):
             self.step()
-        procs = [psutil.Process(), *psutil.Process().children(recursive=True)]
+
+    def measure(self, duration: float) -> tuple[float, float]:
+        """(steps/s over all players, CPU microseconds per player step: this process + its processes)."""
+        procs = [psutil.Process(), *self.procs]
         cpu0 = _cpu(procs)
         count, elapsed = _timed(self.step, duration)
         cpu = _cpu(procs) - cpu0
@@ -162,23 +170,27 @@ class _Client:
         self.closer()
 
 
-def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, repeats: int) -> list[dict]:
+def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, rounds: int) -> list[dict]:
     rows = []
     for frames in frames_list:
         for n in ns:
             samples: dict[str, list[float]] = {c: [] for c in clients}
             cpu: dict[str, list[float]] = {c: [] for c in clients}
-            # Open one client at a time (n players, or n workers + n players, at once is plenty on 2 CPUs)
-            # and interleave rounds across clients.
-            for _ in range(repeats):
+            # Every client of the cell is open at once (idle players and workers use no CPU) and the
+            # rounds interleave them, rotating the order, so a noisy neighbour hits all of them alike.
+            opened: list[_Client] = []
+            try:
                 for c in clients:
-                    client = _Client(c, n, frames)
-                    try:
+                    opened.append(_Client(c, n, frames))
+                for r in range(rounds):
+                    k = r % len(opened)
+                    for client in opened[k:] + opened[:k]:
                         rate, us = client.measure(duration)
-                    finally:
-                        client.close()
-                    samples[c].append(rate)
-                    cpu[c].append(us)
+                        samples[client.name].append(rate)
+                        cpu[client.name].append(us)
+            finally:
+                for client in opened:
+                    client.close()
             row: dict[str, Any] = {"frames": frames, "n": n}
             row.update({c: statistics.median(v) for c, v in samples.items()})
             row["cpu_us"] = {c: statistics.median(v) for c, v in cpu.items()}
@@ -215,8 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ns", default="1,2,4,8", help="comma-separated player counts (default 1,2,4,8)")
     p.add_argument("--frames", default="static,rendered", help="static, rendered or both (default both)")
     p.add_argument("--clients", default=",".join(CLIENTS), help=f"subset of {','.join(CLIENTS)}")
-    p.add_argument("--duration", type=float, default=2.0, help="seconds measured per client and round")
-    p.add_argument("--repeats", type=int, default=3, help="rounds per cell; the median is reported")
+    p.add_argument("--duration", type=float, default=0.5, help="seconds measured per client and round")
+    p.add_argument("--rounds", type=int, default=9, help="rounds per cell; the median is reported")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
     ns = [int(x) for x in args.ns.split(",") if x]
@@ -227,12 +239,12 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"unknown client {c!r}")
     load = os.getloadavg()
     print(
-        f"# {SIZE}x{SIZE} RGB, steps/s over all players (median of {args.repeats} x {args.duration:g} s); "
+        f"# {SIZE}x{SIZE} RGB, steps/s over all players (median of {args.rounds} rounds of {args.duration:g} s); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
     )
     print(_header(clients), flush=True)
-    rows = run(ns, frames, clients, args.duration, args.repeats)
+    rows = run(ns, frames, clients, args.duration, args.rounds)
     print("\n# CPU microseconds per player step (this process + players + workers; lower is better)")
     print(_cpu_table(rows, clients))
     load = os.getloadavg()
