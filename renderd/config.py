@@ -60,6 +60,11 @@ __all__ = [
     "resolve_executable",
     "markdown",
     "validate_command",
+    "SECRET_NAME_PARTS",
+    "REDACTED",
+    "is_secret_name",
+    "redact_env",
+    "redact_argv",
 ]
 
 #: Platform names an environment may ask for (``auto`` lets renderd choose; see docs/platforms.md).
@@ -79,6 +84,45 @@ ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _X_DISPLAY = re.compile(r"^[A-Za-z0-9_.-]*:\d+(\.\d+)?$")
 #: Largest width or height accepted (Unity's own limit for a render target).
 MAX_RESOLUTION = 16384
+#: Parts of a variable or option name that mark its value as a secret (compared upper-cased).
+SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
+#: What a secret value is shown as in every outward view (status, API answers, ``renderd validate``).
+REDACTED = "***"
+
+
+# -- secrets -----------------------------------------------------------------------------------------
+def is_secret_name(name: str) -> bool:
+    """Whether a variable or option named ``name`` holds a secret (its name contains TOKEN, SECRET,
+    PASSWORD, PASSWD, KEY or CREDENTIAL, in any case)."""
+    upper = name.upper()
+    return any(part in upper for part in SECRET_NAME_PARTS)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``env`` with the values of secret-looking names replaced by :data:`REDACTED` (names are kept, so
+    a reader sees that they are set)."""
+    return {name: REDACTED if is_secret_name(name) else value for name, value in env.items()}
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """``argv`` with the values of secret-looking options hidden: ``--token=X`` -> ``--token=***``, and the
+    argument after ``--password`` / ``-apiKey`` -> ``***``. The program itself is kept."""
+    out: list[str] = []
+    hide_next = False
+    for i, arg in enumerate(argv):
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        if i > 0 and arg.startswith("-"):
+            name, sep, _value = arg.partition("=")
+            if is_secret_name(name):
+                if sep:
+                    out.append(f"{name}={REDACTED}")
+                    continue
+                hide_next = True
+        out.append(arg)
+    return out
 
 
 # -- defaults that depend on who runs the daemon ------------------------------------------------------
@@ -343,7 +387,12 @@ class EnvironmentConfig:
         "A player whose lease ended uncleanly is always replaced.",
         check=_one_of(RESTART_POLICIES),
     )
-    env: dict[str, str] = setting({}, help="Extra environment variables for the player.", check=_env)
+    env: dict[str, str] = setting(
+        {},
+        help="Extra environment variables for the player. Values of names containing TOKEN, SECRET, PASSWORD, "
+        "PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` and the control API.",
+        check=_env,
+    )
 
     @property
     def argv(self) -> list[str]:
@@ -351,8 +400,18 @@ class EnvironmentConfig:
         return [self.executable] if isinstance(self.executable, str) else list(self.executable)
 
     def to_dict(self) -> dict[str, Any]:
-        """The keys of this table as plain JSON/TOML values (without ``name``)."""
+        """The keys of this table as plain JSON/TOML values (without ``name``), secrets included: for
+        internal use only. What is shown to anyone is :meth:`redacted`."""
         return {f.name: _plain(getattr(self, f.name)) for f in settings(EnvironmentConfig)}
+
+    def redacted(self) -> dict[str, Any]:
+        """:meth:`to_dict` for outward views (``renderd status``, the control API): the values of
+        secret-looking ``env`` names and executable options are :data:`REDACTED`."""
+        data = self.to_dict()
+        data["env"] = redact_env(self.env)
+        argv = redact_argv(self.argv)
+        data["executable"] = argv[0] if isinstance(self.executable, str) else argv
+        return data
 
     def replaces_players(self, other: EnvironmentConfig) -> bool:
         """Whether moving from ``other`` to this configuration needs new player processes (anything but
@@ -372,6 +431,8 @@ class Config:
     path: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole configuration as plain values, secrets included (internal use; see
+        :meth:`EnvironmentConfig.redacted`)."""
         return {
             "daemon": {f.name: _plain(getattr(self.daemon, f.name)) for f in settings(DaemonConfig)},
             "environments": {name: env.to_dict() for name, env in self.environments.items()},
@@ -697,7 +758,7 @@ def describe(config: Config) -> list[str]:
     lines = []
     for name, env in config.environments.items():
         lines.append(
-            f"{name}: {env.instances} x {' '.join(env.argv)} at {env.width}x{env.height}, "
+            f"{name}: {env.instances} x {' '.join(redact_argv(env.argv))} at {env.width}x{env.height}, "
             f"platform {env.platform}, transport {env.transport}, restart {env.restart}"
         )
     return lines

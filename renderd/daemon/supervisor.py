@@ -185,7 +185,7 @@ class Environment:
             "leased": counts.get("LEASED", 0),
             "states": counts,
             "waiting_clients": len(self.waiters),
-            "config": self.config.to_dict(),
+            "config": self.config.redacted(),  # shown to anyone who asks: no secret values
             "players": [p.to_dict() for p in self.players],
         }
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import glob
 import logging
 import os
+import sys
 
 import psutil
+from click.testing import CliRunner
 
 import renderd
+from renderd.config import REDACTED, parse_environment, redact_argv, redact_env, validate_command
 from renderd.daemon.client import connect
 
 from .conftest import CONFIG_ENV_SECRETS, DAEMON_ENV_SECRETS, SECRETS, api_outputs
@@ -98,3 +101,34 @@ def test_launch_http_never_logs_its_token(tmp_path, caplog, nothing_left) -> Non
     assert "client token set" in texts["player log (debug)"]
     assert not leaks(texts, {"AI2THOR_CLIENT_TOKEN": token})
 
+
+
+def test_secret_looking_env_values_never_in_status_or_api(secure_daemon) -> None:
+    found = leaks(api_outputs(secure_daemon), CONFIG_ENV_SECRETS)
+    assert not found, found
+    (demo,) = [e for e in secure_daemon.client.environments() if e["name"] == "demo"]
+    assert demo["config"]["env"] == {name: REDACTED for name in CONFIG_ENV_SECRETS}  # the names stay visible
+
+
+def test_redaction_rules() -> None:
+    env = {"DB_PASSWORD": "p", "api_key": "k", "GITHUB_TOKEN": "t", "AWS_CREDENTIALS": "c", "HOME": "/h",
+           "LANG": "C"}
+    assert redact_env(env) == {"DB_PASSWORD": REDACTED, "api_key": REDACTED, "GITHUB_TOKEN": REDACTED,
+                               "AWS_CREDENTIALS": REDACTED, "HOME": "/h", "LANG": "C"}
+    assert redact_argv(["/bin/player-token", "--token=abc", "--password", "hunter2", "-apiKey", "k", "--width",
+                        "3"]) == ["/bin/player-token", f"--token={REDACTED}", "--password", REDACTED, "-apiKey",
+                                  REDACTED, "--width", "3"]
+    config = parse_environment("x", {"executable": ["/bin/sh", "--secret=s3"], "env": {"MY_SECRET": "s3"}},
+                               resolve=False)
+    shown = config.redacted()
+    assert "s3" not in str(shown) and shown["env"] == {"MY_SECRET": REDACTED}
+    assert config.to_dict()["env"] == {"MY_SECRET": "s3"}  # kept for the daemon's own use
+
+
+def test_validate_does_not_print_secret_options(tmp_path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(f'[environments.demo]\nexecutable = ["{sys.executable}", "--api-token=s3cr3t"]\n'
+                    'env = {SERVICE_PASSWORD = "s3cr3t"}\n')
+    result = CliRunner().invoke(validate_command, [str(path)])
+    assert result.exit_code == 0, result.output
+    assert "s3cr3t" not in result.output and f"--api-token={REDACTED}" in result.output
