@@ -571,12 +571,20 @@ def launch(
     removed at close (a :class:`PlayerCrashed` quotes its last lines). ``pipe_size``: buffer of the
     player -> client pipe (default 1 MiB, capped by the kernel).
 
-    Raises :class:`ConfigError` (unknown executable, transport, quality, bad size),
+    ``start_timeout`` and ``step_timeout`` are finite numbers of seconds, greater than 0 and at most
+    :data:`renderd.config.MAX_SECONDS` (7 days).
+
+    Raises :class:`ConfigError` (unknown executable, transport, quality, bad size; a bad timeout raises
+    :class:`renderd.config.ArgumentError`, which is a ConfigError naming the argument and a ValueError),
     :class:`PlatformError` (no platform can run it), :class:`PlayerCrashed` (the player exited before its
     first frame: exit code or signal, and its log), :class:`PlayerTimeout` (no first frame within
     ``start_timeout``), :class:`ProtocolError` (a malformed first frame). Nothing is left behind when it
     raises.
     """
+    from renderd.config import check_seconds
+
+    start_timeout = check_seconds(start_timeout, "start_timeout")
+    step_timeout = check_seconds(step_timeout, "step_timeout")
     if transport == "http":
         try:
             http = importlib.import_module("renderd.transport.http")
@@ -600,9 +608,6 @@ def launch(
         )
     if transport != "fifo":
         raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}", key="transport")
-    for key, value in (("start_timeout", start_timeout), ("step_timeout", step_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise ConfigError(f"must be a positive number of seconds, got {value!r}", key=key)
 
     # Imported here so that `import renderd.client` stays cheap for HTTP-only users.
     from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair

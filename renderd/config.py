@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import math
 import os
 import re
 import sys
@@ -65,6 +66,9 @@ __all__ = [
     "is_secret_name",
     "redact_env",
     "redact_argv",
+    "MAX_SECONDS",
+    "ArgumentError",
+    "check_seconds",
 ]
 
 #: Platform names an environment may ask for (``auto`` lets renderd choose; see docs/platforms.md).
@@ -84,6 +88,10 @@ ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _X_DISPLAY = re.compile(r"^[A-Za-z0-9_.-]*:\d+(\.\d+)?$")
 #: Largest width or height accepted (Unity's own limit for a render target).
 MAX_RESOLUTION = 16384
+#: The most seconds any setting or argument accepts (a week: a Unity build's cold start or a long step fits
+#: with room to spare). Every wait in renderd has a deadline; an infinite or absurd number of seconds is a
+#: mistake that would make one never end (or overflow the poll timeout).
+MAX_SECONDS = 7 * 24 * 3600.0
 #: Parts of a variable or option name that mark its value as a secret (compared upper-cased).
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 #: What a secret value is shown as in every outward view (status, API answers, ``renderd validate``).
@@ -163,6 +171,47 @@ def setting(
         value = default
         return field(default_factory=lambda: type(value)(value), metadata=metadata)
     return field(default=default, metadata=metadata)
+
+
+class ArgumentError(ConfigError, ValueError):
+    """A bad argument to a Python call (``renderd.launch``, ``renderd.connect``...): a :class:`ConfigError`
+    whose ``key`` is the argument's name (the same rule as the configuration key of that name), and a
+    ``ValueError``, so either ``except`` catches it."""
+
+
+def _seconds(value: float, *, zero_ok: bool = False) -> str | None:
+    """Why ``value`` is not an acceptable number of seconds (``None`` when it is)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number of seconds, at most {MAX_SECONDS:g}, not {value}"
+    if zero_ok and value < 0:
+        return "must be 0 or more"
+    if not zero_ok and value <= 0:
+        return "must be greater than 0"
+    if value > MAX_SECONDS:
+        return f"must be at most {MAX_SECONDS:g} seconds (7 days), got {value:g}"
+    return None
+
+
+def _positive_seconds(value: float) -> str | None:
+    return _seconds(value)
+
+
+def _non_negative_seconds(value: float) -> str | None:
+    return _seconds(value, zero_ok=True)
+
+
+def check_seconds(value: Any, name: str, *, zero_ok: bool = False) -> float:
+    """Check a Python argument that is a number of seconds: a finite number greater than 0 (0 allowed
+    with ``zero_ok``) and at most :data:`MAX_SECONDS`. Returns it as a float.
+
+    Raises :class:`ArgumentError` (a ConfigError and a ValueError) naming ``name``.
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ArgumentError(f"must be a number of seconds, got {value!r}", key=name)
+    why = _seconds(value, zero_ok=zero_ok)
+    if why:
+        raise ArgumentError(why, key=name)
+    return float(value)
 
 
 def _positive(value: Any) -> str | None:
@@ -303,8 +352,9 @@ class DaemonConfig:
     )
     stop_grace: float = setting(
         5.0,
-        help="Seconds a player gets to exit after SIGTERM before it is killed with SIGKILL.",
-        check=_positive,
+        help="Seconds a player gets to exit after SIGTERM before it is killed with SIGKILL. Every number of "
+        "seconds in the configuration is finite and at most 604800 (7 days).",
+        check=_positive_seconds,
     )
     max_boot_failures: int = setting(
         5,
@@ -315,17 +365,17 @@ class DaemonConfig:
     backoff_initial: float = setting(
         0.5,
         help="Seconds before the first restart of a crashed player; doubles with each consecutive failure.",
-        check=_positive,
+        check=_positive_seconds,
     )
     backoff_max: float = setting(
         30.0,
         help="Longest wait, in seconds, between restarts of a player that keeps failing.",
-        check=_positive,
+        check=_positive_seconds,
     )
     lease_timeout: float = setting(
         30.0,
         help="Seconds a lease request waits for a ready player when the client does not say.",
-        check=_non_negative,
+        check=_non_negative_seconds,
     )
     api_threads: int = setting(
         16,
@@ -378,9 +428,15 @@ class EnvironmentConfig:
     )
     instances: int = setting(1, help="Number of ready players to keep.", check=_non_negative)
     start_timeout: float = setting(
-        300.0, help="Seconds a player has to send its first frame (readiness).", check=_positive
+        300.0,
+        help="Seconds a player has to send its first frame (readiness); at most 604800 (7 days).",
+        check=_positive_seconds,
     )
-    step_timeout: float = setting(100.0, help="Seconds a client waits for the answer to one step.", check=_positive)
+    step_timeout: float = setting(
+        100.0,
+        help="Seconds a client waits for the answer to one step; at most 604800 (7 days).",
+        check=_positive_seconds,
+    )
     restart: str = setting(
         "on-failure",
         help="Restart a player that exited: `always`, `on-failure` (not after exit code 0) or `never`. "
@@ -557,7 +613,10 @@ def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False, value
-        return True, float(value)
+        try:
+            return True, float(value)
+        except OverflowError:  # an integer beyond any float (a JSON body can carry one)
+            return True, math.inf
     if tp is str:
         return isinstance(value, str), value
     return isinstance(value, tp), value

@@ -297,10 +297,20 @@ def _read_log_tail(path: str | None, lines: int) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+#: The longest single poll, in milliseconds (a C int); a longer wait polls again.
+MAX_POLL_MS = 2**31 - 1
+
+
 def _poll_fd(fd: int, timeout: float) -> bool:
+    if not timeout > 0:  # also NaN
+        ms = 0
+    elif timeout >= MAX_POLL_MS / 1000:
+        ms = MAX_POLL_MS
+    else:
+        ms = int(timeout * 1000 + 0.999)
     poller = select.poll()
     poller.register(fd, select.POLLIN)
-    return bool(poller.poll(max(0, int(timeout * 1000 + 0.999))))
+    return bool(poller.poll(ms))
 
 
 class PlayerProcess:

@@ -156,13 +156,21 @@ def connect(
     The session's ``last_event`` is ``None`` until the first step. Closing the session releases the
     lease: cleanly when its last step completed, else the daemon recycles the player.
 
-    Raises :class:`LeaseError` when no player is ready in time, :class:`RenderdError` when the daemon
-    cannot be reached or the environment does not exist.
+    Both are finite numbers of seconds, at most :data:`renderd.config.MAX_SECONDS` (``timeout`` may be 0:
+    only a player that is ready now; the daemon waits at most an hour for one).
+
+    Raises :class:`renderd.config.ArgumentError` (a ConfigError and a ValueError naming the argument) for
+    a bad ``timeout`` or ``step_timeout``, :class:`LeaseError` when no player is ready in time,
+    :class:`RenderdError` when the daemon cannot be reached or the environment does not exist.
     """
     from renderd.client import Session
+    from renderd.config import check_seconds
     from renderd.process import LeasedPlayer
     from renderd.transport.fifo import FifoChannel
 
+    timeout = check_seconds(timeout, "timeout", zero_ok=True)
+    if step_timeout is not None:
+        step_timeout = check_seconds(step_timeout, "step_timeout")
     control = ControlClient(socket)
     answer = control.lease(environment, timeout=timeout)
     lease_id = answer["lease"]

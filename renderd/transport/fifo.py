@@ -100,8 +100,17 @@ def _set_pipe_size(fd: int, wanted: int) -> int:
     return current
 
 
+#: The longest single poll, in milliseconds (a C int). Callers check their timeouts
+#: (:data:`renderd.config.MAX_SECONDS`); this only keeps a huge one from overflowing ``poll``.
+MAX_POLL_MS = 2**31 - 1
+
+
 def _ms(seconds: float) -> int:
-    return max(0, math.ceil(seconds * 1000))
+    if not seconds > 0:  # also NaN
+        return 0
+    if seconds >= MAX_POLL_MS / 1000:
+        return MAX_POLL_MS
+    return math.ceil(seconds * 1000)
 
 
 class FifoPair:

@@ -1534,15 +1534,14 @@ def launch_http(
     Raises what :func:`renderd.launch` raises; nothing is left behind when it raises.
     """
     from renderd.client import launch_player
-    from renderd.errors import ConfigError
+    from renderd.config import check_seconds
     from renderd.process import player_env
 
     kwargs.pop("transport", None)
     kwargs.pop("pipe_size", None)
-    for key in ("start_timeout", "step_timeout"):
-        value = kwargs.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise ConfigError(f"must be a positive number of seconds, got {value!r}", key=key)
+    for key in ("start_timeout", "step_timeout"):  # finite, > 0, at most MAX_SECONDS: ArgumentError otherwise
+        if kwargs.get(key) is not None:
+            kwargs[key] = check_seconds(kwargs[key], key)
     directory = tempfile.mkdtemp(prefix="renderd-http-")  # 0700: the player's log
     registry = PlayerBridgeRegistry()
     server = PlayerHttpServer(registry, host=host, players=1)

@@ -181,3 +181,12 @@ def test_nothing_was_logged_as_an_internal_error(apps, caplog) -> None:
     ]:
         check_error(*request(app, method, path, body))
     assert not caplog.records, caplog.text
+
+
+@pytest.mark.parametrize("body", [b'{"start_timeout": Infinity}', b'{"step_timeout": 1e308}',
+                                  b'{"step_timeout": 1' + b"0" * 400 + b"}"])
+def test_put_refuses_unbounded_numbers(apps, body: bytes) -> None:
+    declare, _ = apps
+    status, answer = request(declare, "PUT", "/v1/environments/bounded", body)
+    assert status == 400 and answer["error"]["type"] == "ConfigError", answer
+    assert "at most" in answer["error"]["message"] or "finite" in answer["error"]["message"]

@@ -12,17 +12,22 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from renderd.config import (
+    MAX_SECONDS,
+    ArgumentError,
     Config,
     ConfigError,
     DaemonConfig,
     EnvironmentConfig,
+    check_seconds,
     load,
     loads,
+    parse_environment,
     validate_command,
 )
 from renderd.config import settings as config_keys
@@ -204,3 +209,36 @@ def test_validate_command_never_shows_a_traceback(data: bytes) -> None:
     assert "Traceback" not in result.output
     if result.exit_code == 1:
         assert result.output.startswith("Error: ") and str(path) in result.output, result.output
+
+
+# -- named limits: every number of seconds, and instances ------------------------------------------------
+@pytest.mark.parametrize("text", [
+    "[environments.demo]\nstart_timeout = inf", "[environments.demo]\nstep_timeout = inf",
+    "[environments.demo]\nstart_timeout = 1e308", "[environments.demo]\nstep_timeout = -inf",
+    "[daemon]\nstop_grace = inf", "[daemon]\nlease_timeout = inf", "[daemon]\nbackoff_max = inf",
+    "[daemon]\nbackoff_initial = 1e9", "[daemon]\nlease_timeout = 604801",
+])
+def test_non_finite_or_absurd_seconds_are_config_errors(text: str) -> None:
+    with pytest.raises(ConfigError, match="finite|at most") as info:
+        loads(text, resolve=False)
+    assert info.value.key is not None and info.value.key.split(".")[-1] in text
+
+
+def test_the_limit_itself_is_accepted() -> None:
+    config = loads(f"[daemon]\nstop_grace = {MAX_SECONDS}\nlease_timeout = 0\n"
+                   f"[environments.demo]\nstart_timeout = {MAX_SECONDS}\nstep_timeout = {int(MAX_SECONDS)}",
+                   resolve=False)
+    assert config.environments["demo"].start_timeout == MAX_SECONDS == config.daemon.stop_grace
+
+
+def test_a_huge_integer_in_a_request_body_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="environments.x.start_timeout: must be a finite"):
+        parse_environment("x", json.loads('{"start_timeout": 1' + "0" * 400 + "}"), resolve=False)
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan, 0, -1, MAX_SECONDS * 2, "10", True])
+def test_check_seconds_for_python_arguments(value: Any) -> None:
+    with pytest.raises(ArgumentError, match="^step_timeout: ") as info:
+        check_seconds(value, "step_timeout")
+    assert isinstance(info.value, ValueError) and isinstance(info.value, ConfigError)
+    assert info.value.key == "step_timeout"

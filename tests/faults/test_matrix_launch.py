@@ -15,6 +15,7 @@ reported at once (no waiting for a deadline), a hang exactly at its deadline. Af
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import signal
@@ -29,6 +30,7 @@ import renderd
 from renderd.client import Session, SessionState
 from renderd.errors import (
     CallOrderError,
+    ConfigError,
     PlayerCrashed,
     PlayerTimeout,
     ProtocolError,
@@ -241,3 +243,24 @@ def test_player_fault(row: Row, tmp_path: Path, nothing_left) -> None:
         with pytest.raises(CallOrderError, match="broken session"):
             session.step("Pass")
     # nothing_left: the player (and a hanging one's whole process group), the pipes, the descriptors.
+
+
+# -- arguments: every wait has a finite deadline -----------------------------------------------------------
+@pytest.mark.parametrize("transport", ["fifo", "http"])
+@pytest.mark.parametrize("kwargs", [dict(start_timeout=math.inf), dict(step_timeout=math.inf),
+                                    dict(step_timeout=math.nan), dict(start_timeout=1e12)])
+def test_launch_refuses_infinite_timeouts(kwargs: dict[str, float], transport: str, nothing_left) -> None:
+    (key,) = kwargs
+    with Timer() as t, pytest.raises(ConfigError, match=f"^{key}: must be") as info:
+        renderd.launch(["renderd-player", "--static-frame"], width=8, height=8, platform="headless",
+                       transport=transport, **kwargs)
+    assert info.value.key == key and isinstance(info.value, ValueError)
+    assert t.elapsed < AT_ONCE  # refused before anything was started
+
+
+@pytest.mark.parametrize("kwargs", [dict(timeout=math.inf), dict(timeout=-1), dict(step_timeout=math.inf),
+                                    dict(step_timeout=0)])
+def test_connect_refuses_bad_timeouts(kwargs: dict[str, float], tmp_path: Path, nothing_left) -> None:
+    (key,) = kwargs
+    with pytest.raises(ValueError, match=f"^{key}: must be"):  # before it even looks for a daemon
+        renderd.connect("demo", socket=str(tmp_path / "no-daemon.sock"), **kwargs)
