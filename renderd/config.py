@@ -67,6 +67,7 @@ __all__ = [
     "redact_env",
     "redact_argv",
     "MAX_SECONDS",
+    "MAX_INSTANCES",
     "ArgumentError",
     "check_seconds",
 ]
@@ -92,6 +93,9 @@ MAX_RESOLUTION = 16384
 #: with room to spare). Every wait in renderd has a deadline; an infinite or absurd number of seconds is a
 #: mistake that would make one never end (or overflow the poll timeout).
 MAX_SECONDS = 7 * 24 * 3600.0
+#: The most players one environment may ask for. Each is a process (a Unity player is a GPU context and
+#: gigabytes of memory); a typo'd count must not make the daemon fork until the machine gives out.
+MAX_INSTANCES = 1024
 #: Parts of a variable or option name that mark its value as a secret (compared upper-cased).
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 #: What a secret value is shown as in every outward view (status, API answers, ``renderd validate``).
@@ -214,12 +218,16 @@ def check_seconds(value: Any, name: str, *, zero_ok: bool = False) -> float:
     return float(value)
 
 
+def _instances(value: int) -> str | None:
+    if value < 0:
+        return "must be 0 or more"
+    if value > MAX_INSTANCES:
+        return f"must be at most {MAX_INSTANCES}, got {value}"
+    return None
+
+
 def _positive(value: Any) -> str | None:
     return None if value > 0 else "must be greater than 0"
-
-
-def _non_negative(value: Any) -> str | None:
-    return None if value >= 0 else "must be 0 or more"
 
 
 def _one_of(choices: tuple[str, ...]) -> Check:
@@ -426,7 +434,9 @@ class EnvironmentConfig:
         help='How players talk to clients: `fifo` (named pipes) or `http` (needs `[daemon] http`).',
         check=_one_of(TRANSPORTS),
     )
-    instances: int = setting(1, help="Number of ready players to keep.", check=_non_negative)
+    instances: int = setting(
+        1, help=f"Number of ready players to keep, 0 to {MAX_INSTANCES}.", check=_instances
+    )
     start_timeout: float = setting(
         300.0,
         help="Seconds a player has to send its first frame (readiness); at most 604800 (7 days).",

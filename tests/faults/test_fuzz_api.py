@@ -184,7 +184,8 @@ def test_nothing_was_logged_as_an_internal_error(apps, caplog) -> None:
 
 
 @pytest.mark.parametrize("body", [b'{"start_timeout": Infinity}', b'{"step_timeout": 1e308}',
-                                  b'{"step_timeout": 1' + b"0" * 400 + b"}"])
+                                  b'{"step_timeout": 1' + b"0" * 400 + b"}",
+                                  b'{"instances": 1000000000}', b'{"instances": 1025}'])
 def test_put_refuses_unbounded_numbers(apps, body: bytes) -> None:
     declare, _ = apps
     status, answer = request(declare, "PUT", "/v1/environments/bounded", body)

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from renderd.config import (
+    MAX_INSTANCES,
     MAX_SECONDS,
     ArgumentError,
     Config,
@@ -242,3 +243,12 @@ def test_check_seconds_for_python_arguments(value: Any) -> None:
         check_seconds(value, "step_timeout")
     assert isinstance(info.value, ValueError) and isinstance(info.value, ConfigError)
     assert info.value.key == "step_timeout"
+
+
+def test_instances_have_an_upper_limit() -> None:
+    with pytest.raises(ConfigError, match="environments.demo.instances: must be at most 1024"):
+        loads("[environments.demo]\ninstances = 1000000000", resolve=False)
+    with pytest.raises(ConfigError, match="environments.demo.instances"):
+        loads(f"[environments.demo]\ninstances = {MAX_INSTANCES + 1}", resolve=False)
+    assert loads(f"[environments.demo]\ninstances = {MAX_INSTANCES}", resolve=False).environments[
+        "demo"].instances == MAX_INSTANCES
