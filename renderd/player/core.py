@@ -8,6 +8,8 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
                     static_frame=False, metadata_objects=0, logger=None)
     metadata, images = player.first_message()    # the readiness message, sequenceId 0
     metadata, images = player.handle(action)     # one answer per action dict
+    answer = player.answer(action)               # the same as an Answer: answer.metadata(), answer.images,
+    body = answer.packed_metadata()              # and the metadata packed (== encode_metadata(answer.metadata()))
 
 * ``platform``: ``"CloudRendering"`` makes RGB images 4 bytes per pixel (RGBA, alpha 255), as Unity does
   there; anything else (``"Linux64"``, ``"headless"``, ``None``) gives 3 bytes per pixel.
@@ -25,6 +27,13 @@ array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4)
 ``renderd.protocol.encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])`` or take
 their bytes for HTTP form parts. Arrays may be shared between calls: treat them as read-only.
 
+Metadata is cached per player state (scene, pose, resolution, field of view, visibility distance,
+third-party cameras; :data:`VIEW_CACHE_SIZE` states): an action that changes none of them (``Pass``, a
+blocked move) costs no visibility render, no object list and no pack of the large parts; only the
+per-action fields (``lastAction``, ``lastActionSuccess``, ``errorMessage``, ``errorCode``,
+``actionReturn``, ``sequenceId``) are new. Each call returns a new top-level dict, but its nested parts
+(objects, colors, cameras...) are shared between answers: treat them as read-only too.
+
 ``handle`` never raises for a bad action: an unknown action or a bad argument is answered with
 ``lastActionSuccess: False``, an ``errorMessage`` and an ``errorCode`` (``InvalidAction``,
 ``InvalidArgument``, ``MissingArguments``). A ``RenderdFault`` action is validated and answered as a
@@ -40,6 +49,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Callable
 
+import msgpack
 import numpy as np
 
 from renderd.player import faults
@@ -49,6 +59,7 @@ from renderd.protocol import FieldType
 
 __all__ = [
     "Player",
+    "Answer",
     "Images",
     "ActionFailed",
     "ACTIONS",
@@ -79,6 +90,9 @@ MAX_THIRD_PARTY_CAMERAS = 8
 VISIBILITY_RENDER_WIDTH = 64
 #: How many wire-layout frames (keyed by camera state) a Player keeps, so an unchanged view costs nothing.
 WIRE_CACHE_SIZE = 4
+#: How many metadata views (keyed by everything but the action's own fields) a Player keeps: an action that
+#: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes.
+VIEW_CACHE_SIZE = 4
 _EPS = 1e-6
 
 
@@ -210,6 +224,95 @@ class _Camera:
         }
 
 
+#: The agent's per-action keys, in wire order; everything else in an answer's metadata is decided by the
+#: player's state alone (:class:`_View`).
+_ACTION_KEYS = ("lastAction", "lastActionSuccess", "errorMessage", "errorCode", "actionReturn")
+#: The agent keys packed before the per-action ones (the rest come after them).
+_AGENT_HEAD_KEYS = ("name", "screenWidth", "screenHeight")
+
+
+class _View:
+    """What an answer's metadata holds apart from the action's own fields, for one player state.
+
+    Built once per state (scene, pose, resolution, field of view, visibility distance, cameras) and
+    reused while the state does not change, as both a dict's parts and packed msgpack. The metadata map
+    is packed by hand around the per-action values::
+
+        packed_head    map(4) "agents" array(1) map(N) name.. screenWidth.. screenHeight..
+        (per action)   lastAction.. lastActionSuccess.. errorMessage.. errorCode.. actionReturn..
+        packed_middle  sceneName.. ... sceneBounds.. "sequenceId"
+        (per action)   the sequence id
+        packed_end     "activeAgentId" 0 "thirdPartyCameras" [...]
+
+    which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order).
+    """
+
+    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_head", "packed_middle", "packed_end")
+
+    def __init__(self, agent_head: dict[str, Any], agent_tail: dict[str, Any], cameras: list[dict[str, Any]]) -> None:
+        self.agent_head = agent_head
+        self.agent_tail = agent_tail
+        self.cameras = cameras
+        packer = msgpack.Packer(use_bin_type=True)
+
+        def pairs(d: dict[str, Any]) -> bytes:
+            return b"".join(packer.pack(k) + packer.pack(v) for k, v in d.items())
+
+        self.packed_head = b"".join((
+            packer.pack_map_header(4), packer.pack("agents"), packer.pack_array_header(1),
+            packer.pack_map_header(len(agent_head) + len(_ACTION_KEYS) + len(agent_tail)), pairs(agent_head),
+        ))
+        self.packed_middle = pairs(agent_tail) + packer.pack("sequenceId")
+        self.packed_end = pairs({"activeAgentId": 0, "thirdPartyCameras": cameras})
+
+
+class Answer:
+    """One answer: the metadata (as a dict, or as msgpack) and the images, in wire order and layout.
+
+    :meth:`metadata` builds a new top-level dict on each call whose nested parts (objects, colors,
+    cameras...) are shared with other answers from the same player state: treat them as read-only, like
+    the image arrays. :meth:`packed_metadata` is exactly ``encode_metadata(answer.metadata())``, assembled
+    from bytes cached per player state with only the per-action values packed.
+    """
+
+    __slots__ = ("_view", "_action_values", "sequence_id", "images")
+
+    def __init__(self, view: _View, action_values: tuple, sequence_id: int, images: Images) -> None:
+        self._view = view
+        self._action_values = action_values
+        self.sequence_id = sequence_id
+        self.images = images
+
+    def metadata(self) -> dict[str, Any]:
+        """The metadata dict (a fresh top level; nested parts shared, read-only)."""
+        view = self._view
+        agent = dict(view.agent_head)
+        agent.update(zip(_ACTION_KEYS, self._action_values))
+        agent.update(view.agent_tail)
+        return {"agents": [agent], "sequenceId": self.sequence_id, "activeAgentId": 0,
+                "thirdPartyCameras": view.cameras}
+
+    def packed_metadata(self) -> bytes:
+        """The metadata packed with msgpack, as :func:`renderd.protocol.encode_metadata` packs it.
+
+        Raises TypeError if an action's return value cannot be packed (the player's never is).
+        """
+        view = self._view
+        name, success, error, code, result = self._action_values
+        fields = msgpack.packb(
+            ("lastAction", name, "lastActionSuccess", success, "errorMessage", error, "errorCode", code,
+             "actionReturn", result),
+            use_bin_type=True,
+        )
+        # fields is a fixarray of the 10 items: one header byte, then the pairs exactly as a map holds them.
+        return b"".join((view.packed_head, fields[1:], view.packed_middle,
+                         msgpack.packb(self.sequence_id), view.packed_end))
+
+    def as_tuple(self) -> tuple[dict[str, Any], Images]:
+        """``(metadata(), images)``, what :meth:`Player.handle` returns."""
+        return self.metadata(), self.images
+
+
 class Player:
     """One agent in one scene: applies actions and produces (metadata, images). See the module docstring."""
 
@@ -241,6 +344,7 @@ class Player:
         self._synthetic = _synthetic_objects(metadata_objects)
         self._wire_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._static: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._views: OrderedDict[tuple, _View] = OrderedDict()
         # Settings from Initialize (they persist across Reset, as the controller re-sends them anyway).
         self.grid_size = DEFAULT_GRID_SIZE
         self.rotate_step = DEFAULT_ROTATE_DEGREES
@@ -254,11 +358,23 @@ class Player:
     # -- public API ----------------------------------------------------------------------------------
     def first_message(self) -> tuple[dict[str, Any], Images]:
         """The message a build sends once it is up: sequenceId 0, lastAction "", the start view."""
-        self.sequence_id = 0
-        return self._answer({}, "", True, "", "", None)
+        return self.first_answer().as_tuple()
 
     def handle(self, action: dict[str, Any]) -> tuple[dict[str, Any], Images]:
         """Apply ``action`` and return its answer. Never raises for a bad action (see module docstring)."""
+        return self.answer(action).as_tuple()
+
+    def error_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> tuple[dict, Images]:
+        """An answer to ``action`` reporting failure (for a link that rejects an action itself)."""
+        return self.rejected_answer(action, message, code).as_tuple()
+
+    def first_answer(self) -> Answer:
+        """:meth:`first_message` as an :class:`Answer`."""
+        self.sequence_id = 0
+        return self._answer({}, "", True, "", "", None)
+
+    def answer(self, action: dict[str, Any]) -> Answer:
+        """:meth:`handle` as an :class:`Answer` (whose metadata can be had packed). Never raises for a bad action."""
         started = time.perf_counter()
         name = action.get("action")
         seq = action.get("sequenceId")
@@ -280,18 +396,19 @@ class Player:
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
         answer = self._answer(action, name if isinstance(name, str) else "", success, error, code, result)
-        self.log.debug(
-            "action %s seq=%s -> %s%s (%.1f ms)",
-            name,
-            self.sequence_id,
-            "ok" if success else "failed",
-            f": {error}" if error else "",
-            (time.perf_counter() - started) * 1000,
-        )
+        if self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug(
+                "action %s seq=%s -> %s%s (%.1f ms)",
+                name,
+                self.sequence_id,
+                "ok" if success else "failed",
+                f": {error}" if error else "",
+                (time.perf_counter() - started) * 1000,
+            )
         return answer
 
-    def error_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> tuple[dict, Images]:
-        """An answer to ``action`` reporting failure (for a link that rejects an action itself)."""
+    def rejected_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> Answer:
+        """:meth:`error_answer` as an :class:`Answer`."""
         seq = action.get("sequenceId")
         if isinstance(seq, int) and not isinstance(seq, bool):
             self.sequence_id = seq
@@ -472,9 +589,26 @@ class Player:
         return {(int(v >> 16) & 255, int(v >> 8) & 255, int(v) & 255) for v in packed}
 
     # -- answers ---------------------------------------------------------------------------------------
-    def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any):
-        metadata = self._metadata(name, success, error, code, result)
-        return metadata, self._images(action)
+    def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any) -> Answer:
+        return Answer(self._view(), (name, success, error, code, result), self.sequence_id, self._images(action))
+
+    def _view_key(self) -> tuple:
+        """Everything the metadata depends on apart from the action's own fields (see :meth:`_build_view`)."""
+        cameras = tuple((c.position, c.rotation, c.fov) for c in self.cameras) if self.cameras else ()
+        return (self.scene.name, self.scene_name, self.width, self.height, self.x, self.z, self.yaw, self.horizon,
+                self.fov, self.visibility_distance, cameras)
+
+    def _view(self) -> _View:
+        key = self._view_key()
+        view = self._views.get(key)
+        if view is None:
+            view = self._build_view()
+            self._views[key] = view
+            while len(self._views) > VIEW_CACHE_SIZE:
+                self._views.popitem(last=False)
+        else:
+            self._views.move_to_end(key)
+        return view
 
     def _objects(self) -> list[dict[str, Any]]:
         seen = self._visible_ids()
@@ -518,18 +652,12 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _metadata(self, name: str, success: bool, error: str, code: str, result: Any) -> dict[str, Any]:
+    def _build_view(self) -> _View:
+        """The metadata's state-decided parts. Reads only what :meth:`_view_key` names (and constants)."""
         cameras = [c.metadata(i) for i, c in enumerate(self.cameras)]
         sx, sy, sz = self.scene.size
-        agent = {
-            "name": "agent",
-            "screenWidth": self.width,
-            "screenHeight": self.height,
-            "lastAction": name,
-            "lastActionSuccess": success,
-            "errorMessage": error,
-            "errorCode": code,
-            "actionReturn": result,
+        head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
+        tail = {
             "sceneName": self.scene_name,
             "depthFormat": "Meters",
             "cameraNearPlane": CAMERA_NEAR_PLANE,
@@ -554,12 +682,7 @@ class Player:
                 "size": _xyz(sx, sy, sz),
             },
         }
-        return {
-            "agents": [agent],
-            "sequenceId": self.sequence_id,
-            "activeAgentId": 0,
-            "thirdPartyCameras": cameras,
-        }
+        return _View(head, tail, cameras)
 
     def _images(self, action: dict) -> Images:
         if self.headless or action.get("renderImage", True) is False:

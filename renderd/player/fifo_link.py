@@ -25,8 +25,8 @@ from typing import Any, Callable, Sequence
 
 from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults, signals
-from renderd.player.core import Images, Player
-from renderd.protocol import NEED_DATA, Decoder, FieldType, decode_action, encode_message, encode_metadata
+from renderd.player.core import Answer, Player
+from renderd.protocol import NEED_DATA, Decoder, FieldType, decode_action, encode_message
 
 __all__ = ["run_fifo", "write_all", "EXIT_OK", "EXIT_IO_ERROR", "EXIT_PROTOCOL_ERROR", "ACTION_MAX_BODY_SIZE"]
 
@@ -83,9 +83,10 @@ def _nonblocking(fd: int) -> int:
     return fd
 
 
-def encode_answer(metadata: dict, images: Images) -> list[Any]:
-    """The buffers of one player message: METADATA, the images, end-of-message."""
-    return encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])
+def encode_answer(answer: Answer) -> list[Any]:
+    """The buffers of one player message: METADATA (packed from the answer's cached bytes), the images,
+    end-of-message."""
+    return encode_message([(FieldType.METADATA, answer.packed_metadata()), *answer.images])
 
 
 class FifoLink:
@@ -129,8 +130,8 @@ class FifoLink:
         except BrokenPipeError:
             raise _ClientGone("the client closed server.pipe while the player was writing (EPIPE)", EXIT_IO_ERROR)
 
-    def send_answer(self, metadata: dict, images: Images) -> None:
-        self.send(encode_answer(metadata, images))
+    def send_answer(self, answer: Answer) -> None:
+        self.send(encode_answer(answer))
 
     def recv_action(self) -> dict:
         """The next action. Raises _ClientGone at end of input, ProtocolError on bad bytes."""
@@ -171,12 +172,12 @@ class FifoLink:
             self.open_server()
             if after_open is not None:
                 after_open()
-            metadata, images = self.player.first_message()
+            answer = self.player.first_answer()
             if garbage_first:
                 logger.warning("fault at start: sending a malformed first message")
                 self.send([faults.garbage_message()])
             else:
-                self.send_answer(metadata, images)
+                self.send_answer(answer)
             logger.info("first message sent (%d x %d); player is ready", self.player.width, self.player.height)
             self.open_client()
             while True:
@@ -201,28 +202,27 @@ class FifoLink:
             fault = faults.parse_fault(action)
         except faults.FaultError as exc:
             logger.warning("rejected fault action: %s", exc)
-            self.send_answer(*self.player.error_answer(action, str(exc), "InvalidArgument"))
+            self.send_answer(self.player.rejected_answer(action, str(exc), "InvalidArgument"))
             return
         if fault is None:
-            self.send_answer(*self.player.handle(action))
+            self.send_answer(self.player.answer(action))
             return
         logger.warning("fault requested: %s", fault)
         if fault.is_stream_fault:
             self.stream_fault(fault, action)
             return
         if fault.when == "after":
-            self.send_answer(*self.player.handle(action))
+            self.send_answer(self.player.answer(action))
             faults.run_process_fault(fault)  # sleep returns; the rest never do
             return
         faults.run_process_fault(fault)
-        self.send_answer(*self.player.handle(action))
+        self.send_answer(self.player.answer(action))
 
     def stream_fault(self, fault: faults.Fault, action: dict) -> None:
         if fault.kind == "garbage":
             self.send([faults.garbage_message()])
             return
-        metadata, _ = self.player.handle(action)
-        body = encode_metadata(metadata)
+        body = self.player.answer(action).packed_metadata()
         if fault.kind == "oversize":
             self.send([faults.oversize_header()])
             logger.warning("fault: oversize header sent; going silent until the client closes client.pipe")
