@@ -48,6 +48,8 @@ API_STOP_TIMEOUT = 5.0
 HTTP_MIN_THREADS = 8
 #: Seconds waitress keeps an idle control connection open.
 API_CHANNEL_TIMEOUT = 60
+#: Largest request head (request line and headers) of the control API; a request's head is a few hundred bytes.
+API_MAX_HEADER_SIZE = 64 * 1024
 
 
 class DaemonError(RenderdError):
@@ -201,6 +203,8 @@ class _ControlServer:
     def __init__(self, app: Any, path: str, threads: int) -> None:
         import waitress
 
+        from renderd.daemon.api import MAX_BODY_SIZE
+
         self.path = path
         self.server = waitress.create_server(
             app,
@@ -209,6 +213,10 @@ class _ControlServer:
             threads=threads,
             ident="renderd",
             channel_timeout=API_CHANNEL_TIMEOUT,
+            # Refuse an oversize body from its Content-Length (413) before reading any of it; waitress
+            # refuses lengths >= its limit, the API those > MAX_BODY_SIZE.
+            max_request_body_size=MAX_BODY_SIZE + 1,
+            max_request_header_size=API_MAX_HEADER_SIZE,
             expose_tracebacks=False,
             clear_untrusted_proxy_headers=True,
             asyncore_use_poll=True,

@@ -1,0 +1,35 @@
+"""The control socket's HTTP below the application: an oversize body is refused from its Content-Length
+before any of it is read, and malformed HTTP is answered in the API's JSON error form."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+from renderd.daemon.api import MAX_BODY_SIZE
+from tests.daemon.test_api import raw_request
+
+
+def test_oversize_control_request_is_refused_before_its_body_is_read(secure_daemon) -> None:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(secure_daemon.socket)
+        s.sendall(b"PUT /v1/environments/x HTTP/1.0\r\nContent-Length: %d\r\n\r\n{" % (MAX_BODY_SIZE + 1))
+        started = time.monotonic()
+        head = s.recv(4096)  # nothing more is sent: the answer must not wait for the body
+    assert head.startswith(b"HTTP/1.0 413") and time.monotonic() - started < 2, head
+
+
+def test_a_body_of_exactly_the_limit_reaches_the_application(secure_daemon) -> None:
+    body = b'{"instances": 0, "executable": "renderd-player", "env": {"PAD": "' 
+    body += b"x" * (MAX_BODY_SIZE - len(body) - 3) + b'"}}'
+    assert len(body) == MAX_BODY_SIZE
+    status, headers, answer = raw_request(
+        secure_daemon.socket,
+        b"PUT /v1/environments/limit HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % len(body) + body)
+    try:
+        assert status == 201, answer[:300]
+    finally:
+        secure_daemon.client.request("DELETE", "/v1/environments/limit")
