@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -197,6 +198,29 @@ def _alive(player: Player) -> bool:
     return not select.select([fd], [], [], 0)[0]
 
 
+def _json_error_channel() -> type:
+    """A waitress channel class whose own error answers (malformed HTTP, an oversize body: answered before
+    the application runs) carry the API's JSON error form instead of waitress's text/plain page."""
+    from waitress.channel import HTTPChannel
+    from waitress.task import ErrorTask
+
+    class JsonErrorTask(ErrorTask):
+        def execute(self) -> None:
+            error = self.request.error
+            message = f"{error.reason}: {error.body}" if error.body else error.reason
+            body = json.dumps({"error": {"type": "RenderdError", "message": message}}).encode("utf-8") + b"\n"
+            self.status = f"{error.code} {error.reason}"
+            self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store")])
+            self.set_close_on_finish()
+            self.content_length = len(body)
+            self.write(body)
+
+    class JsonErrorChannel(HTTPChannel):
+        error_task_class = JsonErrorTask
+
+    return JsonErrorChannel
+
+
 class _ControlServer:
     """waitress serving the control API on the unix socket, on a thread of its own."""
 
@@ -221,6 +245,7 @@ class _ControlServer:
             clear_untrusted_proxy_headers=True,
             asyncore_use_poll=True,
         )
+        self.server.channel_class = _json_error_channel()
         self.thread = threading.Thread(target=self._run, name="renderd-api", daemon=True)
 
     def start(self) -> None:

@@ -22,7 +22,7 @@ def test_oversize_control_request_is_refused_before_its_body_is_read(secure_daem
 
 
 def test_a_body_of_exactly_the_limit_reaches_the_application(secure_daemon) -> None:
-    body = b'{"instances": 0, "executable": "renderd-player", "env": {"PAD": "' 
+    body = b'{"instances": 0, "executable": "renderd-player", "env": {"PAD": "'
     body += b"x" * (MAX_BODY_SIZE - len(body) - 3) + b'"}}'
     assert len(body) == MAX_BODY_SIZE
     status, headers, answer = raw_request(
@@ -33,3 +33,19 @@ def test_a_body_of_exactly_the_limit_reaches_the_application(secure_daemon) -> N
         assert status == 201, answer[:300]
     finally:
         secure_daemon.client.request("DELETE", "/v1/environments/limit")
+
+
+def test_malformed_http_on_the_control_socket_is_a_json_error(secure_daemon) -> None:
+    for request in (b"garbage\r\n\r\n", b"GET /v1/health HTTP/1.1\r\nContent-Length: abc\r\n\r\n",
+                    b"GET /v1/health HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n"):
+        status, headers, body = raw_request(secure_daemon.socket, request)
+        assert status == 400 and headers["content-type"] == "application/json", (request, headers, body)
+        error = json.loads(body)["error"]
+        assert set(error) == {"type", "message"} and error["type"] == "RenderdError", error
+
+
+def test_the_oversize_answer_is_json_too(secure_daemon) -> None:
+    status, headers, body = raw_request(
+        secure_daemon.socket, b"PUT /v1/environments/x HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY_SIZE + 1))
+    assert status == 413 and headers["content-type"] == "application/json"
+    assert "max_body" in json.loads(body)["error"]["message"]
