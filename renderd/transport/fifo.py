@@ -201,6 +201,8 @@ class FifoChannel:
         self.server_path = server_path
         self.client_path = client_path
         self.decoder = Decoder(max_body_size=max_body_size)
+        self._received = 0  # bytes read from server.pipe so far
+        self._message_start = 0  # stream offset where the message being received begins
         self._wfd: int | None = None
         self._player: PlayerWatch | None = None
         self._pidfd: int | None = None
@@ -256,6 +258,7 @@ class FifoChannel:
         decoder = self.decoder
         message = decoder.next_message()
         if message is not NEED_DATA:
+            self._message_start = message.offset + message.nbytes
             return message
         fd = self._rfd
         if fd is None:
@@ -294,17 +297,23 @@ class FifoChannel:
                 raise RenderdError(os_error_message(exc, f"cannot read {self.server_path}")) from exc
             if n == 0:
                 raise self._crash_on_eof(deadline_name)
+            self._received += n
             decoder.buffers_updated(n)
             message = decoder.next_message()
             if message is not NEED_DATA:
+                self._message_start = message.offset + message.nbytes
                 return message
 
     def _timeout(self, deadline_name: str, started: float) -> PlayerTimeout:
         waited = time.monotonic() - started
         where = f" (pid {self._player.pid})" if self._player is not None else ""
         partial = ""
-        if self.decoder.in_message:
-            partial = f"; {self.decoder.offset} bytes of the stream read, the message is incomplete"
+        pending = self._received - self._message_start
+        if pending > 0 or self.decoder.in_message:
+            partial = (
+                f"; {pending} byte(s) of an incomplete message received (it starts at byte offset "
+                f"{self._message_start} of the stream)"
+            )
         return PlayerTimeout(
             f"the player{where} sent no complete message within {deadline_name} "
             f"(waited {waited:.3g} s){partial}",

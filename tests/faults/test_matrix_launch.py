@@ -19,6 +19,7 @@ import math
 import os
 import re
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,9 @@ from renderd.errors import (
     ProtocolError,
     RenderdError,
 )
+
+from renderd.protocol import FieldType, encode_message, encode_metadata
+from renderd.transport.fifo import FifoChannel, FifoPair
 
 from .conftest import Timer, wait_for
 
@@ -163,7 +167,8 @@ ROWS = [
         executable=tuple(sh(f"exec 3>{FIFO}; {PARTIAL}; exit 3")), returncode=3),
     Row("first-message/hang", PlayerTimeout, "start_timeout = 1 s", HANG_TIMEOUT + LATE,
         args=("--fault-at-start", "hang-open"), deadline="start_timeout", start_timeout=HANG_TIMEOUT),
-    Row("first-message/partial+hang", PlayerTimeout, "message is incomplete", HANG_TIMEOUT + LATE,
+    Row("first-message/partial+hang", PlayerTimeout, r"8 byte\(s\) of an incomplete message received",
+        HANG_TIMEOUT + LATE,
         executable=tuple(sh(f"exec 3>{FIFO}; {PARTIAL}; exec sleep 60")), deadline="start_timeout",
         start_timeout=HANG_TIMEOUT),
     Row("first-message/garbage", ProtocolError, "unknown field type 42", AT_ONCE + 1,
@@ -264,3 +269,18 @@ def test_connect_refuses_bad_timeouts(kwargs: dict[str, float], tmp_path: Path, 
     (key,) = kwargs
     with pytest.raises(ValueError, match=f"^{key}: must be"):  # before it even looks for a daemon
         renderd.connect("demo", socket=str(tmp_path / "no-daemon.sock"), **kwargs)
+
+
+def test_a_timeout_counts_the_bytes_of_the_incomplete_message(tmp_path: Path, nothing_left) -> None:
+    """After a whole message, 5 bytes of the next one: the timeout says 5 bytes, starting after the first."""
+    first = b"".join(bytes(b) for b in encode_message([(FieldType.METADATA, encode_metadata({"sequenceId": 0}))]))
+    with FifoPair.create(tmp_path) as pair, FifoChannel(pair.server_path, pair.client_path) as channel:
+        wfd = os.open(pair.server_path, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(wfd, first + b"\x01\x00\x00\x00\x10")
+            assert channel.recv(time.monotonic() + STEP).offset == 0
+            with pytest.raises(PlayerTimeout, match=rf"5 byte\(s\) of an incomplete message received \(it starts "
+                                                    rf"at byte offset {len(first)} "):
+                channel.recv(time.monotonic() + 0.2)
+        finally:
+            os.close(wfd)
