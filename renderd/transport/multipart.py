@@ -28,7 +28,7 @@ two runs) on the reference player's 300x300 RGB + depth frame (634,696 bytes, 4 
 ``split_multipart`` 99-127 us, 65-79 us with ``size_hints`` (a player's next frame of the same
 layout); ``multipart.PushMultipartParser`` with its chunks joined per part 199-236 us fed the body in
 one chunk, 334-342 us fed 64 KiB chunks as a server reads them.
-``tests/http/test_http_multipart.py`` fuzzes this module with hypothesis: round trips of bodies built by
+``tests/http_players/test_http_multipart.py`` fuzzes this module with hypothesis: round trips of bodies built by
 an independent encoder, agreement with the ``multipart`` package on every valid body, size hints never
 changing a valid split, and random or mutated bodies raising nothing but :class:`MultipartError`.
 """

@@ -13,7 +13,7 @@ from renderd.errors import PlayerCrashed
 from renderd.transport.fifo import FifoChannel, FifoPair
 from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
-from conftest import DEADLINE, spawn_player
+from tests.helpers.http_util import DEADLINE, spawn_player
 
 
 @pytest.fixture

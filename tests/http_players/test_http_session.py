@@ -14,7 +14,7 @@ import renderd
 from renderd.errors import PlayerCrashed, ProtocolError
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
-from conftest import DEADLINE, spawn_player
+from tests.helpers.http_util import DEADLINE, spawn_player
 
 W, H = 64, 48
 SCRIPT = [

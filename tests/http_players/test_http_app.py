@@ -18,7 +18,7 @@ from renderd.errors import AlreadyPendingCallError, CallOrderError, PlayerCrashe
 from renderd.event import FrameAssembler
 from renderd.protocol import FieldType, encode_action
 
-from conftest import BOUNDARY, DEADLINE, connect, form, frame_body, metadata, part, request_bytes
+from tests.helpers.http_util import BOUNDARY, DEADLINE, connect, form, frame_body, metadata, part, request_bytes
 
 
 def deadline(seconds: float = DEADLINE) -> float:
@@ -449,7 +449,7 @@ def test_head_ping_has_no_body(served):
 def test_connection_limit_is_503_json(no_leaks):
     from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
-    from conftest import RawClient
+    from tests.helpers.http_util import RawClient
 
     server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=1).start()
     first = second = None
