@@ -330,6 +330,10 @@ class PlayerProcess:
         self.started_at = time.monotonic()
         self._returncode: int | None = None
         self._stopped = False
+        #: Set by :meth:`stop`: whether it sent SIGTERM to a running player, and whether it had to
+        #: escalate to SIGKILL. Together with the exit status they tell whether the stop ended the player.
+        self.term_sent = False
+        self.escalated = False
 
     @classmethod
     def spawn(
@@ -502,10 +506,12 @@ class PlayerProcess:
         try:
             if self.poll() is None:
                 self._signal_group(signal.SIGTERM)
+                self.term_sent = True
                 if self.wait(grace) is None:
                     log.warning(
                         "player pid %d did not exit within %.3g s of SIGTERM; sending SIGKILL", self.pid, grace
                     )
+                    self.escalated = True
             # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill
             # whatever is left of the group, then reap.
             self._signal_group(signal.SIGKILL)
@@ -521,6 +527,18 @@ class PlayerProcess:
         finally:
             self._stopped = True
             self._close_pidfd()
+
+    def ended_by_stop(self) -> bool:
+        """Whether the player's exit is what :meth:`stop` asked for: it was running when SIGTERM was sent and
+        then exited normally (any exit code: players exit as they like on SIGTERM), of SIGTERM, or of the
+        escalation's SIGKILL. False for a player that had exited on its own before, or that died of another
+        signal (SIGSEGV, SIGABRT...) or of a SIGKILL renderd did not send: those exits are crashes."""
+        code = self.poll()
+        if code is None or not self.term_sent:
+            return False
+        if code >= 0 or code == -signal.SIGTERM:
+            return True
+        return code == -signal.SIGKILL and self.escalated
 
     def _close_pidfd(self) -> None:
         fd, self.pidfd = self.pidfd, None

@@ -62,6 +62,8 @@ class Lease:
     granted_at: float = field(default_factory=time.monotonic)
     granted_wall: float = field(default_factory=time.time)
     ended: LeaseEnd | None = None
+    #: How the player exited, when it died under this lease (or while being recycled after it).
+    player_returncode: int | None = None
 
     def close_pidfd(self) -> None:
         fd, self.pidfd = self.pidfd, None

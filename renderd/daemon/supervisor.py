@@ -91,6 +91,7 @@ class _Stop:
     reason: str
     then: str  # "respawn" (at once), "backoff", "remove" (slot goes away), "none" (nothing: shutdown)
     boot_failure: bool = False
+    lease: Lease | None = None  # the lease whose end recycles the player
 
 
 class Player:
@@ -489,6 +490,15 @@ class Supervisor:
     def _end_lease(self, lease: Lease, how: LeaseEnd) -> bool:
         """End ``lease`` (lock held). Returns whether its player is recycled."""
         p = lease.player
+        if (
+            how != LeaseEnd.PLAYER_EXITED and p.lease is lease and p.state == State.LEASED
+            and p.proc is not None and p.proc.poll() is not None
+        ):
+            # The player exited before the lease ended (the release or the client's exit reached the loop
+            # before its pidfd did): a crash all the same. _reap classifies, logs and counts it, ends this
+            # lease as PLAYER_EXITED and restarts the player with backoff.
+            self._reap(p)
+            return True
         lease.ended = how
         self.leases.pop(lease.id, None)
         self._unwatch(lease.pidfd)
@@ -514,7 +524,7 @@ class Supervisor:
                 log.info(
                     "recycling %s[%d] (pid %s): lease ended %s", p.environment.name, p.index, p.pid, how.value
                 )
-                self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn"))
+                self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn", lease=lease))
             elif p.retire:
                 log.info("lease of %s[%d] released; retiring the player", p.environment.name, p.index)
                 self._begin_stop(p, _Stop("scaled down", "remove"))
@@ -945,6 +955,16 @@ class Supervisor:
         p.returncode = p.proc.returncode if p.proc is not None else None
         self._close_player_resources(p)
         env = p.environment
+        if (
+            stop.lease is not None and p.proc is not None and p.returncode is not None
+            and not p.proc.ended_by_stop()
+        ):
+            # Recycled after its lease, but it died of something else meanwhile (a crash that raced the
+            # release): classify, count and restart it as the crash it is.
+            reason = self._classify_exit(p, p.returncode, stop.lease)
+            self._after_exit(p, p.returncode, reason, False)
+            self.changed.notify_all()
+            return
         if stop.boot_failure:
             self._count_boot_failure(p, stop.reason)
         elif stop.then == "remove" or p.retire or env.removing:
@@ -964,25 +984,12 @@ class Supervisor:
         code = p.proc.poll()
         if code is None:
             return
-        env = p.environment
-        how = describe_exit(code)
-        self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
-        tail = p.proc.log_tail(REASON_LOG_LINES)
         booting = p.state == State.STARTING
-        reason = f"{'exited before readiness' if booting else 'exited'}: {how}"
-        if tail:
-            reason += f"; last log line: {tail.splitlines()[-1].strip()}"
         p.state = State.STOPPING  # first: ending the lease below must not recycle the player
-        if p.lease is not None:
-            log.error("%s[%d] pid %d %s while leased to client pid %d",
-                      env.name, p.index, p.pid, how, p.lease.client_pid)
-            self._end_lease(p.lease, LeaseEnd.PLAYER_EXITED)
-        else:
-            level = logging.ERROR if code != 0 else logging.INFO
-            log.log(level, "%s[%d] pid %d %s", env.name, p.index, p.pid, reason)
-        if code == -signal.SIGKILL:
-            log.error("%s[%d] was SIGKILLed by something outside renderd (the out-of-memory killer?)",
-                      env.name, p.index)
+        lease = p.lease
+        if lease is not None:
+            self._end_lease(lease, LeaseEnd.PLAYER_EXITED)
+        reason = self._classify_exit(p, code, lease, booting=booting)
         p.returncode = code
         if p.holder is not None and not p.holder.closed:
             self._unwatch(p.holder.fileno())
@@ -992,6 +999,28 @@ class Supervisor:
         except Exception:
             log.exception("cleaning up after player pid %d failed", p.proc.pid)
         self._after_exit(p, code, reason, booting)
+
+    def _classify_exit(self, p: Player, code: int, lease: Lease | None, *, booting: bool = False) -> str:
+        """Log and count an exit renderd did not ask for; returns the reason kept for ``renderd status``.
+        The exit status is kept on ``lease`` (the lease it ended, if any) for its holder to ask."""
+        env = p.environment
+        how = describe_exit(code)
+        self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
+        tail = p.proc.log_tail(REASON_LOG_LINES) if p.proc is not None else ""
+        reason = f"{'exited before readiness' if booting else 'exited'}: {how}"
+        if tail:
+            reason += f"; last log line: {tail.splitlines()[-1].strip()}"
+        if lease is not None:
+            lease.player_returncode = code
+            log.error("%s[%d] pid %d %s while leased to client pid %d",
+                      env.name, p.index, p.pid, how, lease.client_pid)
+        else:
+            level = logging.ERROR if code != 0 else logging.INFO
+            log.log(level, "%s[%d] pid %d %s", env.name, p.index, p.pid, reason)
+        if code == -signal.SIGKILL:
+            log.error("%s[%d] was SIGKILLed by something outside renderd (the out-of-memory killer?)",
+                      env.name, p.index)
+        return reason
 
     def _after_exit(self, p: Player, code: int, reason: str, booting: bool) -> None:
         self._close_player_resources(p)

@@ -26,7 +26,7 @@ import pytest
 
 from renderd.client import Session
 from renderd.daemon.client import connect
-from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
+from renderd.errors import LeaseError, PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
 from tests.daemon.conftest import DaemonProcess, fast_config
 
 from .conftest import Timer, pid_gone, wait_for
@@ -299,3 +299,45 @@ def test_daemon_signalled_during_a_lease(sig: signal.Signals, tmp_path: Path, no
         for daemon in (d, again):
             if daemon is not None:
                 daemon.cleanup()
+
+
+# -- every crash under a lease is classified, whichever the daemon sees first ----------------------------
+
+EXITS_BY_SIGNAL = re.compile(r'^renderd_player_exits_total\{environment="demo",how="signal"\} ([0-9.]+)$', re.M)
+
+
+def signal_exits(d: DaemonProcess) -> float:
+    found = EXITS_BY_SIGNAL.search(d.client.request("GET", "/metrics")[1])
+    return float(found.group(1)) if found else 0.0
+
+
+def test_every_crash_under_a_lease_is_classified(shared_daemon: DaemonProcess, nothing_left) -> None:
+    """Ten crashes with the client's release close behind (through a session that sees the crash, and
+    bare: SIGSEGV then an immediate release): each is logged with its signal and counted, never taken
+    for a plain recycle."""
+    d = shared_daemon
+    nothing_left.ignore.add(d.pid)
+    d.wait_players(lambda ps: ps[0]["state"] == "READY", what="a READY player")
+    counted = signal_exits(d)
+    pids = []
+    for i in range(10):
+        if i % 2:
+            answer = d.client.lease("demo", timeout=10)
+            pids.append(answer["pid"])
+            os.kill(answer["pid"], signal.SIGSEGV)
+            try:
+                d.client.release(answer["lease"], clean=False)  # races the daemon's reaping of the player
+            except LeaseError:
+                pass  # the daemon reaped the player first: the lease had ended
+        else:
+            with connect("demo", socket=d.socket, timeout=10) as session:
+                pids.append(session.pid)
+                session.step("Pass")
+                with pytest.raises(PlayerCrashed):
+                    session.step(fault("segfault"))
+        d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != pids[-1], what="a new player")
+    log = d.output()
+    for pid in pids:
+        assert f"pid {pid} killed by SIGSEGV while leased" in log, [line for line in log.splitlines()
+                                                                    if str(pid) in line]
+    assert signal_exits(d) == counted + 10
