@@ -27,7 +27,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import psutil
@@ -549,17 +549,30 @@ class PlayerProcess:
         return f"<PlayerProcess pid={self.pid} {describe_exit(self._returncode)}>"
 
 
+#: Seconds :meth:`LeasedPlayer.crashed` gives ``exit_status`` to learn how the player exited.
+LEASED_EXIT_STATUS_TIMEOUT = 2.0
+
+
 class LeasedPlayer:
     """A player this process did not spawn (leased from the daemon): watched, never stopped.
 
     Its exit is noticed through a pidfd when the kernel allows one, else by polling. The exit status is
-    not ours to read (the daemon reaps it), so errors say that the player exited and quote its log when
-    ``log_path`` is known. ``close()`` releases the pidfd.
+    not ours to read (the daemon reaps it): ``exit_status(timeout)``, when given, asks whoever knows (the
+    daemon) and returns the return code or None. Errors then say how the player ended, as for a player
+    of our own, and quote its log when ``log_path`` is known. ``close()`` releases the pidfd.
     """
 
-    def __init__(self, pid: int, *, log_path: str | None = None) -> None:
+    def __init__(
+        self,
+        pid: int,
+        *,
+        log_path: str | None = None,
+        exit_status: Callable[[float], int | None] | None = None,
+    ) -> None:
         self.pid = pid
         self.log_path = log_path
+        self._exit_status = exit_status
+        self._returncode: int | None = None
         self.pidfd: int | None = _open_pidfd(pid)
         try:
             self._proc: psutil.Process | None = psutil.Process(pid)
@@ -594,14 +607,31 @@ class LeasedPlayer:
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         return _read_log_tail(self.log_path, lines)
 
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once the daemon told it (see :meth:`crashed`), else None."""
+        return self._returncode
+
     def crashed(self, context: str) -> PlayerCrashed:
-        state = "it has exited (the daemon has its exit status)" if self.exited() else "it is still running"
-        return PlayerCrashed(
-            f"{context} (leased player pid {self.pid}; {state})",
-            pid=self.pid,
-            log_tail=self.log_tail(),
-            log_path=self.log_path,
-        )
+        """A :class:`PlayerCrashed` for ``context``: the exit code or signal when the daemon can tell it
+        within :data:`LEASED_EXIT_STATUS_TIMEOUT`, and the tail of the log."""
+        code: int | None = None
+        if not self.exited():
+            message = f"{context} (leased player pid {self.pid}; it is still running)"
+        else:
+            if self._returncode is None and self._exit_status is not None:
+                try:
+                    self._returncode = self._exit_status(LEASED_EXIT_STATUS_TIMEOUT)
+                except Exception as exc:  # never lose the crash over the question
+                    log.debug("asking how leased player pid %d exited failed: %s", self.pid, exc)
+            code = self._returncode
+            message = f"{context} (leased player pid {self.pid}"
+            message += ")" if code is not None else (
+                "; it has exited; its exit status is unknown to the client: see `renderd status` or the "
+                "daemon's log)"
+            )
+        return PlayerCrashed(message, pid=self.pid, returncode=code, log_tail=self.log_tail(),
+                             log_path=self.log_path)
 
     def close(self) -> None:
         fd, self.pidfd = self.pidfd, None

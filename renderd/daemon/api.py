@@ -9,6 +9,7 @@ traceback page)::
     PUT    /v1/environments/{name}             declare its wanted state (body: the environment's keys)
     DELETE /v1/environments/{name}             remove it (its leases end, its players stop)
     POST   /v1/environments/{name}/leases      {"client_pid": int, "timeout": float} -> a lease
+    GET    /v1/leases/{id}                     how a lease stands or ended, and how its player exited
     DELETE /v1/leases/{id}                     end a lease ({"clean": false} to have the player recycled)
     GET    /metrics                            Prometheus text
 """
@@ -192,6 +193,12 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
         except NotFound as exc:
             raise HTTPError(404, LeaseError(str(exc))) from None
 
+    def get_lease(environ: dict[str, Any], start_response: StartResponse, lease_id: str) -> list[bytes]:
+        try:
+            return _json_response(start_response, 200, supervisor.lease_status(lease_id))
+        except NotFound as exc:
+            raise HTTPError(404, LeaseError(str(exc))) from None
+
     def metrics(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         data = supervisor.metrics.render()
         start_response("200 OK", [("Content-Type", METRICS_CONTENT_TYPE), ("Content-Length", str(len(data)))])
@@ -201,7 +208,7 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
     router.add("/v1/environments", GET=list_environments)
     router.add("/v1/environments/{name}", GET=get_environment, PUT=put_environment, DELETE=delete_environment)
     router.add("/v1/environments/{name}/leases", POST=create_lease)
-    router.add("/v1/leases/{lease_id}", DELETE=delete_lease)
+    router.add("/v1/leases/{lease_id}", GET=get_lease, DELETE=delete_lease)
     router.add("/metrics", GET=metrics)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:

@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import socket as _socket
+import time
 from typing import Any
 
 from renderd.config import default_socket_path
@@ -40,6 +41,11 @@ DEFAULT_LEASE_TIMEOUT = 30.0
 REQUEST_SLACK = 10.0
 #: Seconds for requests that do not wait for anything (status, release).
 DEFAULT_REQUEST_TIMEOUT = 10.0
+#: Seconds a client whose leased player died waits for the daemon to have reaped it, to learn its exit
+#: status (the daemon notices through a pidfd at once; this covers a busy machine).
+EXIT_STATUS_TIMEOUT = 2.0
+#: Pause between two questions about the exit status.
+EXIT_STATUS_POLL = 0.02
 
 
 def socket_path(socket: str | os.PathLike[str] | None = None) -> str:
@@ -137,6 +143,12 @@ class ControlClient:
             "POST", f"/v1/environments/{environment}/leases", body, timeout=timeout + REQUEST_SLACK
         )[1]
 
+    def lease_status(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:
+        """How a lease stands: ``ended`` (None while it runs) and ``player_exit`` (``{"returncode",
+        "description"}`` once the daemon reaped a player that died under it). Raises LeaseError for an
+        unknown lease."""
+        return self.request("GET", f"/v1/leases/{lease_id}", timeout=timeout)[1]
+
     def release(self, lease_id: str, *, clean: bool = True) -> dict[str, Any]:
         """End a lease; ``clean=False`` has the player recycled. Raises LeaseError for an unknown lease."""
         return self.request("DELETE", f"/v1/leases/{lease_id}", {"clean": clean})[1]
@@ -177,7 +189,8 @@ def connect(
     watch = None
     channel = None
     try:
-        watch = LeasedPlayer(int(answer["pid"]), log_path=answer.get("log"))
+        watch = LeasedPlayer(int(answer["pid"]), log_path=answer.get("log"),
+                             exit_status=lambda timeout: _exit_status(control, lease_id, timeout))
         channel = FifoChannel(answer["server_pipe"], answer["client_pipe"], player=watch)
     except BaseException as exc:
         if watch is not None:
@@ -202,6 +215,25 @@ def connect(
         sequence_id=0,
         pid=int(answer["pid"]),
     )
+
+
+def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> int | None:
+    """The exit status of the leased player, from the daemon, once it has reaped it; None if the daemon
+    does not know it within ``timeout`` seconds (or cannot be asked)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            status = control.lease_status(lease_id, timeout=max(remaining, EXIT_STATUS_POLL))
+        except RenderdError as exc:
+            log.debug("cannot ask the daemon how the leased player exited: %s", exc)
+            return None
+        player_exit = status.get("player_exit")
+        if isinstance(player_exit, dict) and isinstance(player_exit.get("returncode"), int):
+            return player_exit["returncode"]
+        if remaining <= 0:
+            return None
+        time.sleep(min(EXIT_STATUS_POLL, remaining))
 
 
 def _release(control: ControlClient, lease_id: str, *, clean: bool) -> None:

@@ -37,7 +37,7 @@ import signal
 import termios
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -68,6 +68,9 @@ CLIENT_PIPE_RETRY = 0.01
 SHUTDOWN_SLACK = 5.0
 #: Log lines of a player quoted in its failure reason.
 REASON_LOG_LINES = 8
+#: Ended leases remembered (newest last), so that a holder can still ask how its lease ended and how its
+#: player exited (``GET /v1/leases/{id}``) after the daemon reaped the player.
+ENDED_LEASES_KEPT = 256
 
 
 class State(str, enum.Enum):
@@ -241,6 +244,7 @@ class Supervisor:
         self.daemon_config: DaemonConfig = config.daemon
         self.environments: dict[str, Environment] = {}
         self.leases: dict[str, Lease] = {}
+        self._ended_leases: OrderedDict[str, Lease] = OrderedDict()
         self.players_dir = players_dir
         self.log_dir = log_dir
         self.platforms = platforms
@@ -416,7 +420,8 @@ class Supervisor:
                                 None,
                             )
                             if player is not None:
-                                lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd)
+                                lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd,
+                                              player_pid=player.pid)
                                 pidfd = None
                                 player.state = State.LEASED
                                 player.lease = lease
@@ -485,7 +490,29 @@ class Supervisor:
             how = LeaseEnd.RELEASED if clean else LeaseEnd.UNCLEAN
             recycled = self._end_lease(lease, how)
             self.wake()
-            return {"released": True, "recycled": recycled}
+            answer: dict[str, Any] = {"released": True, "recycled": recycled}
+            if lease.player_returncode is not None:
+                answer["player_exit"] = _player_exit(lease.player_returncode)
+            return answer
+
+    def lease_status(self, lease_id: str) -> dict[str, Any]:
+        """What the holder of ``lease_id`` may know of it: ``ended`` (``None`` while it runs, else how it
+        ended), the player's ``pid``, and ``player_exit`` (``{"returncode", "description"}``) once the
+        daemon has reaped a player that died under the lease. Ended leases are remembered for a while
+        (the last :data:`ENDED_LEASES_KEPT`). Raises NotFound for an unknown id."""
+        with self.lock:
+            lease = self.leases.get(lease_id) or self._ended_leases.get(lease_id)
+            if lease is None:
+                raise NotFound("no such lease (or it ended long ago)")
+            code = lease.player_returncode
+            return {
+                "environment": lease.player.environment.name,
+                "index": lease.player.index,
+                "pid": lease.player_pid,
+                "client_pid": lease.client_pid,
+                "ended": lease.ended.value if lease.ended is not None else None,
+                "player_exit": _player_exit(code) if code is not None else None,
+            }
 
     def _end_lease(self, lease: Lease, how: LeaseEnd) -> bool:
         """End ``lease`` (lock held). Returns whether its player is recycled."""
@@ -501,6 +528,9 @@ class Supervisor:
             return True
         lease.ended = how
         self.leases.pop(lease.id, None)
+        self._ended_leases[lease.id] = lease
+        while len(self._ended_leases) > ENDED_LEASES_KEPT:
+            self._ended_leases.popitem(last=False)
         self._unwatch(lease.pidfd)
         lease.close_pidfd()
         self.metrics.lease_ends.labels(p.environment.name, how.value).inc()
@@ -1179,6 +1209,10 @@ class Supervisor:
         if text != self._last_status and self._on_status is not None:
             self._last_status = text
             self._on_status(text)
+
+
+def _player_exit(code: int) -> dict[str, Any]:
+    return {"returncode": code, "description": describe_exit(code)}
 
 
 def _platform_changed(old: EnvironmentConfig, new: EnvironmentConfig) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -181,3 +182,20 @@ def test_socket_pipes_and_logs_are_private(daemon):
     (log,) = os.listdir(os.path.join(run, "logs"))
     assert stat.S_IMODE(os.stat(os.path.join(run, "logs", log)).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(os.path.join(run, "renderd.lock")).st_mode) == 0o600
+
+
+def test_a_lease_tells_its_holder_how_its_player_exited(daemon):
+    d = daemon(fast_config())
+    c = d.client
+    answer = c.lease("demo", timeout=10)
+    status = c.lease_status(answer["lease"])
+    assert status["ended"] is None and status["player_exit"] is None and status["pid"] == answer["pid"]
+    os.kill(answer["pid"], signal.SIGKILL)
+    status = wait_for(lambda: c.lease_status(answer["lease"])["player_exit"] and c.lease_status(answer["lease"]),
+                      10, "the daemon to reap the player")
+    assert status["ended"] == "player_exited"
+    assert status["player_exit"] == {"returncode": -signal.SIGKILL, "description": "killed by SIGKILL"}
+    with pytest.raises(LeaseError):
+        c.lease_status("0" * 32)  # only the holder knows the id
+    with pytest.raises(LeaseError):
+        c.release(answer["lease"])  # ended already

@@ -126,9 +126,10 @@ class LeaseRow:
 
 
 LEASE_ROWS = [
-    LeaseRow("mid-step/SIGABRT", step(fault("abort")), PlayerCrashed, "leased player pid .*exited", AT_ONCE),
-    LeaseRow("mid-step/exit", step(fault("exit", code=3)), PlayerCrashed, "exited", AT_ONCE),
-    LeaseRow("mid-step/SIGKILL", signal_mid_step(signal.SIGKILL), PlayerCrashed, "exited", AT_ONCE),
+    LeaseRow("mid-step/SIGABRT", step(fault("abort")), PlayerCrashed, "leased player pid .*killed by SIGABRT",
+             AT_ONCE),
+    LeaseRow("mid-step/exit", step(fault("exit", code=3)), PlayerCrashed, "exit code 3", AT_ONCE),
+    LeaseRow("mid-step/SIGKILL", signal_mid_step(signal.SIGKILL), PlayerCrashed, "killed by SIGKILL", AT_ONCE),
     LeaseRow("mid-step/hang", step(fault("hang")), PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE,
              deadline="step_timeout", step_timeout=HANG_TIMEOUT),
     LeaseRow("mid-step/garbage", step(fault("garbage")), ProtocolError, "unknown field type 42", AT_ONCE),
@@ -137,8 +138,9 @@ LEASE_ROWS = [
              AT_ONCE),
     LeaseRow("mid-step/unterminated+alive", step(fault("close")), PlayerCrashed,
              "middle of a message.*still running", EOF_ALIVE),
-    LeaseRow("between-steps/SIGSEGV", after("segfault"), PlayerCrashed, "exited", AT_ONCE),
-    LeaseRow("between-steps/SIGKILL", signal_between_steps(signal.SIGKILL), PlayerCrashed, "exited", AT_ONCE),
+    LeaseRow("between-steps/SIGSEGV", after("segfault"), PlayerCrashed, "killed by SIGSEGV", AT_ONCE),
+    LeaseRow("between-steps/SIGKILL", signal_between_steps(signal.SIGKILL), PlayerCrashed, "killed by SIGKILL",
+             AT_ONCE),
     LeaseRow("between-steps/hang", after("hang"), PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE,
              deadline="step_timeout", step_timeout=HANG_TIMEOUT),
 ]
@@ -341,3 +343,18 @@ def test_every_crash_under_a_lease_is_classified(shared_daemon: DaemonProcess, n
         assert f"pid {pid} killed by SIGSEGV while leased" in log, [line for line in log.splitlines()
                                                                     if str(pid) in line]
     assert signal_exits(d) == counted + 10
+
+
+def test_leased_player_crash_names_the_signal(shared_daemon: DaemonProcess, nothing_left) -> None:
+    d = shared_daemon
+    nothing_left.ignore.add(d.pid)
+    d.wait_players(lambda ps: ps[0]["state"] == "READY", what="a READY player")
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        session.step("Pass")
+        os.kill(session.pid, signal.SIGKILL)
+        with Timer() as t, pytest.raises(PlayerCrashed) as info:
+            session.step("Pass")
+        assert session.channel.player.returncode == -signal.SIGKILL
+    assert "killed by SIGKILL" in str(info.value) and info.value.returncode == -signal.SIGKILL
+    assert info.value.signal_name == "SIGKILL" and "out-of-memory" in str(info.value)
+    assert t.elapsed < AT_ONCE
