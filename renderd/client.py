@@ -41,6 +41,7 @@ from renderd.process import (
     DEFAULT_QUALITY,
     DEFAULT_STOP_GRACE,
     ENDPOINT_VARIABLES,
+    PlayerOnDisplay,
     PlayerProcess,
     player_argv,
     player_env,
@@ -385,6 +386,7 @@ class _PlatformChoice:
     headless: bool = False
     executable: str | None = None
     release: Callable[[], None] | None = None
+    display: Any = None  # the managed X display (Xvfb) the platform started, if any
 
 
 def _resolve_platform(
@@ -432,6 +434,7 @@ def _resolve_platform(
             headless=bool(selection.headless),
             executable=selection.executable,
             release=selection.release,
+            display=getattr(selection, "display", None),
         )
     except BaseException:
         selection.release()
@@ -484,6 +487,7 @@ def launch_player(
     """
     choice: _PlatformChoice | None = None
     process: PlayerProcess | None = None
+    display_watch: PlayerOnDisplay | None = None
     session: Session | None = None
     try:
         program = resolve_executable(executable)  # before the platform: it may start an Xvfb
@@ -510,11 +514,15 @@ def launch_player(
         if env:
             full_env.update({str(k): str(v) for k, v in env.items()})
         process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log)
+        watch: PlayerProcess | PlayerOnDisplay = process
+        if choice.display is not None:  # a managed Xvfb: its death is the player's end too
+            watch = display_watch = PlayerOnDisplay(process, choice.display)
         attach = getattr(channel, "attach", None)
         if attach is not None:
-            attach(process)
+            attach(watch)
         release = choice.release
-        callbacks = list(cleanup) + ([release] if release is not None else [])
+        callbacks = list(cleanup) + ([display_watch.close] if display_watch is not None else [])
+        callbacks += [release] if release is not None else []
         session = Session(
             channel,
             process=process,
@@ -535,6 +543,8 @@ def launch_player(
             steps: list[Callable[[], None]] = [channel.close]
             if process is not None:
                 steps.append(process.stop)
+            if display_watch is not None:
+                steps.append(display_watch.close)
             steps += list(cleanup)
             if choice is not None and choice.release is not None:
                 steps.append(choice.release)

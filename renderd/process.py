@@ -45,6 +45,7 @@ __all__ = [
     "PlayerWatch",
     "PlayerProcess",
     "LeasedPlayer",
+    "PlayerOnDisplay",
 ]
 
 log = logging.getLogger(__name__)
@@ -640,3 +641,90 @@ class LeasedPlayer:
 
     def __repr__(self) -> str:
         return f"<LeasedPlayer pid={self.pid}>"
+
+
+#: After the managed X display died, how long a player gets to exit of it on its own (a player exits at
+#: its next frame or X event), so the error can give its exit status and log.
+DISPLAY_LOSS_GRACE = 1.0
+
+
+class PlayerOnDisplay:
+    """A :class:`PlayerWatch` for a player together with the managed X display (an Xvfb renderd started)
+    it renders on: the display's death ends every wait as the player's own exit does, and the crash says
+    that the display died, how, and how the player ended.
+
+    ``display`` is a :class:`renderd.platforms.xvfb.ManagedDisplay` (``pid``, ``name``, ``returncode``,
+    ``alive()``). :meth:`fileno` is an epoll descriptor over both pidfds (readable once either process
+    has exited), or None without pidfds (then :meth:`exited` is polled). Other attributes (``log_path``,
+    ``poll``...) are the player's. :meth:`close` releases the descriptors; it never stops anything.
+    """
+
+    def __init__(self, process: PlayerProcess, display: Any) -> None:
+        self.process = process
+        self.display = display
+        self.pid = process.pid
+        self._display_pidfd = _open_pidfd(display.pid)
+        self._epoll: Any = None
+        player_fd = process.fileno()
+        if player_fd is not None and self._display_pidfd is not None:
+            self._epoll = select.epoll(2, select.EPOLL_CLOEXEC)
+            self._epoll.register(player_fd, select.EPOLLIN)
+            self._epoll.register(self._display_pidfd, select.EPOLLIN)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.process, name)
+
+    def fileno(self) -> int | None:
+        return self._epoll.fileno() if self._epoll is not None else None
+
+    def display_died(self) -> bool:
+        """Whether the managed display's Xvfb has exited."""
+        if self._display_pidfd is not None:
+            return _poll_fd(self._display_pidfd, 0)
+        return not self.display.alive()
+
+    def exited(self) -> bool:
+        return self.process.exited() or self.display_died()
+
+    def wait_exit(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.exited():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            if self._epoll is not None:
+                self._epoll.poll(min(remaining, MAX_POLL_MS / 1000))
+            else:
+                time.sleep(min(remaining, PID_POLL_INTERVAL))
+        return True
+
+    def crashed(self, context: str) -> PlayerCrashed:
+        """The player's :class:`PlayerCrashed`, saying first that its X display died when it did (after
+        giving the player :data:`DISPLAY_LOSS_GRACE` seconds to exit of it)."""
+        if not self.display_died():
+            return self.process.crashed(context)
+        display = (
+            f"the managed X display {self.display.name} (Xvfb pid {self.display.pid}) the player renders on "
+            f"died ({describe_exit(self.display.returncode)})"
+        )
+        if self.process.wait_exit(DISPLAY_LOSS_GRACE):
+            return self.process.crashed(f"{context}; {display} before")
+        return PlayerCrashed(
+            f"{display} while renderd waited for the player; the player (pid {self.pid}) is still running "
+            "without it (closing the session stops it)",
+            pid=self.pid,
+            log_tail=self.process.log_tail(),
+            log_path=self.process.log_path if self.process.show_log_path else None,
+        )
+
+    def close(self) -> None:
+        """Release the epoll and the display's pidfd (idempotent)."""
+        epoll, self._epoll = self._epoll, None
+        if epoll is not None:
+            epoll.close()
+        fd, self._display_pidfd = self._display_pidfd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __repr__(self) -> str:
+        return f"<PlayerOnDisplay pid={self.pid} display={self.display.name}>"

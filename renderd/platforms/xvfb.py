@@ -203,6 +203,11 @@ class ManagedDisplay:
         """True while the Xvfb process runs."""
         return self._server.alive()
 
+    @property
+    def returncode(self) -> int | None:
+        """The Xvfb's exit status once it has exited (``Popen.returncode``: < 0 a signal), else None."""
+        return self._server.proc.poll()
+
     def screen_name(self, screen: int = 0) -> str:
         """``:N.screen``; raises ``ValueError`` for a screen the display does not have."""
         if not 0 <= screen < self.screens:

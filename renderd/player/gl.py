@@ -13,6 +13,14 @@ A context that cannot be created raises :class:`GLUnavailable` (a ``RuntimeError
 platform, the display and the driver's message; the player turns it into a non-zero exit with the
 reason in its log, the way a Unity player fails on a bad display.
 
+Losing the X server: a GLX context that renders into a framebuffer object through Mesa's direct
+rendering never talks to the X server per frame, so it would go on rendering after the server died (a
+Unity player, which processes X events every frame, dies of the X I/O error). Under GLX the renderer
+therefore keeps a second, idle connection to ``$DISPLAY`` (python-xlib) and polls it before each frame
+(one ``poll`` with no timeout, no round trip): the server's death closes it, and :meth:`GLRenderer.render`
+logs the loss and raises :class:`GLDisplayLost`, which ends the player with a non-zero exit code and the
+reason in its log.
+
 One frame is three colour attachments of one framebuffer, read back with ``glReadPixels`` (bottom row
 first, returned as top-row-first views)::
 
@@ -26,6 +34,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import select
 
 import numpy as np
 
@@ -34,7 +43,7 @@ from renderd.player.scene import Scene
 
 log = logging.getLogger(__name__)
 
-__all__ = ["GLRenderer", "GLUnavailable", "DEPTH_FALLOFF"]
+__all__ = ["GLRenderer", "GLUnavailable", "GLDisplayLost", "DEPTH_FALLOFF"]
 
 #: Light falls off with depth as ``1 / (1 + DEPTH_FALLOFF * depth)`` (the numpy renderer's constant).
 DEPTH_FALLOFF = 0.03
@@ -111,6 +120,63 @@ class GLUnavailable(RuntimeError):
     """No OpenGL context can be created under this platform (the reason is in the message)."""
 
 
+class GLDisplayLost(RuntimeError):
+    """The X server the GLX context renders on has gone away; the player cannot render any more."""
+
+
+_HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL
+
+
+class _XServerWatch:
+    """An idle python-xlib connection to the X server of the GLX context, polled before each frame.
+
+    It asks the server for nothing, so :meth:`check` costs one ``poll`` with a zero timeout; the server's
+    death closes the connection (hang-up, or end of file on reading).
+    """
+
+    def __init__(self, display_name: str) -> None:
+        from Xlib import display as xdisplay
+        from Xlib import error as xerror
+
+        self.name = display_name
+        self._closed_error = xerror.ConnectionClosedError
+        try:
+            self._display = xdisplay.Display(display_name)
+        except Exception as exc:  # python-xlib raises DisplayError, ConnectionClosedError, OSError...
+            raise GLUnavailable(f"cannot connect to the X display {display_name}: {exc}") from exc
+        self._poller = select.poll()
+        self._poller.register(self._display.fileno(), select.POLLIN | _HANGUP)
+        self.lost: str | None = None
+
+    def check(self) -> None:
+        """Raise :class:`GLDisplayLost` if the X server has gone away (and keep saying so)."""
+        if self.lost is None:
+            events = self._poller.poll(0)
+            if events:
+                self.lost = self._why_lost(events[0][1])
+        if self.lost is not None:
+            raise GLDisplayLost(self.lost)
+
+    def _why_lost(self, revents: int) -> str | None:
+        if revents & _HANGUP:
+            return f"lost the X display {self.name}: the X server closed the connection"
+        try:  # readable: an event the server sent anyway (MappingNotify...), or end of file
+            while self._display.pending_events():
+                self._display.next_event()
+        except self._closed_error as exc:
+            return f"lost the X display {self.name}: {exc}"
+        except OSError as exc:
+            return f"lost the X display {self.name}: {exc}"
+        return None
+
+    def close(self) -> None:
+        if self.lost is None:
+            try:
+                self._display.close()
+            except Exception:  # the server went away meanwhile: nothing to close politely
+                pass
+
+
 def _create_context(platform: str | None, device_index: int | None):  # -> moderngl.Context
     try:
         import moderngl
@@ -175,6 +241,13 @@ class GLRenderer:
         self.device_index = device_index
         self.platform = platform if platform is not None else (os.environ.get(PLATFORM_ENV_VAR) or None)
         self.ctx, self.where = _create_context(self.platform, device_index)
+        self._x_watch: _XServerWatch | None = None
+        if self.platform in GLX_PLATFORMS:
+            try:
+                self._x_watch = _XServerWatch(os.environ.get("DISPLAY", ""))
+            except BaseException:
+                self.ctx.release()
+                raise
         info = self.ctx.info
         log.info(
             "OpenGL through %s: %s, %s, %s",
@@ -229,9 +302,16 @@ class GLRenderer:
         self._fbo_size = None
 
     def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size."""
+        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size,
+        :class:`GLDisplayLost` once the X server of a GLX context has gone away (logged as an error)."""
         if state.width <= 0 or state.height <= 0:
             raise ValueError(f"cannot render a {state.width} x {state.height} image")
+        if self._x_watch is not None:
+            try:
+                self._x_watch.check()
+            except GLDisplayLost as exc:
+                log.error("%s; the player cannot render any more and exits", exc)
+                raise
         if self._last is not None and self._last[0] == state:
             return self._last[1]
         w, h = state.width, state.height
@@ -260,9 +340,17 @@ class GLRenderer:
         return frame
 
     def close(self) -> None:
-        """Release the GL objects and the context. Idempotent."""
+        """Release the GL objects and the context. Idempotent. After the X server was lost nothing is
+        released (Xlib would end the process in its I/O error handler): the process is exiting anyway."""
         if self.ctx is None:
             return
+        watch, self._x_watch = self._x_watch, None
+        if watch is not None:
+            watch.close()
+            if watch.lost is not None:
+                self.ctx = None
+                self._last = None
+                return
         self._release_fbo()
         for vao in self._scenes.values():
             vao.release()

@@ -1,22 +1,25 @@
-"""A managed Xvfb killed under a running player (``x_display="managed"``, ``--renderer gl``): closing
-the session leaves nothing (no player, no Xvfb, no zombie, no descriptor, no pipe), and the next launch
-gets a new display.
-
-What the client sees between the display's death and close is listed in docs/reliability.md: the
-reference player renders into an off-screen framebuffer and does not notice (a Unity player, which
-processes X events every frame, dies of an X I/O error).
+"""A managed Xvfb killed under a running player (``x_display="managed"``, ``--renderer gl``): the next
+step raises PlayerCrashed naming the display; closing the session leaves nothing (no player, no Xvfb, no
+zombie, no descriptor, no pipe), and the next launch gets a new display. On a display renderd does not
+watch, the reference GL player notices the lost X connection itself and exits non-zero (as a Unity
+player dies of the X I/O error).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
 
 import psutil
 import pytest
 
 import renderd
+from renderd.errors import PlayerCrashed
+from renderd.platforms import xvfb
 
-from .conftest import wait_for
+from .conftest import Timer, wait_for
 
 pytest.importorskip("moderngl")
 pytestmark = [
@@ -62,3 +65,42 @@ def test_managed_xvfb_killed_under_a_running_player(nothing_left) -> None:
         assert again.pid != xvfb.pid
         assert session.step("Pass")
     assert not xvfb_children()
+
+
+def test_managed_xvfb_killed_is_a_crash_for_the_client(nothing_left) -> None:
+    """renderd watches the Xvfb it started next to the player: its death ends the session at once."""
+    with launch_gl() as session:
+        session.step("MoveAhead")
+        (xvfb,) = xvfb_children()
+        xvfb.kill()
+        with Timer() as t, pytest.raises(PlayerCrashed) as info:
+            for _ in range(3):  # the next steps render: a player that lost its display must die
+                session.step("RotateLeft", degrees=10)
+        assert t.elapsed < STEP
+    assert not xvfb_children()
+    assert re.search(rf"managed X display :\d+ \(Xvfb pid {xvfb.pid}\) the player renders on died \(killed by "
+                     r"SIGKILL\)", str(info.value)), info.value
+
+
+def test_the_gl_player_exits_when_its_x_server_dies(tmp_path, nothing_left) -> None:
+    """Without renderd watching the display (a display it did not start), the reference player notices
+    the lost X connection itself at its next frame and exits non-zero, saying why in its log (as a Unity
+    player dies of the X I/O error)."""
+    manager = xvfb.DisplayManager()
+    try:
+        display = manager.acquire(64, 48)
+        log_path = tmp_path / "player.log"
+        with renderd.launch(GL_PLAYER, platform="Linux64", x_display=display.screen_name(0), width=64, height=48,
+                            start_timeout=START, step_timeout=STEP, log_path=log_path) as session:
+            session.step("MoveAhead")
+            os.kill(display.pid, signal.SIGKILL)
+            wait_for(lambda: not display.alive(), 5, "the Xvfb to die")
+            with Timer() as t, pytest.raises(PlayerCrashed) as info:
+                session.step("RotateLeft", degrees=10)
+            assert t.elapsed < STEP
+        assert info.value.returncode is not None and info.value.returncode > 0, info.value
+        assert "lost the X display" in info.value.log_tail, info.value
+        assert f"lost the X display {display.screen_name(0)}" in log_path.read_text()
+        display.release()
+    finally:
+        manager.shutdown()
