@@ -26,6 +26,7 @@ and resolves executables to absolute paths (an executable that cannot be found i
 from __future__ import annotations
 
 import dataclasses
+import grp
 import ipaddress
 import math
 import os
@@ -258,6 +259,21 @@ def _socket_path(value: str) -> str | None:
     return None
 
 
+_GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
+
+
+def _group(value: str) -> str | None:
+    if value == "":
+        return None
+    if not _GROUP_NAME.match(value):
+        return f"{value!r} is not a group name"
+    try:
+        grp.getgrnam(value)  # a lookup: nothing is changed
+    except KeyError:
+        return f"there is no group named {value!r} on this machine (getent group {value})"
+    return None
+
+
 def _optional_absolute_path(value: str) -> str | None:
     return None if value == "" else _absolute_path(value)
 
@@ -343,6 +359,16 @@ class DaemonConfig:
         "(`/tmp/renderd-$UID/renderd.sock` without `XDG_RUNTIME_DIR`)",
         help="Unix socket of the control API. Its directory is created with mode 0700, the socket with 0600.",
         check=_socket_path,
+    )
+    socket_group: str = setting(
+        "",
+        doc_default='`""` (only the service user)',
+        help="Group whose members may use the daemon: the socket becomes 0660, and the runtime directory, "
+        "the players' pipe directories and the log directory 0750 (pipes 0660, player logs 0640), all "
+        "with this group, so its members can `renderd.connect()` too. They can then do through the "
+        "control API whatever the service user can (declaring an environment runs a program as the "
+        "service user). Empty: everything is private to the service user (0700/0600).",
+        check=_group,
     )
     runtime_dir: str = setting(
         default_factory=default_runtime_dir,

@@ -346,19 +346,26 @@ class PlayerProcess:
         cwd: str | os.PathLike[str] | None = None,
         die_with_parent: bool = True,
         show_log_path: bool = True,
+        log_group: int | None = None,
     ) -> PlayerProcess:
         """Start ``argv`` in a new process group with stdout and stderr appended to ``log_path``.
 
-        The log file is created with mode 0600 if missing (``None`` discards the output). stdin is
-        ``/dev/null``; no other file descriptor is inherited. Raises :class:`RenderdError` when the log
-        cannot be opened or the program cannot be started (the OSError is chained).
+        The log file is created with mode 0600 if missing (``None`` discards the output); with
+        ``log_group`` (a group id) it gets that group and mode 0640. stdin is ``/dev/null``; no other file
+        descriptor is inherited. Raises :class:`RenderdError` when the log cannot be opened or the program
+        cannot be started (the OSError is chained).
         """
         log_fd: int | None = None
         if log_path is not None:
             log_path = os.fspath(log_path)
             try:
                 log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                if log_group is not None:
+                    os.fchown(log_fd, -1, log_group)
+                    os.fchmod(log_fd, 0o640)
             except OSError as exc:
+                if log_fd is not None:
+                    os.close(log_fd)
                 raise RenderdError(os_error_message(exc, "cannot open the player's log file")) from exc
         out = log_fd if log_fd is not None else subprocess.DEVNULL
         try:

@@ -4,6 +4,7 @@
 
     runtime_dir (0700) + renderd.lock (flock: one daemon per runtime_dir)
     control socket: refuse if another daemon answers on it, remove it if stale; directory 0700, socket 0600
+    (with socket_group: directories 0750, socket 0660, pipes 0660 and player logs 0640, all that group)
     waitress serves the control API (renderd.daemon.api) on the socket, in a thread
     optional HTTP listener for transport = "http" players (renderd.transport.http), in a thread
     signals -> wake-up pipe: SIGTERM/SIGINT stop, SIGHUP reload, SIGCHLD wake
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import grp
 import json
 import logging
 import os
@@ -299,11 +301,13 @@ class Daemon:
         self.supervisor: Supervisor | None = None
 
     # -- directories and the lock ------------------------------------------------------------------------
-    def _make_private_dir(self, path: str, *, must_own: bool = True) -> None:
-        """Create ``path`` (and missing parents) with mode 0700, remembering what was created.
+    def _make_private_dir(self, path: str, *, must_own: bool = True, group: int | None = None) -> None:
+        """Create ``path`` (and missing parents) with mode 0700, remembering what was created; with
+        ``group`` (a group id: ``socket_group``), mode 0750 and that group instead.
 
         An existing directory is never changed: it must belong to this user when ``must_own``, and a mode
-        that lets others in is reported (what renderd puts inside is private in any case).
+        that lets others in is reported (what renderd puts inside is private in any case), as is one that
+        keeps ``group`` out.
         """
         missing = []
         p = os.path.abspath(path)
@@ -317,8 +321,13 @@ class Daemon:
                 continue
             except OSError as exc:
                 raise DaemonError(os_error_message(exc, "cannot create the directory")) from exc
-            os.chmod(d, 0o700)  # whatever the umask
             self._created.append(d)
+            try:
+                if group is not None:
+                    os.chown(d, -1, group)  # the group first, then the mode that lets it in
+                os.chmod(d, 0o700 if group is None else 0o750)  # whatever the umask
+            except OSError as exc:
+                raise DaemonError(os_error_message(exc, "cannot set the directory's group and mode")) from exc
         try:
             st = os.stat(path)
         except OSError as exc:
@@ -331,8 +340,13 @@ class Daemon:
                 "and logs only in directories of its own"
             )
         mode = stat.S_IMODE(st.st_mode)
-        if path not in self._created and mode & 0o077:
+        if path not in self._created and mode & (0o077 if group is None else 0o027):
             log.warning("%s has mode %04o: others can look inside (renderd's own files in it are private)", path, mode)
+        if group is not None and not (mode & 0o001 or (st.st_gid == group and mode & 0o010)):
+            log.warning(
+                "%s (mode %04o, group %d) keeps the members of socket_group (gid %d) out; give it that group and "
+                "mode 0750 (with systemd: Group= and RuntimeDirectoryMode=0750)", path, mode, st.st_gid, group,
+            )
 
     def _lock(self, runtime_dir: str) -> None:
         path = os.path.join(runtime_dir, LOCK_NAME)
@@ -445,16 +459,17 @@ class Daemon:
         api = http_players = None
         platforms = _Platforms()
         try:
-            self._make_private_dir(cfg.runtime_dir)
+            group = _group_id(cfg.socket_group)
+            self._make_private_dir(cfg.runtime_dir, group=group)
             self._lock(cfg.runtime_dir)
-            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False)
+            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
             self._check_socket(cfg.socket)
             players_dir = os.path.join(cfg.runtime_dir, "players")
             shutil.rmtree(players_dir, ignore_errors=True)  # left by a daemon that was killed
-            self._make_private_dir(players_dir)
+            self._make_private_dir(players_dir, group=group)
             log_dir = cfg.log_dir or os.path.join(cfg.runtime_dir, "logs")
             created = len(self._created)
-            self._make_private_dir(log_dir)
+            self._make_private_dir(log_dir, group=group)
             if cfg.log_dir:
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
             if cfg.http:
@@ -475,6 +490,7 @@ class Daemon:
                 on_ready=lambda: self.notifier.ready(),
                 on_status=self.notifier.status,
                 on_tick=self._tick,
+                file_group=group,
             )
             if http_players is not None:
                 http_players.supervisor = self.supervisor
@@ -486,6 +502,14 @@ class Daemon:
             except OSError as exc:
                 raise DaemonError(os_error_message(exc, f"cannot listen on {cfg.socket}")) from exc
             self._socket_bound = True
+            if group is not None:  # 0600 until it has the group: nobody else can connect in between
+                try:
+                    os.chown(cfg.socket, -1, group)
+                    os.chmod(cfg.socket, 0o660)
+                except OSError as exc:
+                    raise DaemonError(os_error_message(exc, f"cannot give {cfg.socket} its group")) from exc
+                log.info("socket_group %s (gid %d) may use %s and the players' pipes", cfg.socket_group, group,
+                         cfg.socket)
             handlers = self._install_signals(self.supervisor.wakeup_fd)
             self.supervisor._signal_handlers.update(handlers)
             api.start()
@@ -542,6 +566,16 @@ class Daemon:
             except OSError as exc:  # not empty: something else put files there; leave it
                 log.warning("%s", os_error_message(exc, "cannot remove a directory renderd created"))
         self._created.clear()
+
+
+def _group_id(name: str) -> int | None:
+    """The id of ``socket_group`` (None when not set). Raises DaemonError for a group that is gone."""
+    if not name:
+        return None
+    try:
+        return grp.getgrnam(name).gr_gid
+    except KeyError:
+        raise DaemonError(f"socket_group {name!r}: there is no such group on this machine") from None
 
 
 def _version() -> str:

@@ -238,8 +238,10 @@ class Supervisor:
         on_status: Callable[[str], None] | None = None,
         on_tick: Callable[[float], float | None] | None = None,
         signal_handlers: dict[int, Callable[[], None]] | None = None,
+        file_group: int | None = None,
     ) -> None:
         self.lock = threading.RLock()
+        self.file_group = file_group  # group id given the players' pipes and logs ([daemon] socket_group)
         self.changed = threading.Condition(self.lock)
         self.daemon_config: DaemonConfig = config.daemon
         self.environments: dict[str, Environment] = {}
@@ -367,17 +369,18 @@ class Supervisor:
         """Apply a reloaded configuration file: its environments replace the ones that came from a file.
 
         Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
-        need a restart (socket, runtime_dir, http, api_threads, log_dir) are reported and left alone.
+        need a restart (socket, socket_group, runtime_dir, http, api_threads, log_dir) are reported and left
+        alone.
         """
         with self.lock:
             old = self.daemon_config
-            for key in ("socket", "runtime_dir", "http", "api_threads", "log_dir"):
+            for key in ("socket", "socket_group", "runtime_dir", "http", "api_threads", "log_dir"):
                 if getattr(old, key) != getattr(config.daemon, key):
                     log.warning("reload: daemon.%s changed; it takes effect when renderd is restarted", key)
             self.daemon_config = dataclasses.replace(
                 config.daemon,
-                socket=old.socket, runtime_dir=old.runtime_dir, http=old.http, api_threads=old.api_threads,
-                log_dir=old.log_dir,
+                socket=old.socket, socket_group=old.socket_group, runtime_dir=old.runtime_dir, http=old.http,
+                api_threads=old.api_threads, log_dir=old.log_dir,
             )
             for name, env in self.environments.items():
                 if env.source == "file" and name not in config.environments:
@@ -802,7 +805,7 @@ class Supervisor:
             program = cfg.argv
             if getattr(selection, "executable", None):  # the binary inside a macOS bundle
                 program = [selection.executable, *program[1:]]
-            p.pair = FifoPair.create(self.players_dir, prefix=f"{env.name}.{p.index}.")
+            p.pair = FifoPair.create(self.players_dir, prefix=f"{env.name}.{p.index}.", group=self.file_group)
             p.holder = FifoChannel(p.pair.server_path, p.pair.client_path)
             p.log_path = self._log_path(p)
             argv = player_argv(
@@ -819,7 +822,7 @@ class Supervisor:
                     base_env, server_type="FIFO", server_pipe=p.pair.server_path,
                     client_pipe=p.pair.client_path, extra=cfg.env,
                 )
-            p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True)
+            p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
         except (RenderdError, OSError) as exc:
             reason = str(exc) if isinstance(exc, RenderdError) else os_error_message(exc, "cannot start the player")
             self._close_player_resources(p)

@@ -128,11 +128,14 @@ class FifoPair:
         self._removed = False
 
     @classmethod
-    def create(cls, directory: str | os.PathLike[str] | None = None, *, prefix: str = "renderd-") -> FifoPair:
+    def create(
+        cls, directory: str | os.PathLike[str] | None = None, *, prefix: str = "renderd-", group: int | None = None
+    ) -> FifoPair:
         """Make a private directory under ``directory`` (the system temp dir when None) and the two FIFOs.
 
-        Raises :class:`RenderdError` (OSError translated and chained) when either cannot be created;
-        nothing is left behind then.
+        ``group``: a group id whose members may use the pipes too (the directory becomes 0750 and the
+        FIFOs 0660, with that group; the daemon's ``socket_group``). Raises :class:`RenderdError`
+        (OSError translated and chained) when either cannot be created; nothing is left behind then.
         """
         try:
             path = tempfile.mkdtemp(prefix=prefix, dir=os.fspath(directory) if directory is not None else None)
@@ -143,6 +146,12 @@ class FifoPair:
             os.chmod(path, 0o700)
             os.mkfifo(pair.server_path, 0o600)
             os.mkfifo(pair.client_path, 0o600)
+            if group is not None:  # group first, then the modes that let it in
+                for fifo in (pair.server_path, pair.client_path):
+                    os.chown(fifo, -1, group)
+                    os.chmod(fifo, 0o660)
+                os.chown(path, -1, group)
+                os.chmod(path, 0o750)
         except OSError as exc:
             pair.remove()
             raise RenderdError(os_error_message(exc, "cannot create the player's named pipes")) from exc
