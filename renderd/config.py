@@ -380,9 +380,19 @@ class DaemonConfig:
     http: str = setting(
         "",
         doc_default='`""` (off)',
-        help="Address (`HOST:PORT`, IP literal) of the HTTP listener for `transport = \"http\"` players; "
-        "each player gets its own token. Empty: no listener.",
+        help="Address (`HOST:PORT`, IP literal) of the HTTP listener for `transport = \"http\"` players "
+        "(each gets its own token) and for remote control: the control API, with the bearer token of "
+        "`control_token_file`. Empty: no listener.",
         check=_http_address,
+    )
+    control_token_file: str = setting(
+        "",
+        doc_default='`""` (a token generated at start into `RUNTIME_DIR/control.token`, mode 0600)',
+        help="File holding the bearer token of the control API on the HTTP listener (`[daemon] http`): "
+        "requests other than the players' `/ping` and `/train` need `Authorization: Bearer TOKEN` "
+        "(compared in constant time; 401 without it). At least 16 characters; surrounding whitespace "
+        "is ignored.",
+        check=_optional_absolute_path,
     )
     stop_grace: float = setting(
         5.0,

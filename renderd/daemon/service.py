@@ -6,7 +6,8 @@
     control socket: refuse if another daemon answers on it, remove it if stale; directory 0700, socket 0600
     (with socket_group: directories 0750, socket 0660, pipes 0660 and player logs 0640, all that group)
     waitress serves the control API (renderd.daemon.api) on the socket, in a thread
-    optional HTTP listener for transport = "http" players (renderd.transport.http), in a thread
+    optional HTTP listener for transport = "http" players (renderd.transport.http), in a thread, which
+    also serves the control API behind a bearer token (control_token_file, else runtime_dir/control.token)
     signals -> wake-up pipe: SIGTERM/SIGINT stop, SIGHUP reload, SIGCHLD wake
     Supervisor.run() on the main thread until stopped
     cleanup: players, managed Xvfb, pipes, socket, lock and every directory it created
@@ -19,9 +20,12 @@ from __future__ import annotations
 import errno
 import fcntl
 import grp
+import hashlib
+import hmac
 import json
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -53,6 +57,18 @@ HTTP_MIN_THREADS = 8
 API_CHANNEL_TIMEOUT = 60
 #: Largest request head (request line and headers) of the control API; a request's head is a few hundred bytes.
 API_MAX_HEADER_SIZE = 64 * 1024
+#: The control token generated in ``runtime_dir`` when the HTTP listener is on and no
+#: ``control_token_file`` is configured (mode 0600; removed when the daemon stops).
+CONTROL_TOKEN_NAME = "control.token"
+#: Random bytes of a generated control token (hex-encoded: twice as many characters).
+CONTROL_TOKEN_BYTES = 32
+#: Shortest control token accepted from ``control_token_file``.
+MIN_CONTROL_TOKEN_LENGTH = 16
+#: Paths of the HTTP listener that belong to HTTP players (their own token is in the form); every other
+#: path is the control API, behind the control token.
+PLAYER_PATHS = frozenset({"/ping", "/train"})
+#: At most one log line per this many seconds about refused control requests on the HTTP listener.
+REFUSAL_LOG_INTERVAL = 10.0
 
 
 class DaemonError(RenderdError):
@@ -121,6 +137,75 @@ class _Platforms:
             xvfb.DisplayManager.default().shutdown()
 
 
+def _json_error(start_response: Any, status: str, message: str, headers: list[tuple[str, str]] = ()) -> list[bytes]:
+    body = json.dumps({"error": {"type": "RenderdError", "message": message}}).encode("utf-8") + b"\n"
+    start_response(status, [("Content-Type", "application/json"), ("Content-Length", str(len(body))),
+                            ("Cache-Control", "no-store"), *headers])
+    return [body]
+
+
+class _RemoteControl:
+    """The control API on the HTTP listener, behind a bearer token (``Authorization: Bearer TOKEN``).
+
+    The token is compared in constant time (SHA-256 digests of both, then ``hmac.compare_digest``, so not
+    even its length leaks); a request without the right one is answered 401 and never reaches the API.
+    Refusals are logged (rate-limited), never the token. ``app`` is set once the supervisor exists
+    (503 until then).
+    """
+
+    def __init__(self, token: str) -> None:
+        self._digest = hashlib.sha256(token.encode("utf-8")).digest()
+        self.app: Any = None
+        self._lock = threading.Lock()
+        self._refused = 0
+        self._last_log = -REFUSAL_LOG_INTERVAL
+
+    def authorized(self, environ: dict[str, Any]) -> bool:
+        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+        digest = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
+        return hmac.compare_digest(digest, self._digest) and scheme.lower() == "bearer"
+
+    def __call__(self, environ: dict[str, Any], start_response: Any) -> list[bytes]:
+        if not self.authorized(environ):
+            self._log_refusal(environ)
+            return _json_error(
+                start_response, "401 Unauthorized",
+                "the control API on the HTTP listener needs `Authorization: Bearer TOKEN` with the daemon's "
+                "control token ([daemon] control_token_file, else RUNTIME_DIR/control.token)",
+                [("WWW-Authenticate", 'Bearer realm="renderd"')],
+            )
+        app = self.app
+        if app is None:
+            return _json_error(start_response, "503 Service Unavailable", "the daemon is starting",
+                               [("Retry-After", "1")])
+        return app(environ, start_response)
+
+    def _log_refusal(self, environ: dict[str, Any]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._refused += 1
+            if now - self._last_log < REFUSAL_LOG_INTERVAL:
+                return
+            count, self._refused, self._last_log = self._refused, 0, now
+        log.warning(
+            "refused %s %s on the HTTP listener from %s: %s control token (401)%s",
+            environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), environ.get("REMOTE_ADDR"),
+            "wrong" if environ.get("HTTP_AUTHORIZATION") else "no",
+            f"; {count - 1} more refused since the last report" if count > 1 else "",
+        )
+
+
+def _listener_app(player_app: Any, control: _RemoteControl) -> Any:
+    """The HTTP listener's application: the players' routes, and the control API for everything else."""
+
+    def app(environ: dict[str, Any], start_response: Any) -> Any:
+        if environ.get("PATH_INFO") in PLAYER_PATHS:
+            return player_app(environ, start_response)
+        return control(environ, start_response)
+
+    return app
+
+
 class _HttpPlayers:
     """The daemon's HTTP listener for ``transport = "http"`` players (renderd.transport.http).
 
@@ -132,12 +217,14 @@ class _HttpPlayers:
     A pump that ends with an error (the player posted a bad frame, hung up...) fails the player.
     """
 
-    def __init__(self, address: str, players: int) -> None:
-        from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+    def __init__(self, address: str, players: int, control_token: str) -> None:
+        from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
         host, port = parse_http_address(address)
         self.registry = PlayerBridgeRegistry()
-        self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players)
+        self.control = _RemoteControl(control_token)
+        app = _listener_app(make_player_app(self.registry), self.control)
+        self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players, app=app)
         self.supervisor: Supervisor | None = None
         self._pumps: dict[int, Any] = {}
 
@@ -296,6 +383,7 @@ class Daemon:
         self._lock_fd: int | None = None
         self._lock_path: str | None = None
         self._socket_bound = False
+        self._token_path: str | None = None
         self._watchdog = watchdog_interval()
         self._next_watchdog = 0.0
         self.supervisor: Supervisor | None = None
@@ -370,6 +458,47 @@ class Daemon:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock_fd = fd
         self._lock_path = path
+
+    def _control_token(self, token_file: str, runtime_dir: str) -> str:
+        """The control token of the HTTP listener: read from ``token_file``, else generated into
+        ``runtime_dir/control.token`` (0600, removed at stop). Raises DaemonError for a file that cannot
+        be read or holds too short a token."""
+        if token_file:
+            try:
+                with open(token_file, encoding="utf-8") as f:
+                    token = f.read().strip()
+                mode = stat.S_IMODE(os.stat(token_file).st_mode)
+            except (OSError, UnicodeDecodeError) as exc:
+                what = os_error_message(exc, "cannot read") if isinstance(exc, OSError) else f"not UTF-8 ({exc})"
+                raise DaemonError(f"control_token_file {token_file}: {what}") from exc
+            if len(token) < MIN_CONTROL_TOKEN_LENGTH or any(c.isspace() for c in token):
+                raise DaemonError(
+                    f"control_token_file {token_file}: the token must be at least {MIN_CONTROL_TOKEN_LENGTH} "
+                    "characters without spaces (for example: python -c 'import secrets; "
+                    "print(secrets.token_hex(32))')"
+                )
+            if mode & 0o007:
+                log.warning("control_token_file %s has mode %04o: anyone on this machine can read the token",
+                            token_file, mode)
+            return token
+        token = secrets.token_hex(CONTROL_TOKEN_BYTES)
+        path = os.path.join(runtime_dir, CONTROL_TOKEN_NAME)
+        try:
+            try:
+                os.unlink(path)  # one left by a daemon that was killed
+            except FileNotFoundError:
+                pass
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # whatever the umask
+                os.write(fd, (token + "\n").encode())
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, f"cannot write the control token {path}")) from exc
+        self._token_path = path
+        log.info("control token for the HTTP listener written to %s", path)
+        return token
 
     def _check_socket(self, path: str) -> None:
         """Refuse to start if a daemon answers on ``path``; remove it if it is a stale socket."""
@@ -474,7 +603,8 @@ class Daemon:
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
             if cfg.http:
                 n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
-                http_players = _HttpPlayers(cfg.http, max(HTTP_MIN_THREADS, n))
+                token = self._control_token(cfg.control_token_file, cfg.runtime_dir)
+                http_players = _HttpPlayers(cfg.http, max(HTTP_MIN_THREADS, n), token)
                 try:
                     http_players.start()
                 except OSError as exc:
@@ -497,6 +627,8 @@ class Daemon:
             from renderd.daemon.api import make_app
 
             app = make_app(self.supervisor, http_listener=cfg.http)
+            if http_players is not None:
+                http_players.control.app = app  # remote control: the same API, behind the token
             try:
                 api = _ControlServer(app, cfg.socket, cfg.api_threads)
             except OSError as exc:
@@ -546,6 +678,14 @@ class Daemon:
                 pass
             except OSError as exc:
                 log.warning("%s", os_error_message(exc, "cannot remove the socket"))
+        if self._token_path is not None:
+            try:
+                os.unlink(self._token_path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                log.warning("%s", os_error_message(exc, "cannot remove the control token"))
+            self._token_path = None
         players_dir = os.path.join(cfg.runtime_dir, "players")
         if self._lock_fd is not None:
             shutil.rmtree(players_dir, ignore_errors=True)

@@ -369,18 +369,19 @@ class Supervisor:
         """Apply a reloaded configuration file: its environments replace the ones that came from a file.
 
         Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
-        need a restart (socket, socket_group, runtime_dir, http, api_threads, log_dir) are reported and left
-        alone.
+        need a restart (socket, socket_group, runtime_dir, http, control_token_file, api_threads, log_dir)
+        are reported and left alone.
         """
         with self.lock:
             old = self.daemon_config
-            for key in ("socket", "socket_group", "runtime_dir", "http", "api_threads", "log_dir"):
+            for key in ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads",
+                        "log_dir"):
                 if getattr(old, key) != getattr(config.daemon, key):
                     log.warning("reload: daemon.%s changed; it takes effect when renderd is restarted", key)
             self.daemon_config = dataclasses.replace(
                 config.daemon,
                 socket=old.socket, socket_group=old.socket_group, runtime_dir=old.runtime_dir, http=old.http,
-                api_threads=old.api_threads, log_dir=old.log_dir,
+                control_token_file=old.control_token_file, api_threads=old.api_threads, log_dir=old.log_dir,
             )
             for name, env in self.environments.items():
                 if env.source == "file" and name not in config.environments:

@@ -1,0 +1,117 @@
+"""The control API on the HTTP listener (``[daemon] http``): every route but the players' ``/ping`` and
+``/train`` needs ``Authorization: Bearer TOKEN`` (the token generated into ``RUNTIME_DIR/control.token``,
+or read from ``control_token_file``); without it, 401 JSON and nothing reaches the API."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import stat
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, fast_config
+
+
+def http_address(d: DaemonProcess) -> tuple[str, int]:
+    (address,) = [c.laddr for c in psutil.Process(d.pid).net_connections(kind="inet")
+                  if c.status == psutil.CONN_LISTEN]
+    return address.ip, address.port
+
+
+def call(d: DaemonProcess, method: str, path: str, *, token: str | None = None, scheme: str = "Bearer",
+         body: object = None) -> tuple[int, dict[str, str], bytes]:
+    host, port = http_address(d)
+    conn = http.client.HTTPConnection(host, port, timeout=20)
+    try:
+        headers = {"Authorization": f"{scheme} {token}"} if token is not None else {}
+        data = json.dumps(body).encode() if body is not None else None
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read()
+    finally:
+        conn.close()
+
+
+def control_token(d: DaemonProcess) -> str:
+    path = os.path.join(d.runtime_dir, "control.token")
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and os.stat(path).st_uid == os.geteuid()
+    return Path(path).read_text().strip()
+
+
+def test_the_control_api_on_the_http_listener_needs_the_token(secure_daemon) -> None:
+    d = secure_daemon
+    token = control_token(d)
+    for path in ("/v1/health", "/v1/environments", "/metrics", "/v1/leases/x", "/nope"):
+        for given, scheme in ((None, "Bearer"), ("wrong", "Bearer"), (token[:-1], "Bearer"), (token + "x", "Bearer"),
+                              (token, "Basic"), ("", "Bearer")):
+            status, headers, body = call(d, "GET", path, token=given, scheme=scheme)
+            assert status == 401 and headers["content-type"] == "application/json", (path, given, status)
+            assert headers["www-authenticate"].startswith("Bearer")
+            assert set(json.loads(body)["error"]) == {"type", "message"}
+    status, _, body = call(d, "GET", "/v1/health", token=token)
+    assert status == 200 and json.loads(body)["status"] == "ready"
+    status, _, body = call(d, "GET", "/metrics", token=token)
+    assert status == 200 and b"renderd_players" in body
+    status, _, body = call(d, "GET", "/nope", token=token)
+    assert status == 404 and json.loads(body)["error"]["type"] == "RenderdError"
+    status, _, body = call(d, "GET", "/ping")  # the players' routes keep their own (form) token
+    assert status == 200 and body == b"pong"
+    assert token not in d.output()  # never logged
+    assert "refused GET" in d.output()  # refusals are
+
+
+def test_remote_control_can_declare_and_remove_an_environment(secure_daemon) -> None:
+    d = secure_daemon
+    token = control_token(d)
+    status, _, body = call(d, "PUT", "/v1/environments/remote", token=token, body={"instances": 0})
+    assert status == 201, body
+    assert "remote" in [e["name"] for e in d.client.environments()]
+    status, _, body = call(d, "DELETE", "/v1/environments/remote", token=token)
+    assert status == 202, body
+    status, _, _ = call(d, "PUT", "/v1/environments/remote2", body={"instances": 0})
+    assert status == 401 and "remote2" not in [e["name"] for e in d.client.environments()]
+
+
+def test_a_configured_token_file(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("  s3cr3t-control-token-0123456789\n")
+    token_file.chmod(0o600)
+    d = DaemonProcess(tmp_path / "d", fast_config(daemon=f'http = "127.0.0.1:0"\ncontrol_token_file = "{token_file}"'))
+    try:
+        d.wait_ready()
+        assert not os.path.exists(os.path.join(d.runtime_dir, "control.token"))
+        assert call(d, "GET", "/v1/health", token="s3cr3t-control-token-0123456789")[0] == 200
+        assert call(d, "GET", "/v1/health", token="s3cr3t")[0] == 401
+    finally:
+        d.cleanup()
+
+
+@pytest.mark.parametrize("content", ["short", ""])
+def test_a_bad_token_file_stops_the_start(tmp_path: Path, content: str) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text(content)
+    d = DaemonProcess(tmp_path / "d", fast_config(daemon=f'http = "127.0.0.1:0"\ncontrol_token_file = "{token_file}"'))
+    try:
+        assert d.wait_exit(20) == 1
+        assert "at least 16 characters" in d.output()
+    finally:
+        d.cleanup()
+
+
+def test_the_generated_token_is_removed_at_stop(tmp_path: Path) -> None:
+    d = DaemonProcess(tmp_path / "d", fast_config(daemon='http = "127.0.0.1:0"'))
+    try:
+        d.wait_ready()
+        token = control_token(d)
+        assert call(d, "GET", "/v1/health", token=token)[0] == 200
+        d.signal(15)
+        assert d.wait_exit() == 0
+        assert not os.path.exists(d.runtime_dir)  # the token with everything else the daemon made
+    finally:
+        d.cleanup()
