@@ -265,6 +265,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
         self._stoppers: list[threading.Thread] = []
+        self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
@@ -628,6 +629,8 @@ class Supervisor:
                         self._read_first_frame(obj)
                     elif kind == "exit":
                         self._reap(obj)
+                    elif kind == "display":
+                        self._display_died(obj)
                     elif kind == "client":
                         if obj.ended is None and obj.id in self.leases:
                             log.warning(
@@ -839,12 +842,56 @@ class Supervisor:
         p.assembler = FrameAssembler()
         self._watch(p.holder.fileno(), ("ready", p))
         self._watch(p.proc.fileno(), ("exit", p))
+        self._watch_display(getattr(p.selection, "display", None))
         log.info(
             "started %s[%d] pid %d (%dx%d, %s, log %s)",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
             p.log_path,
         )
         self._status_update()
+
+    # -- managed displays (loop thread) ------------------------------------------------------------------
+    def _watch_display(self, display: Any) -> None:
+        """Watch the Xvfb of a managed display (a pidfd in the loop's selector), once per display."""
+        if display is None or id(display) in self._displays:
+            return
+        try:
+            pidfd = os.pidfd_open(display.pid)
+        except OSError as exc:  # gone already (the next spawn renews it), or no pidfds here
+            log.debug("cannot watch managed display %s (Xvfb pid %s): %s", display.name, display.pid, exc)
+            return
+        self._displays[id(display)] = (pidfd, display)
+        self._watch(pidfd, ("display", display))
+
+    def _unwatch_display(self, display: Any) -> None:
+        entry = self._displays.pop(id(display), None)
+        if entry is not None:
+            self._unwatch(entry[0])
+            os.close(entry[0])
+
+    def _display_died(self, display: Any) -> None:
+        """A managed Xvfb exited: players that are not leased are stopped and restarted (with backoff) on a
+        new display; a leased player is left to its client, since it fails at its next frame (a Unity
+        player dies of the X I/O error), which classifies the exit as usual."""
+        self._unwatch_display(display)
+        users = [
+            p for env in self.environments.values() for p in env.players
+            if p.selection is not None and getattr(p.selection, "display", None) is display
+            and p.state in (State.STARTING, State.READY, State.LEASED)
+        ]
+        if not users:
+            return
+        why = f"its managed X display {display.name} (Xvfb pid {display.pid}) died ({describe_exit(display.returncode)})"
+        log.error("managed X display %s (Xvfb pid %d) died (%s) under %d player(s)",
+                  display.name, display.pid, describe_exit(display.returncode), len(users))
+        for p in users:
+            if p.state == State.LEASED:
+                log.warning("%s[%d] pid %s is leased: it is replaced when it fails or its lease ends",
+                            p.environment.name, p.index, p.pid)
+                continue
+            log.error("%s[%d] pid %s: %s; restarting it on a new display", p.environment.name, p.index, p.pid, why)
+            p.reason = why
+            self._begin_stop(p, _Stop(why, "backoff"))
 
     def _log_path(self, p: Player) -> str:
         path = os.path.join(self.log_dir, f"{p.environment.name}.{p.index}.log")
@@ -1171,6 +1218,9 @@ class Supervisor:
         wake-up pipe any more). Idempotent."""
         if self._wake_r < 0:
             return
+        for pidfd, _display in self._displays.values():
+            os.close(pidfd)
+        self._displays.clear()
         self._selector.close()
         os.close(self._wake_r)
         os.close(self._wake_w)

@@ -104,3 +104,31 @@ def test_the_gl_player_exits_when_its_x_server_dies(tmp_path, nothing_left) -> N
         display.release()
     finally:
         manager.shutdown()
+
+
+def test_the_daemon_replaces_ready_players_whose_managed_xvfb_died(tmp_path, nothing_left) -> None:
+    """The daemon watches the Xvfb it started: a READY player on it is restarted on a new display before
+    any client gets it, and the next lease renders."""
+    from renderd.daemon.client import connect
+    from tests.daemon.conftest import DaemonProcess, fast_config
+
+    gl_player = f'["{shutil.which("renderd-player")}", "--renderer", "gl"]'
+    d = DaemonProcess(tmp_path / "d", fast_config(executable=gl_player).replace(
+        'platform = "headless"', 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'))
+    nothing_left.ignore.add(d.pid)
+    try:
+        d.wait_ready()
+        (player,) = d.players()
+        daemon = psutil.Process(d.pid)
+        (xvfb,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        xvfb.kill()
+        (again,) = d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"],
+                                  timeout=20, what="a new READY player")
+        assert "managed X display" in d.output() and "restarting it on a new display" in d.output()
+        (new_xvfb,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        assert new_xvfb.pid != xvfb.pid
+        with connect("demo", socket=d.socket, timeout=10) as session:
+            assert session.pid == again["pid"]
+            assert session.step("RotateLeft", degrees=10).frame.shape == (48, 64, 3)
+    finally:
+        d.cleanup()
