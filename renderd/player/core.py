@@ -344,6 +344,7 @@ class Player:
         self._synthetic = _synthetic_objects(metadata_objects)
         self._wire_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._static: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._static_images: dict[tuple, Images] = {}
         self._views: OrderedDict[tuple, _View] = OrderedDict()
         # Settings from Initialize (they persist across Reset, as the controller re-sends them anyway).
         self.grid_size = DEFAULT_GRID_SIZE
@@ -689,6 +690,17 @@ class Player:
             return []
         depth_on = bool(action.get("renderDepthImage", self.render_depth))
         ids_on = bool(action.get("renderInstanceSegmentation", self.render_ids))
+        if self.static_frame:
+            # The same list object while nothing it depends on changes, so a link can reuse its encoding.
+            key = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras))
+            images = self._static_images.get(key)
+            if images is None:
+                images = self._build_images(depth_on, ids_on)
+                self._static_images = {key: images}
+            return images
+        return self._build_images(depth_on, ids_on)
+
+    def _build_images(self, depth_on: bool, ids_on: bool) -> Images:
         out: Images = []
         for camera in self.cameras:
             rgb, depth, ids = self._frame(camera.position, camera.rotation[1], camera.rotation[0], camera.fov)

@@ -6,9 +6,15 @@
 4. loop: read one ACTION field + end-of-message, act, write one message.
 
 Messages are written with ``os.writev`` straight from the image arrays (partial writes are resumed).
+The image fields' buffers are encoded once and reused while the player returns the same image list (a
+static frame, an unchanged view), and the metadata comes packed from the player's per-state cache, so
+an answer that goes out whole costs one ``writev`` and no bookkeeping. Actions are read with ``readv``
+straight into the decoder's buffer.
 Both descriptors are non-blocking once open and every wait is a ``select`` that also watches the signal
-wakeup pipe (:mod:`renderd.player.signals`), so SIGTERM ends the player at any point; the blocking
-FIFO opens run in a helper thread for the same reason.
+wakeup pipe (:mod:`renderd.player.signals`), so SIGTERM ends the player at any point, including while it
+waits for room in a full pipe (a blocking ``writev`` of the whole message measured no faster, and a
+signal arriving just before it would be noticed only once the client reads); the blocking FIFO opens
+run in a helper thread for the same reason.
 End of input on ``client.pipe`` at a message boundary means the client is done: exit 0. Anything the
 player cannot parse (bad framing, an ACTION that is not a JSON object) is logged and ends the player with
 :data:`EXIT_PROTOCOL_ERROR`, the way a build's message loop dies on an exception: the stream cannot be
@@ -26,7 +32,16 @@ from typing import Any, Callable, Sequence
 from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults, signals
 from renderd.player.core import Answer, Player
-from renderd.protocol import NEED_DATA, Decoder, FieldType, decode_action, encode_message
+from renderd.protocol import (
+    HEADER,
+    HEADER_SIZE,
+    NEED_DATA,
+    Decoder,
+    FieldType,
+    decode_action,
+    encode_message,
+    message_nbytes,
+)
 
 __all__ = ["run_fifo", "write_all", "EXIT_OK", "EXIT_IO_ERROR", "EXIT_PROTOCOL_ERROR", "ACTION_MAX_BODY_SIZE"]
 
@@ -51,15 +66,26 @@ class _ClientGone(Exception):
         self.code = code
 
 
-def write_all(fd: int, buffers: Sequence[Any]) -> int:
+def write_all(fd: int, buffers: Sequence[Any], nbytes: int | None = None) -> int:
     """Write every buffer to ``fd`` with ``os.writev``, resuming after partial writes. Returns the byte count.
 
-    ``fd`` may be non-blocking: the writer then waits in :func:`renderd.player.signals.wait`. Raises
-    OSError (BrokenPipeError when the reader is gone) or :class:`~renderd.player.signals.Terminated`.
+    ``nbytes``, the buffers' total size when the caller knows it, lets a message that goes out in one
+    call skip all bookkeeping (the buffers must then support the buffer protocol as they are). ``fd`` may
+    be non-blocking: the writer then waits in :func:`renderd.player.signals.wait`. Raises OSError
+    (BrokenPipeError when the reader is gone) or :class:`~renderd.player.signals.Terminated`.
     """
+    done = 0
+    if nbytes is not None and len(buffers) <= MAX_IOV:
+        try:
+            done = os.writev(fd, buffers)
+        except BlockingIOError:
+            done = 0
+        if done == nbytes:
+            return done
     views = [memoryview(b).cast("B") for b in buffers]
     views = [v for v in views if v.nbytes]
-    total = 0
+    _consume(views, done)
+    total = done
     while views:
         try:
             n = os.writev(fd, views[:MAX_IOV])
@@ -67,15 +93,20 @@ def write_all(fd: int, buffers: Sequence[Any]) -> int:
             signals.wait(write=[fd])
             continue
         total += n
-        while n and views:
-            first = views[0]
-            if n >= first.nbytes:
-                n -= first.nbytes
-                views.pop(0)
-            else:
-                views[0] = first[n:]
-                n = 0
+        _consume(views, n)
     return total
+
+
+def _consume(views: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes (written already) from ``views``."""
+    while n and views:
+        first = views[0]
+        if n >= first.nbytes:
+            n -= first.nbytes
+            views.pop(0)
+        else:
+            views[0] = first[n:]
+            n = 0
 
 
 def _nonblocking(fd: int) -> int:
@@ -89,6 +120,28 @@ def encode_answer(answer: Answer) -> list[Any]:
     return encode_message([(FieldType.METADATA, answer.packed_metadata()), *answer.images])
 
 
+class _AnswerEncoder:
+    """:func:`encode_answer` that reuses the image fields' encoding while the player returns the same
+    image list (a static frame, an unchanged view): per answer only the metadata header is packed."""
+
+    def __init__(self) -> None:
+        self._images: list | None = None
+        self._tail: list[Any] = []
+        self._tail_size = 0
+
+    def encode(self, answer: Answer) -> tuple[list[Any], int]:
+        """The message's buffers and their total size."""
+        images = answer.images
+        if images is not self._images:
+            self._tail = encode_message(images)  # the image fields and the end-of-message marker
+            self._tail_size = message_nbytes(self._tail)
+            self._images = images
+        metadata = answer.packed_metadata()
+        return [HEADER.pack(FieldType.METADATA, len(metadata)), metadata, *self._tail], (
+            HEADER_SIZE + len(metadata) + self._tail_size
+        )
+
+
 class FifoLink:
     """Owns the two pipe descriptors and runs the message loop for one :class:`Player`."""
 
@@ -99,6 +152,7 @@ class FifoLink:
         self.server_fd: int | None = None
         self.client_fd: int | None = None
         self.decoder = Decoder(max_body_size=ACTION_MAX_BODY_SIZE)
+        self.encoder = _AnswerEncoder()
         self.steps = 0
 
     # -- pipes ---------------------------------------------------------------------------------------
@@ -122,28 +176,33 @@ class FifoLink:
             os.close(fd)
 
     # -- I/O -------------------------------------------------------------------------------------------
-    def send(self, buffers: Sequence[Any]) -> None:
+    def send(self, buffers: Sequence[Any], nbytes: int | None = None) -> None:
         if self.server_fd is None:
             raise _ClientGone("server.pipe is closed", EXIT_IO_ERROR)
         try:
-            write_all(self.server_fd, buffers)
+            write_all(self.server_fd, buffers, nbytes)
         except BrokenPipeError:
             raise _ClientGone("the client closed server.pipe while the player was writing (EPIPE)", EXIT_IO_ERROR)
 
     def send_answer(self, answer: Answer) -> None:
-        self.send(encode_answer(answer))
+        self.send(*self.encoder.encode(answer))
 
     def recv_action(self) -> dict:
         """The next action. Raises _ClientGone at end of input, ProtocolError on bad bytes."""
+        decoder = self.decoder
         while True:
-            message = self.decoder.next_message()
+            message = decoder.next_message()
             if message is not NEED_DATA:
                 return decode_action(message)
-            data = self._read()
-            if not data:
-                self.decoder.end_of_input()  # raises ProtocolError if it ended inside a message
+            signals.wait(read=[self.client_fd])
+            try:
+                n = os.readv(self.client_fd, decoder.get_buffers())  # straight into the decoder's buffer
+            except BlockingIOError:
+                continue
+            if not n:
+                decoder.end_of_input()  # raises ProtocolError if it ended inside a message
                 raise _ClientGone("the client closed client.pipe", EXIT_OK)
-            self.decoder.receive_data(data)
+            decoder.buffers_updated(n)
 
     def drain_until_eof(self) -> None:
         """Discard whatever the client sends until it closes client.pipe (after a stream fault)."""
