@@ -25,7 +25,8 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4) uint8``; depth
 ``(H, W) float32`` little-endian metres; ids ``(H, W, 4) uint8`` RGBA with alpha 255. Pass them to
 ``renderd.protocol.encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])`` or take
-their bytes for HTTP form parts. Arrays may be shared between calls: treat them as read-only.
+their bytes for HTTP form parts. Arrays (and, with ``static_frame``, the list itself) are shared between
+calls: treat them as read-only.
 
 Metadata is cached per player state (scene, pose, resolution, field of view, visibility distance,
 third-party cameras; :data:`VIEW_CACHE_SIZE` states): an action that changes none of them (``Pass``, a
