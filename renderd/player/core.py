@@ -25,8 +25,8 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4) uint8``; depth
 ``(H, W) float32`` little-endian metres; ids ``(H, W, 4) uint8`` RGBA with alpha 255. Pass them to
 ``renderd.protocol.encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])`` or take
-their bytes for HTTP form parts. Arrays (and, with ``static_frame``, the list itself) are shared between
-calls: treat them as read-only.
+their bytes for HTTP form parts. Arrays (and the list itself, while the view does not change) are shared
+between calls: treat them as read-only.
 
 Metadata is cached per player state (scene, pose, resolution, field of view, visibility distance,
 third-party cameras; :data:`VIEW_CACHE_SIZE` states): an action that changes none of them (``Pass``, a
@@ -345,7 +345,8 @@ class Player:
         self._synthetic = _synthetic_objects(metadata_objects)
         self._wire_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._static: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._static_images: dict[tuple, Images] = {}
+        self._image_list_key: tuple | None = None  # what the last image list was built for
+        self._image_list: Images = []
         self._views: OrderedDict[tuple, _View] = OrderedDict()
         # Settings from Initialize (they persist across Reset, as the controller re-sends them anyway).
         self.grid_size = DEFAULT_GRID_SIZE
@@ -691,15 +692,15 @@ class Player:
             return []
         depth_on = bool(action.get("renderDepthImage", self.render_depth))
         ids_on = bool(action.get("renderInstanceSegmentation", self.render_ids))
+        # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
-            # The same list object while nothing it depends on changes, so a link can reuse its encoding.
-            key = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras))
-            images = self._static_images.get(key)
-            if images is None:
-                images = self._build_images(depth_on, ids_on)
-                self._static_images = {key: images}
-            return images
-        return self._build_images(depth_on, ids_on)
+            key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras))
+        else:
+            key = (self._view_key(), depth_on, ids_on)
+        if key != self._image_list_key:
+            self._image_list = self._build_images(depth_on, ids_on)
+            self._image_list_key = key
+        return self._image_list
 
     def _build_images(self, depth_on: bool, ids_on: bool) -> Images:
         out: Images = []

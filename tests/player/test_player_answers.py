@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 import msgpack
+import numpy as np
 import pytest
 
 from renderd.player.core import VIEW_CACHE_SIZE, Player
@@ -47,14 +48,17 @@ def _walk(seed: int, steps: int = 120) -> list[dict]:
 
 @pytest.mark.parametrize("static_frame", [False, True])
 @pytest.mark.parametrize("seed", [1, 2])
-def test_cached_metadata_equals_metadata_built_from_scratch(static_frame, seed):
+def test_cached_answers_equal_answers_built_from_scratch(static_frame, seed):
     cached = Player(width=32, height=24, static_frame=static_frame, metadata_objects=3)
     fresh = Player(width=32, height=24, static_frame=static_frame, metadata_objects=3)
     for action in [{"action": "Pass"}, *ACTIONS, *_walk(seed)]:
         fresh._views.clear()  # every answer from scratch
+        fresh._image_list_key = None
         a = cached.answer(dict(action))
         b = fresh.answer(dict(action))
         assert a.metadata() == b.metadata(), action
+        assert [t for t, _ in a.images] == [t for t, _ in b.images], action
+        assert all(np.array_equal(x, y) for (_, x), (_, y) in zip(a.images, b.images)), action
         assert len(cached._views) <= VIEW_CACHE_SIZE
 
 
@@ -78,6 +82,15 @@ def test_handle_returns_a_fresh_top_level_each_time():
     first["agents"][0]["lastAction"] = "scribbled"
     second, _ = p.handle({"action": "Pass"})
     assert second["sequenceId"] == 2 and second["agents"][0]["lastAction"] == "Pass"
+
+
+def test_an_unchanged_rendered_view_reuses_its_image_list():
+    p = Player(width=32, height=32)
+    a = p.answer({"action": "Pass"})
+    assert p.answer({"action": "Pass"}).images is a.images
+    assert p.answer({"action": "Pass", "renderDepthImage": True}).images is not a.images
+    moved = p.answer({"action": "RotateRight"})
+    assert moved.images is not a.images and not np.array_equal(moved.images[0][1], a.images[0][1])
 
 
 def test_an_unchanged_state_reuses_its_view():
