@@ -630,7 +630,7 @@ class LeasedPlayer:
             if self._returncode is None and self._exit_status is not None:
                 try:
                     self._returncode = self._exit_status(LEASED_EXIT_STATUS_TIMEOUT)
-                except Exception as exc:  # never lose the crash over the question
+                except Exception as exc:  # noqa: BLE001 - never lose the crash over the question
                     log.debug("asking how leased player pid %d exited failed: %s", self.pid, exc)
             code = self._returncode
             message = f"{context} (leased player pid {self.pid}"

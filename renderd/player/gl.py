@@ -173,8 +173,8 @@ class _XServerWatch:
         if self.lost is None:
             try:
                 self._display.close()
-            except Exception:  # the server went away meanwhile: nothing to close politely
-                pass
+            except (OSError, self._closed_error) as exc:  # the server went away meanwhile
+                log.debug("closing the X connection to %s: %s", self.name, exc)
 
 
 def _create_context(platform: str | None, device_index: int | None):  # -> moderngl.Context

@@ -305,7 +305,8 @@ def test_daemon_signalled_during_a_lease(sig: signal.Signals, tmp_path: Path, no
 
 # -- every crash under a lease is classified, whichever the daemon sees first ----------------------------
 
-EXITS_BY_SIGNAL = re.compile(r'^renderd_player_exits_total\{environment="demo",how="signal"\} ([0-9.]+)$', re.M)
+EXITS_BY_SIGNAL = re.compile(r'^renderd_player_exits_total\{environment="demo",how="signal"\} ([0-9.]+)$',
+                             re.MULTILINE)
 
 
 def signal_exits(d: DaemonProcess) -> float:

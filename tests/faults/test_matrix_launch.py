@@ -37,7 +37,6 @@ from renderd.errors import (
     ProtocolError,
     RenderdError,
 )
-
 from renderd.protocol import FieldType, encode_message, encode_metadata
 from renderd.transport.fifo import FifoChannel, FifoPair
 
@@ -252,8 +251,8 @@ def test_player_fault(row: Row, tmp_path: Path, nothing_left) -> None:
 
 # -- arguments: every wait has a finite deadline -----------------------------------------------------------
 @pytest.mark.parametrize("transport", ["fifo", "http"])
-@pytest.mark.parametrize("kwargs", [dict(start_timeout=math.inf), dict(step_timeout=math.inf),
-                                    dict(step_timeout=math.nan), dict(start_timeout=1e12)])
+@pytest.mark.parametrize("kwargs", [{"start_timeout": math.inf}, {"step_timeout": math.inf},
+                                    {"step_timeout": math.nan}, {"start_timeout": 1e12}])
 def test_launch_refuses_infinite_timeouts(kwargs: dict[str, float], transport: str, nothing_left) -> None:
     (key,) = kwargs
     with Timer() as t, pytest.raises(ConfigError, match=f"^{key}: must be") as info:
@@ -263,8 +262,8 @@ def test_launch_refuses_infinite_timeouts(kwargs: dict[str, float], transport: s
     assert t.elapsed < AT_ONCE  # refused before anything was started
 
 
-@pytest.mark.parametrize("kwargs", [dict(timeout=math.inf), dict(timeout=-1), dict(step_timeout=math.inf),
-                                    dict(step_timeout=0)])
+@pytest.mark.parametrize("kwargs", [{"timeout": math.inf}, {"timeout": -1}, {"step_timeout": math.inf},
+                                    {"step_timeout": 0}])
 def test_connect_refuses_bad_timeouts(kwargs: dict[str, float], tmp_path: Path, nothing_left) -> None:
     (key,) = kwargs
     with pytest.raises(ValueError, match=f"^{key}: must be"):  # before it even looks for a daemon

@@ -25,7 +25,7 @@ def test_a_body_of_exactly_the_limit_reaches_the_application(secure_daemon) -> N
     body = b'{"instances": 0, "executable": "renderd-player", "env": {"PAD": "'
     body += b"x" * (MAX_BODY_SIZE - len(body) - 3) + b'"}}'
     assert len(body) == MAX_BODY_SIZE
-    status, headers, answer = raw_request(
+    status, _headers, answer = raw_request(
         secure_daemon.socket,
         b"PUT /v1/environments/limit HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
         % len(body) + body)
