@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import sys
 import tempfile
@@ -91,6 +92,8 @@ class Result:
     steps_per_s: float
     bytes_per_step: int
     runs: list[float] = field(default_factory=list)
+    #: minor page faults this process took per step (renderd's client columns only)
+    faults_per_step: float | None = None
 
     @property
     def mb_per_s(self) -> float:
@@ -136,6 +139,11 @@ class Pinned:
         os.sched_setaffinity(0, self.saved)
 
 
+def client_faults() -> int:
+    """Minor page faults of this process so far."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def timed(step: Callable[[], Any], duration: float) -> tuple[float, int]:
     """Steps per second of ``step`` over about ``duration`` seconds (after a warm-up)."""
     for _ in range(WARMUP_STEPS):
@@ -173,14 +181,16 @@ def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
     ) as session:
         pin.running(session.pid)
         setup_session(session, case)
+        faults = client_faults()
         if case.read_metadata:
-            rate, _ = timed(lambda: session.step(ACTION).metadata, duration)
+            rate, n = timed(lambda: session.step(ACTION).metadata, duration)
         else:
-            rate, _ = timed(lambda: session.step(ACTION), duration)
+            rate, n = timed(lambda: session.step(ACTION), duration)
+        faults = (client_faults() - faults) / (n + WARMUP_STEPS)
         if case.depth:
             assert session.last_event.depth_frame is not None
         assert session.last_event.frame.shape == (case.height, case.width, 3)
-    return Result(rate, 0)
+    return Result(rate, 0, faults_per_step=faults)
 
 
 def capture_answer(case: Case) -> bytes:
@@ -278,12 +288,14 @@ def run_renderd_bare(case: Case, pin: Pinned, duration: float, payload: bytes) -
         with renderd.Session(channel, process=proc, stop_grace=1.0) as session:
             pin.running(proc.pid)
             action = {"action": ACTION, "sequenceId": seq}
+            faults = client_faults()
             if case.read_metadata:
-                rate, _ = timed(lambda: session.step(action).metadata, duration)
+                rate, n = timed(lambda: session.step(action).metadata, duration)
             else:
-                rate, _ = timed(lambda: session.step(action), duration)
+                rate, n = timed(lambda: session.step(action), duration)
+            faults = (client_faults() - faults) / (n + WARMUP_STEPS)
             assert session.last_event.frame.shape == (case.height, case.width, 3)
-    return Result(rate, len(payload))
+    return Result(rate, len(payload), faults_per_step=faults)
 
 
 # -- AI2-THOR --------------------------------------------------------------------------------------------
@@ -381,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     print(header)
     print("-" * len(header))
     rows = []
+    loads = [os.getloadavg()[0]]
+    notes: list[str] = []
     for case in cases:
         payload = capture_answer(case)
         for placement in placements:
@@ -396,12 +410,16 @@ def main(argv: list[str] | None = None) -> int:
                 "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
             }
             rates: dict[str, list[float]] = {name: [] for name in runners}
+            faults: dict[str, list[float]] = {name: [] for name in runners}
             try:
                 # Interleave the columns so that a burst of other load on the machine hits them alike.
                 for _ in range(args.repeat):
                     for name, run in runners.items():
                         if run is not None:
-                            rates[name].append(run().steps_per_s)
+                            result = run()
+                            rates[name].append(result.steps_per_s)
+                            if result.faults_per_step is not None:
+                                faults[name].append(result.faults_per_step)
             finally:
                 pin.restore()
             cells: dict[str, Result | None] = {
@@ -416,7 +434,16 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({
                 "case": case.key, "label": case.label, "placement": placement, "bytes_per_step": len(payload),
                 **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
+                **{f"{k}_client_faults_per_step": statistics.median(v) for k, v in faults.items() if v},
             })
+            faulty = [f"{k} {statistics.median(v):.0f}" for k, v in faults.items() if v and statistics.median(v) >= 1]
+            if faulty:
+                notes.append(f"# {case.label}, {placement}: renderd's client took minor page faults per step"
+                             f" ({', '.join(faulty)}): freed frame buffers went back to the kernel")
+            loads.append(os.getloadavg()[0])
+    print(f"# load average (1 min) {min(loads):.2f}-{max(loads):.2f} during the run, {loads[-1]:.2f} at the end")
+    for note in notes:
+        print(note)
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0
