@@ -1,6 +1,7 @@
 """Who can reach a player over the network: nobody unless configured. The control API is a unix socket
-only; the HTTP listener for HTTP players is off by default, binds loopback when renderd picks the
-address, and refuses a post whose token is missing or wrong (403) after a constant-time comparison."""
+(and, on the HTTP listener, behind a bearer token: test_remote_control.py); the HTTP listener for HTTP
+players is off by default, binds loopback when renderd picks the address, and refuses a post whose token
+is missing or wrong (403) after a constant-time comparison."""
 
 from __future__ import annotations
 
