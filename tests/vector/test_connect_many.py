@@ -35,7 +35,9 @@ def test_connect_many_without_enough_players_names_the_slot(daemon):
     d = daemon(fast_config(instances=2))
     with pytest.raises(LeaseError) as info:
         renderd.connect_many("demo", 3, socket=d.socket, timeout=1.0)
-    assert info.value.slots == [2]
-    assert "1 of 3 players could not be leased" in str(info.value) and "slot 2" in str(info.value)
+    # The three leases are requested concurrently: which slot goes without is up to the daemon's order.
+    assert len(info.value.slots) == 1 and info.value.slots[0] in (0, 1, 2)
+    slot = info.value.slots[0]
+    assert "1 of 3 players could not be leased" in str(info.value) and f"slot {slot}" in str(info.value)
     # The two leases that were granted were released again.
     d.wait_players(lambda ps: all(p["state"] == "READY" for p in ps), what="released players")
