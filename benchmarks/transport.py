@@ -41,11 +41,13 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import msgpack  # noqa: E402
 
 import renderd  # noqa: E402
-from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
+from renderd.process import PlayerProcess, player_argv, player_env, resolve_executable  # noqa: E402
 from renderd.protocol import encode_action, encode_message  # noqa: E402
 from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair, _set_pipe_size  # noqa: E402
 
 ACTION = "Pass"
+#: The player every column runs (``--player``): a name looked up as renderd.launch looks it up, or a path.
+player_executable = "renderd-player"
 #: Every column runs the same player with the same bytes: RGB at 3 bytes per pixel, as on Linux64
 #: (renderd.launch would otherwise pick CloudRendering on a machine with Vulkan, whose RGB is RGBA).
 PLAYER_ENV = {"RENDERD_PLATFORM": "Linux64"}
@@ -174,6 +176,7 @@ def setup_session(session: renderd.Session, case: Case) -> None:
 def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
     pin.spawning()
     with renderd.launch(
+        player_executable,
         width=case.width,
         height=case.height,
         args=case.player_args(),
@@ -197,8 +200,8 @@ def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
 
 def capture_answer(case: Case) -> bytes:
     """The exact bytes the player sends in answer to one step of ``case``."""
-    with renderd.launch(width=case.width, height=case.height, args=case.player_args(), env=PLAYER_ENV,
-                        start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+    with renderd.launch(player_executable, width=case.width, height=case.height, args=case.player_args(),
+                        env=PLAYER_ENV, start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
         setup_session(session, case)
         session.send(ACTION)
         message = session.channel.recv(time.monotonic() + STEP_TIMEOUT)
@@ -321,7 +324,9 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
         None, server_pipe=params["fifo_server_pipe_path"], client_pipe=params["fifo_client_pipe_path"],
         extra=PLAYER_ENV,
     )
-    argv = player_argv("renderd-player", width=case.width, height=case.height, extra_args=case.player_args())
+    argv = player_argv(
+        resolve_executable(player_executable), width=case.width, height=case.height, extra_args=case.player_args()
+    )
     pin.spawning()
     proc = PlayerProcess.spawn(argv, env, None)
     try:
@@ -372,6 +377,7 @@ def fmt(result: Result | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    global player_executable  # noqa: PLW0603 - one setting read by every column's runner
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--duration", type=float, default=1.0, help="seconds measured per run (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="runs per cell, interleaved; the median is reported")
@@ -379,14 +385,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
     p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
     p.add_argument("--json", action="store_true", help="print the results as JSON as well")
+    p.add_argument("--player", default="renderd-player",
+                   help="the player program for every column (default renderd-player; e.g. another build of it)")
     args = p.parse_args(argv)
+    player_executable = args.player
 
     cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
     placements = [x.strip() for x in args.placements.split(",") if x.strip()]
     with_ai2thor = not args.no_ai2thor and ai2thor_available()
     print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
     print(f"# renderd {renderd.__version__}; pipe {DEFAULT_PIPE_SIZE // 1024} KiB; median of {args.repeat} interleaved"
-          f" runs of {args.duration:g} s; action {ACTION!r} on renderd-player --static-frame; load average"
+          f" runs of {args.duration:g} s; action {ACTION!r} on {args.player} --static-frame; load average"
           f" {os.getloadavg()[0]:.2f} at start")
     if not with_ai2thor:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
