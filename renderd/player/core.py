@@ -10,6 +10,7 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
     metadata, images = player.handle(action)     # one answer per action dict
     answer = player.answer(action)               # the same as an Answer: answer.metadata(), answer.images,
     body = answer.packed_metadata()              # and the metadata packed (== encode_metadata(answer.metadata()))
+    text = answer.json_metadata()                # or as compact JSON (for HTTP form parts)
 
 * ``platform``: ``"CloudRendering"`` makes RGB images 4 bytes per pixel (RGBA, alpha 255), as Unity does
   there; anything else (``"Linux64"``, ``"headless"``, ``None``) gives 3 bytes per pixel.
@@ -44,6 +45,7 @@ most faults need the pipe or the process. Renderer failures propagate (the playe
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -228,8 +230,8 @@ class _Camera:
 #: The agent's per-action keys, in wire order; everything else in an answer's metadata is decided by the
 #: player's state alone (:class:`_View`).
 _ACTION_KEYS = ("lastAction", "lastActionSuccess", "errorMessage", "errorCode", "actionReturn")
-#: The agent keys packed before the per-action ones (the rest come after them).
-_AGENT_HEAD_KEYS = ("name", "screenWidth", "screenHeight")
+#: Compact JSON, as the HTTP link sends metadata.
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
 
 
 class _View:
@@ -245,10 +247,11 @@ class _View:
         (per action)   the sequence id
         packed_end     "activeAgentId" 0 "thirdPartyCameras" [...]
 
-    which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order).
+    which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order). The
+    same three parts as compact JSON (``json_parts``, for the HTTP link) are made on first use.
     """
 
-    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_head", "packed_middle", "packed_end")
+    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_head", "packed_middle", "packed_end", "_json")
 
     def __init__(self, agent_head: dict[str, Any], agent_tail: dict[str, Any], cameras: list[dict[str, Any]]) -> None:
         self.agent_head = agent_head
@@ -265,6 +268,20 @@ class _View:
         ))
         self.packed_middle = pairs(agent_tail) + packer.pack("sequenceId")
         self.packed_end = pairs({"activeAgentId": 0, "thirdPartyCameras": cameras})
+        self._json: tuple[bytes, bytes, bytes] | None = None
+
+    def json_parts(self) -> tuple[bytes, bytes, bytes]:
+        """``{"agents":[{`` + head pairs, the tail pairs + ``"sequenceId":``, and the rest, as compact JSON."""
+        if self._json is None:
+            def pairs(d: dict[str, Any]) -> str:
+                return _dumps(d)[1:-1]
+
+            self._json = (
+                ('{"agents":[{' + pairs(self.agent_head) + ",").encode("utf-8"),
+                ("," + pairs(self.agent_tail) + '}],"sequenceId":').encode("utf-8"),
+                ("," + pairs({"activeAgentId": 0, "thirdPartyCameras": self.cameras}) + "}").encode("utf-8"),
+            )
+        return self._json
 
 
 class Answer:
@@ -308,6 +325,14 @@ class Answer:
         # fields is a fixarray of the 10 items: one header byte, then the pairs exactly as a map holds them.
         return b"".join((view.packed_head, fields[1:], view.packed_middle,
                          msgpack.packb(self.sequence_id), view.packed_end))
+
+    def json_metadata(self) -> bytes:
+        """The metadata as compact JSON, exactly ``json.dumps(answer.metadata(), separators=(",", ":"))``
+        encoded as UTF-8, assembled from text cached per player state. Raises TypeError if an action's
+        return value is not JSON-serialisable (the player's always is)."""
+        head, middle, end = self._view.json_parts()
+        fields = _dumps(dict(zip(_ACTION_KEYS, self._action_values)))[1:-1].encode("utf-8")
+        return b"".join((head, fields, middle, _dumps(self.sequence_id).encode("ascii"), end))
 
     def as_tuple(self) -> tuple[dict[str, Any], Images]:
         """``(metadata(), images)``, what :meth:`Player.handle` returns."""

@@ -1,8 +1,10 @@
 """Answers built from the per-state cache: the same metadata as built from scratch, packed byte for byte as
-msgpack packs the dict, and static frames that follow the protocol (sequenceId echoed, lastAction right)."""
+msgpack packs the dict (and as JSON as json.dumps writes it), and static frames that follow the protocol
+(sequenceId echoed, lastAction right)."""
 
 from __future__ import annotations
 
+import json
 import random
 
 import msgpack
@@ -31,6 +33,7 @@ ACTIONS = [
     {"action": "Initialize", "fieldOfView": 70},
     {"action": "ChangeResolution", "x": 48, "y": 24},
     {"action": "NoSuchAction"},
+    {"action": "Schritt\u2192vorwärts"},  # not ASCII: in lastAction and errorMessage
     {"action": "Pass", "agentId": 3},
     {"sequenceId": 7},
     {"action": "Reset", "sceneName": "FloorPlan2_physics"},
@@ -63,7 +66,7 @@ def test_cached_answers_equal_answers_built_from_scratch(static_frame, seed):
 
 
 @pytest.mark.parametrize("objects", [0, 100])
-def test_packed_metadata_is_what_msgpack_makes_of_the_dict(objects):
+def test_packed_and_json_metadata_are_what_msgpack_and_json_make_of_the_dict(objects):
     p = Player(width=32, height=24, metadata_objects=objects)
     answers = [p.first_answer(), p.rejected_answer({"action": "Pass", "sequenceId": 2**40}, "no", "InvalidArgument")]
     answers += [p.answer(dict(action)) for action in [*ACTIONS, *_walk(3, 40)]]
@@ -73,6 +76,9 @@ def test_packed_metadata_is_what_msgpack_makes_of_the_dict(objects):
         packed = answer.packed_metadata()
         assert packed == encode_metadata(metadata)  # byte for byte
         assert msgpack.unpackb(packed, raw=False, strict_map_key=False) == metadata
+        text = answer.json_metadata()
+        assert text == json.dumps(metadata, separators=(",", ":")).encode("utf-8")  # as the HTTP link sends it
+        assert json.loads(text) == metadata
 
 
 def test_handle_returns_a_fresh_top_level_each_time():
