@@ -27,6 +27,7 @@ import enum
 import gc
 import json
 import struct
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -127,7 +128,27 @@ SMALL_BODY = 16 * 1024
 #: Size of the scratch buffer that headers and small bodies are read into.
 SCRATCH_SIZE = 64 * 1024
 
+#: Large body buffers a decoder keeps for reuse: at most this many, and this many bytes in all.
+POOL_BUFFERS = 16
+POOL_BYTES = 64 * 1024 * 1024
+
 _VALID_TYPES = frozenset(int(t) for t in FieldType)
+# Type byte -> FieldType (None where invalid): a tuple index costs 0.04 us, FieldType(t) 0.6 us per field.
+_FIELD_TYPE_OF: tuple[FieldType | None, ...] = tuple(
+    FieldType(i) if i in _VALID_TYPES else None for i in range(256)
+)
+
+
+def _pooled_refs(pool: list[Any], i: int) -> int:
+    # The reference count of pool[i] as seen from here: the list's reference plus the call's own.
+    return sys.getrefcount(pool[i])
+
+
+# What _pooled_refs reports for a buffer nothing but the pool refers to (measured rather than assumed:
+# how many references a call adds differs between Python versions). A buffer reporting more is still
+# held somewhere: by a Message, an Event's frame (every numpy view keeps its base array alive), a
+# memoryview, or the caller's own variables, and is never handed out again.
+_FREE_REFS = _pooled_refs([np.empty(1, dtype=np.uint8)], 0)
 
 
 class _NeedData:
@@ -211,10 +232,15 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"action value of type {type(obj).__name__} cannot be sent as JSON: {obj!r}")
 
 
+# One encoder for every action: json.dumps with options builds a new JSONEncoder per call (3.6 us per
+# action against 2.2 us for this one's encode()).
+_ACTION_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
+
+
 def encode_action(action: dict[str, Any]) -> list[Any]:
     """Encode one action (a JSON object; numpy scalars and arrays allowed) as a complete message."""
     try:
-        body = json.dumps(action, default=_json_default, separators=(",", ":")).encode("utf-8")
+        body = _ACTION_ENCODER.encode(action).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"action cannot be encoded as JSON: {exc}") from exc
     return [HEADER.pack(FieldType.ACTION, len(body)), body, END_OF_MESSAGE]
@@ -288,13 +314,32 @@ class Decoder:
     ``next_message()`` returns a :class:`Message` or :data:`NEED_DATA`. ``end_of_input()`` says the
     stream ended; it raises :class:`ProtocolError` if that happened inside a message. Errors leave the
     decoder failed: every later call raises the same error.
+
+    Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
+    ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
+    nothing else refers to them: not the message, not an event, not any numpy view of the frame. A frame
+    an agent still holds is therefore never overwritten, and a stream of same-sized frames reuses the
+    same few buffers instead of having the allocator map, fault in and trim fresh pages every message
+    (up to 70 page faults per message at 300x300 RGB+depth, where the C allocator trims its heap each
+    time). ``pool_bytes=0`` turns the pool off.
     """
 
-    def __init__(self, *, max_body_size: int = DEFAULT_MAX_BODY_SIZE, max_fields: int = DEFAULT_MAX_FIELDS) -> None:
+    def __init__(
+        self,
+        *,
+        max_body_size: int = DEFAULT_MAX_BODY_SIZE,
+        max_fields: int = DEFAULT_MAX_FIELDS,
+        pool_bytes: int = POOL_BYTES,
+    ) -> None:
         if max_body_size < 0:
             raise ValueError("max_body_size must be >= 0")
+        if pool_bytes < 0:
+            raise ValueError("pool_bytes must be >= 0")
         self.max_body_size = max_body_size
         self.max_fields = max_fields
+        self._pool: list[np.ndarray] = []  # least recently handed out first
+        self._pool_bytes = 0
+        self._pool_limit = pool_bytes
         self._scratch = bytearray(SCRATCH_SIZE)
         self._sview = memoryview(self._scratch)
         self._start = 0  # first unparsed byte in scratch
@@ -434,6 +479,29 @@ class Decoder:
             self._scratch[0:n] = self._scratch[self._start : self._end]
             self._start, self._end = 0, n
 
+    def _body_buffer(self, length: int) -> np.ndarray:
+        """A buffer for a large body: a pooled one nothing else refers to, or a new one (uninitialised:
+        it is about to be overwritten)."""
+        pool = self._pool
+        for i in range(len(pool)):
+            if pool[i].nbytes == length and _pooled_refs(pool, i) == _FREE_REFS:
+                buf = pool.pop(i)
+                pool.append(buf)
+                return buf
+        buf = np.empty(length, dtype=np.uint8)
+        if length <= self._pool_limit:
+            pool.append(buf)
+            self._pool_bytes += length
+            while len(pool) > POOL_BUFFERS or self._pool_bytes > self._pool_limit:
+                # Forget the least recently used (if it is in use, its holders keep it alive).
+                self._pool_bytes -= pool.pop(0).nbytes
+        return buf
+
+    @property
+    def pooled_bytes(self) -> int:
+        """Bytes of body buffers kept for reuse."""
+        return self._pool_bytes
+
     def _finish_body(self) -> None:
         body = self._body
         ftype = self._body_type
@@ -460,11 +528,11 @@ class Decoder:
             if avail < HEADER_SIZE:
                 return
             offset = self._consumed
-            ftype, length = HEADER.unpack_from(scratch, self._start)
-            if ftype not in _VALID_TYPES:
-                self._fail(f"unknown field type {ftype} (expected 1-16 or 255)", offset, ftype)
-            ftype = FieldType(ftype)
-            if ftype == FieldType.END_OF_MESSAGE:
+            t, length = HEADER.unpack_from(scratch, self._start)
+            ftype = _FIELD_TYPE_OF[t]
+            if ftype is None:
+                self._fail(f"unknown field type {t} (expected 1-16 or 255)", offset, t)
+            if ftype is FieldType.END_OF_MESSAGE:
                 if length != 0:
                     self._fail(f"end-of-message marker with length {length} (expected 0)", offset, ftype)
                 self._start += HEADER_SIZE
@@ -492,9 +560,8 @@ class Decoder:
                 self._consumed += HEADER_SIZE + length
                 self._add_field(ftype, body, offset)
                 continue
-            # A large body: give it its own buffer (uninitialised: it is about to be overwritten) and
-            # move whatever part of it is already in scratch.
-            buf = np.empty(length, dtype=np.uint8)
+            # A large body: give it its own buffer and move whatever part of it is already in scratch.
+            buf = self._body_buffer(length)
             view = memoryview(buf)
             take = min(have, length)
             view[:take] = scratch[body_start : body_start + take]

@@ -206,6 +206,70 @@ def test_large_body_is_read_into_its_own_buffer():
     assert out.tobytes() == body.tobytes()
 
 
+def _frame_message(size: int, fill: int) -> bytes:
+    return join(encode_message([(FieldType.METADATA, encode_metadata({"n": fill})),
+                                (FieldType.RGB_IMAGE, bytes([fill]) * size)]))
+
+
+def _one_body(decoder: Decoder, data: bytes) -> np.ndarray:
+    feed_readv(decoder, data, 1 << 20)
+    (message,) = drain(decoder)
+    return message.first(FieldType.RGB_IMAGE)
+
+
+def test_large_body_buffers_are_reused_once_nothing_holds_them():
+    decoder = Decoder()
+    size = SMALL_BODY * 4
+    first = _one_body(decoder, _frame_message(size, 1))
+    address = first.ctypes.data
+    del first  # message, body and every view gone: the buffer is free again
+    second = _one_body(decoder, _frame_message(size, 2))
+    assert second.ctypes.data == address
+    assert bytes(second) == bytes([2]) * size
+    assert decoder.pooled_bytes == size
+
+
+@pytest.mark.parametrize("hold", ["view", "memoryview", "message", "slice"])
+def test_a_body_still_held_is_never_overwritten(hold):
+    decoder = Decoder()
+    size = SMALL_BODY * 4
+    feed_readv(decoder, _frame_message(size, 1), 1 << 20)
+    (message,) = drain(decoder)
+    body = message.first(FieldType.RGB_IMAGE)
+    held = {
+        "view": body.reshape(-1, 4)[::-1],  # what an Event hands out: a view of the buffer
+        "memoryview": memoryview(body),
+        "message": message,
+        "slice": body[10:20],
+    }[hold]
+    del body, message
+    for fill in (2, 3, 4):
+        other = _one_body(decoder, _frame_message(size, fill))
+        assert bytes(other) == bytes([fill]) * size
+    if hold == "message":
+        held = held.first(FieldType.RGB_IMAGE)
+    values = np.unique(np.asarray(held))
+    assert values.tolist() == [1]
+
+
+def test_pool_is_bounded_and_can_be_turned_off():
+    size = SMALL_BODY * 4
+    decoder = Decoder(pool_bytes=0)
+    first = _one_body(decoder, _frame_message(size, 1))
+    address = first.ctypes.data
+    keep = first  # noqa: F841 - a different buffer must be used while this one lives
+    del first
+    assert _one_body(decoder, _frame_message(size, 2)).ctypes.data != address
+    assert decoder.pooled_bytes == 0
+
+    decoder = Decoder(pool_bytes=3 * size)
+    held = [_one_body(decoder, _frame_message(size, i)) for i in range(10)]  # all in use: nothing reusable
+    assert decoder.pooled_bytes <= 3 * size
+    assert [bytes(h[:1]) for h in held] == [bytes([i]) for i in range(10)]
+    with pytest.raises(ValueError, match="pool_bytes"):
+        Decoder(pool_bytes=-1)
+
+
 def test_need_data_is_falsy_and_incremental():
     d = Decoder()
     assert d.next_message() is NEED_DATA

@@ -67,6 +67,24 @@ class TestSteps:
                 assert event.frame.shape == (48, 64, 3) and event.frame.dtype == np.uint8
                 assert np.array_equal(event.frame, expected_frame(images, **SMALL)), f"frame {i + 1} differs"
 
+    def test_frames_an_agent_keeps_stay_intact_while_buffers_are_reused(self):
+        """The decoder reuses large frame buffers, but never one an agent still holds (every third
+        event here, with RGB and depth frames large enough to get buffers of their own)."""
+        actions = ["MoveAhead", "RotateRight", "LookDown", "RotateLeft", "LookUp", "MoveBack"]
+        kept: list[tuple[renderd.Event, np.ndarray, np.ndarray]] = []
+        with renderd.launch(width=160, height=120, start_timeout=START, step_timeout=10) as session:
+            session.step("Initialize", renderDepthImage=True)
+            for i in range(60):
+                event = session.step(actions[i % len(actions)])
+                assert event.depth_frame is not None and event.frame.nbytes > renderd.protocol.SMALL_BODY
+                if i % 3 == 0:
+                    kept.append((event, event.frame.copy(), event.depth_frame.copy()))
+            for event, frame, depth in kept:
+                assert np.array_equal(event.frame, frame)
+                assert np.array_equal(event.depth_frame, depth)
+            assert len({event.frame.ctypes.data for event, _, _ in kept}) == len(kept)
+            assert 0 < session.channel.decoder.pooled_bytes <= renderd.protocol.POOL_BYTES
+
     def test_action_forms_and_sequence_ids(self):
         with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
             assert session.last_event.sequence_id == 0
