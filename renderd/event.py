@@ -26,15 +26,6 @@ from renderd.protocol import IMAGE_FIELDS, FieldType, Message, decode_metadata
 
 __all__ = ["Event", "FrameAssembler", "build_events"]
 
-_THIRD_PARTY = {
-    FieldType.THIRD_PARTY_IMAGE,
-    FieldType.THIRD_PARTY_DEPTH,
-    FieldType.THIRD_PARTY_NORMALS,
-    FieldType.THIRD_PARTY_IMAGE_IDS,
-    FieldType.THIRD_PARTY_CLASSES,
-    FieldType.THIRD_PARTY_FLOW,
-}
-
 # Depth units a player may declare, in metres per unit ("Normalized" is scaled by the far-near range).
 _DEPTH_SCALE = {"Meters": 1.0, "Millimeters": 0.001}
 
@@ -302,27 +293,33 @@ def build_events(
         if width <= 0 or height <= 0:
             raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")
         ev = Event(agent, sequence_id)
-        for ftype, attr in _AGENT_SETTERS.items():
-            items = images.get(ftype)
-            if items and i < len(items):
-                body, off = items[i]
-                setattr(ev, attr, _image(body, ftype, width, height, off))
-        items = images.get(FieldType.DEPTH_IMAGE)
-        if items and i < len(items):
-            body, off = items[i]
-            depth = _image(body, FieldType.DEPTH_IMAGE, width, height, off, depth=True)
-            ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent)
-        cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
-        n_cameras = len(cameras) if isinstance(cameras, list) else 0
-        for ftype in _THIRD_PARTY:
-            items = images.get(ftype) or []
-            count = min(len(items), n_cameras) if n_cameras else len(items)
-            for body, off in items[:count]:
+        cameras = None
+        # Only the image types the message holds (usually one or two of the seventeen).
+        for ftype, items in images.items():
+            attr = _AGENT_SETTERS.get(ftype)
+            if attr is not None:
+                if i < len(items):
+                    body, off = items[i]
+                    setattr(ev, attr, _image(body, ftype, width, height, off))
+            elif ftype == FieldType.DEPTH_IMAGE:
+                if i < len(items):
+                    body, off = items[i]
+                    depth = _image(body, ftype, width, height, off, depth=True)
+                    ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent)
+            else:  # a third-party camera's image
+                if cameras is None:
+                    cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
+                    n_cameras = len(cameras) if isinstance(cameras, list) else 0
+                count = min(len(items), n_cameras) if n_cameras else len(items)
                 if ftype == FieldType.THIRD_PARTY_DEPTH:
-                    d = _image(body, ftype, width, height, off, depth=True)
-                    ev.third_party_depth_frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent))
+                    frames = ev.third_party_depth_frames
+                    for body, off in items[:count]:
+                        d = _image(body, ftype, width, height, off, depth=True)
+                        frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent))
                 else:
-                    getattr(ev, _THIRD_PARTY_LISTS[ftype]).append(_image(body, ftype, width, height, off))
+                    frames = getattr(ev, _THIRD_PARTY_LISTS[ftype])
+                    for body, off in items[:count]:
+                        frames.append(_image(body, ftype, width, height, off))
         events.append(ev)
     active = metadata.get("activeAgentId", 0)
     if not isinstance(active, int) or not 0 <= active < len(events):
