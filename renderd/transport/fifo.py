@@ -276,19 +276,27 @@ class FifoChannel:
         readv = os.readv
         monotonic = time.monotonic
         started: float | None = None
+        expired = False
         while True:
             now = monotonic()
             if started is None:
                 started = now
             remaining = deadline - now
             if remaining <= 0:
-                raise self._timeout(deadline_name, started)
-            # Without a pidfd, wake up now and then to ask whether the player is still there.
-            wait = remaining if self._pidfd is not None or self._player is None else min(remaining, PID_POLL_INTERVAL)
+                # Past the deadline: take what is already in the pipe without waiting (an answer that
+                # arrived just in time is not a timeout), and give up as soon as the pipe is empty.
+                expired = True
+                wait = 0.0
+            elif self._pidfd is not None or self._player is None:
+                wait = remaining
+            else:  # without a pidfd, wake up now and then to ask whether the player is still there
+                wait = min(remaining, PID_POLL_INTERVAL)
             events = poll(_ms(wait))
             if not events:
                 if self._player is not None and self._pidfd is None and self._player.exited():
                     raise self._crash_on_exit(deadline_name)
+                if expired:
+                    raise self._timeout(deadline_name, started)
                 continue
             readable = False
             for efd, _ in events:

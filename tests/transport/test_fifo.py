@@ -152,6 +152,36 @@ class TestStreaming:
                 channel.close()
                 proc.stop()
 
+    def test_an_answer_already_in_the_pipe_is_taken_after_the_deadline(self, tmp_path):
+        """Past its deadline, recv still returns a whole answer that is waiting in the pipe, and only
+        then, with nothing left to read, times out at once."""
+        import array
+        import termios
+
+        def pending(fd: int) -> int:
+            buf = array.array("i", [0])
+            fcntl.ioctl(fd, termios.FIONREAD, buf)
+            return buf[0]
+
+        with FifoPair.create(tmp_path) as pair:
+            channel = FifoChannel(pair.server_path, pair.client_path)
+            proc = spawn(pair, peer_argv("serve"), tmp_path, PEER_WIDTH="200", PEER_HEIGHT="150")
+            channel.attach(proc)
+            try:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+                channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 10)
+                frame_bytes = 200 * 150 * 3
+                assert wait_until(lambda: pending(channel.fileno()) > frame_bytes, timeout=10)
+                message = channel.recv(time.monotonic() - 1.0)
+                assert message.first(FieldType.RGB_IMAGE).nbytes == frame_bytes
+                started = time.monotonic()
+                with pytest.raises(PlayerTimeout, match="step_timeout"):
+                    channel.recv(time.monotonic() - 1.0)
+                assert time.monotonic() - started < SLACK
+            finally:
+                channel.close()
+                proc.stop()
+
     def test_large_action_waits_for_a_slow_reader(self, tmp_path):
         """An action bigger than client.pipe's buffer is written in parts as the player drains it."""
         with FifoPair.create(tmp_path) as pair:
