@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
+
+from tests.helpers.leaks import Leaks, live_children, open_fds  # noqa: F401  (used by the tests)
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
 
@@ -19,21 +19,6 @@ START = 30.0
 
 def peer_argv(mode: str = "serve", *args: object) -> list[str]:
     return [sys.executable, PEER, mode, *(str(a) for a in args)]
-
-
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
-def live_children() -> list[psutil.Process]:
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out
 
 
 @pytest.fixture
@@ -48,13 +33,9 @@ def private_tmp(tmp_path, monkeypatch):
 @pytest.fixture
 def no_leaks(private_tmp):
     """Fail the test if it leaves a descriptor, a child process, or a pipe directory behind."""
-    before = open_fds()
-    yield
-    leaked = open_fds() - before
-    children = live_children()
-    assert not leaked, f"file descriptors left open: {sorted(leaked)}"
-    assert not children, f"child processes left running: {[(c.pid, c.cmdline()) for c in children]}"
-    assert os.listdir(private_tmp) == [], f"left in the runtime directory: {os.listdir(private_tmp)}"
+    leaks = Leaks(private_tmp)
+    yield leaks
+    leaks.check()
 
 
 class Timer:

@@ -8,7 +8,6 @@ import socket
 import sys
 from typing import Any, Iterable, Sequence
 
-import psutil
 
 from renderd.process import PlayerProcess, player_env
 
@@ -134,14 +133,3 @@ def spawn_player(port: int, token: str | None, args: Sequence[str] = (), log_pat
     if log_path is not None:
         argv += ["-logFile", log_path]
     return PlayerProcess.spawn(argv, env, log_path)
-
-
-def live_children() -> list[psutil.Process]:
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out

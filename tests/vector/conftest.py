@@ -8,15 +8,12 @@ a launch thread or a pipe directory behind.
 from __future__ import annotations
 
 import os
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
-import psutil
 import pytest
 
 import renderd
+from tests.helpers.leaks import Leaks, wait_for  # noqa: F401  (wait_for: used by the tests)
 
 #: Small frames keep 8 players x 500 steps well inside the test budget on 2 CPUs.
 SIZE = 64
@@ -25,7 +22,6 @@ START_TIMEOUT = 30.0
 STEP_TIMEOUT = 20.0
 #: How long a test waits for processes to disappear after close().
 GONE_TIMEOUT = 10.0
-POLL = 0.02
 
 
 def player_kwargs(**overrides: Any) -> dict[str, Any]:
@@ -40,36 +36,6 @@ def player_kwargs(**overrides: Any) -> dict[str, Any]:
     return kw
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL)
-
-
-def open_fds() -> set[str]:
-    return set(os.listdir("/proc/self/fd"))
-
-
-def live_children() -> list[psutil.Process]:
-    out = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if child.status() != psutil.STATUS_ZOMBIE:
-                out.append(child)
-        except psutil.NoSuchProcess:
-            pass
-    return out
-
-
-def vector_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("renderd-vector")]
-
-
 def pipe_dirs(vs: renderd.VectorSession) -> list[str]:
     """The private directories of the slots' pipes (gone once the vector session is closed)."""
     return [os.path.dirname(s.channel.server_path) for s in vs.sessions if s is not None]
@@ -77,17 +43,10 @@ def pipe_dirs(vs: renderd.VectorSession) -> list[str]:
 
 @pytest.fixture
 def no_leaks():
-    """Fail the test if it leaves children, fds or launch threads (compared with before it ran)."""
-    fds = open_fds()
-    children = {p.pid for p in live_children()}
-    yield
-    wait_for(lambda: not ({p.pid for p in live_children()} - children), GONE_TIMEOUT, "child processes to exit")
-    leaked = open_fds() - fds
-    # An fd number listed then may name something else now; only new numbers that are still open count.
-    assert not leaked, f"file descriptors left open: {sorted(leaked)} -> " + ", ".join(
-        os.readlink(f"/proc/self/fd/{fd}") for fd in sorted(leaked) if os.path.exists(f"/proc/self/fd/{fd}")
-    )
-    assert not vector_threads(), f"launch threads left running: {vector_threads()}"
+    """Fail the test if it leaves children, fds or threads (launch threads included) behind."""
+    leaks = Leaks(threads=True)
+    yield leaks
+    leaks.check(GONE_TIMEOUT)
 
 
 @pytest.fixture
