@@ -32,7 +32,7 @@ import time
 from typing import Any, Sequence
 
 from renderd.player import faults
-from renderd.player.core import Images, Player
+from renderd.player.core import Answer, Images, Player
 from renderd.protocol import FORM_FIELD_NAMES
 
 __all__ = [
@@ -100,15 +100,20 @@ def _json_default(value: Any) -> Any:
     raise TypeError(f"metadata value of type {type(value).__name__} cannot be sent as JSON")
 
 
-def build_form(metadata: dict, images: Images, token: str | None, boundary: bytes) -> list[Any]:
-    """The multipart body of one /train post as a list of buffers (image arrays are not copied)."""
+def build_form(metadata: dict | bytes, images: Images, token: str | None, boundary: bytes) -> list[Any]:
+    """The multipart body of one /train post as a list of buffers (image arrays are not copied).
+
+    ``metadata`` is a dict, or its JSON already encoded (``Answer.json_metadata()``, assembled from text
+    cached per player state: 6-8 us where ``json.dumps`` takes 62 us at 4 KB and 1.5 ms at 97 KB)."""
     out: list[Any] = []
     for ftype, array in images:
         out.append(_part_header(boundary, FORM_FIELD_NAMES[ftype], binary=True))
         out.append(memoryview(array).cast("B"))
         out.append(b"\r\n")
     out.append(_part_header(boundary, "metadata", binary=False))
-    out.append(json.dumps(metadata, separators=(",", ":"), default=_json_default).encode("utf-8"))
+    if not isinstance(metadata, bytes):
+        metadata = json.dumps(metadata, separators=(",", ":"), default=_json_default).encode("utf-8")
+    out.append(metadata)
     out.append(b"\r\n")
     out.append(_part_header(boundary, "token", binary=False))
     out.append((token or "").encode("utf-8"))
@@ -184,7 +189,11 @@ class HttpLink:
         conn.endheaders()
         _send_all(conn.sock, body)
 
-    def post(self, metadata: dict, images: Images) -> dict:
+    def post_answer(self, answer: Answer) -> dict:
+        """Post one of the player's answers (its metadata JSON comes from the player's cache)."""
+        return self.post(answer.json_metadata(), answer.images)
+
+    def post(self, metadata: dict | bytes, images: Images) -> dict:
         """Post one answer; return the next action. Raises _Stop for anything but a 200 with a JSON object."""
         boundary = secrets.token_hex(20).encode()
         body = build_form(metadata, images, self.token, boundary)
@@ -220,7 +229,7 @@ class HttpLink:
         """Connect, post the first message, answer actions until told to stop. Returns an exit code."""
         try:
             self.connect()
-            action = self.post(*self.player.first_message())
+            action = self.post_answer(self.player.first_answer())
             logger.info("first message posted (%d x %d); player is ready", self.player.width, self.player.height)
             while True:
                 action = self.step(action)
@@ -237,19 +246,19 @@ class HttpLink:
             fault = faults.parse_fault(action)
         except faults.FaultError as exc:
             logger.warning("rejected fault action: %s", exc)
-            return self.post(*self.player.error_answer(action, str(exc), "InvalidArgument"))
+            return self.post_answer(self.player.rejected_answer(action, str(exc), "InvalidArgument"))
         if fault is None:
-            return self.post(*self.player.handle(action))
+            return self.post_answer(self.player.answer(action))
         logger.warning("fault requested: %s", fault)
         if fault.is_stream_fault:
             return self.stream_fault(fault, action)
         if fault.when == "after":
             # Answer first, then misbehave before the next action is acted on.
-            next_action = self.post(*self.player.handle(action))
+            next_action = self.post_answer(self.player.answer(action))
             faults.run_process_fault(fault)  # sleep returns; the rest never do
             return next_action
         faults.run_process_fault(fault)
-        return self.post(*self.player.handle(action))
+        return self.post_answer(self.player.answer(action))
 
     def stream_fault(self, fault: faults.Fault, action: dict) -> dict:
         metadata, images = self.player.handle(action)
