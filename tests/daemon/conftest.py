@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -21,6 +20,7 @@ import pytest
 
 from renderd.daemon.client import ControlClient
 from renderd.errors import RenderdError
+from tests.helpers.leaks import pid_gone, wait_for  # noqa: F401  (used by the tests)
 
 #: Deadline for a daemon to report ready (players up) in these tests.
 READY_TIMEOUT = 30.0
@@ -31,25 +31,6 @@ POLL = 0.02
 
 RENDERD = [sys.executable, "-c", "from renderd.cli import main; main()"]
 PLAYER = shutil.which("renderd-player", path=os.path.dirname(sys.executable)) or shutil.which("renderd-player")
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
-    """Poll ``predicate`` until it returns something truthy; fail the test after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL)
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 class DaemonProcess:

@@ -14,17 +14,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
-from tests.helpers.leaks import POLL, SETTLE_TIMEOUT, Leaks, children, describe, open_fds, wait_for  # noqa: F401
-
-
-def pid_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
+from tests.helpers.leaks import (  # noqa: F401  (used by the tests)
+    POLL,
+    SETTLE_TIMEOUT,
+    Leaks,
+    children,
+    describe,
+    open_fds,
+    pid_gone,
+    wait_for,
+)
 
 
 @pytest.fixture

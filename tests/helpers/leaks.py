@@ -96,6 +96,14 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str) -> Any:
         time.sleep(POLL)
 
 
+def pid_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (reaped, or a zombie waiting to be)."""
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 class Leaks:
     """What a test started with; :meth:`check` fails naming what is left (see the module docstring)."""
 
