@@ -37,7 +37,7 @@ import signal
 import struct
 import sys
 from dataclasses import dataclass
-from typing import NoReturn
+from typing import Any, Callable, NoReturn, TypeVar
 
 from renderd.player import signals
 from renderd.protocol import END_OF_MESSAGE, HEADER, FieldType
@@ -54,6 +54,7 @@ __all__ = [
     "FaultError",
     "parse_fault",
     "run_process_fault",
+    "serve_action",
     "crash",
     "hang",
     "garbage_message",
@@ -174,6 +175,35 @@ def run_process_fault(fault: Fault) -> None:
     if fault.kind in ("abort", "segfault", "exit"):
         crash(fault.kind, fault.code)
     raise FaultError(f"{fault.kind!r} is not a process fault")
+
+
+_T = TypeVar("_T")
+
+
+def serve_action(player: Any, action: dict, answer: Callable[[Any], _T],
+                 stream_fault: Callable[[Fault, dict], _T]) -> _T:
+    """Answer one action the way every link does; returns what ``answer`` or ``stream_fault`` returns.
+
+    An ordinary action: ``answer(player.answer(action))``. A malformed ``RenderdFault`` action is answered
+    as a failed action. A process fault runs before the answer, or after it with ``"when": "after"``
+    (only ``sleep`` returns from it); a stream fault is the link's own ``stream_fault(fault, action)``.
+    """
+    try:
+        fault = parse_fault(action)
+    except FaultError as exc:
+        logger.warning("rejected fault action: %s", exc)
+        return answer(player.rejected_answer(action, str(exc), "InvalidArgument"))
+    if fault is None:
+        return answer(player.answer(action))
+    logger.warning("fault requested: %s", fault)
+    if fault.is_stream_fault:
+        return stream_fault(fault, action)
+    if fault.when == "after":
+        result = answer(player.answer(action))
+        run_process_fault(fault)  # sleep returns; the rest never do
+        return result
+    run_process_fault(fault)
+    return answer(player.answer(action))
 
 
 def garbage_message() -> bytes:

@@ -256,26 +256,9 @@ class FifoLink:
             self.close()
 
     def step(self, action: dict) -> None:
+        """Answer ``action`` (faults included, see :func:`renderd.player.faults.serve_action`)."""
         self.steps += 1
-        try:
-            fault = faults.parse_fault(action)
-        except faults.FaultError as exc:
-            logger.warning("rejected fault action: %s", exc)
-            self.send_answer(self.player.rejected_answer(action, str(exc), "InvalidArgument"))
-            return
-        if fault is None:
-            self.send_answer(self.player.answer(action))
-            return
-        logger.warning("fault requested: %s", fault)
-        if fault.is_stream_fault:
-            self.stream_fault(fault, action)
-            return
-        if fault.when == "after":
-            self.send_answer(self.player.answer(action))
-            faults.run_process_fault(fault)  # sleep returns; the rest never do
-            return
-        faults.run_process_fault(fault)
-        self.send_answer(self.player.answer(action))
+        faults.serve_action(self.player, action, self.send_answer, self.stream_fault)
 
     def stream_fault(self, fault: faults.Fault, action: dict) -> None:
         if fault.kind == "garbage":

@@ -240,25 +240,10 @@ class HttpLink:
             self.close()
 
     def step(self, action: dict) -> dict:
-        """Answer ``action``; return the next one."""
+        """Answer ``action`` (faults included, see :func:`renderd.player.faults.serve_action`); return the
+        next one."""
         self.steps += 1
-        try:
-            fault = faults.parse_fault(action)
-        except faults.FaultError as exc:
-            logger.warning("rejected fault action: %s", exc)
-            return self.post_answer(self.player.rejected_answer(action, str(exc), "InvalidArgument"))
-        if fault is None:
-            return self.post_answer(self.player.answer(action))
-        logger.warning("fault requested: %s", fault)
-        if fault.is_stream_fault:
-            return self.stream_fault(fault, action)
-        if fault.when == "after":
-            # Answer first, then misbehave before the next action is acted on.
-            next_action = self.post_answer(self.player.answer(action))
-            faults.run_process_fault(fault)  # sleep returns; the rest never do
-            return next_action
-        faults.run_process_fault(fault)
-        return self.post_answer(self.player.answer(action))
+        return faults.serve_action(self.player, action, self.post_answer, self.stream_fault)
 
     def stream_fault(self, fault: faults.Fault, action: dict) -> dict:
         metadata, images = self.player.handle(action)
