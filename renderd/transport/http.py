@@ -300,6 +300,11 @@ class PlayerBridge:
         self._closing_expected = False  # its last request asked the server to close the connection
         self._on_close: list[Callable[[], None]] = []
         self._woken = False
+        # An eventfd that is readable while the client has something to take (a frame, the stream's error,
+        # the closed state), so that a poll over many channels can include this one (made on first
+        # fileno(); a bridge nobody polls never has one).
+        self._ready_fd: int | None = None
+        self._ready_signalled = False
         #: frames the player has posted (the first one included)
         self.frames_posted = 0
         #: ``time.monotonic()`` of the player's last ``POST /train`` (None before the first)
@@ -319,6 +324,41 @@ class PlayerBridge:
         """Watch ``player`` (a :class:`renderd.process.PlayerWatch`): its exit ends a waiting recv at once."""
         self._player = player
 
+    @property
+    def player(self) -> Any:
+        """The attached :class:`renderd.process.PlayerWatch`, or None."""
+        return self._player
+
+    def fileno(self) -> int:
+        """A descriptor that polls readable while :meth:`recv` would return or raise at once (a frame is
+        waiting, the stream failed, or the bridge closed), for waiting on many channels with one ``poll``
+        (with the attached player's pidfd, which says when it exits). It belongs to the bridge and is
+        closed by :meth:`close`; ``ValueError`` after that, as for a closed file."""
+        with self._cond:
+            if self._closed:
+                raise ValueError(f"{self.name}: fileno() on a closed channel")
+            if self._ready_fd is None:
+                self._ready_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+                self._update_ready()
+            return self._ready_fd
+
+    def _update_ready(self) -> None:
+        # Called with the lock held after any change of what recv would do: keep the eventfd readable
+        # exactly while it would not wait.
+        fd = self._ready_fd
+        if fd is None:
+            return
+        ready = bool(self._frames) or self._error is not None or self._closed
+        if ready and not self._ready_signalled:
+            os.eventfd_write(fd, 1)
+            self._ready_signalled = True
+        elif not ready and self._ready_signalled:
+            try:
+                os.eventfd_read(fd)
+            except BlockingIOError:
+                pass
+            self._ready_signalled = False
+
     def add_close_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once when the bridge is closed (at once if it is closed already)."""
         with self._cond:
@@ -333,6 +373,7 @@ class PlayerBridge:
             if self._error is None and not self._closed:
                 self._error = error
                 logger.info("%s: stream failed: %s", self.name, error)
+                self._update_ready()
             self._cond.notify_all()
 
     def connection_lost(self, connection: str) -> None:
@@ -346,6 +387,7 @@ class PlayerBridge:
             if self._error is None:
                 self._error = PlayerCrashed(f"{self.name} closed its HTTP connection")
                 logger.info("%s: the player closed its HTTP connection", self.name)
+                self._update_ready()
             self._cond.notify_all()
 
     # -- the player's side (the WSGI application) ----------------------------------------------------------
@@ -399,6 +441,7 @@ class PlayerBridge:
             self._closing_expected = closing
             self.frames_posted += 1
             self.last_post = time.monotonic()
+            self._update_ready()
             self._cond.notify_all()
             interval = DISCONNECT_POLL_INTERVAL if disconnected is not None else None
             try:
@@ -413,6 +456,7 @@ class PlayerBridge:
                         raise self._error
                     if disconnected is not None and disconnected():
                         self._error = PlayerCrashed(f"{self.name} closed its HTTP connection while waiting for an action")
+                        self._update_ready()
                         self._cond.notify_all()
                         raise self._error
                     self._cond.wait(interval)
@@ -460,7 +504,9 @@ class PlayerBridge:
             self._woken = False
             while True:
                 if self._frames:
-                    return self._frames.popleft()
+                    message = self._frames.popleft()
+                    self._update_ready()
+                    return message
                 error = self._error
                 if error is not None:
                     break
@@ -472,6 +518,7 @@ class PlayerBridge:
                 if watched:
                     if self._exited():
                         error = self._error = PlayerCrashed(f"{self.name} exited")
+                        self._update_ready()
                         break
                     remaining = min(remaining, EXIT_POLL_INTERVAL)
                 self._cond.wait(remaining)
@@ -519,6 +566,9 @@ class PlayerBridge:
             self._closed = True
             callbacks, self._on_close = self._on_close, []
             self._frames.clear()
+            fd, self._ready_fd = self._ready_fd, None
+            if fd is not None:
+                os.close(fd)
             self._cond.notify_all()
         for callback in callbacks:
             try:

@@ -400,6 +400,38 @@ def test_bridge_channel_order_and_close(served):
     assert client.response().status == 403  # unregistered with the close
 
 
+def test_bridge_fileno_is_readable_exactly_while_recv_would_not_wait(served):
+    """The bridge's descriptor can join a poll over many channels: readable while a frame (or the
+    stream's error) is waiting, not after the frame is taken; closed with the bridge."""
+    import os
+    import select
+
+    def readable(fd: int, timeout: float = 0.0) -> bool:
+        return bool(select.select([fd], [], [], timeout)[0])
+
+    registry, _, _ = served
+    bridge = registry.register()
+    fd = bridge.fileno()
+    assert bridge.fileno() == fd and not readable(fd)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert readable(fd, DEADLINE)  # the poll wakes when the frame arrives
+    bridge.recv(deadline())
+    assert not readable(fd)
+    bridge.send(encode_action({"action": "Pass"}), deadline())
+    assert json.loads(client.response().body) == {"action": "Pass"}
+    assert not readable(fd)
+    bridge.fail(PlayerCrashed("the player went away"))
+    assert readable(fd)
+    with pytest.raises(PlayerCrashed):
+        bridge.recv(deadline())
+    bridge.close()
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    with pytest.raises(ValueError, match="closed"):
+        bridge.fileno()
+
+
 def test_a_second_concurrent_post_is_409(served):
     registry, _, _ = served
     bridge = registry.register()

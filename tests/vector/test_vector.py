@@ -116,8 +116,12 @@ def test_launch_failure_names_the_problem_and_leaves_nothing(no_leaks):
         renderd.launch_many(1, **player_kwargs(args=["--static-frame", "--fault-at-start", "exit"]))
 
 
-def test_masks_while_resetting(no_leaks, launch):
-    vs = launch(3)
+TRANSPORTS = pytest.mark.parametrize("transport", ["fifo", "http"])
+
+
+@TRANSPORTS
+def test_masks_while_resetting(no_leaks, launch, transport):
+    vs = launch(3, transport=transport)
     vs.step(["RotateRight"] * 3)
     vs.reset_async([1], scene="FloorPlan2")
     assert vs.slot_states == [SlotState.RUNNING, SlotState.RESETTING, SlotState.RUNNING]
@@ -142,8 +146,9 @@ def test_masks_while_resetting(no_leaks, launch):
     assert vs.slot_states == [SlotState.RUNNING] * 3
 
 
-def test_a_slow_reset_does_not_hold_up_the_others(no_leaks, launch):
-    vs = launch(2)
+@TRANSPORTS
+def test_a_slow_reset_does_not_hold_up_the_others(no_leaks, launch, transport):
+    vs = launch(2, transport=transport)
     # Slot 1's player answers, then sleeps 1 s before it reads its next action (its Reset).
     vs.step(["Pass", {"action": FAULT, "fault": "sleep", "seconds": 1.0, "when": "after"}])
     vs.reset_async([1])
@@ -265,8 +270,9 @@ def test_replace_on_crash_with_wait_resets(no_leaks, launch):
     assert vs.slot_states == [SlotState.RUNNING, SlotState.RUNNING]
 
 
-def test_recv_timeout_names_the_hung_slot(no_leaks, launch):
-    vs = launch(3)
+@TRANSPORTS
+def test_recv_timeout_names_the_hung_slot(no_leaks, launch, transport):
+    vs = launch(3, transport=transport)
     vs.send(["Pass", {"action": FAULT, "fault": "hang"}, "Pass"])
     started = time.monotonic()
     with pytest.raises(PlayerTimeout) as info:
