@@ -502,6 +502,12 @@ class Decoder:
         """Bytes of body buffers kept for reuse."""
         return self._pool_bytes
 
+    def release_pool(self) -> None:
+        """Forget the buffers kept for reuse (frames still held elsewhere stay valid): for a stream that
+        has ended, so that its memory goes back as soon as nothing else holds it."""
+        self._pool.clear()
+        self._pool_bytes = 0
+
     def _finish_body(self) -> None:
         body = self._body
         ftype = self._body_type

@@ -268,6 +268,9 @@ def test_pool_is_bounded_and_can_be_turned_off():
     assert [bytes(h[:1]) for h in held] == [bytes([i]) for i in range(10)]
     with pytest.raises(ValueError, match="pool_bytes"):
         Decoder(pool_bytes=-1)
+    decoder.release_pool()
+    assert decoder.pooled_bytes == 0
+    assert [bytes(h[:1]) for h in held] == [bytes([i]) for i in range(10)]  # frames still held stay valid
 
 
 def test_need_data_is_falsy_and_incremental():

@@ -477,6 +477,7 @@ class FifoChannel:
         """Close both ends (the write end first, so the player sees end of file). Idempotent."""
         wfd, self._wfd = self._wfd, None
         rfd, self._rfd = self._rfd, None
+        self.decoder.release_pool()
         for fd in (wfd, rfd):
             if fd is not None:
                 try:

@@ -84,6 +84,9 @@ class TestSteps:
                 assert np.array_equal(event.depth_frame, depth)
             assert len({event.frame.ctypes.data for event, _, _ in kept}) == len(kept)
             assert 0 < session.channel.decoder.pooled_bytes <= renderd.protocol.POOL_BYTES
+        assert session.channel.decoder.pooled_bytes == 0  # closing lets the pool's memory go
+        for event, frame, _ in kept:
+            assert np.array_equal(event.frame, frame)
 
     def test_action_forms_and_sequence_ids(self):
         with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
