@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -9,6 +10,7 @@ import signal
 import stat
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
@@ -39,6 +41,20 @@ def spawn(pair: FifoPair, argv: list[str], tmp_path, **env) -> PlayerProcess:
 
 def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
+
+
+@contextlib.contextmanager
+def peer_channel(tmp_path, mode: str, *args: object, **env: str) -> Iterator[tuple[FifoChannel, PlayerProcess]]:
+    """A FifoChannel attached to the scripted peer started in ``mode``; both closed, the pipes removed, after."""
+    with FifoPair.create(tmp_path) as pair:
+        channel = FifoChannel(pair.server_path, pair.client_path)
+        proc = spawn(pair, peer_argv(mode, *args), tmp_path, **env)
+        channel.attach(proc)
+        try:
+            yield channel, proc
+        finally:
+            channel.close()
+            proc.stop()
 
 
 class TestFifoPair:
@@ -134,23 +150,16 @@ class TestStreaming:
     def test_steps_and_frames(self, tmp_path):
         from renderd.event import FrameAssembler
 
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("serve"), tmp_path, PEER_WIDTH="200", PEER_HEIGHT="150")
-            channel.attach(proc)
-            try:
-                assembler = FrameAssembler()
-                first = assembler.event(channel.recv(time.monotonic() + 30, "start_timeout"), 0)
-                assert first.sequence_id == 0
-                for seq in range(1, 51):
-                    channel.send(encode_action({"action": "Pass", "sequenceId": seq}), time.monotonic() + 10)
-                    event = assembler.event(channel.recv(time.monotonic() + 10), seq)
-                    assert event.sequence_id == seq
-                    assert event.frame.shape == (150, 200, 3)
-                    assert (event.frame == seq % 251).all()
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "serve", PEER_WIDTH="200", PEER_HEIGHT="150") as (channel, _):
+            assembler = FrameAssembler()
+            first = assembler.event(channel.recv(time.monotonic() + 30, "start_timeout"), 0)
+            assert first.sequence_id == 0
+            for seq in range(1, 51):
+                channel.send(encode_action({"action": "Pass", "sequenceId": seq}), time.monotonic() + 10)
+                event = assembler.event(channel.recv(time.monotonic() + 10), seq)
+                assert event.sequence_id == seq
+                assert event.frame.shape == (150, 200, 3)
+                assert (event.frame == seq % 251).all()
 
     def test_an_answer_already_in_the_pipe_is_taken_after_the_deadline(self, tmp_path):
         """Past its deadline, recv still returns a whole answer that is waiting in the pipe, and only
@@ -163,87 +172,52 @@ class TestStreaming:
             fcntl.ioctl(fd, termios.FIONREAD, buf)
             return buf[0]
 
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("serve"), tmp_path, PEER_WIDTH="200", PEER_HEIGHT="150")
-            channel.attach(proc)
-            try:
-                channel.recv(time.monotonic() + 30, "start_timeout")
-                channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 10)
-                frame_bytes = 200 * 150 * 3
-                assert wait_until(lambda: pending(channel.fileno()) > frame_bytes, timeout=10)
-                message = channel.recv(time.monotonic() - 1.0)
-                assert message.first(FieldType.RGB_IMAGE).nbytes == frame_bytes
-                started = time.monotonic()
-                with pytest.raises(PlayerTimeout, match="step_timeout"):
-                    channel.recv(time.monotonic() - 1.0)
-                assert time.monotonic() - started < SLACK
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "serve", PEER_WIDTH="200", PEER_HEIGHT="150") as (channel, _):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 10)
+            frame_bytes = 200 * 150 * 3
+            assert wait_until(lambda: pending(channel.fileno()) > frame_bytes, timeout=10)
+            message = channel.recv(time.monotonic() - 1.0)
+            assert message.first(FieldType.RGB_IMAGE).nbytes == frame_bytes
+            started = time.monotonic()
+            with pytest.raises(PlayerTimeout, match="step_timeout"):
+                channel.recv(time.monotonic() - 1.0)
+            assert time.monotonic() - started < SLACK
 
     def test_large_action_waits_for_a_slow_reader(self, tmp_path):
         """An action bigger than client.pipe's buffer is written in parts as the player drains it."""
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("slow-reader", 0.3), tmp_path)
-            channel.attach(proc)
-            try:
-                channel.recv(time.monotonic() + 30, "start_timeout")
-                blob = "x" * (512 * 1024)
-                channel.send(encode_action({"action": "Pass", "sequenceId": 1, "blob": blob}), time.monotonic() + 10)
-                message = channel.recv(time.monotonic() + 10)
-                assert message.first(FieldType.METADATA) is not None
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "slow-reader", 0.3) as (channel, _):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            blob = "x" * (512 * 1024)
+            channel.send(encode_action({"action": "Pass", "sequenceId": 1, "blob": blob}), time.monotonic() + 10)
+            message = channel.recv(time.monotonic() + 10)
+            assert message.first(FieldType.METADATA) is not None
 
     def test_player_that_never_opens_client_pipe_times_out(self, tmp_path):
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("no-client"), tmp_path)
-            channel.attach(proc)
-            try:
-                channel.recv(time.monotonic() + 30, "start_timeout")
-                started = time.monotonic()
-                with pytest.raises(PlayerTimeout, match="did not open client.pipe within step_timeout"):
-                    channel.send(encode_action({"action": "Pass"}), time.monotonic() + 0.3)
-                assert 0.3 <= time.monotonic() - started < 0.3 + SLACK
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "no-client") as (channel, _):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            started = time.monotonic()
+            with pytest.raises(PlayerTimeout, match="did not open client.pipe within step_timeout"):
+                channel.send(encode_action({"action": "Pass"}), time.monotonic() + 0.3)
+            assert 0.3 <= time.monotonic() - started < 0.3 + SLACK
 
     def test_player_that_exits_instead_of_opening_client_pipe_is_a_crash(self, tmp_path):
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("exit-first", 7), tmp_path)
-            channel.attach(proc)
-            try:
-                channel.recv(time.monotonic() + 30, "start_timeout")
-                with pytest.raises(PlayerCrashed, match="exit code 7"):
-                    channel.send(encode_action({"action": "Pass"}), time.monotonic() + 30)
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "exit-first", 7) as (channel, _):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            with pytest.raises(PlayerCrashed, match="exit code 7"):
+                channel.send(encode_action({"action": "Pass"}), time.monotonic() + 30)
 
     def test_closed_client_pipe_is_a_crash_with_epipe_chained(self, tmp_path):
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, peer_argv("close-client"), tmp_path)
-            channel.attach(proc)
-            try:
-                channel.recv(time.monotonic() + 30, "start_timeout")
-                deadline = time.monotonic() + 30
-                with pytest.raises(PlayerCrashed, match="closed client.pipe") as info:
-                    # The first write may land before the player closes its end; the next cannot.
-                    for seq in range(1, 1000):
-                        channel.send(encode_action({"action": "Pass", "sequenceId": seq}), deadline)
-                        time.sleep(0.01)
-                assert isinstance(info.value.__cause__, BrokenPipeError)
-                assert "still running" in str(info.value)
-            finally:
-                channel.close()
-                proc.stop()
+        with peer_channel(tmp_path, "close-client") as (channel, _):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            deadline = time.monotonic() + 30
+            with pytest.raises(PlayerCrashed, match="closed client.pipe") as info:
+                # The first write may land before the player closes its end; the next cannot.
+                for seq in range(1, 1000):
+                    channel.send(encode_action({"action": "Pass", "sequenceId": seq}), deadline)
+                    time.sleep(0.01)
+            assert isinstance(info.value.__cause__, BrokenPipeError)
+            assert "still running" in str(info.value)
 
 
 class TestEndOfFile:
