@@ -54,6 +54,8 @@ __all__ = [
     "decode_metadata",
     "decode_action",
     "message_nbytes",
+    "byte_views",
+    "drop_written",
 ]
 
 
@@ -220,6 +222,24 @@ def encode_message(fields: Iterable[tuple[int, Any]]) -> list[Any]:
 def message_nbytes(buffers: Sequence[Any]) -> int:
     """Total size of an encoded message's buffers."""
     return sum(_nbytes(b) for b in buffers)
+
+
+def byte_views(buffers: Iterable[Any]) -> list[memoryview]:
+    """Flat byte views of an encoded message's non-empty buffers, for writing it in parts."""
+    views = [memoryview(b).cast("B") for b in buffers]
+    return [v for v in views if v.nbytes]
+
+
+def drop_written(views: list[memoryview], n: int) -> None:
+    """Drop the first ``n`` bytes from ``views`` (in place): what a partial ``writev``/``sendmsg`` wrote."""
+    while n and views:
+        first = views[0]
+        if n >= first.nbytes:
+            n -= first.nbytes
+            views.pop(0)
+        else:
+            views[0] = first[n:]
+            n = 0
 
 
 def _json_default(obj: Any) -> Any:

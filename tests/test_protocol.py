@@ -20,8 +20,10 @@ from renderd.protocol import (
     SMALL_BODY,
     Decoder,
     FieldType,
+    byte_views,
     decode_action,
     decode_metadata,
+    drop_written,
     encode_action,
     encode_message,
     encode_metadata,
@@ -386,3 +388,17 @@ def test_action_message_needs_exactly_one_action():
     d.receive_data(join(encode_message([(FieldType.ACTION, b"{}"), (FieldType.ACTION, b"{}")])))
     with pytest.raises(ProtocolError, match="exactly one ACTION field, got 2"):
         decode_action(d.next_message())
+
+
+@given(st.lists(st.binary(max_size=20), max_size=6), st.lists(st.integers(0, 40), max_size=6))
+def test_drop_written_leaves_exactly_the_unwritten_bytes(buffers, writes):
+    """What a sequence of partial writes leaves to write is the rest of the joined bytes, in order."""
+    data = b"".join(buffers)
+    views = byte_views(buffers)
+    assert all(v.nbytes for v in views)
+    done = 0
+    for n in writes:
+        n = min(n, len(data) - done)
+        drop_written(views, n)
+        done += n
+        assert b"".join(bytes(v) for v in views) == data[done:]

@@ -38,7 +38,9 @@ from renderd.protocol import (
     NEED_DATA,
     Decoder,
     FieldType,
+    byte_views,
     decode_action,
+    drop_written,
     encode_message,
     message_nbytes,
 )
@@ -82,9 +84,8 @@ def write_all(fd: int, buffers: Sequence[Any], nbytes: int | None = None) -> int
             done = 0
         if done == nbytes:
             return done
-    views = [memoryview(b).cast("B") for b in buffers]
-    views = [v for v in views if v.nbytes]
-    _consume(views, done)
+    views = byte_views(buffers)
+    drop_written(views, done)
     total = done
     while views:
         try:
@@ -93,20 +94,8 @@ def write_all(fd: int, buffers: Sequence[Any], nbytes: int | None = None) -> int
             signals.wait(write=[fd])
             continue
         total += n
-        _consume(views, n)
+        drop_written(views, n)
     return total
-
-
-def _consume(views: list[memoryview], n: int) -> None:
-    """Drop the first ``n`` bytes (written already) from ``views``."""
-    while n and views:
-        first = views[0]
-        if n >= first.nbytes:
-            n -= first.nbytes
-            views.pop(0)
-        else:
-            views[0] = first[n:]
-            n = 0
 
 
 def _nonblocking(fd: int) -> int:

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from renderd.player import faults
 from renderd.player.core import Answer, Images, Player
-from renderd.protocol import FORM_FIELD_NAMES
+from renderd.protocol import FORM_FIELD_NAMES, byte_views, drop_written
 
 __all__ = [
     "run_http",
@@ -122,18 +122,9 @@ def build_form(metadata: dict | bytes, images: Images, token: str | None, bounda
 
 
 def _send_all(sock: socket.socket, buffers: Sequence[Any]) -> None:
-    views = [memoryview(b).cast("B") for b in buffers]
-    views = [v for v in views if v.nbytes]
+    views = byte_views(buffers)
     while views:
-        n = sock.sendmsg(views[:MAX_IOV])
-        while n and views:
-            first = views[0]
-            if n >= first.nbytes:
-                n -= first.nbytes
-                views.pop(0)
-            else:
-                views[0] = first[n:]
-                n = 0
+        drop_written(views, sock.sendmsg(views[:MAX_IOV]))
 
 
 class HttpLink:

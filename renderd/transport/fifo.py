@@ -38,7 +38,15 @@ from typing import Any, Sequence
 
 from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError, os_error_message
 from renderd.process import PID_POLL_INTERVAL, PlayerWatch
-from renderd.protocol import DEFAULT_MAX_BODY_SIZE, NEED_DATA, Decoder, Message, message_nbytes
+from renderd.protocol import (
+    DEFAULT_MAX_BODY_SIZE,
+    NEED_DATA,
+    Decoder,
+    Message,
+    byte_views,
+    drop_written,
+    message_nbytes,
+)
 
 __all__ = [
     "SERVER_PIPE_NAME",
@@ -384,17 +392,12 @@ class FifoChannel:
         except OSError as exc:
             raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
         if n < message_nbytes(buffers):
-            self._write_rest([memoryview(b).cast("B") for b in buffers], n, deadline, deadline_name)
+            pending = byte_views(buffers)
+            drop_written(pending, n)
+            self._write_rest(pending, deadline, deadline_name)
 
-    def _write_rest(self, views: list[memoryview], skip: int, deadline: float, deadline_name: str) -> None:
-        # Drop the bytes already written, then wait for room and write the rest.
-        pending: list[memoryview] = []
-        for v in views:
-            if skip >= v.nbytes:
-                skip -= v.nbytes
-                continue
-            pending.append(v[skip:])
-            skip = 0
+    def _write_rest(self, pending: list[memoryview], deadline: float, deadline_name: str) -> None:
+        # Wait for room and write the rest.
         poller = select.poll()
         poller.register(self._wfd, _WRITE_EVENTS)
         if self._pidfd is not None:
@@ -424,14 +427,7 @@ class FifoChannel:
                 raise self._crash_on_epipe(deadline_name) from exc
             except OSError as exc:
                 raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
-            while n and pending:
-                first = pending[0]
-                if n >= first.nbytes:
-                    n -= first.nbytes
-                    pending.pop(0)
-                else:
-                    pending[0] = first[n:]
-                    n = 0
+            drop_written(pending, n)
 
     def _crash_on_epipe(self, deadline_name: str) -> PlayerCrashed:
         context = f"the player closed client.pipe while renderd sent it an action ({deadline_name})"

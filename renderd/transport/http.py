@@ -69,6 +69,8 @@ from renderd.protocol import (
     Decoder,
     FieldType,
     Message,
+    byte_views,
+    drop_written,
     encode_message,
     encode_metadata,
 )
@@ -1518,7 +1520,7 @@ class FifoPump:
             pause = min(pause * 2, PUMP_OPEN_RETRY_MAX)
 
     def _write(self, buffers: list[Any]) -> None:
-        views = [v for v in (memoryview(b).cast("B") for b in buffers) if v.nbytes]
+        views = byte_views(buffers)
         poller = select.poll()
         poller.register(self._wfd, select.POLLOUT)
         while views:
@@ -1530,12 +1532,7 @@ class FifoPump:
                 continue
             except BrokenPipeError:
                 raise _PumpEnd("the client closed server.pipe") from None
-            while n and views:
-                if n >= views[0].nbytes:
-                    n -= views.pop(0).nbytes
-                else:
-                    views[0] = views[0][n:]
-                    n = 0
+            drop_written(views, n)
 
     def _read_action(self) -> bytes:
         decoder = self.decoder
