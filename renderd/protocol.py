@@ -28,6 +28,7 @@ import gc
 import json
 import struct
 import sys
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
@@ -504,7 +505,11 @@ class Decoder:
         it is about to be overwritten)."""
         pool = self._pool
         for i in range(len(pool)):
-            if pool[i].nbytes == length and _pooled_refs(pool, i) == _FREE_REFS:
+            if (
+                pool[i].nbytes == length
+                and _pooled_refs(pool, i) == _FREE_REFS
+                and not weakref.getweakrefcount(pool[i])  # a weak reference could still reach it
+            ):
                 buf = pool.pop(i)
                 pool.append(buf)
                 return buf

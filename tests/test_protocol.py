@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import struct
+import weakref
 
 import msgpack
 import numpy as np
@@ -231,7 +232,7 @@ def test_large_body_buffers_are_reused_once_nothing_holds_them():
     assert decoder.pooled_bytes == size
 
 
-@pytest.mark.parametrize("hold", ["view", "memoryview", "message", "slice"])
+@pytest.mark.parametrize("hold", ["view", "memoryview", "message", "slice", "weakref"])
 def test_a_body_still_held_is_never_overwritten(hold):
     decoder = Decoder()
     size = SMALL_BODY * 4
@@ -243,6 +244,7 @@ def test_a_body_still_held_is_never_overwritten(hold):
         "memoryview": memoryview(body),
         "message": message,
         "slice": body[10:20],
+        "weakref": weakref.ref(body),
     }[hold]
     del body, message
     for fill in (2, 3, 4):
@@ -250,6 +252,8 @@ def test_a_body_still_held_is_never_overwritten(hold):
         assert bytes(other) == bytes([fill]) * size
     if hold == "message":
         held = held.first(FieldType.RGB_IMAGE)
+    if hold == "weakref":
+        held = held()
     values = np.unique(np.asarray(held))
     assert values.tolist() == [1]
 
