@@ -338,11 +338,11 @@ class Decoder:
 
     Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
     ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
-    nothing else refers to them: not the message, not an event, not any numpy view of the frame. A frame
-    an agent still holds is therefore never overwritten, and a stream of same-sized frames reuses the
-    same few buffers instead of having the allocator map, fault in and trim fresh pages every message
-    (up to 70 page faults per message at 300x300 RGB+depth, where the C allocator trims its heap each
-    time). ``pool_bytes=0`` turns the pool off.
+    nothing else refers to them: not the message, not an event, not any numpy view of the frame, not a
+    weak reference. A frame an agent still holds is therefore never overwritten, and a stream of
+    same-sized frames reuses the same few buffers instead of having the allocator map, fault in and trim
+    fresh pages every message (up to 70 page faults per message at 300x300 RGB+depth, where the C
+    allocator trims its heap each time). ``pool_bytes=0`` turns the pool off.
     """
 
     def __init__(
