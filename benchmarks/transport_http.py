@@ -59,6 +59,7 @@ from benchmarks.transport import (  # noqa: E402
     pin_all_threads,
     setup_session,
 )
+from benchmarks.transport import ai2thor_available as fifo_ai2thor_available  # noqa: E402
 from renderd.process import PlayerProcess, player_argv, player_env  # noqa: E402
 
 DEFAULT_CASES = ("rgb300", "depth300")
@@ -138,12 +139,26 @@ def run_session(case: Case, pin: Pinned, duration: float, transport: str) -> Cel
     return cell
 
 
+def _measure_on(registry: Any, port: int, case: Case, pin: Pinned, duration: float) -> Cell:
+    """Launch the reference player against ``registry`` served on 127.0.0.1:``port`` and measure it."""
+    from renderd.client import launch_player
+
+    bridge = registry.register()
+    endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=port, token=bridge.token)
+    with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
+                       start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+        _pin_self(pin, session.pid)
+        setup_session(session, case)
+        cell = measure(lambda: session.step(ACTION), duration, session.pid)
+        assert session.last_event.frame.shape == (case.height, case.width, 3)
+    return cell
+
+
 def run_waitress(case: Case, pin: Pinned, duration: float) -> Cell:
     """renderd's application and bridge behind plain waitress (the daemon-independent WSGI path)."""
     import waitress
     import waitress.wasyncore
 
-    from renderd.client import launch_player
     from renderd.transport.http import PlayerBridgeRegistry, make_player_app
 
     pin.spawning()
@@ -155,15 +170,8 @@ def run_waitress(case: Case, pin: Pinned, duration: float) -> Cell:
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
-    bridge = registry.register()
-    endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=server.effective_port, token=bridge.token)
     try:
-        with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
-                           start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
-            _pin_self(pin, session.pid)
-            setup_session(session, case)
-            cell = measure(lambda: session.step(ACTION), duration, session.pid)
-            assert session.last_event.frame.shape == (case.height, case.width, 3)
+        cell = _measure_on(registry, server.effective_port, case, pin, duration)
     finally:
         registry.close()
         server.trigger.pull_trigger(lambda: waitress.wasyncore.close_all(server._map, ignore_all=True))
@@ -177,7 +185,6 @@ def run_cheroot(case: Case, pin: Pinned, duration: float) -> Cell:
     """renderd's application and bridge behind cheroot's thread-pool WSGI server."""
     import cheroot.wsgi
 
-    from renderd.client import launch_player
     from renderd.transport.http import PlayerBridgeRegistry, make_player_app
 
     pin.spawning()
@@ -186,16 +193,8 @@ def run_cheroot(case: Case, pin: Pinned, duration: float) -> Cell:
     server.prepare()
     thread = threading.Thread(target=server.serve, daemon=True)
     thread.start()
-    bridge = registry.register()
-    port = server.bind_addr[1]
-    endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=port, token=bridge.token)
     try:
-        with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
-                           start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
-            _pin_self(pin, session.pid)
-            setup_session(session, case)
-            cell = measure(lambda: session.step(ACTION), duration, session.pid)
-            assert session.last_event.frame.shape == (case.height, case.width, 3)
+        cell = _measure_on(registry, server.bind_addr[1], case, pin, duration)
     finally:
         registry.close()
         server.stop()
@@ -205,11 +204,7 @@ def run_cheroot(case: Case, pin: Pinned, duration: float) -> Cell:
 
 
 def ai2thor_available() -> bool:
-    try:
-        import ai2thor.wsgi_server  # noqa: F401
-    except Exception:
-        return False
-    return True
+    return fifo_ai2thor_available("ai2thor.wsgi_server")
 
 
 def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
