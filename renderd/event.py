@@ -198,6 +198,18 @@ class Event:
         return bool(self._summary.get("lastActionSuccess", False))
 
     @property
+    def last_action(self) -> str | None:
+        """The agent's ``lastAction``, without decoding the whole metadata."""
+        value = self._summary.get("lastAction")
+        return value if isinstance(value, str) else None
+
+    @property
+    def error_message(self) -> str:
+        """The agent's ``errorMessage`` (``""`` when there is none), without decoding the whole metadata."""
+        value = self._summary.get("errorMessage")
+        return value if isinstance(value, str) else ""
+
+    @property
     def color_to_object_id(self) -> dict[tuple[int, ...], str]:
         return {tuple(c["color"]): c["name"] for c in self.metadata.get("colors") or ()}
 

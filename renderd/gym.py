@@ -195,8 +195,8 @@ class _EnvSpec:
 
     @staticmethod
     def info(event: Event) -> dict[str, Any]:
-        md = event.metadata
-        return {"last_action_success": bool(event), "error_message": str(md.get("errorMessage") or "")}
+        # From the event's summary: a full metadata decode here cost about 30 us per sub-environment step.
+        return {"last_action_success": bool(event), "error_message": event.error_message}
 
 
 def _rgba_pixels(frame: np.ndarray) -> np.ndarray | None:
@@ -251,7 +251,7 @@ def rgb_copy(frame: np.ndarray) -> np.ndarray:
 
 def _reset_failed(event: Event, what: str) -> None:
     if not event:
-        raise ValueError(f"{what} failed: {event.metadata.get('errorMessage') or 'lastActionSuccess is false'}")
+        raise ValueError(f"{what} failed: {event.error_message or 'lastActionSuccess is false'}")
 
 
 class RenderdEnv(gymnasium.Env):

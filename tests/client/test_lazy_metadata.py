@@ -48,8 +48,20 @@ def test_what_the_event_does_not_need_is_decoded_on_first_access():
     body = md.replace(msgpack.packb("PLACEHOLDER"), bad_string)
     ev = FrameAssembler().event(message([(FieldType.METADATA, body), (FieldType.RGB_IMAGE, rgb())]))
     assert bool(ev) and ev.frame.shape == (H, W, 3)
+    # The summary fields come from the scan: reading them does not decode the rest.
+    assert (ev.last_action, ev.error_message) == ("Pass", "")
     with pytest.raises(ProtocolError, match="not valid msgpack"):
         ev.metadata
+
+
+def test_last_action_and_error_message_follow_the_metadata():
+    md = {"agents": [agent(lastActionSuccess=False, errorMessage="blocked by a wall", lastAction="MoveAhead")],
+          "sequenceId": 2, "activeAgentId": 0}
+    ev = FrameAssembler().event(message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, rgb())]))
+    assert not ev and (ev.last_action, ev.error_message) == ("MoveAhead", "blocked by a wall")
+    md["agents"][0].update(errorMessage=None, lastAction=3)  # what a player may send: read as none
+    ev = FrameAssembler().event(message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, rgb())]))
+    assert (ev.last_action, ev.error_message) == (None, "")
 
 
 @pytest.mark.parametrize(
