@@ -21,6 +21,7 @@ from renderd.protocol import (
     SMALL_BODY,
     Decoder,
     FieldType,
+    Message,
     byte_views,
     decode_action,
     decode_metadata,
@@ -256,6 +257,47 @@ def test_a_body_still_held_is_never_overwritten(hold):
         held = held()
     values = np.unique(np.asarray(held))
     assert values.tolist() == [1]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([SMALL_BODY + 1, SMALL_BODY * 2, SMALL_BODY * 3]),  # few sizes: reuse is likely
+            st.sampled_from(["drop", "view", "slice", "memoryview", "message", "array"]),
+            st.integers(0, 3),  # drop this many of the oldest holds first
+        ),
+        min_size=1,
+        max_size=25,
+    ),
+    st.sampled_from([1 << 20, 7000, 70000]),
+)
+def test_pooled_buffers_never_change_under_a_holder(steps, chunk):
+    """Whatever an agent keeps of a frame (in any form), later frames never overwrite it (dropped frames'
+    buffers are reused meanwhile), and the pool stays within its limit."""
+    decoder = Decoder(pool_bytes=SMALL_BODY * 12)
+    kept: list[tuple[int, object]] = []
+    for fill, (size, how, release) in enumerate(steps, start=1):
+        del kept[:release]
+        feed_readv(decoder, _frame_message(size, fill % 256), chunk)
+        (message,) = drain(decoder)
+        body = message.first(FieldType.RGB_IMAGE)
+        holder = {
+            "drop": None,
+            "view": body.reshape(-1, 1)[::-1],
+            "slice": body[5:9],
+            "memoryview": memoryview(body)[3:],
+            "message": message,
+            "array": body,
+        }[how]
+        del body, message
+        if holder is not None:
+            kept.append((fill % 256, holder))
+        for value, held in kept:
+            if isinstance(held, Message):
+                held = held.first(FieldType.RGB_IMAGE)
+            assert np.unique(np.asarray(held)).tolist() == [value]
+        assert decoder.pooled_bytes <= SMALL_BODY * 12
 
 
 def test_pool_is_bounded_and_can_be_turned_off():
