@@ -302,8 +302,8 @@ class PlayerBridge:
         self._closing_expected = False  # its last request asked the server to close the connection
         self._on_close: list[Callable[[], None]] = []
         self._woken = False
-        # An eventfd that is readable while the client has something to take (a frame, the stream's error,
-        # the closed state), so that a poll over many channels can include this one (made on first
+        # An eventfd that is readable while the client has something to take (a frame, or the stream's
+        # error), so that a poll over many channels can include this one (made on first
         # fileno(); a bridge nobody polls never has one).
         self._ready_fd: int | None = None
         self._ready_signalled = False
@@ -333,7 +333,7 @@ class PlayerBridge:
 
     def fileno(self) -> int:
         """A descriptor that polls readable while :meth:`recv` would return or raise at once (a frame is
-        waiting, the stream failed, or the bridge closed), for waiting on many channels with one ``poll``
+        waiting, or the stream failed), for waiting on many channels with one ``poll``
         (with the attached player's pidfd, which says when it exits). It belongs to the bridge and is
         closed by :meth:`close`; ``ValueError`` after that, as for a closed file."""
         with self._cond:
@@ -350,7 +350,7 @@ class PlayerBridge:
         fd = self._ready_fd
         if fd is None:
             return
-        ready = bool(self._frames) or self._error is not None or self._closed
+        ready = bool(self._frames) or self._error is not None
         if ready and not self._ready_signalled:
             os.eventfd_write(fd, 1)
             self._ready_signalled = True
