@@ -263,7 +263,7 @@ class Supervisor:
         self._selector = selectors.DefaultSelector()
         self._registered: dict[int, Any] = {}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, ("wake", None))
+        self._watch(self._wake_r, ("wake", None))
         self._stoppers: list[threading.Thread] = []
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
@@ -622,6 +622,10 @@ class Supervisor:
             signals: list[int] = []
             with self.lock:
                 for key, _mask in events:
+                    if self._registered.get(key.fd) is not key.data:
+                        # Stale: unwatched since select returned it (another thread handled it while this
+                        # one waited for the lock, e.g. a release that found the player dead and reaped it).
+                        continue
                     kind, obj = key.data
                     if kind == "wake":
                         signals += self._drain_wake()
@@ -1060,8 +1064,8 @@ class Supervisor:
 
     def _reap(self, p: Player) -> None:
         """The player's process exited without being asked to (lock held)."""
-        if p.proc is None or p.stop is not None:
-            return
+        if p.proc is None or p.stop is not None or p.returncode is not None:
+            return  # not running, being stopped, or its exit is handled already
         code = p.proc.poll()
         if code is None:
             return

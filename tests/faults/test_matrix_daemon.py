@@ -343,7 +343,8 @@ def test_every_crash_under_a_lease_is_classified(shared_daemon: DaemonProcess, n
     for pid in pids:
         assert f"pid {pid} killed by SIGSEGV while leased" in log, [line for line in log.splitlines()
                                                                     if str(pid) in line]
-    assert signal_exits(d) == counted + 10
+    exits = [line for line in log.splitlines() if "killed by" in line or "exited" in line]
+    assert signal_exits(d) == counted + 10, "\n".join(exits)
 
 
 def test_leased_player_crash_names_the_signal(shared_daemon: DaemonProcess, nothing_left) -> None:
