@@ -113,12 +113,13 @@ class Leaks:
         self.fds = open_fds()
         # Processes that were there before (a daemon shared by several tests) and what they start.
         self.ignore: set[int] = {p.pid for p in psutil.Process().children()}
-        self.threads: set[int] | None = {t.ident for t in threading.enumerate()} if threads else None
+        # The Thread objects themselves, not their identifiers: a new thread may reuse a finished one's.
+        self.threads: set[threading.Thread] | None = set(threading.enumerate()) if threads else None
 
     def _new_threads(self) -> list[threading.Thread]:
         if self.threads is None:
             return []
-        return [t for t in threading.enumerate() if t.ident not in self.threads and t.is_alive()]
+        return [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
 
     def check(self, timeout: float = SETTLE_TIMEOUT) -> None:
         deadline = time.monotonic() + timeout
