@@ -44,17 +44,23 @@ def python(code: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def peer_channel(tmp_path, mode: str, *args: object, **env: str) -> Iterator[tuple[FifoChannel, PlayerProcess]]:
-    """A FifoChannel attached to the scripted peer started in ``mode``; both closed, the pipes removed, after."""
+def attached_channel(tmp_path, argv: list[str], **env: str) -> Iterator[tuple[FifoChannel, PlayerProcess]]:
+    """A FifoChannel attached to the process ``argv`` started on a new pair; both closed, the pipes removed,
+    after."""
     with FifoPair.create(tmp_path) as pair:
         channel = FifoChannel(pair.server_path, pair.client_path)
-        proc = spawn(pair, peer_argv(mode, *args), tmp_path, **env)
+        proc = spawn(pair, argv, tmp_path, **env)
         channel.attach(proc)
         try:
             yield channel, proc
         finally:
             channel.close()
             proc.stop()
+
+
+def peer_channel(tmp_path, mode: str, *args: object, **env: str):
+    """:func:`attached_channel` on the scripted peer started in ``mode``."""
+    return attached_channel(tmp_path, peer_argv(mode, *args), **env)
 
 
 class TestFifoPair:
@@ -115,35 +121,23 @@ class TestOpening:
             FifoChannel(str(path), str(path))
 
     def test_exit_before_opening_is_reported_at_once(self, tmp_path):
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, python("import sys; print('dying early'); sys.exit(3)"), tmp_path)
-            channel.attach(proc)
-            try:
-                started = time.monotonic()
-                with pytest.raises(PlayerCrashed) as info:
-                    channel.recv(time.monotonic() + 30, "start_timeout")
-                assert time.monotonic() - started < 1.0 + SLACK
-                err = info.value
-                assert err.returncode == 3
-                assert "exit code 3" in str(err)
-                assert "dying early" in err.log_tail
-            finally:
-                channel.close()
-                proc.stop()
+        dies = python("import sys; print('dying early'); sys.exit(3)")
+        with attached_channel(tmp_path, dies) as (channel, _):
+            started = time.monotonic()
+            with pytest.raises(PlayerCrashed) as info:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+            assert time.monotonic() - started < 1.0 + SLACK
+            err = info.value
+            assert err.returncode == 3
+            assert "exit code 3" in str(err)
+            assert "dying early" in err.log_tail
 
     def test_killed_before_opening_names_the_signal(self, tmp_path):
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, python("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"), tmp_path)
-            channel.attach(proc)
-            try:
-                with pytest.raises(PlayerCrashed, match="SIGSEGV") as info:
-                    channel.recv(time.monotonic() + 30, "start_timeout")
-                assert info.value.signal_name == "SIGSEGV"
-            finally:
-                channel.close()
-                proc.stop()
+        crashes = python("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)")
+        with attached_channel(tmp_path, crashes) as (channel, _):
+            with pytest.raises(PlayerCrashed, match="SIGSEGV") as info:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+            assert info.value.signal_name == "SIGSEGV"
 
 
 class TestStreaming:
@@ -229,22 +223,15 @@ class TestEndOfFile:
             "print('wrote a partial field', flush=True)\n"
             "raise SystemExit(5)\n"
         )
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, python(code), tmp_path)
-            channel.attach(proc)
-            try:
-                with pytest.raises(PlayerCrashed) as info:
-                    channel.recv(time.monotonic() + 30, "start_timeout")
-                err = info.value
-                assert err.returncode == 5
-                assert "in the middle of a message" in str(err)
-                assert "RGB_IMAGE" in str(err)
-                assert isinstance(err.__cause__, ProtocolError)
-                assert "wrote a partial field" in err.log_tail
-            finally:
-                channel.close()
-                proc.stop()
+        with attached_channel(tmp_path, python(code)) as (channel, _):
+            with pytest.raises(PlayerCrashed) as info:
+                channel.recv(time.monotonic() + 30, "start_timeout")
+            err = info.value
+            assert err.returncode == 5
+            assert "in the middle of a message" in str(err)
+            assert "RGB_IMAGE" in str(err)
+            assert isinstance(err.__cause__, ProtocolError)
+            assert "wrote a partial field" in err.log_tail
 
     def test_eof_while_the_player_lives_on_says_so(self, tmp_path):
         code = (
@@ -253,19 +240,12 @@ class TestEndOfFile:
             "os.close(fd)\n"
             "time.sleep(60)\n"
         )
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, python(code), tmp_path)
-            channel.attach(proc)
-            try:
-                started = time.monotonic()
-                with pytest.raises(PlayerCrashed, match="closed server.pipe.*still running"):
-                    channel.recv(time.monotonic() + 30, "start_timeout")
-                # EOF is noticed at once; classifying the exit waits at most EOF_CLASSIFY_TIMEOUT.
-                assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
-            finally:
-                channel.close()
-                proc.stop(grace=0.5)
+        with attached_channel(tmp_path, python(code)) as (channel, _):
+            started = time.monotonic()
+            with pytest.raises(PlayerCrashed, match="closed server.pipe.*still running"):
+                channel.recv(time.monotonic() + 30, "start_timeout")
+            # EOF is noticed at once; classifying the exit waits at most EOF_CLASSIFY_TIMEOUT.
+            assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
 
     def test_malformed_bytes_are_a_protocol_error(self, tmp_path):
         code = (
@@ -274,16 +254,10 @@ class TestEndOfFile:
             "os.write(fd, struct.pack('!BI', 42, 3) + b'abc')\n"
             "time.sleep(60)\n"
         )
-        with FifoPair.create(tmp_path) as pair:
-            channel = FifoChannel(pair.server_path, pair.client_path)
-            proc = spawn(pair, python(code), tmp_path)
-            channel.attach(proc)
-            try:
-                with pytest.raises(ProtocolError, match="unknown field type 42.*offset 0"):
-                    channel.recv(time.monotonic() + 30, "start_timeout")
-            finally:
-                channel.close()
-                proc.stop(grace=0.5)
+        with attached_channel(tmp_path, python(code)) as (channel, _), pytest.raises(
+            ProtocolError, match="unknown field type 42.*offset 0"
+        ):
+            channel.recv(time.monotonic() + 30, "start_timeout")
 
 
 class TestLeasedPlayer:
