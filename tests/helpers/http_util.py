@@ -8,7 +8,6 @@ import socket
 import sys
 from typing import Any, Iterable, Sequence
 
-
 from renderd.process import PlayerProcess, player_env
 
 #: Deadline for one HTTP answer, a player's first frame or exit in these tests (a test that hits it failed).
