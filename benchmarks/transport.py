@@ -2,7 +2,7 @@
 
 Run on demand (not part of the test suite)::
 
-    python benchmarks/transport.py                 # the full table (about four minutes on 2 CPUs)
+    python benchmarks/transport.py                 # the full table (about five minutes on 2 CPUs)
     python benchmarks/transport.py --duration 1 --cases rgb300 --placements different
 
 For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
@@ -16,12 +16,17 @@ these clients are measured in lockstep (send an action, read the whole answer):
   steps); at 1024x1024 on one CPU two 3 MiB destinations no longer stay in the CPU's caches;
 * ``renderd, bare writer``: renderd's client (``FifoChannel`` + ``Session.step``, events built) against
   the bare writer: what the client itself costs, without the reference player's own per-step work;
+* ``raw reader, player``: the ceiling for any client of this player: the raw reader (two buffers in turn)
+  sending a fixed request to the real player and reading its answer of known length; the player's own
+  per-step work is in, the client's framing, decoding and deadlines are not;
 * ``renderd``: ``renderd.launch(...)`` and ``Session.step("Pass")`` (frames decoded into ``Event``s);
 * ``ai2thor``: AI2-THOR's own ``FifoServer`` (``send`` + ``receive``, as its controller uses it), on the
   same player; the column is skipped when ``ai2thor`` is not importable.
 
 Client and player are pinned with ``os.sched_setaffinity``: ``same`` puts both on one CPU, ``different``
-on two. Numbers are steps per second and MB/s of player -> client payload (whole messages).
+on two. Numbers are steps per second and MB/s of player -> client payload (whole messages). The ratios:
+``renderd/ceiling`` is renderd against that ceiling; ``ceiling/AI2-THOR`` is the most any client could
+gain over AI2-THOR's on this player.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ import json
 import os
 import platform
 import resource
+import signal
 import statistics
 import sys
 import tempfile
@@ -289,6 +295,53 @@ def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes, buffers: i
     return Result(rate, len(payload))
 
 
+def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
+    """The best any client can do on the reference player: the raw reader of :func:`run_raw` (two buffers in
+    turn, so frames are kept, as renderd's are) sending a fixed request to the real player and reading exactly
+    the ``payload`` it answers with. No framing, no decoding, no deadline per step; the player's own work per
+    step stays in. A reader that fell out of step with the player would block, so a timer bounds the run."""
+    seq = msgpack.unpackb(payload[5 : 5 + int.from_bytes(payload[1:5], "big")])["sequenceId"]
+    request = _request(seq)
+    total = len(payload)
+    pin.spawning()
+    with renderd.launch(player_executable, width=case.width, height=case.height, args=case.player_args(),
+                        env=PLAYER_ENV, start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+        pin.running(session.pid)
+        setup_session(session, case)
+        channel = session.channel
+        # The session stays idle while this reader drives the player through its own (blocking) descriptors
+        # on the same pipes, whose buffers the channel has already enlarged.
+        rfd = os.open(channel.server_path, os.O_RDONLY | os.O_CLOEXEC)
+        wfd = os.open(channel.client_path, os.O_WRONLY | os.O_CLOEXEC)
+        bufs = [bytearray(total) for _ in range(2)]
+        views = [memoryview(b) for b in bufs]
+        turn = [0]
+
+        def step() -> None:
+            os.write(wfd, request)
+            turn[0] ^= 1
+            view = views[turn[0]]
+            got = 0
+            while got < total:
+                got += os.readv(rfd, [view[got:]])
+
+        def out_of_step(signum: int, frame: Any) -> None:
+            raise TimeoutError(f"the player's answers are not {total} bytes each; the reader fell out of step")
+
+        previous = signal.signal(signal.SIGALRM, out_of_step)
+        signal.setitimer(signal.ITIMER_REAL, duration + STEP_TIMEOUT)
+        try:
+            rate, _ = timed(step, duration)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+            os.close(wfd)
+            os.close(rfd)
+        if any(bytes(b) != payload for b in bufs):
+            raise AssertionError("the player's answers differ from the captured one")
+    return Result(rate, total)
+
+
 def run_renderd_bare(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
     """renderd's client (FifoChannel + Session, events built) against the bare writer: the client's own cost."""
     seq = msgpack.unpackb(payload[5 : 5 + int.from_bytes(payload[1:5], "big")])["sequenceId"]
@@ -415,8 +468,10 @@ def main(argv: list[str] | None = None) -> int:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
     kept_head = f" {'raw, frame kept':>24}" if args.kept else ""
     kept_ratio_head = f" {'renderd/kept':>12}" if args.kept else ""
-    header = (f"{'case':<26} {'CPUs':<9} {'raw lockstep':>24}{kept_head} {'renderd, bare writer':>24} {'renderd':>24}"
-              f" {'AI2-THOR FifoServer':>24} {'bare/raw':>9} {'renderd/raw':>11}{kept_ratio_head} {'renderd/AI2-THOR':>16}")
+    header = (f"{'case':<26} {'CPUs':<9} {'raw lockstep':>24}{kept_head} {'renderd, bare writer':>24}"
+              f" {'raw reader, player':>24} {'renderd':>24} {'AI2-THOR FifoServer':>24} {'bare/raw':>9}"
+              f" {'renderd/raw':>11}{kept_ratio_head} {'renderd/ceiling':>15} {'renderd/AI2-THOR':>16}"
+              f" {'ceiling/AI2-THOR':>16}")
     print(header)
     print("-" * len(header))
     rows = []
@@ -434,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
                 "raw": lambda: run_raw(case, pin, args.duration, payload),
                 "kept": (lambda: run_raw(case, pin, args.duration, payload, buffers=2)) if args.kept else None,
                 "bare": lambda: run_renderd_bare(case, pin, args.duration, payload),
+                "ceiling": lambda: run_ceiling(case, pin, args.duration, payload),
                 "renderd": lambda: run_renderd(case, pin, args.duration),
                 "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
             }
@@ -457,13 +513,17 @@ def main(argv: list[str] | None = None) -> int:
             bare_raw = f"{bare.steps_per_s / raw.steps_per_s:.0%}" if raw and bare else "-"
             vs_raw = f"{ours.steps_per_s / raw.steps_per_s:.0%}" if raw and ours else "-"
             vs_thor = f"{ours.steps_per_s / theirs.steps_per_s:.2f}x" if theirs and ours else "-"
+            ceiling = cells["ceiling"]
+            vs_ceiling = f"{ours.steps_per_s / ceiling.steps_per_s:.0%}" if ceiling and ours else "-"
+            ceiling_thor = f"{ceiling.steps_per_s / theirs.steps_per_s:.2f}x" if theirs and ceiling else "-"
             kept = cells["kept"]
             kept_cell = f" {fmt(kept):>24}" if args.kept else ""
             kept_ratio = ""
             if args.kept:
                 kept_ratio = f" {(f'{ours.steps_per_s / kept.steps_per_s:.0%}' if kept and ours else '-'):>12}"
-            print(f"{case.label:<26} {placement:<9} {fmt(raw):>24}{kept_cell} {fmt(bare):>24} {fmt(ours):>24}"
-                  f" {fmt(theirs):>24} {bare_raw:>9} {vs_raw:>11}{kept_ratio} {vs_thor:>16}", flush=True)
+            print(f"{case.label:<26} {placement:<9} {fmt(raw):>24}{kept_cell} {fmt(bare):>24} {fmt(ceiling):>24}"
+                  f" {fmt(ours):>24} {fmt(theirs):>24} {bare_raw:>9} {vs_raw:>11}{kept_ratio} {vs_ceiling:>15}"
+                  f" {vs_thor:>16} {ceiling_thor:>16}", flush=True)
             rows.append({
                 "case": case.key, "label": case.label, "placement": placement, "bytes_per_step": len(payload),
                 **{f"{k}_steps_per_s": (v.steps_per_s if v else None) for k, v in cells.items()},
