@@ -188,7 +188,10 @@ class HttpLink:
         """Post one answer; return the next action. Raises _Stop for anything but a 200 with a JSON object."""
         boundary = secrets.token_hex(20).encode()
         body = build_form(metadata, images, self.token, boundary)
-        length = sum(memoryview(b).nbytes for b in body)
+        return self._exchange(body, sum(memoryview(b).nbytes for b in body), boundary)
+
+    def _exchange(self, body: Sequence[Any], length: int, boundary: bytes) -> dict:
+        """POST ``body`` (``length`` is its Content-Length) and return the action renderd answers with."""
         try:
             self._send_request(body, length, boundary)
             response = self.conn.getresponse()
@@ -245,29 +248,17 @@ class HttpLink:
             body = [_part_header(boundary, "metadata", binary=False), b"this is not JSON", b"\r\n",
                     _part_header(boundary, "token", binary=False), (self.token or "").encode("utf-8"),
                     b"\r\n--" + boundary + b"--\r\n"]
-            length = sum(len(b) for b in body)
-            try:
-                self._send_request(body, length, boundary)
-                response = self.conn.getresponse()
-                data = response.read(MAX_ACTION_SIZE + 1)
-            except (OSError, http.client.HTTPException) as exc:
-                raise _Stop(f"POST /train failed: {exc}", EXIT_IO_ERROR) from exc
-            return self._action(response.status, data)
+            return self._exchange(body, sum(len(b) for b in body), boundary)
         if fault.kind == "oversize":
-            try:
-                self._send_request([], OVERSIZE_LENGTH, boundary)
-                response = self.conn.getresponse()
-                data = response.read(MAX_ACTION_SIZE + 1)
-            except (OSError, http.client.HTTPException) as exc:
-                raise _Stop(f"POST /train failed: {exc}", EXIT_IO_ERROR) from exc
-            return self._action(response.status, data)
+            # Headers only, announcing a body no server accepts: renderd answers 413 before reading any.
+            return self._exchange([], OVERSIZE_LENGTH, boundary)
         body = build_form(metadata, images, self.token, boundary)
         length = sum(memoryview(b).nbytes for b in body)
         joined = b"".join(bytes(memoryview(b).cast("B")) for b in body)
         try:
             self._send_request([joined[: length // 2]], length, boundary)
         except OSError as exc:
-            raise _Stop(f"POST /train failed: {exc}", EXIT_IO_ERROR) from exc
+            raise _Stop(f"POST /train failed: {type(exc).__name__}: {exc}", EXIT_IO_ERROR) from exc
         self.conn.sock.shutdown(socket.SHUT_RDWR)
         self.close()
         if fault.kind == "truncate":
