@@ -378,6 +378,28 @@ def ai2thor_available(module: str = "ai2thor.fifo_server") -> bool:
     return True
 
 
+def ai2thor_stepper(server: Any, case: Case) -> Callable[[], None]:
+    """Set ``case`` up through an AI2-THOR server (FIFO or WSGI) whose player is ready; return one step as
+    AI2-THOR's controller takes it (``send`` + ``receive``)."""
+    if case.depth:
+        server.send({"action": "Initialize", "renderDepthImage": True})
+        server.receive()
+
+    def step() -> None:
+        server.send({"action": ACTION})
+        server.receive()
+
+    return step
+
+
+def check_ai2thor_event(server: Any, case: Case) -> None:
+    """The last event AI2-THOR's server decoded holds the frames ``case`` asks for."""
+    event = server.last_event
+    assert event.frame.shape == (case.height, case.width, 3)
+    if case.depth:
+        assert event.depth_frame is not None
+
+
 def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
     import ai2thor.fifo_server
 
@@ -397,20 +419,10 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
         server.unity_proc = proc._popen
         server.receive()
         pin.running(proc.pid)
-        if case.depth:
-            server.send({"action": "Initialize", "renderDepthImage": True})
-            server.receive()
-
-        def step() -> None:
-            server.send({"action": ACTION})
-            server.receive()
-
+        step = ai2thor_stepper(server, case)
         step()
         rate, _ = timed(step, duration)
-        event = server.last_event
-        assert event.frame.shape == (case.height, case.width, 3)
-        if case.depth:
-            assert event.depth_frame is not None
+        check_ai2thor_event(server, case)
     finally:
         for pipe in (server.client_pipe, server.server_pipe):
             if pipe is not None:

@@ -54,6 +54,8 @@ from benchmarks.transport import (  # noqa: E402
     WARMUP_STEPS,
     Case,
     Pinned,
+    ai2thor_stepper,
+    check_ai2thor_event,
     cpu_model,
     cpus_for,
     pin_all_threads,
@@ -222,19 +224,8 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
         server.unity_proc = proc._popen
         server.receive(timeout=START_TIMEOUT)
         _pin_self(pin, proc.pid)
-        if case.depth:
-            server.send({"action": "Initialize", "renderDepthImage": True})
-            server.receive()
-
-        def step() -> None:
-            server.send({"action": ACTION})
-            server.receive()
-
-        cell = measure(step, duration, proc.pid)
-        event = server.last_event
-        assert event.frame.shape == (case.height, case.width, 3)
-        if case.depth:
-            assert event.depth_frame is not None
+        cell = measure(ai2thor_stepper(server, case), duration, proc.pid)
+        check_ai2thor_event(server, case)
     finally:
         proc.stop(1.0)
         # Its request handler waits for an action with no timeout: give it one, then stop the server.
