@@ -300,7 +300,7 @@ class NoCeiling(Exception):
 
 
 def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Result:
-    """The best any client can do on the reference player: the raw reader of :func:`run_raw` (two buffers in
+    """The best any client can do on the player: the raw reader of :func:`run_raw` (two buffers in
     turn, so frames are kept, as renderd's are) sending a fixed request to the real player and reading exactly
     the ``payload`` it answers with. No framing, no decoding, no deadline per step; the player's own work per
     step stays in. A reader that fell out of step with the player would block, so a timer bounds the run."""
@@ -312,6 +312,7 @@ def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Res
                         env=PLAYER_ENV, start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
         pin.running(session.pid)
         setup_session(session, case)
+        session.step(ACTION)  # the player has opened client.pipe, so the open below cannot wait for it
         channel = session.channel
         # The session stays idle while this reader drives the player through its own (blocking) descriptors
         # on the same pipes, whose buffers the channel has already enlarged.
