@@ -16,6 +16,7 @@ structural scan cannot see (invalid UTF-8 inside a string, an unhashable map key
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgpack
@@ -255,16 +256,33 @@ def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *,
     )
 
 
-def _depth_to_metres(depth: np.ndarray, fmt: str | None, agent: dict[str, Any]) -> np.ndarray:
-    if fmt in (None, "Meters"):
+def _depth_to_metres(
+    depth: np.ndarray, fmt: str | None, agent: dict[str, Any], ftype: FieldType, offset: int
+) -> np.ndarray:
+    if fmt is None or fmt == "Meters":
         return depth
     if fmt == "Normalized":
-        near = float(agent.get("cameraNearPlane", 0.1))
-        far = float(agent.get("cameraFarPlane", 20.0))
+        planes = []
+        for key, default in (("cameraNearPlane", 0.1), ("cameraFarPlane", 20.0)):
+            value = agent.get(key, default)
+            try:
+                plane = float(value)
+            except (TypeError, ValueError):
+                plane = math.nan
+            if not math.isfinite(plane):
+                raise ProtocolError(
+                    f"metadata {key} is {value!r}; a Normalized depth image needs a finite number",
+                    offset=offset,
+                    field_type=ftype,
+                )
+            planes.append(plane)
+        near, far = planes
         return depth * np.float32(far - near)
-    scale = _DEPTH_SCALE.get(fmt)
+    scale = _DEPTH_SCALE.get(fmt) if isinstance(fmt, str) else None
     if scale is None:
-        raise ProtocolError(f"unknown depthFormat {fmt!r} (expected Meters, Millimeters or Normalized)")
+        raise ProtocolError(
+            f"unknown depthFormat {fmt!r} (expected Meters, Millimeters or Normalized)", offset=offset, field_type=ftype
+        )
     return depth * np.float32(scale)
 
 
@@ -300,7 +318,7 @@ def build_events(
             raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected a map")
         try:
             width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ProtocolError(f"metadata agents[{i}] lacks a valid screenWidth/screenHeight: {exc}") from exc
         if width <= 0 or height <= 0:
             raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")
@@ -317,7 +335,7 @@ def build_events(
                 if i < len(items):
                     body, off = items[i]
                     depth = _image(body, ftype, width, height, off, depth=True)
-                    ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent)
+                    ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent, ftype, off)
             else:  # a third-party camera's image
                 if cameras is None:
                     cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
@@ -327,7 +345,7 @@ def build_events(
                     frames = ev.third_party_depth_frames
                     for body, off in items[:count]:
                         d = _image(body, ftype, width, height, off, depth=True)
-                        frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent))
+                        frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent, ftype, off))
                 else:
                     frames = getattr(ev, _THIRD_PARTY_LISTS[ftype])
                     for body, off in items[:count]:

@@ -81,6 +81,38 @@ def test_depth_is_float32_metres():
     assert np.allclose(FrameAssembler().event(m).depth_frame, depth)
 
 
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"screenWidth": float("inf")}, "screenWidth/screenHeight"),
+        ({"screenHeight": float("nan")}, "screenWidth/screenHeight"),
+        ({"screenWidth": [5]}, "screenWidth/screenHeight"),
+        ({"depthFormat": "Normalized", "cameraNearPlane": "x"}, "cameraNearPlane is 'x'"),
+        ({"depthFormat": "Normalized", "cameraFarPlane": float("inf")}, "cameraFarPlane is inf"),
+        ({"depthFormat": "Normalized", "cameraFarPlane": None}, "cameraFarPlane is None"),
+        ({"depthFormat": ["Meters"]}, r"unknown depthFormat \['Meters'\]"),
+        ({"depthFormat": {"unit": "m"}}, "unknown depthFormat"),
+    ],
+)
+def test_malformed_metadata_values_are_protocol_errors(fields, match):
+    # Values a scan passes through but the event cannot use: a ProtocolError (naming the value, and the
+    # depth field's offset where there is one), never a bare OverflowError, ValueError or TypeError.
+    md = {"agents": [agent(**fields)], "sequenceId": 0}
+    depth = np.zeros(W * H, dtype=np.float32).view(np.uint8)
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.DEPTH_IMAGE, depth)])
+    with pytest.raises(ProtocolError, match=match) as info:
+        FrameAssembler().event(m)
+    if "depthFormat" in fields:
+        assert info.value.offset == m.offsets[1] and info.value.field_type == FieldType.DEPTH_IMAGE
+
+
+def test_normalized_depth_scales_by_the_clip_range():
+    depth = np.linspace(0.0, 1.0, W * H, dtype=np.float32).reshape(H, W)
+    md = {"agents": [agent(depthFormat="Normalized", cameraNearPlane=0.5, cameraFarPlane="10.5")], "sequenceId": 0}
+    m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.DEPTH_IMAGE, bottom_up(depth).view(np.uint8))])
+    assert np.allclose(FrameAssembler().event(m).depth_frame, depth * 10.0)
+
+
 def test_wrong_image_size_names_both_sizes():
     md = {"agents": [agent()], "sequenceId": 0}
     m = message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, b"x" * 7)])

@@ -149,7 +149,7 @@ def _allowed_sizes(agents: list[Any]) -> tuple[set[int], set[int]]:
             raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected an object")
         try:
             width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise ProtocolError(f"metadata agents[{i}] lacks a valid screenWidth/screenHeight ({exc!r})") from exc
         if width <= 0 or height <= 0:
             raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")

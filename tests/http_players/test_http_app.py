@@ -225,6 +225,7 @@ def test_wrong_content_type_is_400(served):
         ({"rgb": b"\x00" * 35}, "image part 'image' is 35 bytes"),
         ({"md": {"agents": [{"screenWidth": 0, "screenHeight": 3}]}}, "screen size 0 x 3"),
         ({"md": {"agents": ["x"]}}, "agents\\[0\\] is str"),
+        ({"md": {"agents": [{"screenWidth": float("inf"), "screenHeight": 3}]}}, "screenWidth/screenHeight"),
     ],
 )
 def test_bad_frame_is_400_and_the_client_gets_protocol_error(served, body_kwargs, match):
