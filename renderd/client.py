@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from renderd.config import check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -77,6 +78,13 @@ class SessionState(enum.Enum):
     PENDING = "pending"  # an action was sent; its answer has not been received
     BROKEN = "broken"  # a crash, timeout or protocol error: the stream cannot be trusted
     CLOSED = "closed"
+
+
+def check_sequence_id(seq: Any) -> int:
+    """An action's own ``sequenceId``: an integer (not a bool); ``ValueError`` otherwise."""
+    if isinstance(seq, bool) or not isinstance(seq, int):
+        raise ValueError(f"sequenceId must be an integer, got {seq!r}")
+    return seq
 
 
 def _action_dict(action: str | Mapping[str, Any] | None, kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -200,6 +208,7 @@ class Session:
         breaks the session.
         """
         self._check_open("wait_ready()")
+        timeout = check_seconds(timeout, "timeout")
         if self._state is SessionState.PENDING:
             raise AlreadyPendingCallError("wait_ready() while an action is pending; call recv() first")
         self._pending = (self._sequence_id, "(first frame)", time.monotonic() + timeout)
@@ -223,8 +232,8 @@ class Session:
         if seq is None:
             seq = self._sequence_id + 1
             message["sequenceId"] = seq
-        elif isinstance(seq, bool) or not isinstance(seq, int):
-            raise ValueError(f"sequenceId must be an integer, got {seq!r}")
+        else:
+            check_sequence_id(seq)
         buffers = encode_action(message)
         deadline = time.monotonic() + self.step_timeout
         try:
@@ -244,14 +253,16 @@ class Session:
 
         Waits until the deadline set by :meth:`send` (``step_timeout`` after it), or ``timeout`` seconds
         from now when given. Raises :class:`NoPendingCallError` with nothing pending,
-        :class:`CallOrderError` on a closed or broken session, and breaks the session with
-        :class:`PlayerTimeout`, :class:`PlayerCrashed` or :class:`ProtocolError` (also for an answer
-        carrying another ``sequenceId``).
+        :class:`CallOrderError` on a closed or broken session, :class:`~renderd.config.ArgumentError` (a
+        ValueError; the session is unchanged) for a ``timeout`` that is not a finite number of seconds, 0
+        or more, and breaks the session with :class:`PlayerTimeout`, :class:`PlayerCrashed` or
+        :class:`ProtocolError` (also for an answer carrying another ``sequenceId``).
         """
         self._check_open("recv()")
         if self._state is not SessionState.PENDING or self._pending is None:
             raise NoPendingCallError("recv() with no action pending; call send() first")
         if timeout is not None:
+            timeout = check_seconds(timeout, "timeout", zero_ok=True)
             seq, name, _ = self._pending
             self._pending = (seq, name, time.monotonic() + timeout)
             return self._receive("recv timeout", timeout)
@@ -591,8 +602,6 @@ def launch(
     ``start_timeout``), :class:`ProtocolError` (a malformed first frame). Nothing is left behind when it
     raises.
     """
-    from renderd.config import check_seconds
-
     start_timeout = check_seconds(start_timeout, "start_timeout")
     step_timeout = check_seconds(step_timeout, "step_timeout")
     if transport == "http":

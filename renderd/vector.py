@@ -49,6 +49,8 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, NamedTuple
 
+from renderd.client import check_sequence_id
+from renderd.config import check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -172,11 +174,19 @@ def _check_action(action: Any, slot: int) -> str | dict[str, Any]:
         if not isinstance(name, str) or not name:
             raise ValueError(f"slot {slot}: an action needs a non-empty 'action' name, got {name!r}")
         try:
+            if message.get("sequenceId") is not None:
+                check_sequence_id(message["sequenceId"])
             encode_action(message)
         except ValueError as exc:
             raise ValueError(f"slot {slot}: {exc}") from exc
         return message
     raise TypeError(f"slot {slot}: an action must be a name or a dict, not {type(action).__name__}")
+
+
+def _check_timeout(timeout: float | None) -> None:
+    """``timeout`` is None or a finite number of seconds (0 included): ArgumentError (a ValueError) if not."""
+    if timeout is not None:
+        check_seconds(timeout, "timeout", zero_ok=True)
 
 
 def _channel_fds(session: Any) -> tuple[int, ...] | None:
@@ -360,8 +370,9 @@ class VectorSession:
     ) -> VectorStep:
         """Send one action per slot, then receive every answer: :meth:`send` then :meth:`recv`.
 
-        Raises what those raise.
+        Raises what those raise; a bad ``timeout`` before anything is sent.
         """
+        _check_timeout(timeout)
         self.send(actions)
         return self.recv(timeout, wait_resets=wait_resets)
 
@@ -418,6 +429,7 @@ class VectorSession:
         self._check_open("recv()")
         if self._state is not _VectorState.PENDING or self._round is None:
             raise NoPendingCallError("recv() with nothing pending; call send() first")
+        _check_timeout(timeout)
         rnd = self._round
         try:
             self._collect(rnd, timeout, wait_resets)
@@ -497,6 +509,7 @@ class VectorSession:
         finished a reset, and each other slot's ``last_event`` (nothing is sent to those). Raises what
         :meth:`reset_async` and :meth:`recv` raise.
         """
+        _check_timeout(timeout)
         self.reset_async(slots, scene, **init_params)
         rnd = _Round(len(self._slots))
         try:

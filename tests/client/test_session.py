@@ -119,6 +119,19 @@ class TestSteps:
                 session.step("Pass", value=object())
             assert session.step("Pass").sequence_id == 1
 
+    @pytest.mark.parametrize("timeout", [float("nan"), float("inf"), -1, "1", True])
+    def test_a_bad_recv_timeout_is_refused_and_the_session_stays_usable(self, timeout):
+        # NaN once made the wait loop spin forever: no deadline compares as passed against it.
+        with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
+            seq = session.send("Pass")
+            with pytest.raises(ValueError, match="timeout"):
+                session.recv(timeout=timeout)
+            assert session.state is SessionState.PENDING
+            assert session.recv(timeout=10).sequence_id == seq
+            with pytest.raises(ValueError, match="timeout"):
+                session.wait_ready(timeout)
+            assert session.state is SessionState.READY and session.step("Pass").sequence_id == seq + 1
+
     def test_reset_and_initialize(self):
         with renderd.launch(**SMALL, start_timeout=START, step_timeout=10) as session:
             event = session.reset("FloorPlan2", gridSize=0.5)

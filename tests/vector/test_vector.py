@@ -83,6 +83,13 @@ def test_call_order_errors(no_leaks, launch):
         vs.send([{"action": "Teleport", "x": object()}, "Pass"])
     with pytest.raises(ValueError, match="slot 1"):
         vs.send(["Pass", ""])
+    with pytest.raises(ValueError, match="slot 1: sequenceId must be an integer"):
+        vs.send(["Pass", {"action": "Pass", "sequenceId": "x"}])  # slot 0's action must not go out alone
+    for timeout in (float("nan"), -1.0, "1"):
+        with pytest.raises(ValueError, match="timeout"):
+            vs.step(["Pass", "Pass"], timeout=timeout)  # refused before anything is sent
+        with pytest.raises(ValueError, match="timeout"):
+            vs.reset(timeout=timeout)
     with pytest.raises(ValueError, match="slot"):
         vs.reset_async([5])
     assert not vs.pending
