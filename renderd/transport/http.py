@@ -97,6 +97,9 @@ logger = logging.getLogger(__name__)
 #: Largest ``POST /train`` body accepted, checked from Content-Length before any of the body is read:
 #: four full 4096 x 4096 RGBA frames (a generous multi-agent, multi-camera post). Per registry.
 MAX_REQUEST_SIZE = 4 * DEFAULT_MAX_BODY_SIZE
+#: A request body's buffer starts at most this large and doubles as the bytes arrive, so a request that
+#: only announces a large body commits memory for what it sends, not for what it announces.
+BODY_START_SIZE = 1 << 20
 #: Largest ``metadata`` / ``actionReturns`` part accepted (AI2-THOR metadata listing every object of a
 #: big scene is a few hundred KB).
 MAX_JSON_PART_SIZE = 32 * 1024 * 1024
@@ -698,20 +701,25 @@ def _read_body(stream: Any, length: int) -> bytearray | None:
     body = getattr(stream, "frame_body", None)
     if isinstance(body, bytearray) and len(body) == length and getattr(stream, "complete", False):
         return body
-    body = bytearray(length)
+    body = bytearray(min(length, BODY_START_SIZE))  # grows with what arrives (BODY_START_SIZE)
     view = memoryview(body)
     got = 0
     readinto = getattr(stream, "readinto", None)
     while got < length:
+        if got == len(body):
+            view.release()  # a bytearray cannot grow while a view of it exists
+            body.extend(bytes(min(len(body), length - len(body))))
+            view = memoryview(body)
         if readinto is not None:
             n = readinto(view[got:])
         else:
-            chunk = stream.read(min(length - got, 1 << 20))
+            chunk = stream.read(min(len(body) - got, 1 << 20))
             n = len(chunk)
             view[got : got + n] = chunk
         if not n:
             return None
         got += n
+    view.release()
     return body
 
 
@@ -936,6 +944,7 @@ class _Connection:
         self.buf = bytearray(HEAD_READ_SIZE)
         self.view = memoryview(self.buf)
         self.have = 0  # bytes of the next request already read into buf
+        self.last_body = 0  # size of the last request body received whole
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -964,17 +973,26 @@ class _Connection:
             self.have += self._recv_into(self.view[self.have :], idle=self.have == 0)
 
     def _read_body(self, start: int, length: int) -> bytearray:
-        body = bytearray(length)
-        target = memoryview(body)
+        # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the
+        # last body this connection delivered whole: a player posting frames of one size gets its buffer
+        # at once and its bytes are received straight into it.
+        body = bytearray(min(length, max(BODY_START_SIZE, self.last_body)))
         extra = min(self.have - start, length)
-        target[:extra] = self.view[start : start + extra]
+        body[:extra] = self.view[start : start + extra]
         rest = self.have - start - extra
         if rest:
             self.buf[:rest] = self.buf[start + extra : self.have]
         self.have = rest
         got = extra
+        target = memoryview(body)
         while got < length:
+            if got == len(body):
+                target.release()  # a bytearray cannot grow while a view of it exists
+                body.extend(bytes(min(len(body), length - len(body))))
+                target = memoryview(body)
             got += self._recv_into(target[got:], idle=False)
+        target.release()
+        self.last_body = length
         return body
 
     def _consume(self, end: int) -> None:

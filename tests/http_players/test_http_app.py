@@ -6,10 +6,12 @@ every malformed request can be sent byte for byte.
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import threading
 import time
+import tracemalloc
 
 import numpy as np
 import pytest
@@ -17,8 +19,21 @@ import pytest
 from renderd.errors import AlreadyPendingCallError, CallOrderError, PlayerCrashed, PlayerTimeout, ProtocolError
 from renderd.event import FrameAssembler
 from renderd.protocol import FieldType, encode_action
+from renderd.transport import http as http_transport
+from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
-from tests.helpers.http_util import BOUNDARY, DEADLINE, connect, form, frame_body, metadata, part, request_bytes
+from tests.helpers.http_util import (
+    BOUNDARY,
+    DEADLINE,
+    RawClient,
+    connect,
+    form,
+    frame_body,
+    metadata,
+    part,
+    request_bytes,
+)
+from tests.helpers.leaks import wait_for
 
 
 def deadline(seconds: float = DEADLINE) -> float:
@@ -63,7 +78,10 @@ def test_ping_and_keep_alive_train_loop(served):
     assert bridge.frames_posted == 3
 
 
-def test_frame_bytes_are_views_of_the_request_body(served):
+@pytest.mark.parametrize("start_size", [None, 7])
+def test_frame_bytes_are_views_of_the_request_body(served, monkeypatch, start_size):
+    if start_size is not None:  # the body's buffer grows as bytes arrive: 7, 14, 28 ... bytes
+        monkeypatch.setattr(http_transport, "BODY_START_SIZE", start_size)
     registry, _, _ = served
     bridge = registry.register()
     rgb = bytes(range(36))
@@ -273,6 +291,46 @@ def test_oversize_body_is_refused_from_content_length_before_reading(served):
     assert response.status == 413
     assert str(limit) in response.json()["error"]["message"]
     assert client.closed_by_server()
+
+
+def test_a_body_announced_but_not_sent_costs_no_memory():
+    # The body's buffer follows the bytes that arrive: heads announcing 48 MiB each, followed by a few
+    # bytes, must not make the server allocate 48 MiB per connection.
+    registry = PlayerBridgeRegistry(max_request_size=48 << 20)
+    server = PlayerHttpServer(registry).start()
+    clients = []
+    tracemalloc.start()
+    try:
+        for _ in range(4):
+            client = RawClient(server.port)
+            clients.append(client)
+            client.send(f"POST /train HTTP/1.1\r\nContent-Length: {48 << 20}\r\n"
+                        f"Content-Type: multipart/form-data; boundary=x\r\n\r\n--x".encode())
+        # Every connection is in its body once four buffers of the start size exist.
+        wait_for(lambda: tracemalloc.get_traced_memory()[0] >= 4 * http_transport.BODY_START_SIZE, DEADLINE,
+                 "the server to start reading four bodies")
+        assert tracemalloc.get_traced_memory()[1] < 24 << 20  # 192 MiB if allocated as announced
+    finally:
+        tracemalloc.stop()
+        for client in clients:
+            client.close()
+        server.stop()
+
+
+def test_wsgi_body_reader_grows_with_the_bytes(monkeypatch):
+    monkeypatch.setattr(http_transport, "BODY_START_SIZE", 5)
+    data = bytes(range(256)) * 3
+
+    class ReadOnly:  # a WSGI input without readinto
+        def __init__(self, raw: bytes) -> None:
+            self.raw = io.BytesIO(raw)
+
+        def read(self, size: int) -> bytes:
+            return self.raw.read(min(size, 13))
+
+    for stream in (io.BytesIO(data), ReadOnly(data)):
+        assert http_transport._read_body(stream, len(data)) == data
+    assert http_transport._read_body(io.BytesIO(data[:-1]), len(data)) is None  # the stream ended early
 
 
 @pytest.mark.parametrize(
