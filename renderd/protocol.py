@@ -474,6 +474,11 @@ class Decoder:
     def failed(self) -> ProtocolError | None:
         return self._error
 
+    @property
+    def has_message(self) -> bool:
+        """True when :meth:`next_message` would return a message."""
+        return bool(self._ready)
+
     # -- output ------------------------------------------------------------------------------------
     def next_message(self) -> Message | _NeedData:
         """The next whole message, or :data:`NEED_DATA`."""

@@ -183,6 +183,13 @@ def _check_action(action: Any, slot: int) -> str | dict[str, Any]:
     raise TypeError(f"slot {slot}: an action must be a name or a dict, not {type(action).__name__}")
 
 
+def _answer_ready(session: Any) -> bool:
+    """Whether ``session.recv()`` would return or raise at once: asked of channels that can say (a FIFO
+    channel reads what its pipe holds); any other channel polls readable only with a whole frame."""
+    ready = getattr(getattr(session, "channel", None), "ready", None)
+    return True if ready is None else bool(ready())
+
+
 def _check_timeout(timeout: float | None) -> None:
     """``timeout`` is None or a finite number of seconds (0 included): ArgumentError (a ValueError) if not."""
     if timeout is not None:
@@ -594,8 +601,8 @@ class VectorSession:
                 self.on_event(i, event)
             return
         if not event:
-            md = event.metadata
-            slot.reset_errors.append(f"{md.get('lastAction') or 'reset'}: {md.get('errorMessage') or 'failed'}")
+            # From the event's summary: a full decode here could raise for a part nothing needs.
+            slot.reset_errors.append(f"{event.last_action or 'reset'}: {event.error_message or 'failed'}")
         if slot.reset_queue:
             self._send_next_reset(slot)
             return
@@ -690,7 +697,9 @@ class VectorSession:
             if slot is not None:
                 hit.add(slot)
         for slot in sorted(hit, key=lambda s: s.index):
-            if slot.in_flight is not None:
+            # A readable pipe may hold only part of an answer: receive once it is whole (or the player
+            # is gone), so a player stuck in the middle of a message holds up no other slot.
+            if slot.in_flight is not None and _answer_ready(slot.session):
                 self._receive(slot, rnd)
 
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
@@ -700,6 +709,9 @@ class VectorSession:
             self._receive(slot, rnd)
             return
         session = slot.session
+        if _answer_ready(session):  # the answer came in since the last poll: it is not late
+            self._receive(slot, rnd)
+            return
         self._fail(
             slot,
             PlayerTimeout(

@@ -329,6 +329,35 @@ class FifoChannel:
                 self._message_start = message.offset + message.nbytes
                 return message
 
+    def ready(self) -> bool:
+        """Take what the pipe holds now, without waiting; True when :meth:`recv` would return or raise at
+        once: a whole message is decoded, the bytes are malformed, the player closed server.pipe or exited.
+
+        For callers that wait on many channels with one ``poll`` (on :meth:`fileno` and the player's
+        pidfd): a readable pipe may hold only part of a message, and a player that stops in its middle
+        must not hold up the others for its whole deadline.
+        """
+        fd = self._rfd
+        if fd is None:
+            raise ValueError("I/O on a closed FifoChannel")
+        decoder = self.decoder
+        while decoder.failed is None and not decoder.has_message:
+            try:
+                n = os.readv(fd, decoder.get_buffers())
+            except BlockingIOError:
+                player = self._player
+                return player is not None and player.exited()
+            except OSError:
+                return True  # recv reports it
+            if n == 0:
+                return True  # end of file: recv reports the crash
+            self._received += n
+            try:
+                decoder.buffers_updated(n)
+            except ProtocolError:
+                return True  # the decoder keeps the error; recv raises it
+        return True
+
     def _timeout(self, deadline_name: str, started: float) -> PlayerTimeout:
         waited = time.monotonic() - started
         where = f" (pid {self._player.pid})" if self._player is not None else ""

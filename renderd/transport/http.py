@@ -347,6 +347,12 @@ class PlayerBridge:
                 self._update_ready()
             return self._ready_fd
 
+    def ready(self) -> bool:
+        """True when :meth:`recv` would return or raise at once (a frame is waiting, the stream failed,
+        or the bridge is closed); never waits."""
+        with self._cond:
+            return bool(self._frames) or self._error is not None or self._closed
+
     def _update_ready(self) -> None:
         # Called with the lock held after any change of what recv would do: keep the eventfd readable
         # exactly while it would not wait.

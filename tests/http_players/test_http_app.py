@@ -471,20 +471,22 @@ def test_bridge_fileno_is_readable_exactly_while_recv_would_not_wait(served):
     registry, _, _ = served
     bridge = registry.register()
     fd = bridge.fileno()
-    assert bridge.fileno() == fd and not readable(fd)
+    assert bridge.fileno() == fd and not readable(fd) and not bridge.ready()
     client = connect(served)
     client.send(request_bytes(frame_body(bridge.token)))
     assert readable(fd, DEADLINE)  # the poll wakes when the frame arrives
+    assert bridge.ready()
     bridge.recv(deadline())
-    assert not readable(fd)
+    assert not readable(fd) and not bridge.ready()
     bridge.send(encode_action({"action": "Pass"}), deadline())
     assert json.loads(client.response().body) == {"action": "Pass"}
     assert not readable(fd)
     bridge.fail(PlayerCrashed("the player went away"))
-    assert readable(fd)
+    assert readable(fd) and bridge.ready()
     with pytest.raises(PlayerCrashed):
         bridge.recv(deadline())
     bridge.close()
+    assert bridge.ready()  # recv raises at once on a closed bridge
     with pytest.raises(OSError):
         os.fstat(fd)
     with pytest.raises(ValueError, match="closed"):

@@ -11,7 +11,13 @@ no-client      send the first message, then never open client.pipe (sleep until 
 slow-reader    open client.pipe but read nothing for ARG seconds, then serve
 exit-first     exit with code ARG right after the first message, before opening client.pipe
 close-client   open client.pipe, close it at once, then sleep until killed
+bad-failure    answer every action as failed (``lastActionSuccess`` false, ``errorMessage`` "failed on
+               purpose") with a ``sceneName`` that is not valid UTF-8 (only a full decode notices)
 =============  =========================================================================================
+
+In every mode that answers, the action ``HalfThenHang`` (or the one named by ``PEER_HALF_ACTION``) is
+answered with the first half of its message only; the peer then sleeps until killed (a player stuck in
+the middle of a message).
 
 Only the standard library and msgpack are imported so that start-up stays fast.
 """
@@ -37,22 +43,19 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[n:]
 
 
-def message(seq: int, width: int, height: int) -> bytes:
-    metadata = msgpack.packb(
-        {
-            "agents": [
-                {
-                    "screenWidth": width,
-                    "screenHeight": height,
-                    "lastAction": "",
-                    "lastActionSuccess": True,
-                    "errorMessage": "",
-                }
-            ],
-            "sequenceId": seq,
-            "activeAgentId": 0,
-        }
-    )
+def message(seq: int, width: int, height: int, *, bad_failure: bool = False) -> bytes:
+    agent = {
+        "screenWidth": width,
+        "screenHeight": height,
+        "lastAction": "",
+        "lastActionSuccess": True,
+        "errorMessage": "",
+    }
+    if bad_failure:
+        agent.update(lastActionSuccess=False, errorMessage="failed on purpose", sceneName="ZZZZ")
+    metadata = msgpack.packb({"agents": [agent], "sequenceId": seq, "activeAgentId": 0})
+    if bad_failure:  # the same 4-byte str, its bytes no longer UTF-8
+        metadata = metadata.replace(b"\xa4ZZZZ", b"\xa4\xff\xfe\xfd\xfc")
     frame = bytes([seq % 251]) * (width * height * 3)
     return b"".join([HEADER.pack(1, len(metadata)), metadata, HEADER.pack(4, len(frame)), frame, EOM])
 
@@ -108,7 +111,12 @@ def main() -> int:
         action = read_action(inp)
         if action is None:
             return 0
-        write_all(out, message(int(action["sequenceId"]) + offset, width, height))
+        answer = message(int(action["sequenceId"]) + offset, width, height, bad_failure=mode == "bad-failure")
+        if action.get("action") == os.environ.get("PEER_HALF_ACTION", "HalfThenHang"):
+            write_all(out, answer[: len(answer) // 2])
+            time.sleep(3600)
+            return 0
+        write_all(out, answer)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import select
 import signal
 import stat
 import sys
@@ -212,6 +213,55 @@ class TestStreaming:
                     time.sleep(0.01)
             assert isinstance(info.value.__cause__, BrokenPipeError)
             assert "still running" in str(info.value)
+
+
+class TestReady:
+    """``ready()``: a waiter over many channels asks whether recv would return at once, never blocking."""
+
+    def test_partial_whole_and_malformed(self, tmp_path):
+        code = (
+            "import os, signal, struct, msgpack\n"
+            "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "body = msgpack.packb({'agents': [{'screenWidth': 1, 'screenHeight': 1}], 'sequenceId': 0})\n"
+            "msg = struct.pack('!BI', 1, len(body)) + body + struct.pack('!BI', 255, 0)\n"
+            "os.write(fd, msg[:7])\n"
+            "signal.sigwait({signal.SIGUSR1})\n"
+            "os.write(fd, msg[7:])\n"
+            "signal.sigwait({signal.SIGUSR1})\n"
+            "os.write(fd, struct.pack('!BI', 42, 0))\n"
+            "signal.sigwait({signal.SIGUSR1})\n"
+        )
+        with attached_channel(tmp_path, python(code)) as (channel, proc):
+
+            def readable() -> bool:
+                return bool(select.select([channel.fileno()], [], [], 30)[0])
+
+            assert readable()
+            assert channel.ready() is False  # 7 bytes of a message: recv would wait
+            assert channel.ready() is False  # asking again reads nothing and still does not wait
+            os.kill(proc.pid, signal.SIGUSR1)
+            assert readable() and channel.ready() is True
+            started = time.monotonic()
+            message = channel.recv(time.monotonic() + 30)
+            assert time.monotonic() - started < SLACK and message.fields[0][0] == FieldType.METADATA
+            os.kill(proc.pid, signal.SIGUSR1)
+            assert readable() and channel.ready() is True
+            with pytest.raises(ProtocolError, match="unknown field type 42"):
+                channel.recv(time.monotonic() + 30)
+
+    def test_end_of_file_and_exit_make_it_ready(self, tmp_path):
+        code = (
+            "import os, struct\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "os.write(fd, struct.pack('!BI', 4, 1000) + b'x' * 10)\n"
+            "raise SystemExit(3)\n"
+        )
+        with attached_channel(tmp_path, python(code)) as (channel, proc):
+            assert proc.wait(30) == 3
+            assert channel.ready() is True
+            with pytest.raises(PlayerCrashed, match="in the middle of a message"):
+                channel.recv(time.monotonic() + 30)
 
 
 class TestEndOfFile:

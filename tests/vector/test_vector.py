@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 
 import psutil
@@ -21,7 +22,7 @@ from renderd.errors import (
     ProtocolError,
 )
 from renderd.vector import SlotState
-from tests.vector.conftest import pipe_dirs, player_kwargs, wait_for
+from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
 
 FAULT = "RenderdFault"
 
@@ -312,3 +313,56 @@ def test_external_sigkill_while_idle_is_noticed_at_the_next_step(no_leaks, launc
     obs, _, dones, infos = vs.step(["Pass", "Pass"])
     assert dones == [True, False] and "SIGKILL" in str(infos[0]["error"])
     assert obs[1] is not None
+
+
+# -- players stuck in the middle of a message, answers that cannot be decoded in full ---------------------
+
+
+def peer(mode: str = "serve") -> list[str]:
+    """The scripted FIFO peer of the transport tests (see tests/transport/peer.py for its modes)."""
+    return [sys.executable, os.path.join(os.path.dirname(os.path.dirname(__file__)), "transport", "peer.py"), mode]
+
+
+def test_a_slot_stuck_mid_message_holds_up_no_other_slot(no_leaks):
+    # Slot 1 writes half its answer and stops: slots 0 and 2 are answered at once, and slot 1 fails at the
+    # recv timeout, not at its much later step_timeout.
+    vs = renderd.launch_many(3, peer(), platform="headless", start_timeout=START_TIMEOUT, step_timeout=STEP)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PlayerTimeout) as info:
+            vs.step(["Pass", "HalfThenHang", "Pass"], timeout=1.0)
+        assert time.monotonic() - started < STEP / 2
+        text = str(info.value)
+        assert "slot 1 of 3 failed" in text and "recv timeout of 1 s" in text and "slot 0" not in text
+    finally:
+        vs.close()
+
+
+def test_a_resetting_slot_stuck_mid_message_does_not_hold_up_steps(no_leaks):
+    vs = renderd.launch_many(2, peer(), platform="headless", start_timeout=START_TIMEOUT, step_timeout=STEP,
+                             env={"PEER_HALF_ACTION": "Reset"})
+    try:
+        vs.reset_async([1])
+        for _ in range(3):
+            started = time.monotonic()
+            obs, _, _, infos = vs.step(["Pass", "Pass"])
+            assert time.monotonic() - started < STEP / 2, "a step waited for the resetting slot's half answer"
+            assert obs[0] is not None and obs[1] is None and infos[1]["resetting"]
+    finally:
+        vs.close()
+
+
+def test_a_failed_reset_with_undecodable_metadata_is_reported_not_raised(no_leaks):
+    # The failure is read from the answer's summary; the full metadata (whose sceneName is not UTF-8)
+    # is only decoded, and only then refused, when someone asks for it.
+    vs = renderd.launch_many(2, peer("bad-failure"), platform="headless", replace_on_crash=True,
+                             start_timeout=START_TIMEOUT, step_timeout=STEP)
+    try:
+        obs, _, _, infos = vs.reset()
+        assert vs.slot_states == [SlotState.RUNNING, SlotState.RUNNING]
+        assert all("failed on purpose" in info["reset_error"] for info in infos)
+        assert not any("error" in info for info in infos)
+        with pytest.raises(ProtocolError, match="not valid msgpack"):
+            obs[0].metadata
+    finally:
+        vs.close()
