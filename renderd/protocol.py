@@ -125,6 +125,10 @@ DEFAULT_MAX_BODY_SIZE = 4096 * 4096 * 4
 #: Most fields accepted in one message by default (a player with many agents and third-party cameras
 #: sends a few dozen); a stream that never sends its end marker is rejected instead of growing forever.
 DEFAULT_MAX_FIELDS = 1024
+#: Largest whole message accepted, by default, in multiples of the largest body: four frames of the
+#: largest size (as the HTTP endpoint's largest request). Without it, 1024 fields of 64 MiB each would be
+#: accepted, and a reader past its deadline would go on reading while the bytes kept coming.
+MESSAGE_SIZE_IN_BODIES = 4
 #: Bodies up to this size are copied out of the decoder's scratch buffer; larger ones get a buffer of
 #: their own that the transport reads into directly.
 SMALL_BODY = 16 * 1024
@@ -334,7 +338,9 @@ class Decoder:
 
     ``next_message()`` returns a :class:`Message` or :data:`NEED_DATA`. ``end_of_input()`` says the
     stream ended; it raises :class:`ProtocolError` if that happened inside a message. Errors leave the
-    decoder failed: every later call raises the same error.
+    decoder failed: every later call raises the same error. Limits, each a :class:`ProtocolError` from a
+    field's header alone: ``max_body_size`` per body, ``max_fields`` per message, and ``max_message_size``
+    for a whole message (default: :data:`MESSAGE_SIZE_IN_BODIES` times ``max_body_size``).
 
     Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
     ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
@@ -351,9 +357,15 @@ class Decoder:
         max_body_size: int = DEFAULT_MAX_BODY_SIZE,
         max_fields: int = DEFAULT_MAX_FIELDS,
         pool_bytes: int = POOL_BYTES,
+        max_message_size: int | None = None,
     ) -> None:
         if max_body_size < 0:
             raise ValueError("max_body_size must be >= 0")
+        if max_message_size is None:
+            max_message_size = MESSAGE_SIZE_IN_BODIES * max(max_body_size, 1)
+        if max_message_size < 0:
+            raise ValueError("max_message_size must be >= 0")
+        self.max_message_size = max_message_size
         if pool_bytes < 0:
             raise ValueError("pool_bytes must be >= 0")
         self.max_body_size = max_body_size
@@ -376,6 +388,7 @@ class Decoder:
         self._fields: list[tuple[FieldType, Any]] = []
         self._offsets: list[int] = []
         self._msg_offset: int | None = None
+        self._msg_size = 0  # bytes of the message being assembled, counted from each field's header
         self._ready: list[Message] = []
         self._error: ProtocolError | None = None
         self._eof = False
@@ -578,11 +591,20 @@ class Decoder:
                 self._fields = []
                 self._offsets = []
                 self._msg_offset = None
+                self._msg_size = 0
                 continue
             if length > self.max_body_size:
                 self._fail(
                     f"{ftype.name} field declares a body of {length} bytes, over the limit of "
                     f"{self.max_body_size} bytes (max_body_size)",
+                    offset,
+                    ftype,
+                )
+            msg_size = self._msg_size + HEADER_SIZE + length
+            if msg_size > self.max_message_size:
+                self._fail(
+                    f"message grows to {msg_size} bytes with this {ftype.name} field, over the limit of "
+                    f"{self.max_message_size} bytes (max_message_size)",
                     offset,
                     ftype,
                 )
@@ -594,6 +616,7 @@ class Decoder:
                 body = bytes(scratch[body_start : body_start + length])
                 self._start = body_start + length
                 self._consumed += HEADER_SIZE + length
+                self._msg_size = msg_size
                 self._add_field(ftype, body, offset)
                 continue
             # A large body: give it its own buffer and move whatever part of it is already in scratch.
@@ -603,6 +626,7 @@ class Decoder:
             view[:take] = scratch[body_start : body_start + take]
             self._start = body_start + take
             self._consumed += HEADER_SIZE + length  # the body's bytes are counted now, filled or not
+            self._msg_size = msg_size
             if take == length:
                 self._add_field(ftype, buf, offset)
                 continue
