@@ -8,7 +8,7 @@ traceback page)::
     GET    /v1/environments/{name}             one environment
     PUT    /v1/environments/{name}             declare its wanted state (body: the environment's keys)
     DELETE /v1/environments/{name}             remove it (its leases end, its players stop)
-    POST   /v1/environments/{name}/leases      {"client_pid": int, "timeout": float} -> a lease
+    POST   /v1/environments/{name}/leases      {"client_pid": int, "timeout": float, "deadline": float} -> a lease
     GET    /v1/leases/{id}                     how a lease stands or ended, and how its player exited
     DELETE /v1/leases/{id}                     end a lease ({"clean": false} to have the player recycled)
     GET    /metrics                            Prometheus text
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import re
 from typing import Any, Callable, Iterable
 
@@ -98,6 +99,24 @@ def _number(body: dict[str, Any], key: str, default: float | None) -> float | No
     return float(value)
 
 
+def _deadline(body: dict[str, Any]) -> float | None:
+    """The lease request's optional ``deadline``: a finite number, in seconds on this host's CLOCK_MONOTONIC
+    (``time.monotonic()`` on Linux), after which the client no longer takes the answer."""
+    value = body.get("deadline")
+    if value is None:
+        return None
+    number = math.nan
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an integer too large for a float
+            pass
+    if not math.isfinite(number):
+        raise HTTPError(400, LeaseError(
+            f"deadline must be a finite number of seconds on this host's CLOCK_MONOTONIC, got {str(value)[:40]}"))
+    return number
+
+
 class _Router:
     """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405."""
 
@@ -165,20 +184,21 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
 
     def create_lease(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
         body = _read_json(environ)
-        unknown = sorted(set(body) - {"client_pid", "timeout"})
+        unknown = sorted(set(body) - {"client_pid", "timeout", "deadline"})
         if unknown:
             raise HTTPError(400, LeaseError(f"unknown lease request key(s): {', '.join(unknown)}"))
         pid = body.get("client_pid")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {pid!r}"))
         timeout = _number(body, "timeout", None)
+        deadline = _deadline(body)
         supervisor.describe(name)  # 404 before anything else
         try:
             pidfd = open_client_pidfd(pid)  # a client that cannot be watched is a 400, not a 503
         except LeaseError as exc:
             raise HTTPError(400, exc) from None
         try:
-            _lease, answer = supervisor.acquire(name, pid, timeout, pidfd=pidfd)
+            _lease, answer = supervisor.acquire(name, pid, timeout, pidfd=pidfd, deadline=deadline)
         except LeaseError as exc:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None
         return _json_response(start_response, 201, answer)

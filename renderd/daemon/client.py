@@ -4,7 +4,7 @@
 errors (by allow-list, :func:`renderd.errors.error_from_dict`). :func:`connect` leases a ready player and
 wraps it in the same :class:`renderd.client.Session` that :func:`renderd.launch` returns::
 
-    POST /v1/environments/demo/leases {"client_pid": <this pid>, "timeout": T}
+    POST /v1/environments/demo/leases {"client_pid": <this pid>, "timeout": T, "deadline": D}
       -> {"lease", "server_pipe", "client_pipe", "pid", "width", "height", "step_timeout", ...}
     open server.pipe for reading and client.pipe for writing (renderd.transport.fifo.FifoChannel),
     watching the player's pid through a pidfd (renderd.process.LeasedPlayer)
@@ -39,6 +39,11 @@ SOCKET_ENV_VAR = "RENDERD_SOCKET"
 DEFAULT_LEASE_TIMEOUT = 30.0
 #: Seconds a control request may take beyond the time it asks the daemon to wait.
 REQUEST_SLACK = 10.0
+#: Seconds before this client gives up on a lease request (``timeout + REQUEST_SLACK`` after sending it)
+#: from which the daemon must not grant it any more: the lease request's ``deadline`` leaves the answer
+#: this long to come back. A lease granted after its client gave up would keep its player LEASED to a
+#: lease nobody knows for as long as this process lives.
+LEASE_ANSWER_MARGIN = 5.0
 #: Seconds for requests that do not wait for anything (status, release).
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: Seconds a client whose leased player died waits for the daemon to have reaped it, to learn its exit
@@ -137,10 +142,16 @@ class ControlClient:
     def lease(self, environment: str, *, timeout: float = DEFAULT_LEASE_TIMEOUT) -> dict[str, Any]:
         """Ask for a lease on a ready player of ``environment``, waiting up to ``timeout`` seconds.
 
+        The request carries a ``deadline`` on this host's CLOCK_MONOTONIC (``time.monotonic()``), shortly
+        before this client gives up waiting for the answer: the daemon grants no lease after it, even if the
+        request waited in its queue (every control API thread busy) for longer than ``timeout``.
+
         Raises LeaseError when none can be had, RenderdError for an unknown environment."""
-        body = {"client_pid": os.getpid(), "timeout": timeout}
+        slack = REQUEST_SLACK
+        deadline = time.monotonic() + timeout + max(0.0, slack - LEASE_ANSWER_MARGIN)
+        body = {"client_pid": os.getpid(), "timeout": timeout, "deadline": deadline}
         return self.request(
-            "POST", f"/v1/environments/{environment}/leases", body, timeout=timeout + REQUEST_SLACK
+            "POST", f"/v1/environments/{environment}/leases", body, timeout=timeout + slack
         )[1]
 
     def lease_status(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:

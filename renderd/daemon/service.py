@@ -549,13 +549,18 @@ class Daemon:
 
     def _on_stop_signal(self) -> None:
         assert self.supervisor is not None
-        if not self.supervisor.stopping:
-            log.info("stop requested by signal")
-            self.notifier.stopping("stopping")
-        self.supervisor.request_stop()
+        try:
+            if not self.supervisor.stopping:
+                log.info("stop requested by signal")
+                self.notifier.stopping("stopping")
+        finally:
+            self.supervisor.request_stop()  # whatever happened to the notification
 
     def _reload(self) -> None:
         assert self.supervisor is not None
+        if self.supervisor.stopping:
+            log.info("SIGHUP ignored: the daemon is stopping")
+            return
         if self.config_path is None:
             log.info("SIGHUP: no configuration file was given, nothing to reload")
             return
@@ -567,7 +572,8 @@ class Daemon:
             self.notifier.notify("READY=1", f"STATUS=reload failed: {exc}")
             return
         log.info("reloading %s", self.config_path)
-        self.supervisor.reload(config)
+        if not self.supervisor.reload(config):
+            return  # a stop began meanwhile (the supervisor logged it): systemd is told STOPPING, not READY
         self.notifier.notify("READY=1")
 
     def _tick(self, now: float) -> float | None:

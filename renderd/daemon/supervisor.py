@@ -21,7 +21,12 @@ that disconnects never gives the player end of file or EPIPE; and since the daem
 ``server.pipe``, a client reading sees end of file when the player dies.
 
 Players are spawned from the loop thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread*
-exits, and the loop thread lives as long as the daemon.
+exits, and the loop thread lives as long as the daemon. Platform selection, which may probe the machine for
+seconds, runs on a short-lived thread per environment without the lock (a managed Xvfb is forked by the
+platforms' own long-lived spawner thread); it stores its result under the lock and wakes the loop.
+
+Nothing a player sends and no failing signal handler or callback ends the loop: an unexpected error on a
+first frame is that player's boot failure, and a handler's error is logged with its traceback.
 """
 
 from __future__ import annotations
@@ -68,6 +73,13 @@ CLIENT_PIPE_RETRY = 0.01
 SHUTDOWN_SLACK = 5.0
 #: Log lines of a player quoted in its failure reason.
 REASON_LOG_LINES = 8
+#: Shortest time, in seconds, a failed platform selection is reused for the retries of an environment's
+#: players before the platform is probed again (otherwise: ``backoff_max``, if longer). A new declaration of
+#: the environment (PUT, reload) probes again at once.
+SELECTION_FAILURE_KEPT = 10.0
+#: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
+#: their own timeouts, X11_PROBE_TIMEOUT for an X server) after SHUTDOWN_SLACK.
+SELECTION_STOP_WAIT = 60.0
 #: Ended leases remembered (newest last), so that a holder can still ask how its lease ended and how its
 #: player exited (``GET /v1/leases/{id}``) after the daemon reaped the player.
 ENDED_LEASES_KEPT = 256
@@ -85,6 +97,10 @@ class State(str, enum.Enum):
 
 class NotFound(RenderdError):
     """An environment or lease that does not exist (the control API answers 404)."""
+
+
+class _SelectionPending(Exception):
+    """The environment's platform is being selected (on its own thread): spawn once it is known."""
 
 
 @dataclass
@@ -128,6 +144,7 @@ class Player:
         self.stop: _Stop | None = None
         self.stop_done = threading.Event()
         self.retire = False  # scale down: remove the slot once it is free
+        self.awaiting_platform = False  # BACKOFF until its environment's platform selection is done
 
     @property
     def pid(self) -> int | None:
@@ -168,6 +185,11 @@ class Environment:
         self.waiters: deque[object] = deque()
         self.selection: Any = None
         self.selection_for: EnvironmentConfig | None = None
+        # Platform selection runs on a thread of its own, never with the supervisor's lock held (a probe of
+        # a hung X server takes its whole timeout): the thread while it runs, and the last failure (for
+        # which configuration, why, until when it is reused instead of probing again).
+        self.selecting: threading.Thread | None = None
+        self.selection_failure: tuple[EnvironmentConfig, str, float] | None = None
 
     @property
     def name(self) -> str:
@@ -265,6 +287,7 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._watch(self._wake_r, ("wake", None))
         self._stoppers: list[threading.Thread] = []
+        self._selectors: list[threading.Thread] = []  # platform selections under way (see _selection)
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
         for name, env_config in config.environments.items():
@@ -348,6 +371,7 @@ class Supervisor:
                 env.config = config
                 env.source = source
                 env.removing = False
+                env.selection_failure = None  # a new declaration probes the platform again
                 for p in env.players:  # a new declaration gives failed slots a new chance
                     if p.state in (State.FAILED, State.EXITED):
                         p.boot_failures = p.backoff_failures = 0
@@ -366,14 +390,18 @@ class Supervisor:
             self.wake()
             return env.to_dict()
 
-    def reload(self, config: Config) -> None:
+    def reload(self, config: Config) -> bool:
         """Apply a reloaded configuration file: its environments replace the ones that came from a file.
 
         Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
         need a restart (socket, socket_group, runtime_dir, http, control_token_file, api_threads, log_dir)
-        are reported and left alone.
+        are reported and left alone. A reload while the daemon is stopping changes nothing (it is logged):
+        returns False then, True once applied.
         """
         with self.lock:
+            if self._stopping:
+                log.info("reload ignored: the daemon is stopping")
+                return False
             old = self.daemon_config
             for key in ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads",
                         "log_dir"):
@@ -389,35 +417,53 @@ class Supervisor:
                     self.delete_environment(name)
             for env_config in config.environments.values():
                 self.put_environment(env_config, source="file")
+            return True
 
     # -- leases (any thread) -----------------------------------------------------------------------------
     def acquire(
-        self, name: str, client_pid: int, timeout: float | None, *, pidfd: int | None = None
+        self, name: str, client_pid: int, timeout: float | None, *, pidfd: int | None = None,
+        deadline: float | None = None,
     ) -> tuple[Lease, dict[str, Any]]:
         """Wait up to ``timeout`` seconds for a READY player of ``name`` and lease it to ``client_pid``.
+
+        ``deadline`` (``time.monotonic()`` seconds, the client's CLOCK_MONOTONIC on this host) is when the
+        client stops waiting for the answer: no lease is granted after it, however long the request sat in
+        the control API's queue before this call, so a request its client gave up on is never granted (a
+        lease nobody knows of would keep its player LEASED for as long as the client process lives).
+        Without it, only ``timeout`` counts, from this call.
 
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
         in every case), when no player became ready in time (saying why: none
-        wanted, all failed, all busy), or when the daemon or environment stops meanwhile.
+        wanted, all failed, all busy, or the request came after its deadline), or when the daemon or
+        environment stops meanwhile.
         """
         if timeout is None:
             timeout = self.daemon_config.lease_timeout
         if pidfd is None:
             pidfd = open_client_pidfd(client_pid)
         started = time.monotonic()
-        deadline = started + max(0.0, timeout)
+        until = started + max(0.0, timeout)
+        if deadline is not None:
+            until = min(until, deadline)
         token = object()
         try:
             with self.lock:
                 env = self._environment(name)
                 env.waiters.append(token)
+                waiting = False
                 try:
                     while True:
                         if self._stopping:
                             raise LeaseError("the daemon is stopping")
                         if env.removing or self.environments.get(name) is not env:
                             raise LeaseError(f"environment {name!r} was removed")
+                        now = time.monotonic()
+                        if deadline is not None and now > deadline:
+                            self.metrics.lease_timeouts.labels(name).inc()
+                            if started > deadline:
+                                raise LeaseError(self._came_late(env, client_pid, timeout, started - deadline))
+                            raise LeaseError(self._no_player_reason(env, timeout))
                         if env.waiters[0] is token:
                             player = next(
                                 (p for p in env.players if p.state == State.READY and not p.retire
@@ -431,7 +477,7 @@ class Supervisor:
                                 player.state = State.LEASED
                                 player.lease = lease
                                 self.leases[lease.id] = lease
-                                waited = time.monotonic() - started
+                                waited = now - started
                                 self.metrics.leases.labels(name).inc()
                                 self.metrics.lease_wait.labels(name).observe(waited)
                                 log.info(
@@ -440,10 +486,14 @@ class Supervisor:
                                 )
                                 self.wake()
                                 return lease, self._lease_answer(lease)
-                        remaining = deadline - time.monotonic()
+                        remaining = until - now
                         if remaining <= 0:
                             self.metrics.lease_timeouts.labels(name).inc()
                             raise LeaseError(self._no_player_reason(env, timeout))
+                        if not waiting:
+                            waiting = True
+                            log.debug("client pid %d waits for a player of %s (at most %.3f s)",
+                                      client_pid, name, remaining)
                         self.changed.wait(remaining)
                 finally:
                     env.waiters.remove(token)
@@ -451,6 +501,16 @@ class Supervisor:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+
+    def _came_late(self, env: Environment, client_pid: int, timeout: float, late: float) -> str:
+        """Why a lease request that reached :meth:`acquire` after its client's deadline is refused."""
+        log.warning(
+            "lease request of client pid %d for %s reached the supervisor %.3f s after the client's deadline: "
+            "refused (were all [daemon] api_threads = %d busy with waiting lease requests?)",
+            client_pid, env.name, late, self.daemon_config.api_threads,
+        )
+        return (f"no ready player of {env.name!r} within {timeout:g} s: the daemon took the request up "
+                f"{late:.3f} s after the client's deadline (was its control API busy?)")
 
     def _lease_answer(self, lease: Lease) -> dict[str, Any]:
         p = lease.player
@@ -479,9 +539,10 @@ class Supervisor:
             reasons = "; ".join(sorted({p.reason for p in env.players if p.reason}))
             return f"{base}: every player failed to start ({reasons})"
         busy = sum(1 for s in states if s == State.LEASED)
+        parts = [f"{busy} of {env.config.instances} leased"]
+        parts += [f"{s.value}: {states.count(s)}" for s in State if s in states and s != State.LEASED]
         return (
-            f"{base}: {busy} of {env.config.instances} leased, "
-            + ", ".join(f"{s.value}: {states.count(s)}" for s in State if s in states and s != State.LEASED)
+            f"{base}: " + ", ".join(parts)
             + (f"; {len(env.waiters) - 1} other client(s) waiting" if len(env.waiters) > 1 else "")
         )
 
@@ -615,7 +676,7 @@ class Supervisor:
         while True:
             timeout = self._next_timeout()
             if self._on_tick is not None:
-                extra = self._on_tick(time.monotonic())
+                extra = self._call(self._on_tick, "the loop's tick callback", time.monotonic())
                 if extra is not None:
                     timeout = min(timeout, extra)
             events = self._selector.select(max(0.0, timeout))
@@ -647,7 +708,7 @@ class Supervisor:
             for signum in signals:
                 handler = self._signal_handlers.get(signum)
                 if handler is not None:
-                    handler()
+                    self._call(handler, f"handling signal {_signal_name(signum)}")
             with self.lock:
                 self._tick()
                 if self._stopping:
@@ -656,6 +717,16 @@ class Supervisor:
                         self._shutdown_players()
                     if self._all_gone() or time.monotonic() > shutdown_deadline:
                         break
+
+    @staticmethod
+    def _call(fn: Callable[..., Any], what: str, *args: Any) -> Any:
+        """``fn(*args)`` for the loop: a signal handler or a callback that fails is logged with its traceback
+        and never ends the loop (which would stop every player). Returns None when it failed."""
+        try:
+            return fn(*args)
+        except Exception:
+            log.exception("%s failed; the daemon carries on", what)
+            return None
 
     def _drain_wake(self) -> list[int]:
         signals = []
@@ -760,7 +831,8 @@ class Supervisor:
                 self._retire(p, "scaled down")
         # A changed resolution, executable, platform...: replace outdated players one at a time, idle first.
         replacing = any(
-            p.state in (State.STARTING, State.STOPPING) and not p.retire for p in env.players
+            (p.state in (State.STARTING, State.STOPPING) or p.awaiting_platform) and not p.retire
+            for p in env.players
         )
         if not replacing:
             for p in env.live():
@@ -806,8 +878,17 @@ class Supervisor:
         p.stop_done.clear()
         p.returncode = None
         p.proc = None  # the previous process (if any) is gone; a transport may look at this one
+        p.awaiting_platform = False
         try:
-            selection = self._selection(env)
+            try:
+                selection = self._selection(env)
+            except _SelectionPending:
+                p.state = State.BACKOFF  # spawned once the selection thread wakes the loop
+                p.deadline = None
+                p.awaiting_platform = True
+                if not p.reason:
+                    p.reason = "waiting for its platform to be selected"
+                return
             p.selection = selection
             platform_env, platform_args = selection.for_instance(p.index)
             program = cfg.argv
@@ -907,17 +988,69 @@ class Supervisor:
         return path
 
     def _selection(self, env: Environment) -> Any:
+        """The platform selection for ``env``'s configuration (lock held, loop thread).
+
+        Selecting may probe the machine for seconds (an X server that never answers takes the probe's whole
+        timeout), so it never runs here, with the lock held: a thread selects, stores the result and wakes
+        the loop; meanwhile this raises :class:`_SelectionPending`. A failed selection is kept for
+        ``max(backoff_max, SELECTION_FAILURE_KEPT)`` seconds and raised again as a RenderdError (a boot
+        failure) without probing again, until then or until the environment is declared again.
+        """
         cfg = env.config
         if env.selection is not None and env.selection_for is not None and not _platform_changed(
             env.selection_for, cfg
         ):
             return env.selection
-        old = env.selection
-        env.selection = self.platforms.select(cfg)
-        env.selection_for = cfg
-        if old is not None and not any(q.selection is old for q in env.players):
-            self._release_selection(old)
-        return env.selection
+        failure = env.selection_failure
+        if failure is not None:
+            failed_for, reason, until = failure
+            if not _platform_changed(failed_for, cfg) and time.monotonic() < until:
+                raise RenderdError(reason)
+            env.selection_failure = None
+        if env.selecting is None and not self._stopping:
+            t = threading.Thread(target=self._select_platform, args=(env, cfg), daemon=True,
+                                 name=f"renderd-select-{env.name}")
+            env.selecting = t
+            self._selectors = [q for q in self._selectors if q.is_alive()] + [t]
+            t.start()
+        raise _SelectionPending()
+
+    def _select_platform(self, env: Environment, cfg: EnvironmentConfig) -> None:
+        """Select ``cfg``'s platform on this thread (without the lock), then hand the result to ``env``."""
+        selection: Any = None
+        reason = ""
+        try:
+            selection = self.platforms.select(cfg)
+        except RenderdError as exc:
+            reason = str(exc)
+        except Exception as exc:  # a bug in a platform's check: that environment's failure, not the daemon's
+            log.exception("environment %s: selecting a platform failed", env.name)
+            reason = f"selecting a platform failed: {type(exc).__name__}: {exc}"
+        try:
+            with self.lock:
+                if env.selecting is threading.current_thread():
+                    env.selecting = None
+                current = (
+                    not self._stopping and self.environments.get(env.name) is env and not env.removing
+                    and not _platform_changed(cfg, env.config)
+                )
+                if not current:  # stale: the environment changed, went away, or the daemon is stopping
+                    if selection is not None:
+                        self._release_selection(selection)
+                elif selection is None:
+                    kept = max(self.daemon_config.backoff_max, SELECTION_FAILURE_KEPT)
+                    env.selection_failure = (cfg, reason, time.monotonic() + kept)
+                    log.warning("environment %s: no platform (probed again in %g s, or when the environment "
+                                "is declared again): %s", env.name, kept, reason)
+                else:
+                    old = env.selection
+                    env.selection, env.selection_for = selection, cfg
+                    if old is not None and old is not selection and not any(
+                        q.selection is old for q in env.players
+                    ):
+                        self._release_selection(old)
+        finally:
+            self.wake()
 
     def _release_selection(self, selection: Any) -> None:
         if selection is None:
@@ -967,6 +1100,16 @@ class Supervisor:
             return
         except OSError as exc:
             self._boot_failed(p, os_error_message(exc, "cannot read server.pipe"))
+            return
+        except Exception as exc:  # any other failure is this player's, never the daemon's
+            # Decoding or assembling a frame should only raise ProtocolError: anything else is a bug that
+            # this player's bytes triggered. Its traceback is logged; the player failed to boot.
+            log.exception(
+                "%s[%d] pid %s: unexpected %s reading its first frame from %s", p.environment.name, p.index,
+                p.pid, type(exc).__name__, getattr(p.pair, "server_path", "server.pipe"),
+            )
+            if p.state == State.STARTING:  # (not if the failure came from handling its exit above)
+                self._boot_failed(p, f"unusable first frame: {type(exc).__name__}: {exc}")
             return
         self._unwatch(fd)
         p.assembler = None
@@ -1204,6 +1347,11 @@ class Supervisor:
         )
 
     def _finish(self) -> None:
+        for t in self._selectors:  # each sees the stop and releases what it selected
+            t.join(SHUTDOWN_SLACK)
+            if t.is_alive():  # a probe (a child process of that thread) must not outlive the daemon
+                log.warning("waiting for a platform probe to end (%s) before stopping", t.name)
+                t.join(SELECTION_STOP_WAIT)
         with self.lock:
             for env in self.environments.values():
                 for p in env.players:
@@ -1244,7 +1392,7 @@ class Supervisor:
         summary = self._summary()
         log.info("ready: %s", summary)
         if self._on_ready is not None:
-            self._on_ready()
+            self._call(self._on_ready, "the ready callback")
         self._status(summary)
 
     def _summary(self) -> str:
@@ -1266,7 +1414,14 @@ class Supervisor:
     def _status(self, text: str) -> None:
         if text != self._last_status and self._on_status is not None:
             self._last_status = text
-            self._on_status(text)
+            self._call(self._on_status, "the status callback", text)
+
+
+def _signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
 
 
 def _player_exit(code: int) -> dict[str, Any]:

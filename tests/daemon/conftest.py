@@ -38,7 +38,7 @@ class DaemonProcess:
 
     def __init__(self, base: Path, config_text: str | None, *, args: tuple[str, ...] = (),
                  env: dict[str, str] | None = None, socket: str | None = None,
-                 runtime_dir: str | None = None) -> None:
+                 runtime_dir: str | None = None, preamble: str = "") -> None:
         self.base = base
         base.mkdir(parents=True, exist_ok=True)
         self.socket = socket or str(base / "renderd.sock")
@@ -47,7 +47,10 @@ class DaemonProcess:
         if config_text is not None:
             self.config_path = str(base / "renderd.toml")
             Path(self.config_path).write_text(textwrap.dedent(config_text))
-        argv = [*RENDERD, "start", "--socket", self.socket, "--runtime-dir", self.runtime_dir, *args]
+        renderd = RENDERD
+        if preamble:  # Python run in the daemon's process before the command (a fault a test injects)
+            renderd = [*RENDERD[:-1], textwrap.dedent(preamble) + "\n" + RENDERD[-1]]
+        argv = [*renderd, "start", "--socket", self.socket, "--runtime-dir", self.runtime_dir, *args]
         if self.config_path:
             argv += ["-c", self.config_path]
         self.log_path = base / "daemon.log"
@@ -142,14 +145,16 @@ class DaemonProcess:
 
 @pytest.fixture
 def daemon(tmp_path: Path):
-    """``daemon(config_text=None, args=(), env=None, ready=True, socket=None, runtime_dir=None)`` starts a daemon (waiting until it is
-    ready unless ``ready=False``); all are cleaned up after the test."""
+    """``daemon(config_text=None, args=(), env=None, ready=True, socket=None, runtime_dir=None, preamble="")``
+    starts a daemon (waiting until it is ready unless ``ready=False``; ``preamble``: Python code the daemon's
+    process runs first, to inject a fault); all are cleaned up after the test."""
     made: list[DaemonProcess] = []
 
     def start(config_text: str | None = None, *, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
-              ready: bool = True, socket: str | None = None, runtime_dir: str | None = None) -> DaemonProcess:
+              ready: bool = True, socket: str | None = None, runtime_dir: str | None = None,
+              preamble: str = "") -> DaemonProcess:
         d = DaemonProcess(tmp_path / f"d{len(made)}", config_text, args=args, env=env, socket=socket,
-                          runtime_dir=runtime_dir)
+                          runtime_dir=runtime_dir, preamble=preamble)
         made.append(d)
         if ready:
             d.wait_ready()

@@ -1,0 +1,38 @@
+"""A fake player for the daemon's tests: it sends one well-formed first frame whose metadata carries
+``renderdTestFault`` (a key a test's injected fault looks for), opens ``client.pipe`` as a player does,
+then waits to be stopped (at most a minute, so it never outlives a test).
+
+    python tests/daemon/odd_player.py
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+
+from renderd.protocol import FieldType, encode_message, encode_metadata
+
+LIFETIME = 60.0
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    metadata = encode_metadata({
+        "agents": [{"screenWidth": 2, "screenHeight": 2, "lastAction": "", "lastActionSuccess": True,
+                    "renderdTestFault": True}],
+        "sequenceId": 0,
+        "activeAgentId": 0,
+    })
+    server = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+    os.writev(server, encode_message([(FieldType.METADATA, metadata)]))
+    client = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+    select.select([], [], [], LIFETIME)  # until SIGTERM (or the lifetime) ends it
+    os.close(client)
+    os.close(server)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

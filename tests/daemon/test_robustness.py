@@ -1,0 +1,299 @@
+"""What must never take the daemon down: a signal at the wrong time, a failing signal handler or callback,
+a player's unexpected first frame; and lease requests that must not outlive their client's wait."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from renderd.config import loads
+from renderd.daemon import client as control_client
+from renderd.daemon.client import ControlClient, connect
+from renderd.daemon.service import _Platforms
+from renderd.daemon.supervisor import Supervisor
+from renderd.errors import LeaseError, PlatformError, RenderdError
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
+from tests.helpers.leaks import Leaks
+
+DEADLINE = 20.0
+ODD_PLAYER = str(Path(__file__).with_name("odd_player.py"))
+
+#: Run in the daemon's process before it starts: a frame whose metadata carries ``renderdTestFault`` makes
+#: the frame assembler raise what it never should (an error that is not a ProtocolError).
+ASSEMBLER_FAULT = """
+import renderd.event
+_event = renderd.event.FrameAssembler.event
+def _faulty_event(self, message, *args, **kwargs):
+    ev = _event(self, message, *args, **kwargs)
+    if ev.metadata.get("renderdTestFault"):
+        raise RuntimeError("fault injected by the test")
+    return ev
+renderd.event.FrameAssembler.event = _faulty_event
+"""
+
+
+# -- 1. signals and callbacks --------------------------------------------------------------------------------
+def test_sighup_during_a_graceful_stop_is_ignored_and_the_stop_completes(daemon):
+    # The player's process group ignores SIGTERM: the stop waits the whole stop_grace, and the SIGHUP
+    # arrives meanwhile. The daemon must finish its stop (SIGKILL after the grace) and exit 0.
+    exe = f'["/bin/sh", "-c", "trap \'\' TERM; {PLAYER} --static-frame; exec sleep 30"]'
+    d = daemon(fast_config(executable=exe))  # stop_grace = 2.0
+    assert len(d.players()) == 1  # (and its pid is remembered for the cleanup)
+    d.signal(signal.SIGTERM)
+    wait_for(lambda: "stopping: ending" in d.output(), DEADLINE, "the graceful stop to begin")
+    d.signal(signal.SIGHUP)
+    assert d.wait_exit() == 0, d.output()
+    out = d.output()
+    assert "SIGHUP ignored: the daemon is stopping" in out
+    assert "did not exit within 2 s of SIGTERM; sending SIGKILL" in out  # the grace was given
+    assert "Traceback" not in out and "still running at shutdown" not in out
+
+
+@pytest.fixture
+def supervisor_with(tmp_path):
+    """``supervisor_with(config_text=None, **kwargs)``: an in-process Supervisor (real players; by default
+    the fast configuration) whose loop runs on a thread; stopped and checked for leaks after the test."""
+    (tmp_path / "players").mkdir()
+    (tmp_path / "logs").mkdir()
+    leaks = Leaks(tmp_path / "players", threads=True, zombies=True)
+    made: list[tuple[Supervisor, threading.Thread]] = []
+
+    def make(config_text: str | None = None, **kwargs) -> Supervisor:
+        kwargs.setdefault("platforms", _Platforms())
+        sup = Supervisor(loads(textwrap.dedent(config_text or fast_config())), players_dir=str(tmp_path / "players"),
+                         log_dir=str(tmp_path / "logs"), **kwargs)
+        loop = threading.Thread(target=sup.run, name="renderd-supervisor-test", daemon=True)
+        loop.start()
+        made.append((sup, loop))
+        return sup
+
+    yield make
+    for sup, loop in made:
+        sup.request_stop()
+        loop.join(DEADLINE)
+        assert not loop.is_alive(), "the supervisor loop did not finish"
+        sup.close()
+    leaks.check()
+
+
+def _demo_ready(sup: Supervisor) -> bool:
+    with sup.lock:
+        return [p.state.value for p in sup.environments["demo"].players] == ["READY"]
+
+
+def test_a_failing_signal_handler_or_callback_is_logged_and_the_loop_goes_on(supervisor_with, caplog):
+    caplog.set_level(logging.ERROR, logger="renderd.daemon.supervisor")
+    handled: list[int] = []
+
+    def bad_handler() -> None:
+        handled.append(signal.SIGUSR1)
+        raise RenderdError("a handler that fails")
+
+    def bad_status(text: str) -> None:
+        raise ValueError("a status callback that fails")
+
+    ticks: list[float] = []
+
+    def bad_tick(now: float) -> float:
+        ticks.append(now)
+        if len(ticks) == 1:
+            raise OSError("a tick callback that fails once")
+        return 1.0
+
+    sup = supervisor_with(signal_handlers={signal.SIGUSR1: bad_handler}, on_status=bad_status, on_tick=bad_tick,
+                          on_ready=lambda: 1 / 0)
+    wait_for(lambda: _demo_ready(sup) and sup.health()["status"] == "ready", DEADLINE, "a READY player")
+    os.write(sup.wakeup_fd, bytes([signal.SIGUSR1]))  # what signal.set_wakeup_fd does for a signal
+    wait_for(lambda: handled and any("handling signal SIGUSR1 failed" in r.message for r in caplog.records),
+             DEADLINE, "the handler's failure logged")
+    # The loop still works: a lease, a recycle after an unclean release, a new READY player.
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease.id, clean=False)
+    wait_for(lambda: _demo_ready(sup) and sup.environments["demo"].players[0].pid != answer["pid"], DEADLINE,
+             "the recycled player READY")
+    failed = {r.message for r in caplog.records if "failed; the daemon carries on" in r.message}
+    assert failed == {"handling signal SIGUSR1 failed; the daemon carries on",
+                      "the status callback failed; the daemon carries on",
+                      "the loop's tick callback failed; the daemon carries on",
+                      "the ready callback failed; the daemon carries on"}
+    assert all(r.exc_info for r in caplog.records if "failed; the daemon carries on" in r.message)
+
+
+# -- 2. a player's first frame ---------------------------------------------------------------------------------
+def test_an_unexpected_error_on_a_first_frame_is_that_players_boot_failure(daemon):
+    d = daemon(fast_config(), preamble=ASSEMBLER_FAULT)
+    (demo,) = d.players()
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        assert session.step("Pass").sequence_id == 1
+        status, _ = d.client.request("PUT", "/v1/environments/odd", {
+            "executable": [sys.executable, ODD_PLAYER], "platform": "headless", "instances": 2,
+            "start_timeout": 20.0,
+        })
+        assert status == 201
+        odd = d.wait_players(lambda ps: len(ps) == 2 and all(p["state"] == "FAILED" for p in ps), name="odd",
+                             what="both odd players FAILED")
+        # Meanwhile the leased player went on serving, and nothing else was disturbed.
+        assert session.step("MoveAhead").sequence_id == 2
+    assert d.proc.poll() is None and d.health()["status"] == "ready"
+    for p in odd:
+        assert p["boot_failures"] == 3  # max_boot_failures: each failed frame counted as a boot failure
+        assert p["reason"] == "unusable first frame: RuntimeError: fault injected by the test"
+    out = d.output()
+    assert "Traceback (most recent call last)" in out and "in _read_first_frame" in out
+    assert "odd[0] pid " in out and "unexpected RuntimeError reading its first frame from " in out
+    assert "odd[1] pid " in out and "failed to boot: unusable first frame: RuntimeError" in out
+    (again,) = d.wait_players(lambda ps: ps[0]["state"] == "READY", what="the demo player READY")
+    assert again["pid"] == demo["pid"] and again["restarts"] == 0
+
+
+# -- 3. lease requests and their client's deadline -----------------------------------------------------------
+def _timeouts(d) -> float:
+    text = d.client.request("GET", "/metrics")[1]
+    line = next((ln for ln in text.splitlines() if ln.startswith('renderd_lease_timeouts_total{environment="demo"}')),
+                None)
+    return float(line.split()[-1]) if line else 0.0
+
+
+def test_a_lease_request_that_waited_past_its_deadline_is_never_granted(daemon, monkeypatch):
+    """Both control API threads are held by lease requests waiting for the only player (leased); two more
+    requests queue behind them until after their deadlines: one from a ControlClient that gives up meanwhile,
+    one that still waits for its answer. When they are taken up the player is being released: neither may
+    get it (a lease granted to a client that gave up would keep the player LEASED for as long as that
+    client's process lives)."""
+    d = daemon(fast_config(daemon="api_threads = 2"), args=("--log-level", "debug"))
+    pid = os.getpid()
+    held = d.client.lease("demo", timeout=5)
+    path = "/v1/environments/demo/leases"
+    results: dict[str, object] = {}
+
+    def ask(name: str, body: dict | None = None, timeout: float = 0.0) -> None:
+        try:
+            if body is None:
+                results[name] = ControlClient(d.socket).lease("demo", timeout=timeout)
+            else:
+                results[name] = ControlClient(d.socket).request("POST", path, body)
+        except RenderdError as exc:
+            results[name] = exc
+
+    # Requests without a deadline (as older clients send them) wait their timeout, counted by the daemon.
+    waiters = [threading.Thread(target=ask, args=(f"w{i}", {"client_pid": pid, "timeout": 2.0})) for i in range(2)]
+    for t in waiters:
+        t.start()
+    wait_for(lambda: d.output().count("waits for a player of demo") == 2, DEADLINE, "two waiting lease requests")
+    # A ControlClient that gives up after 0.7 s (deadline 0.45 s after sending), and a request with a deadline
+    # 0.3 s away: both wait in waitress's queue until the two waiting requests time out (2 s after they began).
+    monkeypatch.setattr(control_client, "REQUEST_SLACK", 0.5)
+    monkeypatch.setattr(control_client, "LEASE_ANSWER_MARGIN", 0.25)
+    late = [threading.Thread(target=ask, args=("gave_up", None, 0.2)),
+            threading.Thread(target=ask, args=("late", {"client_pid": pid, "timeout": 10,
+                                                        "deadline": time.monotonic() + 0.3}))]
+    for t in late:
+        t.start()
+    for t in waiters:
+        t.join(DEADLINE)
+    assert all(isinstance(results[f"w{i}"], LeaseError) for i in range(2)), results
+    assert d.client.release(held["lease"]) == {"released": True, "recycled": False}
+    for t in late:
+        t.join(DEADLINE)
+
+    def settled() -> bool:  # all four refused (w0, w1, gave_up, late), or (the bug) one got the player
+        return d.players()[0]["state"] != "READY" or _timeouts(d) == 4
+
+    wait_for(settled, DEADLINE, "the lease requests answered")
+    (player,) = d.players()
+    assert player["state"] == "READY" and player["lease"] is None, f"granted past its deadline: {player} {results}"
+    assert isinstance(results["gave_up"], RenderdError) and "did not answer" in str(results["gave_up"])
+    assert isinstance(results["late"], LeaseError) and results["late"].status == 503
+    assert "after the client's deadline" in str(results["late"])
+    assert d.output().count("after the client's deadline: refused") == 2
+    # A request with a deadline that has not passed is served as before.
+    with connect("demo", socket=d.socket, timeout=5) as session:
+        assert session.step("Pass").sequence_id == 1
+
+
+def test_a_lease_request_is_refused_at_its_deadline_before_its_timeout(daemon):
+    d = daemon(fast_config())
+    held = d.client.lease("demo", timeout=5)
+    started = time.monotonic()
+    with pytest.raises(LeaseError, match="1 of 1 leased") as info:
+        d.client.request("POST", "/v1/environments/demo/leases",
+                         {"client_pid": os.getpid(), "timeout": 30, "deadline": time.monotonic() + 0.5})
+    assert info.value.status == 503 and 0.4 < time.monotonic() - started < 5
+    d.client.release(held["lease"])
+    d.wait_players(lambda ps: ps[0]["state"] == "READY", what="the player READY")
+    for deadline in ("soon", True, float("inf"), float("nan"), 10**400, [1]):
+        with pytest.raises(LeaseError, match="deadline must be a finite number") as info:
+            d.client.request("POST", "/v1/environments/demo/leases",
+                             {"client_pid": os.getpid(), "timeout": 1, "deadline": deadline})
+        assert info.value.status == 400
+    assert d.players()[0]["state"] == "READY"
+
+
+# -- 4. platform selection never holds the supervisor's lock -------------------------------------------------
+class HungX:
+    """Platforms whose Linux64 probe hangs (an X server that never answers) until ``gate`` opens, then fails;
+    every other platform is selected for real."""
+
+    def __init__(self) -> None:
+        self.real = _Platforms()
+        self.gate = threading.Event()
+        self.probes: list[str] = []
+
+    def select(self, config):
+        if config.platform != "Linux64":
+            return self.real.select(config)
+        self.probes.append(config.name)
+        self.gate.wait(DEADLINE / 2)
+        raise PlatformError("X display :77 did not answer the probe (a test's hung X server)")
+
+
+HUNG_X_ENV = f"""
+[environments.x]
+executable = ["{PLAYER}", "--static-frame"]
+platform = "Linux64"
+x_display = ":77"
+instances = 2
+start_timeout = 20.0
+"""
+
+
+def _states(sup: Supervisor, name: str) -> list[tuple[str, int, str]]:
+    with sup.lock:
+        return [(p.state.value, p.boot_failures, p.reason) for p in sup.environments[name].players]
+
+
+def test_a_hung_platform_probe_stalls_nothing_and_a_failure_is_not_probed_again(supervisor_with):
+    platforms = HungX()
+    sup = supervisor_with(fast_config() + HUNG_X_ENV, platforms=platforms)
+    wait_for(lambda: _demo_ready(sup) and platforms.probes == ["x"], DEADLINE, "demo READY, x's probe hanging")
+    # While the probe hangs: control requests answer at once, and the loop goes on (it recycles a player).
+    started = time.monotonic()
+    assert sup.health()["environments"]["x"] == {"wanted": 2, "ready": 0, "leased": 0, "failed": 0}
+    lease, answer = sup.acquire("demo", os.getpid(), 5)
+    sup.release(lease.id, clean=False)
+    wait_for(lambda: _demo_ready(sup) and sup.environments["demo"].players[0].pid != answer["pid"], DEADLINE,
+             "the recycled demo player READY")
+    assert not platforms.gate.is_set() and time.monotonic() - started < DEADLINE / 4
+    assert _states(sup, "x") == [("BACKOFF", 0, "waiting for its platform to be selected")] * 2
+    assert platforms.probes == ["x"]  # one probe for both players
+    # The probe fails: each player's boot retries reuse that failure instead of probing again.
+    platforms.gate.set()
+    wait_for(lambda: [s[0] for s in _states(sup, "x")] == ["FAILED", "FAILED"], DEADLINE, "x's players FAILED")
+    reason = "X display :77 did not answer the probe (a test's hung X server)"
+    assert _states(sup, "x") == [("FAILED", 3, reason)] * 2
+    assert platforms.probes == ["x"]
+    # Declaring the environment again probes again.
+    with sup.lock:
+        config = sup.environments["x"].config
+    sup.put_environment(config, source="file")
+    wait_for(lambda: len(platforms.probes) == 2 and [s[0] for s in _states(sup, "x")] == ["FAILED", "FAILED"]
+             and all(s[1] == 3 for s in _states(sup, "x")), DEADLINE, "x probed again, and FAILED again")
+    assert platforms.probes == ["x", "x"]
