@@ -524,6 +524,9 @@ def launch_player(
         full_env.update(endpoint_env)
         if env:
             full_env.update({str(k): str(v) for k, v in env.items()})
+            # The platform's own variables win over ``env``: the selection was made with it (a DISPLAY named
+            # in ``env`` was the display probed), so the screen it chose (DISPLAY=:N.s) is this player's.
+            full_env.update(choice.env)
         process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log)
         watch: PlayerProcess | PlayerOnDisplay = process
         if choice.display is not None:  # a managed Xvfb: its death is the player's end too
