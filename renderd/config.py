@@ -97,6 +97,8 @@ MAX_SECONDS = 7 * 24 * 3600.0
 #: The most players one environment may ask for. Each is a process (a Unity player is a GPU context and
 #: gigabytes of memory); a typo'd count must not make the daemon fork until the machine gives out.
 MAX_INSTANCES = 1024
+#: The most control API worker threads (a lease request waiting for a player holds one).
+MAX_API_THREADS = 1024
 #: Parts of a variable or option name that mark its value as a secret (compared upper-cased).
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 #: What a secret value is shown as in every outward view (status, API answers, ``renderd validate``).
@@ -265,7 +267,7 @@ _GROUP_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?$")
 def _group(value: str) -> str | None:
     if value == "":
         return None
-    if not _GROUP_NAME.match(value):
+    if not _GROUP_NAME.fullmatch(value):
         return f"{value!r} is not a group name"
     try:
         grp.getgrnam(value)  # a lookup: nothing is changed
@@ -319,7 +321,7 @@ def _resolution(value: int) -> str | None:
 
 
 def _x_display(value: str) -> str | None:
-    if value in ("auto", "managed") or _X_DISPLAY.match(value):
+    if value in ("auto", "managed") or _X_DISPLAY.fullmatch(value):
         return None
     return f"{value!r} is not auto, managed or an X display name such as ':0' or ':1.0'"
 
@@ -331,6 +333,25 @@ def _gpus(value: list[int]) -> str | None:
     if len(set(value)) != len(value):
         return "lists a device twice"
     return None
+
+
+def _api_threads(value: int) -> str | None:
+    if value <= 0:
+        return "must be greater than 0"
+    if value > MAX_API_THREADS:
+        return f"must be at most {MAX_API_THREADS}, got {value}"
+    return None
+
+
+def _has_nul(value: Any) -> bool:
+    """Whether a string anywhere in ``value`` holds a NUL byte (no path, argument or variable can)."""
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    return False
 
 
 def _executable(value: str | list[str]) -> str | None:
@@ -423,8 +444,8 @@ class DaemonConfig:
     )
     api_threads: int = setting(
         16,
-        help="Worker threads of the control API. A lease request waiting for a player holds one.",
-        check=_positive,
+        help="Worker threads of the control API (at most 1024). A lease request waiting for a player holds one.",
+        check=_api_threads,
     )
     log_dir: str = setting(
         "",
@@ -491,8 +512,11 @@ class EnvironmentConfig:
     )
     env: dict[str, str] = setting(
         {},
-        help="Extra environment variables for the player. Values of names containing TOKEN, SECRET, PASSWORD, "
-        "PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` and the control API.",
+        help="Extra environment variables for the player; the platform's probes run with them too. Only the "
+        "variables the platform sets per player win over them: a `DISPLAY = \":1\"` here points the probes at "
+        "display `:1`, and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
+        "containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` "
+        "and the control API.",
         check=_env,
     )
 
@@ -675,6 +699,9 @@ def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any
         raise ConfigError(f"expected {_a(_type_name(tp))}, got {_value_name(value)}", path=source, key=key)
     if isinstance(converted, float) and converted != converted:  # NaN
         raise ConfigError("must be a number, not nan", path=source, key=key)
+    if _has_nul(converted):
+        raise ConfigError("contains a NUL byte, which no path, argument, name or environment variable can hold",
+                          path=source, key=key)
     check = f.metadata.get("check")
     why = check(converted) if check else None
     if why:
@@ -745,7 +772,7 @@ def parse_environment(
     Missing keys take their defaults. Raises ConfigError naming ``source`` and ``environments.NAME.KEY``.
     """
     prefix = f"environments.{name}"
-    if not isinstance(name, str) or not ENVIRONMENT_NAME.match(name):
+    if not isinstance(name, str) or not ENVIRONMENT_NAME.fullmatch(name):
         raise ConfigError(
             "an environment name is 1-64 letters, digits, '_', '.' or '-', starting with a letter or digit",
             path=source,
