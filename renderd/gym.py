@@ -261,7 +261,8 @@ class RenderdEnv(gymnasium.Env):
     ``depth``: add a ``depth`` observation (metres, clipped to ``max_depth``). ``scene``: a scene name,
     a list to draw from at each reset (with the env's seeded ``np_random``), or None for the player's
     current scene; ``reset(options={"scene": ...})`` overrides it. ``max_episode_steps``: truncation
-    (None: never). ``reward_fn(event) -> float`` (default :func:`default_reward`) and
+    (None: never) when the env is built directly; ``gymnasium.make`` truncates with its ``TimeLimit``
+    wrapper instead, at :data:`DEFAULT_MAX_EPISODE_STEPS` or ``make(..., max_episode_steps=N)`` (-1: never). ``reward_fn(event) -> float`` (default :func:`default_reward`) and
     ``terminated_fn(event) -> bool`` (default: never). ``init_params``: extra ``Initialize`` arguments
     (``gridSize``, ``fieldOfView``...). Other keyword arguments go to :func:`renderd.launch`
     (``width``, ``height``, ``executable``, ``args``, ``platform``...). The player is launched at the first
@@ -341,8 +342,17 @@ class RenderdEnv(gymnasium.Env):
         spec = self._spec
         reward = float(spec.reward_fn(event))
         terminated = bool(spec.terminated_fn(event))
-        truncated = spec.max_episode_steps is not None and self._elapsed >= spec.max_episode_steps
+        limit = self._episode_limit()
+        truncated = limit is not None and self._elapsed >= limit
         return spec.observation(event), reward, terminated, truncated, spec.info(event)
+
+    def _episode_limit(self) -> int | None:
+        # Made by gymnasium.make (which gives the env a spec): its TimeLimit wrapper truncates, at the
+        # registered DEFAULT_MAX_EPISODE_STEPS or make's max_episode_steps; the constructor's own limit must
+        # not cut the episode short before it (make takes max_episode_steps for itself, never passing it on).
+        if self.spec is not None:
+            return None
+        return self._spec.max_episode_steps
 
     def render(self) -> np.ndarray | None:
         """The last RGB frame (a copy) with ``render_mode="rgb_array"``; None otherwise or before reset."""
@@ -600,6 +610,7 @@ def register() -> None:
         entry_point="renderd.gym:RenderdEnv",
         vector_entry_point="renderd.gym:RenderdVectorEnv",
         nondeterministic=False,
+        max_episode_steps=DEFAULT_MAX_EPISODE_STEPS,
     )
 
 

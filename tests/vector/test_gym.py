@@ -77,6 +77,23 @@ def test_single_env_episode(no_leaks):
         env.close()
 
 
+def test_make_max_episode_steps_is_the_episode_limit(no_leaks):
+    # gymnasium.make consumes max_episode_steps (a TimeLimit wrapper): the env's own default limit must not
+    # truncate the episode before it.
+    limit = rgym.DEFAULT_MAX_EPISODE_STEPS + 2
+    env = gymnasium.make(rgym.ENV_ID, max_episode_steps=limit, actions=["Pass"], **player_kwargs())
+    try:
+        env.reset(seed=0)
+        for step in range(1, limit + 1):
+            _, _, terminated, truncated, _ = env.step(0)
+            assert not terminated
+            if truncated:
+                break
+        assert step == limit
+    finally:
+        env.close()
+
+
 def test_seeded_scene_choice_is_deterministic(no_leaks):
     env = rgym.RenderdEnv(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], **_kwargs())
     try:
