@@ -81,9 +81,12 @@ class SessionState(enum.Enum):
 
 
 def check_sequence_id(seq: Any) -> int:
-    """An action's own ``sequenceId``: an integer (not a bool); ``ValueError`` otherwise."""
+    """An action's own ``sequenceId``: an integer (not a bool) of at most 64 bits, as a player echoes it in
+    its msgpack metadata; ``ValueError`` otherwise."""
     if isinstance(seq, bool) or not isinstance(seq, int):
         raise ValueError(f"sequenceId must be an integer, got {seq!r}")
+    if not -(2**63) <= seq < 2**64:
+        raise ValueError(f"sequenceId must fit in 64 bits, got {seq}")
     return seq
 
 

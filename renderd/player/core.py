@@ -99,6 +99,19 @@ VIEW_CACHE_SIZE = 4
 _EPS = 1e-6
 
 
+def _sequence_id_ok(seq: Any) -> bool:
+    """A sequenceId the player adopts and echoes: an integer msgpack can pack (64 bits)."""
+    return isinstance(seq, int) and not isinstance(seq, bool) and -(2**63) <= seq < 2**64
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class ActionFailed(Exception):
     """An action could not be carried out: answered with lastActionSuccess false."""
 
@@ -121,6 +134,16 @@ def _action(*names: str) -> Callable:
     return register
 
 
+def _finite(value: Any) -> bool:
+    """A finite real number (not a bool); an integer too large for a float is not one."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _number(action: dict, key: str, default: float | None = None, *, lo: float | None = None,
             hi: float | None = None, required: bool = False) -> float:
     value = action.get(key, default)
@@ -128,8 +151,8 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
         if required:
             raise ActionFailed(f"{action.get('action')} needs the argument {key!r}", "MissingArguments")
         raise ActionFailed(f"{key} must be a number", "InvalidArgument")
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
+    if not _finite(value):
+        raise ActionFailed(f"{key} must be a finite number, got {value!r}"[:500], "InvalidArgument")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise ActionFailed(f"{key} must be between {lo:g} and {hi:g}, got {value!r}", "InvalidArgument")
     return float(value)
@@ -141,8 +164,8 @@ def _vector(value: Any, key: str) -> tuple[float, float, float]:
     out = []
     for axis in ("x", "y", "z"):
         v = value.get(axis, 0.0)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
+        if not _finite(v):
+            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}"[:500], "InvalidArgument")
         out.append(float(v))
     return out[0], out[1], out[2]
 
@@ -406,14 +429,22 @@ class Player:
         started = time.perf_counter()
         name = action.get("action")
         seq = action.get("sequenceId")
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            self.sequence_id = seq
+        seq_ok = _sequence_id_ok(seq)
+        self.sequence_id = seq if seq_ok else self.sequence_id + 1
+        if isinstance(name, str) and not _encodable(name):
+            name = name.encode("utf-8", "replace").decode("utf-8")  # echoed as lastAction: it must pack
+            bad_name = True
         else:
-            self.sequence_id += 1
+            bad_name = False
         success, error, code, result = True, "", "", None
         try:
             if not isinstance(name, str) or not name:
                 raise ActionFailed(f"the action has no 'action' name: {action!r}"[:500], "InvalidAction")
+            if bad_name:
+                raise ActionFailed(f"the action name {name!r} is not valid Unicode (a lone surrogate)", "InvalidAction")
+            if seq is not None and not seq_ok:
+                raise ActionFailed(f"sequenceId must be an integer of at most 64 bits, got {seq!r}"[:500],
+                                   "InvalidArgument")
             agent_id = action.get("agentId", 0)
             if agent_id != 0:
                 raise ActionFailed(f"agentId {agent_id!r}: this player has a single agent (0)", "InvalidArgument")
@@ -423,6 +454,10 @@ class Player:
             result = getattr(self, method)(action)
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
+        except Exception as exc:  # a bug this action's arguments found: answered as a failure, never a crash
+            self.log.exception("action %r failed unexpectedly", name)
+            success, error, code, result = False, f"{name}: internal error: {type(exc).__name__}: {exc}"[:500], \
+                "InternalError", None
         answer = self._answer(action, name if isinstance(name, str) else "", success, error, code, result)
         if self.log.isEnabledFor(logging.DEBUG):
             self.log.debug(
@@ -438,10 +473,10 @@ class Player:
     def rejected_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> Answer:
         """:meth:`error_answer` as an :class:`Answer`."""
         seq = action.get("sequenceId")
-        if isinstance(seq, int) and not isinstance(seq, bool):
-            self.sequence_id = seq
+        self.sequence_id = seq if _sequence_id_ok(seq) else self.sequence_id + 1
         name = action.get("action")
-        return self._answer(action, name if isinstance(name, str) else "", False, message, code, None)
+        name = name.encode("utf-8", "replace").decode("utf-8") if isinstance(name, str) else ""
+        return self._answer(action, name, False, message, code, None)
 
     @property
     def pose(self) -> Pose:
@@ -450,21 +485,23 @@ class Player:
     # -- actions -------------------------------------------------------------------------------------
     @_action("Initialize")
     def _initialize(self, action: dict) -> None:
-        if "gridSize" in action:
-            self.grid_size = _number(action, "gridSize", lo=0.01, hi=10.0)
-        if "rotateStepDegrees" in action:
-            self.rotate_step = _number(action, "rotateStepDegrees", lo=0.0, hi=360.0)
-        if "fieldOfView" in action:
-            self.fov = _number(action, "fieldOfView", lo=1.0, hi=179.0)
-        if "visibilityDistance" in action:
-            self.visibility_distance = _number(action, "visibilityDistance", lo=0.0, hi=1000.0)
+        # Every argument is checked before any is applied: a failed Initialize changes nothing.
+        changes: dict[str, Any] = {}
+        for key, attr, lo, hi in (("gridSize", "grid_size", 0.01, 10.0),
+                                  ("rotateStepDegrees", "rotate_step", 0.0, 360.0),
+                                  ("fieldOfView", "fov", 1.0, 179.0),
+                                  ("visibilityDistance", "visibility_distance", 0.0, 1000.0)):
+            if key in action:
+                changes[attr] = _number(action, key, lo=lo, hi=hi)
         if "renderDepthImage" in action:
-            self.render_depth = bool(action["renderDepthImage"])
+            changes["render_depth"] = bool(action["renderDepthImage"])
         if "renderInstanceSegmentation" in action:
-            self.render_ids = bool(action["renderInstanceSegmentation"])
+            changes["render_ids"] = bool(action["renderInstanceSegmentation"])
         agent_count = action.get("agentCount", 1)
         if agent_count != 1:
             raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
+        for attr, value in changes.items():
+            setattr(self, attr, value)
 
     @_action("Reset")
     def _reset(self, action: dict) -> None:
@@ -552,7 +589,7 @@ class Player:
         for key, v in (("x", w), ("y", h)):
             if v is None:
                 raise ActionFailed(f"ChangeResolution needs the argument {key!r}", "MissingArguments")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != int(v) or not 0 < v <= MAX_RESOLUTION:
+            if not _finite(v) or v != int(v) or not 0 < v <= MAX_RESOLUTION:
                 raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
                                    "InvalidArgument")
         self.width, self.height = int(w), int(h)

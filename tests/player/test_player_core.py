@@ -134,6 +134,13 @@ def test_every_action_is_registered():
         ({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 5}, "InvalidArgument"),
         ({"action": "Pass", "agentId": 1}, "InvalidArgument"),
         ({"action": "RenderdFault", "fault": "explode"}, "InvalidArgument"),
+        # Values that once ended the player (OverflowError, ValueError, an unpackable echo):
+        ({"action": "MoveAhead", "moveMagnitude": 10**400}, "InvalidArgument"),
+        ({"action": "Teleport", "position": {"x": 10**400, "y": 0, "z": 0}}, "InvalidArgument"),
+        ({"action": "ChangeResolution", "x": float("inf"), "y": 10}, "InvalidArgument"),
+        ({"action": "ChangeResolution", "x": float("nan"), "y": 10}, "InvalidArgument"),
+        ({"action": "Pass", "sequenceId": 2**64}, "InvalidArgument"),
+        ({"action": "Pass\ud800"}, "InvalidAction"),
     ],
 )
 def test_bad_actions_fail_without_raising(action, code):
@@ -143,6 +150,23 @@ def test_bad_actions_fail_without_raising(action, code):
     assert agent["lastActionSuccess"] is False
     assert agent["errorCode"] == code
     assert agent["errorMessage"]
+    answer = p.answer(action)  # and the answer can be sent: its metadata packs, as msgpack and as JSON
+    assert answer.packed_metadata() and answer.json_metadata()
+
+
+def test_a_failed_initialize_changes_nothing():
+    p = Player(width=16, height=16)
+    grid, fov = p.grid_size, p.fov
+    md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "fieldOfView": 500})
+    assert md["agents"][0]["lastActionSuccess"] is False and (p.grid_size, p.fov) == (grid, fov)
+    md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "fieldOfView": 60})
+    assert md["agents"][0]["lastActionSuccess"] is True and (p.grid_size, p.fov) == (0.5, 60.0)
+
+
+def test_a_rejected_action_without_a_sequence_id_counts_on():
+    p = Player(width=8, height=8)
+    p.handle({"action": "Pass", "sequenceId": 7})
+    assert p.rejected_answer({"action": "RenderdFault"}, "no", "InvalidArgument").sequence_id == 8
 
 
 def test_sequence_id_echo_and_increment():
