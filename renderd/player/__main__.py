@@ -227,7 +227,9 @@ def _main(argv: Sequence[str] | None) -> int:
         try:
             port_number = int(port or "")
         except ValueError:
-            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number), got {port!r}")
+            port_number = 0
+        if not 0 < port_number < 65536:
+            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number, 1-65535), got {port!r}")
         link_args = (host, port_number, env.get(ENV_TOKEN))
 
     try:

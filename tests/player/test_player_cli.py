@@ -69,6 +69,13 @@ def test_bad_values_are_usage_errors(args):
     assert result.returncode == 2
 
 
+@pytest.mark.parametrize("port", ["70000", "0", "-1", "http", ""])
+def test_a_bad_http_port_is_a_usage_error_at_once(port):
+    result = run_player(SMALL, env_extra={"AI2THOR_SERVER_TYPE": "WSGI", "AI2THOR_HOST": "127.0.0.1",
+                                          "AI2THOR_PORT": port})
+    assert result.returncode == 2 and "AI2THOR_PORT" in result.stderr and "1-65535" in result.stderr
+
+
 def test_bad_fault_env_is_a_usage_error():
     result = run_player(SMALL, env_extra={"RENDERD_PLAYER_FAULT_AT_START": "explode"})
     assert result.returncode == 2 and "RENDERD_PLAYER_FAULT_AT_START" in result.stderr
