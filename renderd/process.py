@@ -103,22 +103,26 @@ def _load_prctl() -> Any:
 _prctl = _load_prctl()
 
 
-def _die_with_parent(parent_pid: int) -> Any:
-    """A ``preexec_fn`` that makes the child die with SIGKILL when its parent thread exits.
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], None]:
+    """A ``preexec_fn`` that makes the child get ``sig`` (default SIGKILL) when the thread that forked it
+    exits (``PR_SET_PDEATHSIG``), for every child renderd starts: players, probes, Xvfb.
 
-    Prepared in the parent so the child only makes two system calls: no allocation, no lock.
+    Prepared in the parent so the child only makes system calls: no allocation, no lock. A child whose
+    parent died before the flag took effect (nobody would ever send the signal) sends it to itself.
     """
     prctl = _prctl
-    sigkill = int(signal.SIGKILL)
+    signum = int(sig)
 
     def preexec() -> None:
         if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, sigkill, 0, 0, 0)
-        # The parent may have died between fork and prctl: then nobody would ever send the signal.
+            prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
         if os.getppid() != parent_pid:
-            os.kill(os.getpid(), sigkill)
+            os.kill(os.getpid(), signum)
 
     return preexec
+
+
+_die_with_parent_fn = die_with_parent  # for PlayerProcess.spawn, whose flag argument has the same name
 
 
 # -- command line and environment ---------------------------------------------------------------------
@@ -378,7 +382,7 @@ class PlayerProcess:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
                 process_group=0,
-                preexec_fn=_die_with_parent(os.getpid()) if die_with_parent else None,
+                preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None,
             )
         except OSError as exc:
             raise RenderdError(os_error_message(exc, f"cannot start the player {argv[0]}")) from exc

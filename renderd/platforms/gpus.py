@@ -24,7 +24,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from renderd.platforms.vulkan import VulkanDevice
+from renderd.platforms.vulkan import VulkanDevice, loader_env_key
 
 log = logging.getLogger(__name__)
 
@@ -251,16 +251,17 @@ def plan_screens(
 
 # -- running the tools ------------------------------------------------------------------------------
 
-_tool_cache: dict[tuple[str, str], tuple[float, str | None]] = {}
+_tool_cache: dict[tuple[object, ...], tuple[float, str | None]] = {}
 _tool_lock = threading.Lock()
 
 
 def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
-    """stdout of a tool, or None when it is missing, fails or times out. Cached per PATH."""
+    """stdout of a tool, or None when it is missing, fails or times out. Cached per command, PATH and
+    every variable that changes what the Vulkan loader (and the NVIDIA tools) find."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
         return None
-    key = (" ".join(argv), env.get("PATH", ""))
+    key = (" ".join(argv), binary, env.get("PATH", ""), env.get("CUDA_VISIBLE_DEVICES"), loader_env_key(env))
     with _tool_lock:
         cached = _tool_cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:

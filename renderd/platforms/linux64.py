@@ -55,40 +55,62 @@ class Linux64(Platform):
             return self.report(request, plan.reasons, notes=plan.notes)
         wanted = plan.slots or None
 
+        notes = list(plan.notes)
+        passed_managed: list[str] = []
         if request.display_given:
             candidates = [self._candidate(request.x_display or "", wanted)]
         else:
             names = []
-            if env.get("DISPLAY"):
+            if env.get("DISPLAY"):  # named explicitly: used even if it is a display renderd manages
                 names.append(env["DISPLAY"])
-            names += [n for n in x11.socket_displays() if n not in names]
+            for name in x11.socket_displays():
+                if name in names:
+                    continue
+                # Never adopt a display renderd manages (this process's, another launch's or another
+                # daemon's): it stops when its owner releases it, and nothing here holds a reference.
+                parsed = x11.parse_display_name(name)
+                if parsed is not None and xvfb.managed_display_pid(parsed.number) is not None:
+                    passed_managed.append(name)
+                    continue
+                names.append(name)
             candidates = [self._candidate(n, wanted) for n in names]
+        managed_notes = []
+        if passed_managed:
+            managed_notes.append(
+                f"passed over {', '.join(passed_managed)}: Xvfb managed by renderd for someone else (it stops "
+                'when its owner releases it; managed displays are shared only through x_display="managed")'
+            )
+            notes += managed_notes
 
         probed = [c for c in candidates if c.parsed is not None]
-        facts = x11.probe_displays([c.parsed.base for c in probed], env) if probed else {}
-        for candidate in candidates:
-            self._judge(candidate, facts, request)
-            if not candidate.reasons:
-                display = (
-                    candidate.parsed.with_screen(candidate.chosen_screen)
-                    if candidate.chosen_screen is not None
-                    else candidate.parsed.base
-                )
-                return self.report(
-                    request,
-                    [],
-                    display=display,
-                    display_base=candidate.parsed.base,
-                    screens=wanted or [],
-                    gpu_slots=plan.labels,
-                    managed=False,
-                    notes=plan.notes,
-                )
+        # One child per display, concurrently: a frozen server fails only itself, and the first usable
+        # candidate (in order of preference) is taken without waiting for the others.
+        with x11.DisplayProbes([c.parsed.base for c in probed], env) as probes:
+            for candidate in candidates:
+                if candidate.parsed is not None:
+                    self._judge(candidate, probes.result(candidate.parsed.base), request)
+                if not candidate.reasons:
+                    display = (
+                        candidate.parsed.with_screen(candidate.chosen_screen)
+                        if candidate.chosen_screen is not None
+                        else candidate.parsed.base
+                    )
+                    return self.report(
+                        request,
+                        [],
+                        display=display,
+                        display_base=candidate.parsed.base,
+                        screens=wanted or [],
+                        gpu_slots=plan.labels,
+                        managed=False,
+                        notes=notes,
+                    )
 
         reasons = [r for c in candidates for r in c.reasons]
         if not candidates:
+            others = " other than renderd's managed displays" if passed_managed else ""
             reasons.append(
-                f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets; fix: "
+                f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets{others}; fix: "
                 f"{x11.MANAGED_FIX}, or start an X server and set DISPLAY"
             )
         if request.display_given or xvfb_path is None:
@@ -96,11 +118,13 @@ class Linux64(Platform):
                 reasons.append(
                     f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}"
                 )
-            return self.report(request, reasons, managed=False, notes=plan.notes)
+            return self.report(request, reasons, managed=False, notes=notes)
         # Discovery found nothing usable, but renderd can start a display itself.
-        return self._managed_report(request, xvfb_path, reasons)
+        return self._managed_report(request, xvfb_path, reasons, notes=managed_notes)
 
-    def _managed_report(self, request: PlatformRequest, xvfb_path: str, passed_over: list[str]) -> PlatformReport:
+    def _managed_report(
+        self, request: PlatformRequest, xvfb_path: str, passed_over: list[str], notes: list[str] | None = None
+    ) -> PlatformReport:
         details = {
             "display": "managed",
             "managed": True,
@@ -109,8 +133,11 @@ class Linux64(Platform):
         }
         if passed_over:
             details["passed_over"] = passed_over
+        notes = list(notes or [])
         if request.gpus:
-            details["notes"] = ["gpus is ignored on a managed display: Xvfb renders on the CPU"]
+            notes.append("gpus is ignored on a managed display: Xvfb renders on the CPU")
+        if notes:
+            details["notes"] = notes
         return self.report(request, [], **details)
 
     @staticmethod
@@ -127,10 +154,7 @@ class Linux64(Platform):
         return _Candidate(name, parsed, screens)
 
     @staticmethod
-    def _judge(candidate: _Candidate, facts: dict[str, x11.DisplayFacts], request: PlatformRequest) -> None:
-        if candidate.parsed is None:
-            return
-        found = facts[candidate.parsed.base]
+    def _judge(candidate: _Candidate, found: x11.DisplayFacts, request: PlatformRequest) -> None:
         if candidate.screens is not None:
             for screen in candidate.screens:
                 candidate.reasons += x11.screen_reasons(found, screen, request.width, request.height)

@@ -3,6 +3,11 @@
 Probes touch drivers and servers that may crash or hang (a Vulkan ICD that segfaults, an X server that
 accepts a connection and never answers). Running them in a child of their own, in their own process
 group, keeps that away from the daemon: a crash is a reason, a hang is killed at the deadline.
+
+A probe never outlives its owner: it is started with ``PR_SET_PDEATHSIG = SIGKILL``, so it dies when
+the thread that started it exits (with the process, or when the process is SIGKILLed while the probe
+blocks on a frozen X server). :func:`run_probe` waits for the child on the thread that started it, so
+probes may run on short-lived threads.
 """
 
 from __future__ import annotations
@@ -13,16 +18,18 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from renderd.errors import describe_exit
+from renderd.process import die_with_parent
 
 log = logging.getLogger(__name__)
 
 #: How much of a probe's stderr is kept for a reason (the tail, in characters).
 STDERR_TAIL_CHARS = 600
+
 
 
 @dataclass
@@ -42,6 +49,7 @@ def run_probe(
     env: Mapping[str, str],
     timeout: float,
     isolated: bool = False,
+    on_start: Callable[[subprocess.Popen[bytes]], None] | None = None,
 ) -> ProbeOutcome:
     """Run ``python script args...`` and return the JSON that follows ``marker`` on its stdout.
 
@@ -49,6 +57,9 @@ def run_probe(
     script's directory off ``sys.path``. Never raises for anything the child does: a crash, a timeout or
     garbled output come back as ``ProbeOutcome.failure``. Raises ``OSError`` only if the interpreter
     itself cannot be started.
+
+    ``on_start`` is called with the child once it runs (a caller that gives up early may
+    :func:`kill_probe` it from another thread; the outcome is then a failure).
     """
     argv = [sys.executable, "-I" if isolated else "-P", script, *args]
     proc = subprocess.Popen(
@@ -59,8 +70,11 @@ def run_probe(
         env=dict(env),
         process_group=0,
         close_fds=True,
+        preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl and getppid run in the child)
     )
     try:
+        if on_start is not None:
+            on_start(proc)
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
@@ -88,6 +102,13 @@ def run_probe(
             return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text)
         return ProbeOutcome(None, "the probe printed no answer", err_text)
     return ProbeOutcome(answer, None, err_text)
+
+
+def kill_probe(proc: subprocess.Popen[bytes]) -> None:
+    """Kill a running probe child (and its process group) from any thread; :func:`run_probe` then
+    returns a failure. Does nothing once the child has been reaped."""
+    if proc.returncode is None:
+        _kill_group(proc)
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

@@ -25,10 +25,19 @@ log = logging.getLogger(__name__)
 VULKAN_PROBE_TIMEOUT = 20.0
 #: How long a probe result is reused for the same environment.
 VULKAN_PROBE_CACHE_SECONDS = 300.0
-#: Environment variables that change what the Vulkan loader finds (prefixes).
-VULKAN_ENV_PREFIXES = ("VK_", "MESA_", "LD_LIBRARY_PATH", "LD_PRELOAD", "__NV", "NVIDIA_", "DISPLAY", "XDG_RUNTIME_DIR")
-#: Environment variables that name ICD manifest files.
-ICD_ENV_VARS = ("VK_ICD_FILENAMES", "VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES")
+#: Environment variables that change what the Vulkan loader finds (prefixes): VK_DRIVER_FILES,
+#: VK_ADD_DRIVER_FILES, VK_ICD_FILENAMES, VK_LAYER_PATH ..., the XDG search directories, drivers' own
+#: switches and the libraries loaded.
+VULKAN_ENV_PREFIXES = (
+    "VK_", "MESA_", "LD_LIBRARY_PATH", "LD_PRELOAD", "__NV", "NVIDIA_", "DISPLAY", "WAYLAND_DISPLAY", "XDG_",
+)
+#: Variables matched exactly: the loader searches ``$HOME/.local/share/vulkan`` (and ``$HOME/.config``)
+#: when the XDG home variables are unset.
+VULKAN_ENV_VARS = ("HOME",)
+#: Environment variables that name ICD manifest files, in the loader's order of precedence:
+#: VK_DRIVER_FILES replaces the deprecated VK_ICD_FILENAMES (ignored when both are set), and
+#: VK_ADD_DRIVER_FILES is used only when neither is set.
+ICD_ENV_VARS = ("VK_DRIVER_FILES", "VK_ICD_FILENAMES", "VK_ADD_DRIVER_FILES")
 
 INSTALL_HINT = (
     "install the Vulkan loader and a driver: apt-get install libvulkan1 mesa-vulkan-drivers "
@@ -78,8 +87,14 @@ _cache: dict[tuple[tuple[str, str], ...], tuple[float, VulkanProbe]] = {}
 _cache_lock = threading.Lock()
 
 
-def _cache_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, v) for k, v in env.items() if k.startswith(VULKAN_ENV_PREFIXES)))
+def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` that can change what the Vulkan loader finds (the key of the probe caches)."""
+    return tuple(
+        sorted((k, v) for k, v in env.items() if k.startswith(VULKAN_ENV_PREFIXES) or k in VULKAN_ENV_VARS)
+    )
+
+
+_cache_key = loader_env_key
 
 
 def clear_cache() -> None:
@@ -140,14 +155,20 @@ def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
 
 
 def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
-    """(what the environment says about ICD manifests, the fix) for a failing vkCreateInstance."""
+    """(what the environment says about ICD manifests, the fix) for a failing vkCreateInstance. Names the
+    variable the loader actually used (see :data:`ICD_ENV_VARS`)."""
     for var in ICD_ENV_VARS:
         value = env.get(var)
         if not value:
             continue
+        ignored = [v for v in ICD_ENV_VARS if v != var and env.get(v)]  # all below ``var``: the loader skips them
+        note = f"; {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored while {var} is set"
+        note = note if ignored else ""
         missing = [p for p in value.split(os.pathsep) if p and not os.path.exists(p)]
         fix = f"point {var} at an existing ICD manifest (see /usr/share/vulkan/icd.d/) or unset it"
         if missing:
-            return f" (no Vulkan driver found: {var}={value} names {', '.join(missing)}, which does not exist)", fix
-        return f" (no usable Vulkan driver among {var}={value})", fix
+            listed = ", ".join(missing)
+            verb = "does" if len(missing) == 1 else "do"
+            return f" (no Vulkan driver found: {var}={value} names {listed}, which {verb} not exist{note})", fix
+        return f" (no usable Vulkan driver among {var}={value}{note})", fix
     return " (no Vulkan driver (ICD) was found)", DRIVER_FIX

@@ -9,20 +9,25 @@ root window has depth 24.
 
 from __future__ import annotations
 
+import concurrent.futures
 import glob
 import logging
 import os
 import re
+import subprocess
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from renderd.platforms.probe import run_probe
+from renderd.platforms.probe import kill_probe, run_probe
 
 log = logging.getLogger(__name__)
 
-#: Deadline for one probe run (all displays of one check together).
+#: Deadline for probing one display (each display is probed in a child of its own).
 X11_PROBE_TIMEOUT = 10.0
+#: How many displays are probed at the same time.
+X11_PROBE_PARALLEL = 4
 #: Where X servers put their local sockets (``X<n>``).
 X11_SOCKET_DIR = "/tmp/.X11-unix"
 #: The root depth Unity's X11 player needs.
@@ -102,30 +107,110 @@ class DisplayFacts:
 
 
 def probe_displays(
-    names: Iterable[str], env: Mapping[str, str], timeout: float = X11_PROBE_TIMEOUT
+    names: Iterable[str], env: Mapping[str, str], timeout: float | None = None
 ) -> dict[str, DisplayFacts]:
-    """Probe each display (by its base name, screens included) in one child; keyed by the given names.
+    """Probe each display (by its base name, screens included); keyed by the given names. Each display
+    is probed in a child of its own with its own ``timeout`` (default :data:`X11_PROBE_TIMEOUT`), a few at a time (see :class:`DisplayProbes`),
+    so a hung server fails only itself.
 
     Never raises for a display's problems: an unreachable display, a hung server or a missing
     python-xlib come back as facts with ``ok=False`` and an ``error``.
     """
     names = list(dict.fromkeys(names))
-    if not names:
-        return {}
-    # XAUTHORITY and HOME matter for authorisation; DISPLAY must not leak into the probe's choice.
-    probe_env = {k: v for k, v in env.items() if k != "DISPLAY"}
-    outcome = run_probe(_PROBE_SCRIPT, names, marker=_PROBE_MARKER, env=probe_env, timeout=timeout)
-    if outcome.answer is None or "displays" not in outcome.answer:
-        error = outcome.failure or str((outcome.answer or {}).get("error", "no answer"))
-        if outcome.stderr:
-            error += f": {outcome.stderr.splitlines()[-1]}"
-        return {name: DisplayFacts(name, False, f"the X probe failed: {error}", "probe") for name in names}
-    facts = {}
-    for item in outcome.answer["displays"]:
-        found = DisplayFacts.from_json(item)
-        facts[found.name] = found
-    silent = "the X probe said nothing about it"
-    return {name: facts.get(name, DisplayFacts(name, False, silent, "probe")) for name in names}
+    with DisplayProbes(names, env, timeout) as probes:
+        return {name: probes.result(name) for name in names}
+
+
+class DisplayProbes:
+    """Probes of several displays running concurrently, one child per display, each with its own deadline
+    (at most :data:`X11_PROBE_PARALLEL` at a time, in the order given). :meth:`result` waits for one
+    display only, so a caller that walks its candidates in order of preference stops at the first usable
+    one without waiting for a frozen server further down the list; :meth:`close` (or leaving the
+    ``with`` block) kills the probes still running and waits for their threads.
+    """
+
+    def __init__(
+        self,
+        names: Iterable[str],
+        env: Mapping[str, str],
+        timeout: float | None = None,
+        parallel: int | None = None,
+    ) -> None:
+        self.names = list(dict.fromkeys(names))
+        # XAUTHORITY and HOME matter for authorisation; DISPLAY must not leak into the probe's choice.
+        self._env = {k: v for k, v in env.items() if k != "DISPLAY"}
+        self._timeout = X11_PROBE_TIMEOUT if timeout is None else timeout
+        parallel = X11_PROBE_PARALLEL if parallel is None else parallel
+        self._lock = threading.Lock()
+        self._running: set[subprocess.Popen[bytes]] = set()
+        self._closed = False
+        self._futures: dict[str, concurrent.futures.Future[DisplayFacts]] = {}
+        if not self.names:
+            self._pool = None
+            return
+        # Each probe runs (and is waited for) on a pool thread: the thread outlives its child, as
+        # PR_SET_PDEATHSIG requires (see renderd.platforms.probe).
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, min(parallel, len(self.names))), thread_name_prefix="renderd-x11-probe"
+        )
+        for name in self.names:
+            self._futures[name] = self._pool.submit(self._probe, name)
+
+    def result(self, name: str) -> DisplayFacts:
+        """The facts about ``name`` (one of the names given), waiting for its probe."""
+        future = self._futures[name]
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            return DisplayFacts(name, False, "the X probe was cancelled", "probe")
+
+    def close(self) -> None:
+        """Kill the probes still running, drop those not started, and wait for the threads. Idempotent."""
+        with self._lock:
+            self._closed = True
+            running = list(self._running)
+        for proc in running:
+            kill_probe(proc)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> DisplayProbes:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _started(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._running.add(proc)
+                return
+        kill_probe(proc)
+
+    def _probe(self, name: str) -> DisplayFacts:
+        with self._lock:
+            if self._closed:
+                return DisplayFacts(name, False, "the X probe was cancelled", "probe")
+        try:
+            outcome = run_probe(
+                _PROBE_SCRIPT, [name], marker=_PROBE_MARKER, env=self._env, timeout=self._timeout,
+                on_start=self._started,
+            )
+        except OSError as exc:
+            return DisplayFacts(name, False, f"the X probe could not be started: {exc}", "probe")
+        finally:
+            with self._lock:
+                self._running = {p for p in self._running if p.returncode is None}
+        if outcome.answer is None or "displays" not in outcome.answer:
+            error = outcome.failure or str((outcome.answer or {}).get("error", "no answer"))
+            if outcome.stderr:
+                error += f": {outcome.stderr.splitlines()[-1]}"
+            return DisplayFacts(name, False, f"the X probe failed: {error}", "probe")
+        for item in outcome.answer["displays"]:
+            found = DisplayFacts.from_json(item)
+            if found.name == name:
+                return found
+        return DisplayFacts(name, False, "the X probe said nothing about it", "probe")
 
 
 def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) -> list[str]:

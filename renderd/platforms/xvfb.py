@@ -8,8 +8,12 @@ calls it on exit; it is also registered with :mod:`atexit`), or when this proces
 
 How a server starts::
 
-    Xvfb -displayfd <fd> -screen 0 WxHx24 [-screen 1 WxHx24 ...] +extension GLX -nolisten tcp -noreset
+    Xvfb -displayfd <fd> -screen 0 WxHx24 [-screen 1 WxHx24 ...] +extension GLX -nolisten tcp -noreset \
+         -I renderd-managed-display
       |
+      +-- "-I" makes the server ignore the rest of its command line: the marker after it is how
+      |   :func:`managed_display_pid` recognises renderd's own Xvfbs (any process's, any daemon's), so that
+      |   display discovery never adopts one without a reference
       +-- writes "<number>\\n" to <fd> when it accepts connections (read here with a deadline)
       +-- verified with python-xlib (screens, size, depth, GLX) before the handle is returned
 
@@ -21,7 +25,6 @@ from __future__ import annotations
 
 import atexit
 import concurrent.futures
-import ctypes
 import logging
 import os
 import queue
@@ -29,6 +32,7 @@ import select
 import shutil
 import signal
 import socket
+import struct
 import subprocess
 import tempfile
 import threading
@@ -39,6 +43,7 @@ from typing import IO, Any, TypeVar
 
 from renderd.errors import PlatformError, describe_exit, os_error_message
 from renderd.platforms import x11
+from renderd.process import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -61,8 +66,11 @@ XVFB_LOG_TAIL_CHARS = 1500
 
 INSTALL_HINT = "install Xvfb and its GL drivers: apt-get install xvfb libgl1-mesa-dri libglx-mesa0"
 
-PR_SET_PDEATHSIG = 1
 _T = TypeVar("_T")
+
+#: The word after ``-I`` (the X server ignores everything from ``-I`` on) at the end of every managed
+#: Xvfb's command line: the mark of a display renderd manages.
+MANAGED_MARKER = "renderd-managed-display"
 
 
 def find_xvfb(env: Mapping[str, str] | None = None) -> str | None:
@@ -119,23 +127,6 @@ class _Spawner:
 
 
 _SPAWNER = _Spawner()
-
-try:
-    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
-    _prctl.restype = ctypes.c_int
-except (OSError, AttributeError):  # not Linux
-    _prctl = None
-
-
-def _child_setup(parent_pid: int) -> Callable[[], None]:
-    def setup() -> None:  # runs in the forked child before exec: no allocation-heavy work, no locks
-        if _prctl is not None:
-            _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return setup
-
 
 class _Server:
     """One running Xvfb and the handles on it."""
@@ -374,6 +365,7 @@ class DisplayManager:
         argv = [binary, "-displayfd", "", "+extension", "GLX", "-nolisten", "tcp", "-noreset"]
         for screen in range(screens):
             argv += ["-screen", str(screen), f"{width}x{height}x{XVFB_DEPTH}"]
+        argv += ["-I", MANAGED_MARKER]  # must stay last: "-I" ignores what follows
         deadline = time.monotonic() + self.start_timeout
         read_fd, write_fd = os.pipe()
         argv[2] = str(write_fd)
@@ -389,7 +381,7 @@ class DisplayManager:
                         env=dict(env),
                         pass_fds=(write_fd,),
                         process_group=0,
-                        preexec_fn=_child_setup(os.getpid()),
+                        preexec_fn=die_with_parent(os.getpid(), signal.SIGTERM),  # SIGTERM: it removes its socket
                     ),
                     timeout=XVFB_SPAWN_TIMEOUT,
                     on_late=self._stop_process,
@@ -492,6 +484,46 @@ class DisplayManager:
             proc.wait(timeout=XVFB_KILL_WAIT)
         except subprocess.TimeoutExpired:
             log.error("Xvfb (pid %d) survived SIGKILL for %g s (stuck in the kernel?)", proc.pid, XVFB_KILL_WAIT)
+
+
+def managed_display_pid(number: int, socket_dir: str = x11.X11_SOCKET_DIR) -> int | None:
+    """The pid of the Xvfb renderd manages on display ``:number`` (started by any renderd process), or
+    None when the display is not renderd's (a user's X server), not running, or cannot be told.
+
+    The server is found through its socket, not through names or files that could be stale: the kernel
+    reports the listening process (``SO_PEERCRED``), whose live command line must end in
+    ``-I`` :data:`MANAGED_MARKER`. Takes one connect (a frozen server still completes it from the
+    listen backlog); bounded by :data:`SOCKET_CHECK_TIMEOUT`.
+    """
+    pid = _listener_pid(os.path.join(socket_dir, f"X{number}"))
+    if pid is None:
+        return None
+    return pid if is_managed_xvfb(pid) else None
+
+
+def is_managed_xvfb(pid: int) -> bool:
+    """True when process ``pid`` runs and is an Xvfb that renderd started (see :data:`MANAGED_MARKER`)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return False
+    marker = MANAGED_MARKER.encode()
+    return any(argv[i] == b"-I" and argv[i + 1] == marker for i in range(len(argv) - 1))
+
+
+def _listener_pid(socket_path: str) -> int | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(SOCKET_CHECK_TIMEOUT)
+    try:
+        sock.connect(socket_path)
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    pid = struct.unpack("3i", creds)[0]
+    return pid or None  # 0: the server runs in a pid namespace this process cannot see
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
