@@ -213,6 +213,8 @@ class TrainPost:
             return json.loads(bytes(memoryview(self.body)[part.start : part.end]))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ProtocolError(f"the {what} part is not valid JSON: {exc}") from exc
+        except RecursionError:
+            raise ProtocolError(f"the {what} part nests arrays or objects too deeply to decode") from None
 
     def metadata(self) -> dict[str, Any]:
         """The metadata object, legacy ``actionReturns`` merged into agents that lack ``actionReturn``.
@@ -807,10 +809,14 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
             bridge.check_postable()
             try:
                 metadata = post.metadata()
+                try:
+                    packed = encode_metadata(metadata)
+                except (TypeError, ValueError, OverflowError) as exc:  # a number beyond 64 bits, a lone surrogate
+                    raise ProtocolError(f"the metadata holds a value msgpack cannot carry: {exc}") from exc
             except ProtocolError as exc:
                 bridge.fail(ProtocolError(f"{bridge.name} posted a bad frame: {exc}"))
                 return _error(start_response, 400, "ProtocolError", str(exc))
-            fields: list[tuple[FieldType, Any]] = [(FieldType.METADATA, encode_metadata(metadata)), *post.images]
+            fields: list[tuple[FieldType, Any]] = [(FieldType.METADATA, packed), *post.images]
             action = bridge.post(
                 fields,
                 connection=f"{environ.get('REMOTE_ADDR')}:{environ.get('REMOTE_PORT')}",
@@ -1042,6 +1048,8 @@ class _Connection:
             name, sep, value = line.partition(":")
             if not sep or not name or not set(name.encode("latin-1")) <= _TOKEN_CHARS:
                 raise _HttpError(400, f"malformed header line {line[:100]!r}")
+            if "_" in name:  # its CGI-style key would alias the same name with "-" (Content_Length)
+                continue
             key = name.upper().replace("-", "_")
             value = value.strip(" \t")
             if key in headers:
@@ -1124,7 +1132,8 @@ class _Connection:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
         raw_length = headers.get("CONTENT_LENGTH", "")
         if raw_length:
-            if not raw_length.isdigit():
+            # ASCII digits only ("²".isdigit() is true) and at most 19 of them (int() refuses 4,300 digits).
+            if not (raw_length.isascii() and raw_length.isdigit()) or len(raw_length) > 19:
                 raise _HttpError(400, f"Content-Length {raw_length[:40]!r} is not a number")
             length = int(raw_length)
         else:
@@ -1134,7 +1143,8 @@ class _Connection:
             raise _HttpError(413, f"the body is {length} bytes, over the limit of {limit} bytes")
         connection = headers.get("CONNECTION", "").lower()
         keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
-        if length and headers.get("EXPECT", "").lower() == "100-continue" and self.have == end:
+        expects = version != "HTTP/1.0" and headers.get("EXPECT", "").lower() == "100-continue"  # RFC 9110 10.1.1
+        if length and expects and self.have == end:
             if not self._send(b"HTTP/1.1 100 Continue\r\n\r\n"):
                 return False
         if length:
@@ -1154,6 +1164,8 @@ class _Connection:
         lines.extend(f"{name}: {value}\r\n" for name, value in response_headers)
         if "content-length" not in names:
             lines.append(f"Content-Length: {len(payload)}\r\n")
+        if self.server.stopping:  # the connection closes after this answer (a waiting post's 410 at stop)
+            keep_alive = False
         if any(name.lower() == "connection" and value.lower() == "close" for name, value in response_headers):
             keep_alive = False
         elif not keep_alive:

@@ -171,6 +171,23 @@ def test_expect_100_continue(served):
     thread.join(DEADLINE)
 
 
+def test_no_100_continue_for_http_1_0(served):
+    # RFC 9110: a server ignores Expect: 100-continue from an HTTP/1.0 client (which cannot read an interim
+    # response); the first thing it answers is the real response.
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    body = frame_body(bridge.token)
+    request = request_bytes(body, headers=["Expect: 100-continue", "Connection: keep-alive"])
+    head, _, rest = request.replace(b"HTTP/1.1", b"HTTP/1.0", 1).partition(b"\r\n\r\n")
+    client.send(head + b"\r\n\r\n")
+    client.send(rest)
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+
+
 # -- tokens ---------------------------------------------------------------------------------------------
 
 
@@ -244,6 +261,9 @@ def test_wrong_content_type_is_400(served):
         ({"md": {"agents": [{"screenWidth": 0, "screenHeight": 3}]}}, "screen size 0 x 3"),
         ({"md": {"agents": ["x"]}}, "agents\\[0\\] is str"),
         ({"md": {"agents": [{"screenWidth": float("inf"), "screenHeight": 3}]}}, "screenWidth/screenHeight"),
+        # Valid JSON that msgpack cannot carry: answered 400 and the stream failed, not a 500.
+        ({"md": {**metadata(), "big": 2**70}}, "msgpack cannot carry"),
+        ({"md": {**metadata(), "text": "\ud800"}}, "msgpack cannot carry"),
     ],
 )
 def test_bad_frame_is_400_and_the_client_gets_protocol_error(served, body_kwargs, match):
@@ -259,6 +279,17 @@ def test_bad_frame_is_400_and_the_client_gets_protocol_error(served, body_kwargs
     # the stream stays failed, as a decoder does after bad bytes
     client.send(request_bytes(frame_body(bridge.token)))
     assert client.response().status == 409
+
+
+def test_metadata_nested_too_deeply_is_400_and_protocol_error(served):
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    deep = b"[" * 100_000 + b"]" * 100_000
+    client.send(request_bytes(form([part("metadata", deep), part("token", bridge.token.encode())])))
+    assert client.response().status == 400
+    with pytest.raises(ProtocolError, match="too deeply"):
+        bridge.recv(deadline())
 
 
 def test_missing_metadata_is_400_and_protocol_error(served):
@@ -342,6 +373,9 @@ def test_wsgi_body_reader_grows_with_the_bytes(monkeypatch):
         (b"BROKEN\r\n\r\n", 400),
         (b"GET /ping HTTP/2.0\r\n\r\n", 505),
         (b"GET /ping HTTP/1.1\r\nbad header line\r\n\r\n", 400),
+        ("POST /train HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\n".encode("latin-1"), 400),  # isdigit() is true
+        (b"POST /train HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400),  # int() refuses it
+        (b"POST /train HTTP/1.1\r\nContent_Length: 5\r\n\r\nhello", 411),  # not an alias of Content-Length
         (b"POST /train HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx", 400),
         (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
         (b"POST /ping HTTP/1.1\r\n\r\n", 405),
@@ -513,7 +547,8 @@ def test_stop_answers_waiting_players_and_joins_threads(served):
     client.send(request_bytes(frame_body(bridge.token)))
     bridge.recv(deadline())
     server.stop()
-    assert client.response().status == 410
+    response = client.response()
+    assert response.status == 410 and response.headers.get("connection") == "close"
     assert client.closed_by_server()
 
 
