@@ -73,6 +73,10 @@ def test_managed_xvfb_killed_is_a_crash_for_the_client(nothing_left) -> None:
         session.step("MoveAhead")
         (xvfb,) = xvfb_children()
         xvfb.kill()
+        # Dead, not only signalled: on a loaded machine a SIGKILLed Xvfb can take longer to go than the
+        # player takes for three steps, and until then its display still answers.
+        wait_for(lambda: xvfb.status() == psutil.STATUS_ZOMBIE if xvfb.is_running() else True, 5,
+                 "the Xvfb to die")
         with Timer() as t, pytest.raises(PlayerCrashed) as info:
             for _ in range(3):  # the next steps render: a player that lost its display must die
                 session.step("RotateLeft", degrees=10)
