@@ -108,7 +108,9 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], 
     exits (``PR_SET_PDEATHSIG``), for every child renderd starts: players, probes, Xvfb.
 
     Prepared in the parent so the child only makes system calls: no allocation, no lock. A child whose
-    parent died before the flag took effect (nobody would ever send the signal) sends it to itself.
+    parent died before the flag took effect (nobody would ever send the signal) exits at once, with
+    ``os._exit``: until exec it still runs the parent's Python signal handlers, which a signal sent to
+    itself would run instead of ending it.
     """
     prctl = _prctl
     signum = int(sig)
@@ -117,7 +119,7 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], 
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
         if os.getppid() != parent_pid:
-            os.kill(os.getpid(), signum)
+            os._exit(1)
 
     return preexec
 

@@ -125,10 +125,11 @@ DEFAULT_MAX_BODY_SIZE = 4096 * 4096 * 4
 #: Most fields accepted in one message by default (a player with many agents and third-party cameras
 #: sends a few dozen); a stream that never sends its end marker is rejected instead of growing forever.
 DEFAULT_MAX_FIELDS = 1024
-#: Largest whole message accepted, by default, in multiples of the largest body: four frames of the
-#: largest size (as the HTTP endpoint's largest request). Without it, 1024 fields of 64 MiB each would be
-#: accepted, and a reader past its deadline would go on reading while the bytes kept coming.
-MESSAGE_SIZE_IN_BODIES = 4
+#: Largest whole message accepted, by default, in multiples of the largest body: sixteen (1 GiB by
+#: default: a 4096 x 4096 agent with every image type, and third-party cameras besides). Without it, 1024
+#: fields of 64 MiB each would be accepted, and a reader past its deadline would go on reading while the
+#: bytes kept coming.
+MESSAGE_SIZE_IN_BODIES = 16
 #: Bodies up to this size are copied out of the decoder's scratch buffer; larger ones get a buffer of
 #: their own that the transport reads into directly.
 SMALL_BODY = 16 * 1024

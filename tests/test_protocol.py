@@ -424,7 +424,9 @@ def test_a_message_over_max_message_size_is_refused_from_the_crossing_header():
     e = _err(fields + struct.pack("!BI", FieldType.DEPTH_IMAGE, 1), max_body_size=200, max_message_size=420)
     assert "message grows to 426 bytes with this DEPTH_IMAGE field" in str(e) and "420" in str(e)
     assert e.offset == 4 * 105 and e.field_type == FieldType.DEPTH_IMAGE
-    assert Decoder(max_body_size=1000).max_message_size == 4000  # by default, four of the largest bodies
+    assert Decoder(max_body_size=1000).max_message_size == 16000  # by default, sixteen of the largest bodies
+    # A 4096 x 4096 RGBA agent with RGB, depth, normals, instance and class segmentation fits the default.
+    assert 5 * (5 + 4096 * 4096 * 4) <= Decoder().max_message_size
 
 
 def test_metadata_must_be_a_msgpack_map():

@@ -57,8 +57,14 @@ class Linux64(Platform):
 
         notes = list(plan.notes)
         passed_managed: list[str] = []
+        # A DISPLAY set in the request's own env (not inherited) names the display as x_display does: the
+        # player gets a screen of it or nothing, never another display found around it.
+        named = None if request.display_given else (request.env or {}).get("DISPLAY")
+        explicit = request.display_given or bool(named)
         if request.display_given:
             candidates = [self._candidate(request.x_display or "", wanted)]
+        elif named:
+            candidates = [self._candidate(str(named), wanted)]
         else:
             names = []
             if env.get("DISPLAY"):  # named explicitly: used even if it is a display renderd manages
@@ -113,8 +119,8 @@ class Linux64(Platform):
                 f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets{others}; fix: "
                 f"{x11.MANAGED_FIX}, or start an X server and set DISPLAY"
             )
-        if request.display_given or xvfb_path is None:
-            if xvfb_path is None and not request.display_given:
+        if explicit or xvfb_path is None:
+            if xvfb_path is None and not explicit:
                 reasons.append(
                     f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}"
                 )

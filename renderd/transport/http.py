@@ -351,9 +351,12 @@ class PlayerBridge:
 
     def ready(self) -> bool:
         """True when :meth:`recv` would return or raise at once (a frame is waiting, the stream failed,
-        or the bridge is closed); never waits."""
+        the bridge is closed, or the attached player has exited); never waits."""
         with self._cond:
-            return bool(self._frames) or self._error is not None or self._closed
+            if self._frames or self._error is not None or self._closed:
+                return True
+            watched = self._player is not None or self._alive is not None
+            return watched and self._exited()
 
     def _update_ready(self) -> None:
         # Called with the lock held after any change of what recv would do: keep the eventfd readable

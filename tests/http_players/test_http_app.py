@@ -527,6 +527,19 @@ def test_bridge_fileno_is_readable_exactly_while_recv_would_not_wait(served):
         bridge.fileno()
 
 
+def test_bridge_is_ready_once_its_player_has_exited(served):
+    # A player that posts with Connection: close and then exits leaves no error on its bridge; recv
+    # raises PlayerCrashed at once, so ready() must say so (a VectorSession polls on it).
+    registry, _, _ = served
+    alive = [True]
+    bridge = registry.register(alive=lambda: alive[0])
+    assert not bridge.ready()
+    alive[0] = False
+    assert bridge.ready()
+    with pytest.raises(PlayerCrashed, match="exited"):
+        bridge.recv(deadline())
+
+
 def test_a_second_concurrent_post_is_409(served):
     registry, _, _ = served
     bridge = registry.register()

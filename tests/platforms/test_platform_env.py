@@ -4,8 +4,10 @@ on a display named there is the one the player gets."""
 from __future__ import annotations
 
 import psutil
+import pytest
 
 import renderd
+from renderd.errors import PlatformError
 from tests.daemon.conftest import DaemonProcess
 
 START = 30.0
@@ -43,3 +45,14 @@ def test_the_daemon_gives_each_player_its_screen_of_the_display_named_in_env(xvf
         assert displays == [f"{server.name}.0", f"{server.name}.1"]
     finally:
         daemon.cleanup()
+
+
+def test_a_display_named_in_env_that_fails_the_check_is_not_swapped_for_another(xvfb):
+    # Depth 16 fails the check; a good display runs next to it. The player must not be moved to the other
+    # display (possibly someone else's X server): the launch fails, naming the display that was asked for.
+    bad = xvfb("-screen", "0", "320x240x16")
+    xvfb("-screen", "0", "320x240x24", "+extension", "GLX")
+    with pytest.raises(PlatformError) as info:
+        renderd.launch("renderd-player", platform="Linux64", width=64, height=48, args=["--static-frame"],
+                       env={"DISPLAY": bad.name}, start_timeout=START)
+    assert bad.name in str(info.value)
