@@ -55,6 +55,16 @@ ENV_ID = "renderd/Unity-v0"
 DEFAULT_ACTIONS: tuple[str, ...] = ("MoveAhead", "RotateLeft", "RotateRight", "LookUp", "LookDown")
 #: Steps after which an episode is truncated.
 DEFAULT_MAX_EPISODE_STEPS = 500
+
+
+class _Default:
+    """The type of :data:`_DEFAULT_LIMIT`: ``max_episode_steps`` not given."""
+
+    def __repr__(self) -> str:
+        return f"<default: {DEFAULT_MAX_EPISODE_STEPS}>"
+
+
+_DEFAULT_LIMIT = _Default()
 #: Upper bound of the depth observation, metres (the reference player's far clipping plane, which is
 #: also AI2-THOR's default); depth beyond it is clipped. Gymnasium's checker rejects an infinite bound.
 DEFAULT_MAX_DEPTH = 20.0
@@ -262,7 +272,8 @@ class RenderdEnv(gymnasium.Env):
     a list to draw from at each reset (with the env's seeded ``np_random``), or None for the player's
     current scene; ``reset(options={"scene": ...})`` overrides it. ``max_episode_steps``: truncation
     (None: never) when the env is built directly; ``gymnasium.make`` truncates with its ``TimeLimit``
-    wrapper instead, at :data:`DEFAULT_MAX_EPISODE_STEPS` or ``make(..., max_episode_steps=N)`` (-1: never). ``reward_fn(event) -> float`` (default :func:`default_reward`) and
+    wrapper instead, at :data:`DEFAULT_MAX_EPISODE_STEPS` or ``make(..., max_episode_steps=N)`` (-1: never);
+    a limit given explicitly (also in a registration's ``kwargs``) always holds. ``reward_fn(event) -> float`` (default :func:`default_reward`) and
     ``terminated_fn(event) -> bool`` (default: never). ``init_params``: extra ``Initialize`` arguments
     (``gridSize``, ``fieldOfView``...). Other keyword arguments go to :func:`renderd.launch`
     (``width``, ``height``, ``executable``, ``args``, ``platform``...). The player is launched at the first
@@ -282,7 +293,7 @@ class RenderdEnv(gymnasium.Env):
         depth: bool = False,
         max_depth: float = DEFAULT_MAX_DEPTH,
         scene: str | Sequence[str] | None = None,
-        max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
+        max_episode_steps: int | None | _Default = _DEFAULT_LIMIT,
         reward_fn: Callable[[Event], float] | None = None,
         terminated_fn: Callable[[Event], bool] | None = None,
         init_params: Mapping[str, Any] | None = None,
@@ -292,6 +303,11 @@ class RenderdEnv(gymnasium.Env):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.render_mode = render_mode
+        # Given explicitly (as an argument, or in a registration's kwargs), the limit holds however the env
+        # was made; the default holds only for an env built directly (see _episode_limit).
+        self._limit_given = not isinstance(max_episode_steps, _Default)
+        if not self._limit_given:
+            max_episode_steps = DEFAULT_MAX_EPISODE_STEPS
         self._launch_kwargs = dict(launch_kwargs)
         self._launch_kwargs.setdefault("width", 300)
         self._launch_kwargs.setdefault("height", 300)
@@ -347,10 +363,10 @@ class RenderdEnv(gymnasium.Env):
         return spec.observation(event), reward, terminated, truncated, spec.info(event)
 
     def _episode_limit(self) -> int | None:
-        # Made by gymnasium.make (which gives the env a spec): its TimeLimit wrapper truncates, at the
-        # registered DEFAULT_MAX_EPISODE_STEPS or make's max_episode_steps; the constructor's own limit must
-        # not cut the episode short before it (make takes max_episode_steps for itself, never passing it on).
-        if self.spec is not None:
+        # Made by gymnasium.make (which gives the env a spec) with the default limit: its TimeLimit wrapper
+        # truncates, at the registered DEFAULT_MAX_EPISODE_STEPS or make's max_episode_steps; the default
+        # here must not cut the episode short before it (make takes max_episode_steps for itself).
+        if self.spec is not None and not self._limit_given:
             return None
         return self._spec.max_episode_steps
 

@@ -73,10 +73,6 @@ CLIENT_PIPE_RETRY = 0.01
 SHUTDOWN_SLACK = 5.0
 #: Log lines of a player quoted in its failure reason.
 REASON_LOG_LINES = 8
-#: Shortest time, in seconds, a failed platform selection is reused for the retries of an environment's
-#: players before the platform is probed again (otherwise: ``backoff_max``, if longer). A new declaration of
-#: the environment (PUT, reload) probes again at once.
-SELECTION_FAILURE_KEPT = 10.0
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
 #: their own timeouts, X11_PROBE_TIMEOUT for an X server) after SHUTDOWN_SLACK.
 SELECTION_STOP_WAIT = 60.0
@@ -186,10 +182,8 @@ class Environment:
         self.selection: Any = None
         self.selection_for: EnvironmentConfig | None = None
         # Platform selection runs on a thread of its own, never with the supervisor's lock held (a probe of
-        # a hung X server takes its whole timeout): the thread while it runs, and the last failure (for
-        # which configuration, why, until when it is reused instead of probing again).
+        # a hung X server takes its whole timeout): the thread while it runs.
         self.selecting: threading.Thread | None = None
-        self.selection_failure: tuple[EnvironmentConfig, str, float] | None = None
 
     @property
     def name(self) -> str:
@@ -371,7 +365,6 @@ class Supervisor:
                 env.config = config
                 env.source = source
                 env.removing = False
-                env.selection_failure = None  # a new declaration probes the platform again
                 for p in env.players:  # a new declaration gives failed slots a new chance
                     if p.state in (State.FAILED, State.EXITED):
                         p.boot_failures = p.backoff_failures = 0
@@ -996,21 +989,15 @@ class Supervisor:
 
         Selecting may probe the machine for seconds (an X server that never answers takes the probe's whole
         timeout), so it never runs here, with the lock held: a thread selects, stores the result and wakes
-        the loop; meanwhile this raises :class:`_SelectionPending`. A failed selection is kept for
-        ``max(backoff_max, SELECTION_FAILURE_KEPT)`` seconds and raised again as a RenderdError (a boot
-        failure) without probing again, until then or until the environment is declared again.
+        the loop; meanwhile this raises :class:`_SelectionPending`. One selection runs per environment at a
+        time; a failure is a boot failure of every player that waited for it, whose retries (after their
+        back-off) select again.
         """
         cfg = env.config
         if env.selection is not None and env.selection_for is not None and not _platform_changed(
             env.selection_for, cfg
         ):
             return env.selection
-        failure = env.selection_failure
-        if failure is not None:
-            failed_for, reason, until = failure
-            if not _platform_changed(failed_for, cfg) and time.monotonic() < until:
-                raise RenderdError(reason)
-            env.selection_failure = None
         if env.selecting is None and not self._stopping:
             t = threading.Thread(target=self._select_platform, args=(env, cfg), daemon=True,
                                  name=f"renderd-select-{env.name}")
@@ -1042,10 +1029,11 @@ class Supervisor:
                     if selection is not None:
                         self._release_selection(selection)
                 elif selection is None:
-                    kept = max(self.daemon_config.backoff_max, SELECTION_FAILURE_KEPT)
-                    env.selection_failure = (cfg, reason, time.monotonic() + kept)
-                    log.warning("environment %s: no platform (probed again in %g s, or when the environment "
-                                "is declared again): %s", env.name, kept, reason)
+                    log.warning("environment %s: no platform: %s", env.name, reason)
+                    for p in list(env.players):  # the players that waited for it: a boot failure each
+                        if p.awaiting_platform and p.state == State.BACKOFF:
+                            p.awaiting_platform = False
+                            self._count_boot_failure(p, reason)
                 else:
                     old = env.selection
                     env.selection, env.selection_for = selection, cfg

@@ -94,6 +94,21 @@ def test_make_max_episode_steps_is_the_episode_limit(no_leaks):
         env.close()
 
 
+def test_a_limit_given_in_a_registration_holds(no_leaks):
+    # An id registered with its own max_episode_steps in kwargs (no TimeLimit): the env truncates itself.
+    env_id = "renderd-test/Limit3-v0"
+    gymnasium.register(id=env_id, entry_point="renderd.gym:RenderdEnv", kwargs={"max_episode_steps": 3})
+    try:
+        env = gymnasium.make(env_id, actions=["Pass"], **player_kwargs())
+        try:
+            env.reset(seed=0)
+            assert [env.step(0)[3] for _ in range(3)] == [False, False, True]
+        finally:
+            env.close()
+    finally:
+        del gymnasium.registry[env_id]
+
+
 def test_seeded_scene_choice_is_deterministic(no_leaks):
     env = rgym.RenderdEnv(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], **_kwargs())
     try:
