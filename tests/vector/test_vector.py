@@ -363,6 +363,6 @@ def test_a_failed_reset_with_undecodable_metadata_is_reported_not_raised(no_leak
         assert all("failed on purpose" in info["reset_error"] for info in infos)
         assert not any("error" in info for info in infos)
         with pytest.raises(ProtocolError, match="not valid msgpack"):
-            obs[0].metadata
+            _ = obs[0].metadata
     finally:
         vs.close()
