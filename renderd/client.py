@@ -527,9 +527,11 @@ def launch_player(
         full_env.update(endpoint_env)
         if env:
             full_env.update({str(k): str(v) for k, v in env.items()})
-            # The platform's own variables win over ``env``: the selection was made with it (a DISPLAY named
-            # in ``env`` was the display probed), so the screen it chose (DISPLAY=:N.s) is this player's.
-            full_env.update(choice.env)
+            # The screen the platform chose wins over a DISPLAY in ``env``: the selection was made with it
+            # (a DISPLAY named there is the display probed), so DISPLAY=:N.s is this player's. Every other
+            # variable of ``env`` overrides the platform's (RENDERD_PLATFORM included).
+            if "DISPLAY" in choice.env:
+                full_env["DISPLAY"] = choice.env["DISPLAY"]
         process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log)
         watch: PlayerProcess | PlayerOnDisplay = process
         if choice.display is not None:  # a managed Xvfb: its death is the player's end too

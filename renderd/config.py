@@ -512,9 +512,9 @@ class EnvironmentConfig:
     )
     env: dict[str, str] = setting(
         {},
-        help="Extra environment variables for the player; the platform's probes run with them too. Only the "
-        "variables the platform sets per player win over them: a `DISPLAY = \":1\"` here points the probes at "
-        "display `:1`, and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
+        help="Extra environment variables for the player; the platform's probes run with them too, and they "
+        "override the platform's variables, except `DISPLAY`: a `DISPLAY = \":1\"` here names display `:1` "
+        "(as `x_display` does), and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
         "containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` "
         "and the control API.",
         check=_env,

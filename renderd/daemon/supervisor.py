@@ -904,10 +904,11 @@ class Supervisor:
                     base_env, server_type="FIFO", server_pipe=p.pair.server_path,
                     client_pipe=p.pair.client_path, extra=cfg.env,
                 )
-            # The platform's own variables win over the environment's ``env``: the selection was made with it
-            # (a DISPLAY named there was the display probed), so the screen it chose for this instance
-            # (DISPLAY=:N.s, GPUs spread round-robin) is the player's.
-            child_env.update(platform_env)
+            # The screen the platform chose for this instance wins over a DISPLAY in the environment's ``env``:
+            # the selection was made with it (a DISPLAY named there is the display probed), so DISPLAY=:N.s
+            # (GPUs spread round-robin) is the player's. Every other variable of ``env`` overrides the platform's.
+            if "DISPLAY" in platform_env:
+                child_env["DISPLAY"] = platform_env["DISPLAY"]
             p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
         except (RenderdError, OSError) as exc:
             reason = str(exc) if isinstance(exc, RenderdError) else os_error_message(exc, "cannot start the player")

@@ -56,3 +56,11 @@ def test_a_display_named_in_env_that_fails_the_check_is_not_swapped_for_another(
         renderd.launch("renderd-player", platform="Linux64", width=64, height=48, args=["--static-frame"],
                        env={"DISPLAY": bad.name}, start_timeout=START)
     assert bad.name in str(info.value)
+
+
+def test_env_overrides_the_platforms_other_variables():
+    # Only DISPLAY is the platform's to decide; anything else set in env wins (RENDERD_PLATFORM here, as
+    # the transport benchmark uses it to have every column send 3-byte RGB).
+    with renderd.launch("renderd-player", platform="headless", width=32, height=24, args=["--static-frame"],
+                        env={"RENDERD_PLATFORM": "Linux64"}, start_timeout=START) as session:
+        assert psutil.Process(session.pid).environ()["RENDERD_PLATFORM"] == "Linux64"
