@@ -221,12 +221,17 @@ def check_seconds(value: Any, name: str, *, zero_ok: bool = False) -> float:
     return float(value)
 
 
-def _instances(value: int) -> str | None:
-    if value < 0:
-        return "must be 0 or more"
-    if value > MAX_INSTANCES:
-        return f"must be at most {MAX_INSTANCES}, got {value}"
-    return None
+def _count(lowest: int, highest: int) -> Check:
+    """A check for a whole number from ``lowest`` to ``highest``."""
+
+    def check(value: int) -> str | None:
+        if value < lowest:
+            return "must be 0 or more" if lowest == 0 else f"must be {lowest} or more"
+        if value > highest:
+            return f"must be at most {highest}, got {value}"
+        return None
+
+    return check
 
 
 def _positive(value: Any) -> str | None:
@@ -335,14 +340,6 @@ def _gpus(value: list[int]) -> str | None:
     return None
 
 
-def _api_threads(value: int) -> str | None:
-    if value <= 0:
-        return "must be greater than 0"
-    if value > MAX_API_THREADS:
-        return f"must be at most {MAX_API_THREADS}, got {value}"
-    return None
-
-
 def _has_nul(value: Any) -> bool:
     """Whether a string anywhere in ``value`` holds a NUL byte (no path, argument or variable can)."""
     if isinstance(value, str):
@@ -445,7 +442,7 @@ class DaemonConfig:
     api_threads: int = setting(
         16,
         help="Worker threads of the control API (at most 1024). A lease request waiting for a player holds one.",
-        check=_api_threads,
+        check=_count(1, MAX_API_THREADS),
     )
     log_dir: str = setting(
         "",
@@ -492,7 +489,7 @@ class EnvironmentConfig:
         check=_one_of(TRANSPORTS),
     )
     instances: int = setting(
-        1, help=f"Number of ready players to keep, 0 to {MAX_INSTANCES}.", check=_instances
+        1, help=f"Number of ready players to keep, 0 to {MAX_INSTANCES}.", check=_count(0, MAX_INSTANCES)
     )
     start_timeout: float = setting(
         300.0,

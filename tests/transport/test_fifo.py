@@ -59,6 +59,17 @@ def attached_channel(tmp_path, argv: list[str], **env: str) -> Iterator[tuple[Fi
             proc.stop()
 
 
+def partial_field_then_exit(code: int) -> str:
+    """A player script: 10 bytes of a 1000-byte RGB_IMAGE body on server.pipe, then exit with ``code``."""
+    return (
+        "import os, struct\n"
+        "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+        "os.write(fd, struct.pack('!BI', 4, 1000) + b'x' * 10)\n"
+        "print('wrote a partial field', flush=True)\n"
+        f"raise SystemExit({code})\n"
+    )
+
+
 def peer_channel(tmp_path, mode: str, *args: object, **env: str):
     """:func:`attached_channel` on the scripted peer started in ``mode``."""
     return attached_channel(tmp_path, peer_argv(mode, *args), **env)
@@ -251,13 +262,7 @@ class TestReady:
                 channel.recv(time.monotonic() + 30)
 
     def test_end_of_file_and_exit_make_it_ready(self, tmp_path):
-        code = (
-            "import os, struct\n"
-            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
-            "os.write(fd, struct.pack('!BI', 4, 1000) + b'x' * 10)\n"
-            "raise SystemExit(3)\n"
-        )
-        with attached_channel(tmp_path, python(code)) as (channel, proc):
+        with attached_channel(tmp_path, python(partial_field_then_exit(3))) as (channel, proc):
             assert proc.wait(30) == 3
             assert channel.ready() is True
             with pytest.raises(PlayerCrashed, match="in the middle of a message"):
@@ -266,14 +271,7 @@ class TestReady:
 
 class TestEndOfFile:
     def test_eof_mid_message_is_a_crash_with_the_protocol_error_chained(self, tmp_path):
-        code = (
-            "import os, struct\n"
-            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
-            "os.write(fd, struct.pack('!BI', 4, 1000) + b'x' * 10)\n"
-            "print('wrote a partial field', flush=True)\n"
-            "raise SystemExit(5)\n"
-        )
-        with attached_channel(tmp_path, python(code)) as (channel, _):
+        with attached_channel(tmp_path, python(partial_field_then_exit(5))) as (channel, _):
             with pytest.raises(PlayerCrashed) as info:
                 channel.recv(time.monotonic() + 30, "start_timeout")
             err = info.value
