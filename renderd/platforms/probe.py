@@ -31,7 +31,6 @@ log = logging.getLogger(__name__)
 STDERR_TAIL_CHARS = 600
 
 
-
 @dataclass
 class ProbeOutcome:
     """What a probe child said: ``answer`` (the decoded JSON) or ``failure`` (why there is none)."""

@@ -94,8 +94,6 @@ def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     )
 
 
-_cache_key = loader_env_key
-
 
 def clear_cache() -> None:
     """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again)."""
@@ -108,7 +106,7 @@ def probe_vulkan(
 ) -> VulkanProbe:
     """Probe Vulkan with ``env`` (the player's environment). Never raises for the driver's problems:
     a missing loader, a failing ``vkCreateInstance``, a crash or a hang are reported in ``error``."""
-    key = _cache_key(env)
+    key = loader_env_key(env)
     now = time.monotonic()
     if use_cache:
         with _cache_lock:
