@@ -94,7 +94,6 @@ def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     )
 
 
-
 def clear_cache() -> None:
     """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again)."""
     with _cache_lock:
