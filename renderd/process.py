@@ -105,7 +105,7 @@ _prctl = _load_prctl()
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child get ``sig`` (default SIGKILL) when the thread that forked it
-    exits (``PR_SET_PDEATHSIG``), for every child renderd starts: players, probes, Xvfb.
+    exits (``PR_SET_PDEATHSIG``), for every child renderd starts: players, probes, GPU tools, Xvfb.
 
     Prepared in the parent so the child only makes system calls: no allocation, no lock. A child whose
     parent died before the flag took effect (nobody would ever send the signal) exits at once, with

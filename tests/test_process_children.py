@@ -1,4 +1,4 @@
-"""die_with_parent(): the preexec_fn every child renderd starts gets (players, probes, Xvfb)."""
+"""die_with_parent(): the preexec_fn every child renderd starts gets (players, probes, GPU tools, Xvfb)."""
 
 from __future__ import annotations
 

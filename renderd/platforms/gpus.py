@@ -16,6 +16,7 @@ parses is pure (text in, data out) and tested on recorded outputs.
 from __future__ import annotations
 
 import logging
+import os
 import re
 import shutil
 import subprocess
@@ -25,6 +26,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from renderd.platforms.vulkan import VulkanDevice, loader_env_key
+from renderd.process import die_with_parent
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +270,13 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
             return cached[1]
     try:
         done = subprocess.run(
-            [binary, *argv[1:]], capture_output=True, env=dict(env), timeout=GPU_TOOL_TIMEOUT, stdin=subprocess.DEVNULL
+            [binary, *argv[1:]],
+            capture_output=True,
+            env=dict(env),
+            timeout=GPU_TOOL_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+            # A tool stuck in a wedged driver must not outlive the daemon that ran it.
+            preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl and getppid run in the child)
         )
         output = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
         if output is None:

@@ -216,6 +216,33 @@ def test_a_probe_dies_with_its_sigkilled_owner(no_xvfb_left, xvfb):
         thaw(stuck)
 
 
+@pytest.mark.parametrize("tool", ["nvidia-smi", "vulkaninfo"])
+def test_a_gpu_tool_dies_with_its_sigkilled_owner(tmp_path, tool):
+    # A GPU tool that never answers (a wedged driver) must not outlive the daemon that ran it.
+    pid_file = tmp_path / "tool.pid"
+    fake = tmp_path / tool
+    fake.write_text(f"#!/bin/sh\necho $$ > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}\nexec sleep 600\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    call = "nvidia_devices" if tool == "nvidia-smi" else "vulkaninfo_devices"
+    owner = spawn_owner(
+        f"""
+        from renderd.platforms import gpus
+        gpus.{call}({{"PATH": {str(tmp_path) + os.pathsep + os.environ.get("PATH", "")!r}}})
+        """
+    )
+    tool_pid = None
+    try:
+        wait_for(pid_file.exists, 10, f"the fake {tool} to start")
+        tool_pid = int(pid_file.read_text())
+        owner.kill()
+        owner.wait(10)
+        wait_for(lambda: pid_gone(tool_pid), 3, f"the orphaned {tool} {tool_pid} to die")
+    finally:
+        if tool_pid is not None and not pid_gone(tool_pid):
+            os.kill(tool_pid, signal.SIGKILL)
+        stop_owner(owner)
+
+
 # -- 4, 5. Vulkan: the variable the loader used; cache keys ---------------------------------------------
 
 
