@@ -46,6 +46,7 @@ __all__ = [
     "END_OF_MESSAGE",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_MAX_FIELDS",
+    "MAX_ACTION_SIZE",
     "NEED_DATA",
     "Message",
     "Decoder",
@@ -125,6 +126,9 @@ DEFAULT_MAX_BODY_SIZE = 4096 * 4096 * 4
 #: Most fields accepted in one message by default (a player with many agents and third-party cameras
 #: sends a few dozen); a stream that never sends its end marker is rejected instead of growing forever.
 DEFAULT_MAX_FIELDS = 1024
+#: Largest ACTION body a client may send and a player accepts (actions are small JSON objects):
+#: :func:`encode_action` refuses a bigger one before anything is sent, so the stream stays usable.
+MAX_ACTION_SIZE = 16 * 1024 * 1024
 #: Largest whole message accepted, by default, in multiples of the largest body: sixteen (1 GiB by
 #: default: a 4096 x 4096 agent with every image type, and third-party cameras besides). Without it, 1024
 #: fields of 64 MiB each would be accepted, and a reader past its deadline would go on reading while the
@@ -264,11 +268,19 @@ _ACTION_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
 
 
 def encode_action(action: dict[str, Any]) -> list[Any]:
-    """Encode one action (a JSON object; numpy scalars and arrays allowed) as a complete message."""
+    """Encode one action (a JSON object; numpy scalars and arrays allowed) as a complete message.
+
+    Raises ``ValueError`` for an action JSON cannot hold, or one over :data:`MAX_ACTION_SIZE` encoded.
+    """
     try:
         body = _ACTION_ENCODER.encode(action).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"action cannot be encoded as JSON: {exc}") from exc
+    if len(body) > MAX_ACTION_SIZE:
+        raise ValueError(
+            f"action {action.get('action')!r} is {len(body)} bytes as JSON, over the limit of {MAX_ACTION_SIZE} "
+            "bytes (MAX_ACTION_SIZE); nothing was sent"
+        )
     return [HEADER.pack(FieldType.ACTION, len(body)), body, END_OF_MESSAGE]
 
 

@@ -35,6 +35,7 @@ from renderd.player.core import Answer, Player
 from renderd.protocol import (
     HEADER,
     HEADER_SIZE,
+    MAX_ACTION_SIZE,
     NEED_DATA,
     Decoder,
     FieldType,
@@ -51,7 +52,7 @@ EXIT_OK = 0
 EXIT_IO_ERROR = 1
 EXIT_PROTOCOL_ERROR = 4
 #: Largest ACTION body the player accepts (actions are small JSON objects).
-ACTION_MAX_BODY_SIZE = 16 * 1024 * 1024
+ACTION_MAX_BODY_SIZE = MAX_ACTION_SIZE
 #: Bytes read from client.pipe per read.
 READ_SIZE = 64 * 1024
 #: Most buffers passed to one writev (Linux's IOV_MAX is 1024).

@@ -33,7 +33,7 @@ from typing import Any, Sequence
 
 from renderd.player import faults
 from renderd.player.core import Answer, Images, Player
-from renderd.protocol import FORM_FIELD_NAMES, byte_views, drop_written
+from renderd.protocol import FORM_FIELD_NAMES, MAX_ACTION_SIZE, byte_views, drop_written
 
 __all__ = [
     "run_http",
@@ -59,8 +59,6 @@ CONNECT_RETRY_INTERVAL = 0.05
 #: waits for its next action without a timeout (a client may think for as long as it likes); SIGTERM
 #: ends the wait.
 PING_TIMEOUT = 5.0
-#: Largest action body accepted (actions are small JSON objects).
-MAX_ACTION_SIZE = 16 * 1024 * 1024
 #: Most buffers passed to one sendmsg.
 MAX_IOV = 512
 #: A Content-Length no server accepts (the ``oversize`` fault).

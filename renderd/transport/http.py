@@ -65,6 +65,7 @@ from renderd.protocol import (
     FIELD_TYPES_BY_FORM_NAME,
     HEADER,
     HEADER_SIZE,
+    MAX_ACTION_SIZE,
     NEED_DATA,
     Decoder,
     FieldType,
@@ -103,8 +104,6 @@ BODY_START_SIZE = 1 << 20
 #: Largest ``metadata`` / ``actionReturns`` part accepted (AI2-THOR metadata listing every object of a
 #: big scene is a few hundred KB).
 MAX_JSON_PART_SIZE = 32 * 1024 * 1024
-#: Largest action a client may send to an HTTP player (the FIFO player's limit too).
-MAX_ACTION_SIZE = 16 * 1024 * 1024
 #: While a ``/train`` request waits for its action, how often it asks the server whether the player hung
 #: up (seconds): ``renderd.client_disconnected`` (this module's server) or ``waitress.client_disconnected``.
 DISCONNECT_POLL_INTERVAL = 0.25

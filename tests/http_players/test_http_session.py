@@ -83,6 +83,18 @@ def test_a_thousand_steps(no_leaks):
         os.kill(pid, 0)
 
 
+@pytest.mark.parametrize("transport", ["fifo", "http"])
+def test_an_action_over_the_size_limit_is_refused_before_sending(no_leaks, transport):
+    # Refused from its encoded size, with nothing sent: the session keeps its sequence and stays usable.
+    from renderd.protocol import MAX_ACTION_SIZE
+
+    with launch(transport) as session:
+        with pytest.raises(ValueError, match="over the limit of 16777216 bytes"):
+            session.step("Pass", blob="x" * MAX_ACTION_SIZE)
+        assert session.step("Pass", blob="x" * 1024).sequence_id == 1
+        assert session.step("MoveAhead").metadata["lastActionSuccess"]
+
+
 def test_player_exit_is_player_crashed_with_its_exit_code(no_leaks):
     with launch("http") as session:
         session.step("MoveAhead")
