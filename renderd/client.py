@@ -44,6 +44,7 @@ from renderd.process import (
     ENDPOINT_VARIABLES,
     PlayerOnDisplay,
     PlayerProcess,
+    check_frame_size,
     player_argv,
     player_env,
     resolve_executable,
@@ -504,6 +505,7 @@ def launch_player(
     display_watch: PlayerOnDisplay | None = None
     session: Session | None = None
     try:
+        check_frame_size(width, height)  # before the platform, which may start an Xvfb of that size
         program = resolve_executable(executable)  # before the platform: it may start an Xvfb
         choice = _resolve_platform(
             platform, x_display=x_display, width=width, height=height, executable=program[0], env=env

@@ -42,6 +42,7 @@ from typing import Any, Callable, Mapping
 import click
 
 from renderd.errors import ConfigError
+from renderd.protocol import MAX_RESOLUTION
 
 __all__ = [
     "DaemonConfig",
@@ -88,8 +89,6 @@ MAX_SOCKET_PATH = 107
 #: Environment names appear in URLs and file names: keep them to a safe alphabet.
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _X_DISPLAY = re.compile(r"^[A-Za-z0-9_.-]*:\d+(\.\d+)?$")
-#: Largest width or height accepted (Unity's own limit for a render target).
-MAX_RESOLUTION = 16384
 #: The most seconds any setting or argument accepts (a week: a Unity build's cold start or a long step fits
 #: with room to spare). Every wait in renderd has a deadline; an infinite or absurd number of seconds is a
 #: mistake that would make one never end (or overflow the poll timeout).

@@ -33,6 +33,7 @@ from typing import Any, Protocol
 import psutil
 
 from renderd.errors import ConfigError, PlayerCrashed, RenderdError, describe_exit, os_error_message
+from renderd.protocol import MAX_RESOLUTION
 
 __all__ = [
     "QUALITY_SETTINGS",
@@ -40,6 +41,7 @@ __all__ = [
     "DEFAULT_STOP_GRACE",
     "ENDPOINT_VARIABLES",
     "resolve_executable",
+    "check_frame_size",
     "player_argv",
     "player_env",
     "PlayerWatch",
@@ -177,6 +179,14 @@ def _quality_number(quality: str | int) -> int:
         ) from None
 
 
+def check_frame_size(width: Any, height: Any) -> None:
+    """Raise :class:`ConfigError` (``key`` = ``width`` or ``height``) unless both are integers in
+    1..:data:`renderd.protocol.MAX_RESOLUTION`."""
+    for key, value in (("width", width), ("height", height)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_RESOLUTION:
+            raise ConfigError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=key)
+
+
 def player_argv(
     executable: str | os.PathLike[str] | Sequence[str],
     *,
@@ -192,11 +202,10 @@ def player_argv(
     ``[program, *its args, -screen-fullscreen 0 -screen-quality Q -screen-width W -screen-height H,
     (-batchmode -nographics when headless), (-logFile PATH), *extra_args]``. ``quality`` is a name from
     :data:`QUALITY_SETTINGS` or its number. Raises :class:`ConfigError` for an unknown executable or
-    quality and for a non-positive size.
+    quality and for a size outside 1..:data:`renderd.protocol.MAX_RESOLUTION` (a larger frame would exceed the
+    codec's largest body, and every answer would be refused).
     """
-    for key, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ConfigError(f"must be a positive integer, got {value!r}", key=key)
+    check_frame_size(width, height)
     argv = resolve_executable(executable)
     argv += [
         "-screen-fullscreen",

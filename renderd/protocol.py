@@ -46,6 +46,7 @@ __all__ = [
     "END_OF_MESSAGE",
     "DEFAULT_MAX_BODY_SIZE",
     "DEFAULT_MAX_FIELDS",
+    "MAX_RESOLUTION",
     "MAX_ACTION_SIZE",
     "NEED_DATA",
     "Message",
@@ -120,9 +121,12 @@ HEADER = struct.Struct("!BI")
 HEADER_SIZE = HEADER.size  # 5
 END_OF_MESSAGE = HEADER.pack(FieldType.END_OF_MESSAGE, 0)
 
+#: Largest frame width or height renderd accepts anywhere (configuration, launch arguments, the reference
+#: player): the largest frame whose RGBA body fits :data:`DEFAULT_MAX_BODY_SIZE`.
+MAX_RESOLUTION = 4096
 #: Largest body accepted by default: one 4096 x 4096 RGBA frame (64 MiB). A length above the limit is
 #: rejected from the header alone, before any of the body is read or allocated.
-DEFAULT_MAX_BODY_SIZE = 4096 * 4096 * 4
+DEFAULT_MAX_BODY_SIZE = MAX_RESOLUTION * MAX_RESOLUTION * 4
 #: Most fields accepted in one message by default (a player with many agents and third-party cameras
 #: sends a few dozen); a stream that never sends its end marker is rejected instead of growing forever.
 DEFAULT_MAX_FIELDS = 1024

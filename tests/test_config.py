@@ -51,6 +51,7 @@ def test_the_design_example_loads(tmp_path):
     [
         ("[environments.demo]\nwidth = 0", "environments.demo.width", "greater than 0"),
         ("[environments.demo]\nheight = -3", "environments.demo.height", "greater than 0"),
+        ("[environments.demo]\nheight = 4097", "environments.demo.height", "at most 4096"),
         ("[environments.demo]\nwidth = 300.5", "environments.demo.width", "expected an integer, got number"),
         ('[environments.demo]\nwidth = "300"', "environments.demo.width", "got string"),
         ("[environments.demo]\ninstances = -1", "environments.demo.instances", "0 or more"),

@@ -58,7 +58,7 @@ import numpy as np
 from renderd.player import faults
 from renderd.player.renderer import NumpyRenderer, RenderState, Renderer
 from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, DEFAULT_SCENE, Pose, Scene, scene_by_name, scene_names
-from renderd.protocol import FieldType
+from renderd.protocol import MAX_RESOLUTION, FieldType
 
 __all__ = [
     "Player",
@@ -76,8 +76,6 @@ Images = list[tuple[FieldType, np.ndarray]]
 
 #: Platforms whose RGB images are RGBA (4 bytes per pixel).
 RGBA_PLATFORMS = frozenset({"CloudRendering"})
-#: Largest width or height ChangeResolution accepts (a 4096 x 4096 RGBA frame fits the codec's limit).
-MAX_RESOLUTION = 4096
 CAMERA_NEAR_PLANE = 0.1
 CAMERA_FAR_PLANE = 20.0
 DEFAULT_GRID_SIZE = 0.25

@@ -266,7 +266,10 @@ class TestStartup:
             renderd.launch("no-such-player", start_timeout=START)
         assert info.value.key == "executable"
 
-    @pytest.mark.parametrize("kwargs", [dict(transport="pigeon"), dict(step_timeout=0), dict(quality="Best")])
+    @pytest.mark.parametrize(
+        "kwargs",
+        [dict(transport="pigeon"), dict(step_timeout=0), dict(quality="Best"), dict(width=0), dict(height=4097)],
+    )
     def test_bad_arguments(self, kwargs):
         with pytest.raises(ConfigError):
             renderd.launch(peer_argv(), platform="headless", **kwargs)
