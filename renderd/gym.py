@@ -391,7 +391,8 @@ class RenderdVectorEnv(VectorEnv):
     with :func:`renderd.connect_many`, ``socket`` and ``timeout`` as there) instead of launching them,
     or ``vector_session`` (an open :class:`renderd.VectorSession` to use and close). ``replace_on_crash``
     (default True): a crashed player is replaced and its episode ends with ``truncated=True`` and the
-    error in ``infos["error"]``. Players are started in the constructor.
+    error in ``infos["error"]``. ``max_episode_steps=-1`` means never, as for ``gymnasium.make``
+    (``make_vec`` passes its ``max_episode_steps`` here). Players are started in the constructor.
 
     Autoreset is ``NEXT_STEP`` (Gymnasium's default): the step after a sub-environment terminates or
     truncates resets it (its action is ignored; reward 0, not terminated, not truncated) while the others
@@ -424,6 +425,8 @@ class RenderdVectorEnv(VectorEnv):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
         self.render_mode = render_mode
+        if max_episode_steps == -1 and not isinstance(max_episode_steps, bool):
+            max_episode_steps = None  # gymnasium's "never", which make_vec hands on unchanged
         from renderd.vector import connect_many, launch_many
 
         if vector_session is not None:

@@ -94,6 +94,18 @@ def test_make_max_episode_steps_is_the_episode_limit(no_leaks):
         env.close()
 
 
+def test_make_vec_max_episode_steps_minus_one_is_never(no_leaks):
+    # -1 is gymnasium's "no limit"; make_vec hands it to the vector env's constructor unchanged.
+    envs = gymnasium.make_vec(rgym.ENV_ID, num_envs=1, max_episode_steps=-1, actions=["Pass"], **player_kwargs())
+    try:
+        envs.reset(seed=0)
+        for _ in range(rgym.DEFAULT_MAX_EPISODE_STEPS + 2):
+            _, _, terminated, truncated, _ = envs.step(np.array([0]))
+            assert not terminated.any() and not truncated.any()
+    finally:
+        envs.close()
+
+
 def test_a_limit_given_in_a_registration_holds(no_leaks):
     # An id registered with its own max_episode_steps in kwargs (no TimeLimit): the env truncates itself.
     env_id = "renderd-test/Limit3-v0"
