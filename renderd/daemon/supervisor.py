@@ -23,7 +23,8 @@ that disconnects never gives the player end of file or EPIPE; and since the daem
 Players are spawned from the loop thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread*
 exits, and the loop thread lives as long as the daemon. Platform selection, which may probe the machine for
 seconds, runs on a short-lived thread per environment without the lock (a managed Xvfb is forked by the
-platforms' own long-lived spawner thread); it stores its result under the lock and wakes the loop.
+platforms' own long-lived spawner thread); it stores its result under the lock and wakes the loop. So does
+replacing a managed display that died, which starts a new Xvfb.
 
 Nothing a player sends and no failing signal handler or callback ends the loop: an unexpected error on a
 first frame is that player's boot failure, and a handler's error is logged with its traceback.
@@ -990,22 +991,54 @@ class Supervisor:
 
         Selecting may probe the machine for seconds (an X server that never answers takes the probe's whole
         timeout), so it never runs here, with the lock held: a thread selects, stores the result and wakes
-        the loop; meanwhile this raises :class:`_SelectionPending`. One selection runs per environment at a
-        time; a failure is a boot failure of every player that waited for it, whose retries (after their
-        back-off) select again.
+        the loop; meanwhile this raises :class:`_SelectionPending`. The same holds for a selection whose
+        managed display died: a thread starts the new Xvfb. One such thread runs per environment at a time; a
+        failure is a boot failure of every player that waited for it, whose retries (after their back-off)
+        select, or replace the display, again.
         """
         cfg = env.config
-        if env.selection is not None and env.selection_for is not None and not _platform_changed(
-            env.selection_for, cfg
-        ):
-            return env.selection
+        selection = env.selection
+        if selection is not None and env.selection_for is not None and not _platform_changed(env.selection_for, cfg):
+            # A managed display that died is replaced on a thread too: starting an Xvfb takes seconds.
+            dead = getattr(selection, "display_dead", None)
+            if dead is None or not dead():
+                return selection
+            target, args, what = self._renew_display, (env, selection), "display"
+        else:
+            target, args, what = self._select_platform, (env, cfg), "select"
         if env.selecting is None and not self._stopping:
-            t = threading.Thread(target=self._select_platform, args=(env, cfg), daemon=True,
-                                 name=f"renderd-select-{env.name}")
+            t = threading.Thread(target=target, args=args, daemon=True, name=f"renderd-{what}-{env.name}")
             env.selecting = t
             self._selectors = [q for q in self._selectors if q.is_alive()] + [t]
             t.start()
         raise _SelectionPending()
+
+    def _renew_display(self, env: Environment, selection: Any) -> None:
+        """Replace ``selection``'s dead managed display on this thread (without the lock), then wake the loop."""
+        reason = ""
+        try:
+            selection.renew_display()
+        except RenderdError as exc:
+            reason = str(exc)
+        except Exception as exc:  # a bug in the display manager: that environment's failure, not the daemon's
+            log.exception("environment %s: replacing its managed display failed", env.name)
+            reason = f"replacing the managed display failed: {type(exc).__name__}: {exc}"
+        try:
+            with self.lock:
+                if env.selecting is threading.current_thread():
+                    env.selecting = None
+                if reason and not self._stopping and self.environments.get(env.name) is env:
+                    log.warning("environment %s: %s", env.name, reason)
+                    self._platform_failed(env, reason)
+        finally:
+            self.wake()
+
+    def _platform_failed(self, env: Environment, reason: str) -> None:
+        """The players that waited for ``env``'s platform: a boot failure each (lock held)."""
+        for p in list(env.players):
+            if p.awaiting_platform and p.state == State.BACKOFF:
+                p.awaiting_platform = False
+                self._count_boot_failure(p, reason)
 
     def _select_platform(self, env: Environment, cfg: EnvironmentConfig) -> None:
         """Select ``cfg``'s platform on this thread (without the lock), then hand the result to ``env``."""
@@ -1031,10 +1064,7 @@ class Supervisor:
                         self._release_selection(selection)
                 elif selection is None:
                     log.warning("environment %s: no platform: %s", env.name, reason)
-                    for p in list(env.players):  # the players that waited for it: a boot failure each
-                        if p.awaiting_platform and p.state == State.BACKOFF:
-                            p.awaiting_platform = False
-                            self._count_boot_failure(p, reason)
+                    self._platform_failed(env, reason)
                 else:
                     old = env.selection
                     env.selection, env.selection_for = selection, cfg

@@ -111,6 +111,18 @@ class Selection:
             args.extend(slot_args)
         return env, args
 
+    def display_dead(self) -> bool:
+        """True when the managed display this selection holds has exited, so that :meth:`for_instance` would
+        first start a new one (which can take seconds): callers that must not block call
+        :meth:`renew_display` elsewhere first."""
+        display = self.display
+        return display is not None and not self.released and not display.alive()
+
+    def renew_display(self) -> None:
+        """Replace a dead managed display now (what :meth:`for_instance` does first; nothing when it runs).
+        Raises :class:`renderd.errors.PlatformError` when the new one cannot be started."""
+        self._renew_display()
+
     def _renew_display(self) -> None:
         with self._release_lock:
             display = self.display

@@ -136,3 +136,52 @@ def test_the_daemon_replaces_ready_players_whose_managed_xvfb_died(tmp_path, not
             assert session.step("RotateLeft", degrees=10).frame.shape == (48, 64, 3)
     finally:
         d.cleanup()
+
+
+def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_path, nothing_left) -> None:
+    """Starting the replacement Xvfb happens off the supervisor's lock: with a replacement that takes
+    seconds to come up, `GET /v1/health` keeps answering at once, and the new player gets ready after it."""
+    from tests.daemon.conftest import DaemonProcess, fast_config
+
+    slow = tmp_path / "slow"  # while this exists, the next Xvfb start takes SLOW_START seconds
+    slow_start = 6
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    wrapper = bin_dir / "Xvfb"
+    wrapper.write_text(f'#!/bin/sh\nif [ -e "{slow}" ]; then sleep {slow_start}; fi\nexec "{shutil.which("Xvfb")}" "$@"\n')
+    wrapper.chmod(0o755)
+    gl_player = f'["{shutil.which("renderd-player")}", "--renderer", "gl"]'
+    d = DaemonProcess(
+        tmp_path / "d",
+        fast_config(executable=gl_player).replace(
+            'platform = "headless"', 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
+        ),
+        env={"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"},
+    )
+    nothing_left.ignore.add(d.pid)
+    try:
+        d.wait_ready()
+        (player,) = d.players()
+        daemon = psutil.Process(d.pid)
+        (server,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        slow.touch()
+        server.kill()
+
+        def replacing() -> bool:
+            return any(c.name() == "sleep" for c in daemon.children(recursive=True))
+
+        wait_for(replacing, 20, "the replacement Xvfb to start (slowly)")
+        slowest = 0.0
+        answers = 0
+        while replacing():
+            with Timer() as t:
+                assert d.client.health()["status"] in ("ready", "starting")
+            slowest = max(slowest, t.elapsed)
+            answers += 1
+        assert answers >= 2 and slowest < 1.0, f"{answers} answers, slowest {slowest:.2f} s"
+        d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"], timeout=30,
+                       what="a new READY player on the new display")
+    finally:
+        if slow.exists():
+            slow.unlink()
+        d.cleanup()
