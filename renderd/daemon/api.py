@@ -198,7 +198,11 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
         except LeaseError as exc:
             raise HTTPError(400, exc) from None
         try:
-            _lease, answer = supervisor.acquire(name, pid, timeout, pidfd=pidfd, deadline=deadline)
+            _lease, answer = supervisor.acquire(
+                name, pid, timeout, pidfd=pidfd, deadline=deadline,
+                # Set by the control API's servers (waitress with channel_request_lookahead; renderd's own).
+                hung_up=environ.get("waitress.client_disconnected") or environ.get("renderd.client_disconnected"),
+            )
         except LeaseError as exc:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None
         return _json_response(start_response, 201, answer)

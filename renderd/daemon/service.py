@@ -333,6 +333,9 @@ class _ControlServer:
             expose_tracebacks=False,
             clear_untrusted_proxy_headers=True,
             asyncore_use_poll=True,
+            # Keep reading a connection while its request runs, so that a lease request whose client hung
+            # up is seen as such (waitress.client_disconnected) and granted nothing.
+            channel_request_lookahead=1,
         )
         self.server.channel_class = _json_error_channel()
         self.thread = threading.Thread(target=self._run, name="renderd-api", daemon=True)

@@ -77,6 +77,8 @@ REASON_LOG_LINES = 8
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
 #: their own timeouts, X11_PROBE_TIMEOUT for an X server) after SHUTDOWN_SLACK.
 SELECTION_STOP_WAIT = 60.0
+#: While a lease request waits for a player, how often (seconds) it asks whether its client hung up.
+HANG_UP_POLL_INTERVAL = 0.25
 #: Ended leases remembered (newest last), so that a holder can still ask how its lease ended and how its
 #: player exited (``GET /v1/leases/{id}``) after the daemon reaped the player.
 ENDED_LEASES_KEPT = 256
@@ -416,7 +418,7 @@ class Supervisor:
     # -- leases (any thread) -----------------------------------------------------------------------------
     def acquire(
         self, name: str, client_pid: int, timeout: float | None, *, pidfd: int | None = None,
-        deadline: float | None = None,
+        deadline: float | None = None, hung_up: Callable[[], bool] | None = None,
     ) -> tuple[Lease, dict[str, Any]]:
         """Wait up to ``timeout`` seconds for a READY player of ``name`` and lease it to ``client_pid``.
 
@@ -424,7 +426,9 @@ class Supervisor:
         client stops waiting for the answer: no lease is granted after it, however long the request sat in
         the control API's queue before this call, so a request its client gave up on is never granted (a
         lease nobody knows of would keep its player LEASED for as long as the client process lives).
-        Without it, only ``timeout`` counts, from this call.
+        Without it, only ``timeout`` counts, from this call. ``hung_up()`` (the control API's: whether the
+        request's connection was closed) is asked every :data:`HANG_UP_POLL_INTERVAL` while the request
+        waits and before a lease is granted: a client that gave up and hung up gets no lease either.
 
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
@@ -458,6 +462,10 @@ class Supervisor:
                             if started > deadline:
                                 raise LeaseError(self._came_late(env, client_pid, timeout, started - deadline))
                             raise LeaseError(self._no_player_reason(env, timeout))
+                        if hung_up is not None and hung_up():
+                            log.info("client pid %d hung up while waiting for a player of %s: no lease",
+                                     client_pid, name)
+                            raise LeaseError("the client hung up before a player was ready")
                         if env.waiters[0] is token:
                             player = next(
                                 (p for p in env.players if p.state == State.READY and not p.retire
@@ -488,7 +496,7 @@ class Supervisor:
                             waiting = True
                             log.debug("client pid %d waits for a player of %s (at most %.3f s)",
                                       client_pid, name, remaining)
-                        self.changed.wait(remaining)
+                        self.changed.wait(remaining if hung_up is None else min(remaining, HANG_UP_POLL_INTERVAL))
                 finally:
                     env.waiters.remove(token)
                     self.changed.notify_all()

@@ -164,6 +164,32 @@ def test_lease_waiters_are_served_when_a_player_is_released(daemon):
     assert 'renderd_lease_timeouts_total{environment="demo"} 1.0' in metrics
 
 
+def test_a_lease_request_whose_client_hung_up_is_never_granted(daemon):
+    # A client that gives up on its lease request and closes the connection, while its process lives on
+    # (a thread of a trainer that timed out): the player released meanwhile must stay READY, not go
+    # LEASED to a lease nobody knows for as long as that process lives.
+    d = daemon(fast_config())
+    first = connect("demo", socket=d.socket)
+    try:
+        body = b'{"client_pid": %d, "timeout": 60}' % os.getpid()
+        request = (b"POST /v1/environments/demo/leases HTTP/1.1\r\nHost: renderd\r\n"
+                   b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.connect(d.socket)
+            s.sendall(request)
+            wait_for(lambda: d.client.get("/v1/environments/demo")["waiting_clients"] == 1, 5, "the request to wait")
+        # Hung up. The request stops waiting soon after, without a lease.
+        wait_for(lambda: d.client.get("/v1/environments/demo")["waiting_clients"] == 0, 5,
+                 "the abandoned request to stop waiting")
+        first.close()
+        wait_for(lambda: d.players()[0]["state"] == "READY", 10, "the released player to be READY")
+        assert "hung up" in d.output()
+        with connect("demo", socket=d.socket, timeout=10) as again:
+            assert again.step("Pass").sequence_id == 1
+    finally:
+        first.close()
+
+
 def test_socket_pipes_and_logs_are_private(daemon):
     import stat
 
