@@ -387,6 +387,8 @@ class Daemon:
         self._lock_path: str | None = None
         self._socket_bound = False
         self._token_path: str | None = None
+        self._held_signals: list[int] = []  # stop/reload signals taken during start-up, for the loop
+        self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
         self._next_watchdog = 0.0
         self.supervisor: Supervisor | None = None
@@ -532,23 +534,47 @@ class Daemon:
         )
 
     # -- signals, systemd --------------------------------------------------------------------------------
+    # From the first step of start-up to the end of the clean-up, SIGTERM, SIGINT and SIGHUP never kill the
+    # daemon half set up or half cleaned up (its socket, lock and directories would be left behind): during
+    # start-up they are held and handed to the loop once it runs; during the clean-up (bounded: every wait in
+    # it has a deadline) they are ignored; the handlers found at start are restored only after it.
+    _HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+    def _hold_signals(self) -> None:
+        def hold(signum: int, frame: Any) -> None:
+            self._held_signals.append(signum)
+
+        for sig in self._HANDLED_SIGNALS:
+            self._previous_handlers[sig] = signal.signal(sig, hold)
+
     def _install_signals(self, wakeup_fd: int) -> dict[int, Any]:
         def queue_only(signum: int, frame: Any) -> None:  # the C handler already wrote signum to the pipe
             pass
 
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, queue_only)
         signal.set_wakeup_fd(wakeup_fd, warn_on_full_buffer=False)
+        for sig in (*self._HANDLED_SIGNALS, signal.SIGCHLD):
+            signal.signal(sig, queue_only)
+        held, self._held_signals = self._held_signals, []
+        if held:  # arrived during start-up: the loop acts on them first thing
+            log.info("%s received during start-up", ", ".join(signal.Signals(s).name for s in held))
+            os.write(wakeup_fd, bytes(held))
         return {
             signal.SIGTERM: self._on_stop_signal,
             signal.SIGINT: self._on_stop_signal,
             signal.SIGHUP: self._reload,
         }
 
-    def _restore_signals(self) -> None:
+    def _ignore_signals(self) -> None:
+        """For the clean-up: stop and reload signals do nothing (the daemon is stopping already)."""
         signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
-            signal.signal(sig, signal.SIG_DFL)
+        for sig in self._HANDLED_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def _restore_signals(self) -> None:
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        self._previous_handlers.clear()
 
     def _on_stop_signal(self) -> None:
         assert self.supervisor is not None
@@ -596,6 +622,7 @@ class Daemon:
         cfg = self.config.daemon
         api = http_players = None
         platforms = _Platforms()
+        self._hold_signals()
         try:
             group = _group_id(cfg.socket_group)
             self._make_private_dir(cfg.runtime_dir, group=group)
@@ -667,16 +694,19 @@ class Daemon:
             if self.supervisor is not None and not self.supervisor.stopping:
                 # An error on the way up: nothing was started for good.
                 self.notifier.stopping()
-            self._restore_signals()
-            if api is not None:
-                api.stop()
-            if http_players is not None:
-                http_players.stop()
-            if self.supervisor is not None:
-                self.supervisor.close()
-            platforms.shutdown()
-            self._cleanup()
-            self.notifier.close()
+            self._ignore_signals()
+            try:
+                if api is not None:
+                    api.stop()
+                if http_players is not None:
+                    http_players.stop()
+                if self.supervisor is not None:
+                    self.supervisor.close()
+                platforms.shutdown()
+                self._cleanup()
+                self.notifier.close()
+            finally:
+                self._restore_signals()
 
     def _cleanup(self) -> None:
         cfg = self.config.daemon

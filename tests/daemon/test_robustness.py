@@ -57,6 +57,40 @@ def test_sighup_during_a_graceful_stop_is_ignored_and_the_stop_completes(daemon)
     assert "Traceback" not in out and "still running at shutdown" not in out
 
 
+def _slow_step(method: str, marker: Path) -> str:
+    """A preamble making ``Daemon.<method>`` write ``marker`` and take 1.5 s first: a window for a signal."""
+    return f"""
+    import time
+    from renderd.daemon import service
+    _original = service.Daemon.{method}
+    def _slow(self, *args, **kwargs):
+        open({str(marker)!r}, "w").close()
+        time.sleep(1.5)
+        return _original(self, *args, **kwargs)
+    service.Daemon.{method} = _slow
+    """
+
+
+@pytest.mark.parametrize(
+    "method, signals",
+    [
+        ("_check_socket", (signal.SIGTERM,)),  # start-up: lock and directories made, socket not yet bound
+        ("_cleanup", (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)),  # after the stop, before the clean-up
+    ],
+)
+def test_a_signal_while_setting_up_or_cleaning_up_leaves_nothing_behind(daemon, tmp_path, method, signals):
+    marker = tmp_path / "window"
+    d = daemon(fast_config(), ready=method == "_cleanup", preamble=_slow_step(method, marker))
+    if method == "_cleanup":
+        d.signal(signal.SIGTERM)
+    wait_for(marker.exists, DEADLINE, f"the daemon to reach {method}")
+    for sig in signals:
+        d.signal(sig)
+    assert d.wait_exit() == 0, d.output()
+    assert sorted(os.listdir(d.base)) == ["daemon.log", "renderd.toml"], d.output()  # no socket, lock, dirs
+    assert "Traceback" not in d.output()
+
+
 @pytest.fixture
 def supervisor_with(tmp_path):
     """``supervisor_with(config_text=None, **kwargs)``: an in-process Supervisor (real players; by default
