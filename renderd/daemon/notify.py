@@ -4,7 +4,8 @@ With ``Type=notify`` systemd passes ``NOTIFY_SOCKET``: the path of an AF_UNIX da
 abstract-namespace name written with a leading ``@``. Each datagram is newline-separated ``KEY=VALUE``
 assignments: ``READY=1``, ``RELOADING=1``, ``STOPPING=1``, ``STATUS=...``, ``WATCHDOG=1``, ``MAINPID=...``.
 Without ``NOTIFY_SOCKET`` every call does nothing. Notification is best effort: a failure to send is logged
-once and never stops the daemon.
+once and never stops the daemon. Nor does a service manager that stops reading: datagrams are sent without
+waiting (``MSG_DONTWAIT``), so a full socket fails the send instead of blocking the supervisor's loop.
 """
 
 from __future__ import annotations
@@ -49,6 +50,8 @@ class Notifier:
         self._address: str | bytes | None = None
         self._sock: socket.socket | None = None
         self._warned = False
+        #: True once READY=1 has been announced (sent or not): later READY=1s (after a reload) only then.
+        self.declared_ready = False
         if address:
             if address.startswith("@"):
                 self._address = b"\0" + address[1:].encode()
@@ -69,7 +72,7 @@ class Notifier:
         try:
             if self._sock is None:
                 self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._sock.sendto(data, self._address)
+            self._sock.sendto(data, socket.MSG_DONTWAIT, self._address)
         except OSError as exc:
             if not self._warned:
                 log.warning("cannot notify the service manager at %r: %s", os.environ.get("NOTIFY_SOCKET"), exc)
@@ -78,6 +81,7 @@ class Notifier:
         return True
 
     def ready(self, status: str | None = None) -> bool:
+        self.declared_ready = True
         return self.notify("READY=1", *([f"STATUS={status}"] if status else []))
 
     def status(self, status: str) -> bool:

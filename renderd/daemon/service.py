@@ -593,17 +593,24 @@ class Daemon:
         if self.config_path is None:
             log.info("SIGHUP: no configuration file was given, nothing to reload")
             return
-        self.notifier.notify("RELOADING=1", f"MONOTONIC_USEC={int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)}")
+        # Before the first READY=1 (players still starting), systemd is told neither RELOADING=1 nor READY=1:
+        # READY=1 still means "every player has sent its first frame", and comes when that is so.
+        ready = self.notifier.declared_ready
+        if ready:
+            self.notifier.notify(
+                "RELOADING=1", f"MONOTONIC_USEC={int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)}"
+            )
         try:
             config = load(self.config_path).with_daemon(**self.overrides)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
-            self.notifier.notify("READY=1", f"STATUS=reload failed: {exc}")
+            self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {exc}")
             return
         log.info("reloading %s", self.config_path)
         if not self.supervisor.reload(config):
             return  # a stop began meanwhile (the supervisor logged it): systemd is told STOPPING, not READY
-        self.notifier.notify("READY=1")
+        if ready:
+            self.notifier.notify("READY=1")
 
     def _tick(self, now: float) -> float | None:
         if self._watchdog is None:

@@ -233,6 +233,22 @@ def test_ready_is_notified_only_once_players_are_ready(daemon, tmp_path):
         sock.close()
 
 
+def test_a_reload_before_the_players_are_ready_does_not_announce_ready(daemon, tmp_path):
+    path = str(tmp_path / "notify.sock")
+    sock = _notify_socket(path)
+    try:
+        exe = f'["{sys.executable}", "-m", "renderd.player", "--static-frame", "--start-delay", "2.0"]'
+        d = daemon(fast_config(executable=exe), env={"NOTIFY_SOCKET": path}, ready=False)
+        early = _datagrams(sock, f"MAINPID={d.pid}", 30)
+        d.signal(signal.SIGHUP)
+        got = early + _datagrams(sock, "READY=1", 30)
+        assert d.players()[0]["state"] == "READY", got  # READY=1 came with the player's first frame
+        assert not any("RELOADING=1" in g for g in got), got
+        assert "reloading" in d.output()
+    finally:
+        sock.close()
+
+
 def test_ready_notification_over_an_abstract_socket(daemon):
     name = f"renderd-test-{os.getpid()}-{time.monotonic_ns()}"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

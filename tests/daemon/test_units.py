@@ -6,6 +6,7 @@ import logging
 import os
 import socket
 import subprocess
+import threading
 
 import pytest
 
@@ -48,6 +49,22 @@ def test_notifier_without_a_socket_does_nothing_and_never_raises(tmp_path, caplo
         assert n.watchdog() is False and n.watchdog() is False
     assert len([r for r in caplog.records if "cannot notify" in r.message]) == 1  # warned once
     n.close()
+
+
+def test_a_service_manager_that_stops_reading_never_blocks_the_notifier(tmp_path, caplog):
+    # Its socket's queue fills up (nobody reads it): each send must fail at once, never wait for room.
+    path = str(tmp_path / "notify")
+    with _receiver(path):
+        n = Notifier(path)
+        results: list[bool] = []
+        sender = threading.Thread(target=lambda: results.extend(n.watchdog() for _ in range(2000)), daemon=True)
+        with caplog.at_level(logging.WARNING):
+            sender.start()
+            sender.join(10)
+        assert not sender.is_alive(), "a notification blocked on a full socket"
+        assert results[0] and not results[-1]
+        assert len([r for r in caplog.records if "cannot notify" in r.message]) == 1
+        n.close()
 
 
 def test_watchdog_interval():
