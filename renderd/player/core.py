@@ -68,6 +68,8 @@ __all__ = [
     "ACTIONS",
     "RGBA_PLATFORMS",
     "MAX_RESOLUTION",
+    "MAX_ERROR_MESSAGE",
+    "MAX_ECHOED_NAME",
     "CAMERA_NEAR_PLANE",
     "CAMERA_FAR_PLANE",
 ]
@@ -95,6 +97,12 @@ WIRE_CACHE_SIZE = 4
 #: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes.
 VIEW_CACHE_SIZE = 4
 _EPS = 1e-6
+#: Longest ``errorMessage`` (characters); longer ones are cut (see :class:`ActionFailed`).
+MAX_ERROR_MESSAGE = 500
+#: Longest action name echoed whole as ``lastAction`` (characters). Every action this player knows has a
+#: short name; an unknown one up to an action's size would make the answer's metadata larger than an HTTP
+#: metadata part may be (JSON escapes a non-ASCII character as up to 6 bytes), so it is echoed cut.
+MAX_ECHOED_NAME = 1000
 
 
 def _sequence_id_ok(seq: Any) -> bool:
@@ -110,10 +118,21 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _clip(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters (marked with "..." when cut)."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 class ActionFailed(Exception):
-    """An action could not be carried out: answered with lastActionSuccess false."""
+    """An action could not be carried out: answered with lastActionSuccess false.
+
+    The message is cut to :data:`MAX_ERROR_MESSAGE` characters here, once for every failure: many quote
+    the client's own values, which may be up to an action's size (16 MiB), and the answer must stay
+    small enough for every transport (an HTTP metadata part is limited to 32 MiB).
+    """
 
     def __init__(self, message: str, code: str = "") -> None:
+        message = _clip(message, MAX_ERROR_MESSAGE)
         super().__init__(message)
         self.message = message
         self.code = code
@@ -150,7 +169,7 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
             raise ActionFailed(f"{action.get('action')} needs the argument {key!r}", "MissingArguments")
         raise ActionFailed(f"{key} must be a number", "InvalidArgument")
     if not _finite(value):
-        raise ActionFailed(f"{key} must be a finite number, got {value!r}"[:500], "InvalidArgument")
+        raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
         raise ActionFailed(f"{key} must be between {lo:g} and {hi:g}, got {value!r}", "InvalidArgument")
     return float(value)
@@ -163,7 +182,7 @@ def _vector(value: Any, key: str) -> tuple[float, float, float]:
     for axis in ("x", "y", "z"):
         v = value.get(axis, 0.0)
         if not _finite(v):
-            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}"[:500], "InvalidArgument")
+            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
         out.append(float(v))
     return out[0], out[1], out[2]
 
@@ -437,11 +456,11 @@ class Player:
         success, error, code, result = True, "", "", None
         try:
             if not isinstance(name, str) or not name:
-                raise ActionFailed(f"the action has no 'action' name: {action!r}"[:500], "InvalidAction")
+                raise ActionFailed(f"the action has no 'action' name: {action!r}", "InvalidAction")
             if bad_name:
                 raise ActionFailed(f"the action name {name!r} is not valid Unicode (a lone surrogate)", "InvalidAction")
             if seq is not None and not seq_ok:
-                raise ActionFailed(f"sequenceId must be an integer of at most 64 bits, got {seq!r}"[:500],
+                raise ActionFailed(f"sequenceId must be an integer of at most 64 bits, got {seq!r}",
                                    "InvalidArgument")
             agent_id = action.get("agentId", 0)
             if agent_id != 0:
@@ -454,9 +473,10 @@ class Player:
             success, error, code = False, exc.message, exc.code
         except Exception as exc:  # a bug this action's arguments found: answered as a failure, never a crash
             self.log.exception("action %r failed unexpectedly", name)
-            success, error, code, result = False, f"{name}: internal error: {type(exc).__name__}: {exc}"[:500], \
-                "InternalError", None
-        answer = self._answer(action, name if isinstance(name, str) else "", success, error, code, result)
+            success, error, code, result = False, _clip(f"{name}: internal error: {type(exc).__name__}: {exc}",
+                                                        MAX_ERROR_MESSAGE), "InternalError", None
+        echoed = _clip(name, MAX_ECHOED_NAME) if isinstance(name, str) else ""
+        answer = self._answer(action, echoed, success, error, code, result)
         if self.log.isEnabledFor(logging.DEBUG):
             self.log.debug(
                 "action %s seq=%s -> %s%s (%.1f ms)",
@@ -473,8 +493,8 @@ class Player:
         seq = action.get("sequenceId")
         self.sequence_id = seq if _sequence_id_ok(seq) else self.sequence_id + 1
         name = action.get("action")
-        name = name.encode("utf-8", "replace").decode("utf-8") if isinstance(name, str) else ""
-        return self._answer(action, name, False, message, code, None)
+        name = _clip(name.encode("utf-8", "replace").decode("utf-8"), MAX_ECHOED_NAME) if isinstance(name, str) else ""
+        return self._answer(action, name, False, _clip(message, MAX_ERROR_MESSAGE), code, None)
 
     @property
     def pose(self) -> Pose:
@@ -620,12 +640,11 @@ class Player:
                 "InvalidArgument",
             )
         camera = self.cameras[index]
-        if "position" in action:
-            camera.position = _vector(action["position"], "position")
-        if "rotation" in action:
-            camera.rotation = _vector(action["rotation"], "rotation")
-        if "fieldOfView" in action:
-            camera.fov = _number(action, "fieldOfView", lo=1.0, hi=179.0)
+        # Every argument is checked before any is applied: a failed update leaves the camera as it was.
+        position = _vector(action["position"], "position") if "position" in action else camera.position
+        rotation = _vector(action["rotation"], "rotation") if "rotation" in action else camera.rotation
+        fov = _number(action, "fieldOfView", lo=1.0, hi=179.0) if "fieldOfView" in action else camera.fov
+        camera.position, camera.rotation, camera.fov = position, rotation, fov
         return camera.metadata(index)
 
     # -- state -----------------------------------------------------------------------------------------

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from renderd.player import faults
-from renderd.player.core import ACTIONS, Player
+from renderd.player.core import ACTIONS, MAX_ECHOED_NAME, MAX_ERROR_MESSAGE, Player
 from renderd.player.renderer import NumpyRenderer, RenderState, Renderer, make_renderer
 from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, SCENES, SURFACES, scene_by_name, scene_names
-from renderd.protocol import FieldType, encode_metadata
+from renderd.protocol import MAX_ACTION_SIZE, FieldType, encode_metadata
 
 CAM_Y = AGENT_Y + CAMERA_HEIGHT
 
@@ -161,6 +161,49 @@ def test_a_failed_initialize_changes_nothing():
     assert md["agents"][0]["lastActionSuccess"] is False and (p.grid_size, p.fov) == (grid, fov)
     md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "fieldOfView": 60})
     assert md["agents"][0]["lastActionSuccess"] is True and (p.grid_size, p.fov) == (0.5, 60.0)
+
+
+@pytest.mark.parametrize(
+    "update",
+    [
+        {"position": {"x": 1, "y": 2, "z": 1}, "rotation": "bad"},
+        {"rotation": {"x": 10, "y": 20, "z": 0}, "fieldOfView": 500},
+        {"position": {"x": 1, "y": 2, "z": 1}, "fieldOfView": float("nan")},
+    ],
+)
+def test_a_failed_camera_update_changes_nothing(update):
+    p = Player(width=16, height=16)
+    p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 1.5, "z": 0},
+              "rotation": {"x": 30, "y": 0, "z": 0}})
+    before = p.handle({"action": "Pass"})[0]["thirdPartyCameras"]
+    md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, **update})
+    assert md["agents"][0]["lastActionSuccess"] is False
+    assert md["agents"][0]["errorCode"] == "InvalidArgument"
+    assert md["thirdPartyCameras"] == before
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        {"action": "A" * (MAX_ACTION_SIZE - 60)},  # an unknown action: the message quotes the name
+        {"action": "\u00e9" * 2_000_000},  # JSON escapes each as 6 bytes: 12 MB echoed whole
+        {"action": "MoveAhead", "moveMagnitude": "x" * 1_000_000},  # the message quotes the value
+        {"action": "Pass", "sequenceId": "y" * 1_000_000},
+    ],
+)
+def test_failures_quoting_huge_values_give_small_answers(action):
+    # An answer must fit every transport: over HTTP its metadata part is limited to MAX_JSON_PART_SIZE.
+    p = Player(width=8, height=8)
+    answer = p.answer(action)
+    agent = answer.metadata()["agents"][0]
+    assert agent["lastActionSuccess"] is False
+    assert 0 < len(agent["errorMessage"]) <= MAX_ERROR_MESSAGE
+    assert len(agent["lastAction"]) <= MAX_ECHOED_NAME
+    name = action["action"]
+    assert agent["lastAction"] == (name if len(name) <= MAX_ECHOED_NAME else name[: MAX_ECHOED_NAME - 3] + "...")
+    assert len(answer.json_metadata()) < 64 * 1024 and len(answer.packed_metadata()) < 64 * 1024
+    rejected = p.rejected_answer(action, "z" * MAX_ACTION_SIZE)
+    assert len(rejected.json_metadata()) < 64 * 1024
 
 
 def test_a_rejected_action_without_a_sequence_id_counts_on():
