@@ -49,6 +49,12 @@ LOCK_NAME = "renderd.lock"
 REFERENCE_PLAYER = "renderd-player"
 #: Seconds to wait for an existing socket to answer before calling it stale.
 SOCKET_PROBE_TIMEOUT = 2.0
+#: Attempts at locking the lock file when the file locked is no longer the one at its path (a daemon stopping
+#: meanwhile removed it).
+LOCK_ATTEMPTS = 10
+#: Longest a starting daemon waits for another one, starting at the same moment, to bind its socket in the
+#: same directory (the directory is locked from the check for a live socket until the socket is bound).
+SOCKET_DIR_LOCK_TIMEOUT = 30.0
 #: Seconds the control API's threads get to finish their requests at stop.
 API_STOP_TIMEOUT = 5.0
 #: Worker threads of the HTTP player listener at least (one per player waiting for an action).
@@ -385,7 +391,7 @@ class Daemon:
         self._created: list[str] = []  # directories this daemon created, innermost last
         self._lock_fd: int | None = None
         self._lock_path: str | None = None
-        self._socket_bound = False
+        self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
         self._token_path: str | None = None
         self._held_signals: list[int] = []  # stop/reload signals taken during start-up, for the loop
         self._previous_handlers: dict[int, Any] = {}
@@ -441,28 +447,71 @@ class Daemon:
                 "mode 0750 (with systemd: Group= and RuntimeDirectoryMode=0750)", path, mode, st.st_gid, group,
             )
 
-    def _lock(self, runtime_dir: str) -> None:
+    def _lock(self, runtime_dir: str, group: int | None) -> None:
         path = os.path.join(runtime_dir, LOCK_NAME)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                os.close(fd)
-                raise DaemonError(os_error_message(exc, f"cannot lock {path}")) from exc
+        for attempt in range(LOCK_ATTEMPTS):
+            if attempt:  # the daemon that was stopping may have removed the directory as well
+                self._make_private_dir(runtime_dir, group=group)
             try:
-                other = os.pread(fd, 32, 0).decode().strip() or "unknown"
-            except OSError:
-                other = "unknown"
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                raise DaemonError(os_error_message(exc, f"cannot open the lock file {path}")) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise DaemonError(os_error_message(exc, f"cannot lock {path}")) from exc
+                try:
+                    other = os.pread(fd, 32, 0).decode().strip() or "unknown"
+                except OSError:
+                    other = "unknown"
+                os.close(fd)
+                raise DaemonError(
+                    f"another renderd (pid {other}) is already running with runtime_dir {runtime_dir} "
+                    f"(it holds {path}); stop it first, or give this one another --runtime-dir and --socket"
+                ) from None
+            # A daemon that was stopping may have unlinked the file between our open and our lock: the lock
+            # would then be on a file nobody else can find. Only the file still at the path counts.
+            try:
+                same = os.path.samestat(os.fstat(fd), os.stat(path, follow_symlinks=False))
+            except FileNotFoundError:
+                same = False
+            if same:
+                break
             os.close(fd)
-            raise DaemonError(
-                f"another renderd (pid {other}) is already running with runtime_dir {runtime_dir} "
-                f"(it holds {path}); stop it first, or give this one another --runtime-dir and --socket"
-            ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        else:
+            raise DaemonError(f"cannot lock {path}: it was replaced {LOCK_ATTEMPTS} times while renderd locked it")
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            os.close(fd)
+            raise DaemonError(os_error_message(exc, f"cannot write the lock file {path}")) from exc
         self._lock_fd = fd
         self._lock_path = path
+
+    def _lock_socket_dir(self, directory: str) -> int:
+        """Lock ``directory`` (the socket's) until the socket is bound: two daemons started at the same moment
+        on one socket path must not both find it free. Returns the descriptor to close once bound."""
+        try:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, f"cannot open the socket directory {directory}")) from exc
+        deadline = time.monotonic() + SOCKET_DIR_LOCK_TIMEOUT
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN) or time.monotonic() > deadline:
+                    os.close(fd)
+                    why = "it stayed locked" if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN) else exc.strerror
+                    raise DaemonError(
+                        f"cannot lock the socket directory {directory} ({why}; another renderd starting there "
+                        f"holds it while it binds its socket, for at most {SOCKET_DIR_LOCK_TIMEOUT:g} s)"
+                    ) from None
+            time.sleep(0.02)  # another daemon is between its socket check and its bind: a few ms
 
     def _control_token(self, token_file: str, runtime_dir: str) -> str:
         """The control token of the HTTP listener: read from ``token_file``, else generated into
@@ -523,6 +572,8 @@ class Daemon:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+            except OSError as exc:
+                raise DaemonError(os_error_message(exc, f"cannot remove the stale socket {path}")) from exc
             return
         except OSError as exc:
             raise DaemonError(os_error_message(exc, f"cannot check the existing socket {path}")) from exc
@@ -628,13 +679,15 @@ class Daemon:
         """
         cfg = self.config.daemon
         api = http_players = None
+        socket_dir_fd: int | None = None
         platforms = _Platforms()
         self._hold_signals()
         try:
             group = _group_id(cfg.socket_group)
             self._make_private_dir(cfg.runtime_dir, group=group)
-            self._lock(cfg.runtime_dir)
+            self._lock(cfg.runtime_dir, group)
             self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
+            socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
             self._check_socket(cfg.socket)
             players_dir = os.path.join(cfg.runtime_dir, "players")
             shutil.rmtree(players_dir, ignore_errors=True)  # left by a daemon that was killed
@@ -674,9 +727,12 @@ class Daemon:
                 http_players.control.app = app  # remote control: the same API, behind the token
             try:
                 api = _ControlServer(app, cfg.socket, cfg.api_threads)
+                self._socket_stat = os.stat(cfg.socket, follow_symlinks=False)
             except OSError as exc:
                 raise DaemonError(os_error_message(exc, f"cannot listen on {cfg.socket}")) from exc
-            self._socket_bound = True
+            finally:
+                os.close(socket_dir_fd)  # bound (or failed): the next daemon may look
+                socket_dir_fd = None
             if group is not None:  # 0600 until it has the group: nobody else can connect in between
                 try:
                     os.chown(cfg.socket, -1, group)
@@ -702,6 +758,8 @@ class Daemon:
                 # An error on the way up: nothing was started for good.
                 self.notifier.stopping()
             self._ignore_signals()
+            if socket_dir_fd is not None:  # start-up failed between the socket check and the bind
+                os.close(socket_dir_fd)
             try:
                 if api is not None:
                     api.stop()
@@ -717,13 +775,19 @@ class Daemon:
 
     def _cleanup(self) -> None:
         cfg = self.config.daemon
-        if self._socket_bound:
+        if self._socket_stat is not None:
+            # Only the socket this daemon bound: one that replaced it at the path (another daemon's, after ours
+            # was removed by hand) is not ours to remove.
             try:
-                os.unlink(cfg.socket)
+                if os.path.samestat(os.stat(cfg.socket, follow_symlinks=False), self._socket_stat):
+                    os.unlink(cfg.socket)
+                else:
+                    log.warning("%s is no longer the socket this daemon bound; left in place", cfg.socket)
             except FileNotFoundError:
                 pass
             except OSError as exc:
                 log.warning("%s", os_error_message(exc, "cannot remove the socket"))
+            self._socket_stat = None
         if self._token_path is not None:
             try:
                 os.unlink(self._token_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import socket
 import sys
 import textwrap
 import threading
@@ -89,6 +90,82 @@ def test_a_signal_while_setting_up_or_cleaning_up_leaves_nothing_behind(daemon, 
     assert d.wait_exit() == 0, d.output()
     assert sorted(os.listdir(d.base)) == ["daemon.log", "renderd.toml"], d.output()  # no socket, lock, dirs
     assert "Traceback" not in d.output()
+
+
+# -- start-up races: the socket and the lock file ------------------------------------------------------------
+
+
+def test_two_daemons_started_at_once_on_one_socket_one_refuses(daemon, tmp_path):
+    # The first is held between its check that the socket path is free and its bind; the second starts then.
+    marker = tmp_path / "checked"
+    first = daemon(fast_config(), ready=False, socket=str(tmp_path / "r.sock"), preamble=f"""
+        import time
+        from renderd.daemon import service
+        _check = service.Daemon._check_socket
+        def _checked_then_slow(self, path):
+            _check(self, path)
+            open({str(marker)!r}, "w").close()
+            time.sleep(1.5)
+        service.Daemon._check_socket = _checked_then_slow
+        """)
+    wait_for(marker.exists, DEADLINE, "the first daemon to check its socket path")
+    second = daemon(fast_config(), ready=False, socket=first.socket)
+    assert second.wait_exit() == 1
+    assert "already serving on" in second.output()
+    first.wait_ready()
+    first.signal(signal.SIGTERM)
+    assert first.wait_exit() == 0 and not os.path.exists(first.socket)
+
+
+def test_a_stopping_daemon_removes_only_its_own_socket(daemon, tmp_path):
+    d = daemon(fast_config())
+    os.unlink(d.socket)  # removed by hand, and something else listens there now
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as other:
+        other.bind(d.socket)
+        other.listen()
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0
+        assert os.path.exists(d.socket), "the daemon removed a socket it did not bind"
+        assert "no longer the socket this daemon bound" in d.output()
+    os.unlink(d.socket)
+
+
+def test_a_daemon_that_locks_the_lock_file_of_one_stopping_takes_a_fresh_one(daemon, tmp_path):
+    # B opens the lock file of A, which is stopping, and locks it only after A has unlinked it: B must lock
+    # the file at the path instead (else a third daemon, C, would run on the same runtime directory too).
+    opened, go = tmp_path / "opened", tmp_path / "go"
+    a = daemon(fast_config())
+    b = daemon(fast_config(), ready=False, runtime_dir=a.runtime_dir, socket=str(tmp_path / "b.sock"), preamble=f"""
+        import fcntl, os, time
+        _flock = fcntl.flock
+        _first = [True]
+        def flock(fd, op):
+            if _first[0]:
+                _first[0] = False
+                open({str(opened)!r}, "w").close()
+                deadline = time.monotonic() + 60
+                while not os.path.exists({str(go)!r}) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+            return _flock(fd, op)
+        fcntl.flock = flock
+        """)
+    wait_for(opened.exists, DEADLINE, "B to open the lock file")
+    a.signal(signal.SIGTERM)
+    assert a.wait_exit() == 0
+    go.touch()
+    b.wait_ready()
+    c = daemon(fast_config(), ready=False, runtime_dir=a.runtime_dir, socket=str(tmp_path / "c.sock"))
+    assert c.wait_exit() == 1
+    assert f"another renderd (pid {b.pid}) is already running" in c.output()
+
+
+def test_a_lock_file_that_cannot_be_opened_is_one_clear_line(daemon, tmp_path):
+    runtime = tmp_path / "run"
+    runtime.mkdir(mode=0o700)
+    (runtime / "renderd.lock").mkdir()
+    d = daemon(fast_config(), ready=False, runtime_dir=str(runtime))
+    assert d.wait_exit() == 1
+    assert "cannot open the lock file" in d.output() and "Traceback" not in d.output(), d.output()
 
 
 @pytest.fixture
