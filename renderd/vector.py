@@ -41,13 +41,17 @@ import logging
 import math
 import numbers
 import os
+import secrets
 import select
+import signal
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
+
+import psutil
 
 from renderd.client import check_sequence_id
 from renderd.config import check_seconds
@@ -80,6 +84,12 @@ log = logging.getLogger(__name__)
 REPLACE_ATTEMPTS = 3
 #: Largest number of slots one vector session accepts (each slot is a player process and a few fds).
 MAX_SLOTS = 1024
+#: The environment variable that marks the players :func:`launch_many` starts (its value is the vector
+#: session's random tag), so that :meth:`VectorSession.close` can find a replacement still booting in a
+#: launch thread and stop it instead of waiting out its ``start_timeout``.
+TAG_VARIABLE = "RENDERD_VECTOR_TAG"
+#: How often :meth:`VectorSession.close` looks for a booting replacement to stop while it waits for one.
+CANCEL_POLL = 0.05
 
 _READ_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 
@@ -296,6 +306,8 @@ class VectorSession:
         self._fd_slots: dict[int, _Slot] = {}
         self._wake_fd: int | None = None
         self._wake_lock = threading.Lock()
+        # Set by close(): a replacement on its way starts no new attempt (and a booting player is stopped).
+        self._cancel = threading.Event()
         # Receive slot by slot (each session's own deadline) instead of one poll over all of them; only
         # for benchmarks/vector.py, which measures both.
         self._sequential_recv = False
@@ -750,7 +762,7 @@ class VectorSession:
         slot.session = None
         executor = self._ensure_executor()
         self._ensure_wake_fd()
-        slot.future = executor.submit(_replace, self._factory, slot.index, old)
+        slot.future = executor.submit(_replace, self._factory, slot.index, old, self._cancel)
         slot.future.add_done_callback(self._wake)
 
     def _install_replacements(self, rnd: _Round) -> None:
@@ -857,22 +869,30 @@ class VectorSession:
 
     # -- closing -----------------------------------------------------------------------------------------
     def close(self) -> None:
-        """Close every slot's session (players stopped or leases released), waiting for replacements
-        on their way, then stop the launch threads. Idempotent; the first error from a session's close
-        is raised after everything else was closed."""
+        """Close every slot's session (players stopped or leases released), then stop the launch threads.
+
+        A replacement on its way is cancelled: it starts no new attempt, and a player it is still booting
+        is killed, so this returns within seconds, not after ``start_timeout`` (a lease request on its way
+        is waited for). Idempotent; the first error from a session's close is raised after everything else
+        was closed. A ``KeyboardInterrupt`` (Ctrl-C) while it works does not stop it half-way: it is raised
+        once everything is closed.
+        """
         if self._state is _VectorState.CLOSED:
             return
         self._state = _VectorState.CLOSED
         self._round = None
+        self._cancel.set()
+        interrupt: KeyboardInterrupt | None = None
         first: BaseException | None = None
         for slot in self._slots:
             self._done_waiting(slot)
             future, slot.future = slot.future, None
-            if future is not None:
+            while future is not None:
                 try:
-                    slot.session = future.result()
-                except BaseException:
-                    slot.session = None
+                    slot.session = self._await_replacement(future)
+                    future = None
+                except KeyboardInterrupt as exc:
+                    interrupt = interrupt or exc  # finish closing first
         sessions = [s.session for s in self._slots if s.session is not None]
         # Close every channel first, so all players see end of file and exit together; each close()
         # below then finds its player gone (or stops it: SIGTERM, grace, SIGKILL).
@@ -881,25 +901,71 @@ class VectorSession:
             if channel is not None and getattr(session, "process", None) is not None:
                 try:
                     channel.close()
+                except KeyboardInterrupt as exc:
+                    interrupt = interrupt or exc
                 except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
         for session in sessions:
             try:
                 session.close()
-            except BaseException as exc:
+            except KeyboardInterrupt as exc:
+                interrupt = interrupt or exc
+            except Exception as exc:
                 if first is None:
                     first = exc
                 else:
                     log.warning("closing a session failed too: %s", exc)
         executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=True, cancel_futures=True)
+        while executor is not None:
+            try:
+                executor.shutdown(wait=True, cancel_futures=True)
+                executor = None
+            except KeyboardInterrupt as exc:
+                interrupt = interrupt or exc
         with self._wake_lock:
             wake, self._wake_fd = self._wake_fd, None
         if wake is not None:
             os.close(wake)
+        if interrupt is not None:
+            raise interrupt
         if first is not None:
             raise first
+
+    def _await_replacement(self, future: Future) -> Any:
+        """The session a cancelled replacement made anyway, or None (it failed); waits for its launch
+        thread (which closes the failed session first), killing the player it boots meanwhile (see
+        :meth:`_stop_booting`)."""
+        tag = getattr(self._factory, "tag", None)
+        while not future.done():
+            if tag is not None:
+                self._stop_booting(tag)
+            wait([future], timeout=CANCEL_POLL)
+        if future.exception() is not None:
+            return None
+        return future.result()
+
+    def _stop_booting(self, tag: str) -> None:
+        """SIGKILL this process's children that carry the vector session's tag and are no slot's player:
+        replacements still waiting for their first frame. Their launch then fails at once (and cleans up
+        after them) instead of waiting out ``start_timeout``."""
+        known = {s.session.pid for s in self._slots if s.session is not None}
+        me = os.getpid()
+        for child in psutil.Process(me).children():
+            if child.pid in known:
+                continue
+            try:
+                pidfd = os.pidfd_open(child.pid)
+            except OSError:
+                continue
+            try:
+                # Checked with the pidfd open, so the signal cannot reach a process that reused the pid.
+                if child.ppid() == me and child.environ().get(TAG_VARIABLE) == tag:
+                    log.debug("closing: stopping the booting replacement player pid %d", child.pid)
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            except (psutil.Error, OSError):
+                pass
+            finally:
+                os.close(pidfd)
 
     def __enter__(self) -> VectorSession:
         return self
@@ -926,8 +992,9 @@ def _make_executor(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="renderd-vector")
 
 
-def _replace(factory: Callable[[int], Any], slot: int, old: Any) -> Any:
-    """In a launch thread: close the failed session, then make a new one (up to REPLACE_ATTEMPTS tries)."""
+def _replace(factory: Callable[[int], Any], slot: int, old: Any, cancel: threading.Event) -> Any:
+    """In a launch thread: close the failed session, then make a new one (up to REPLACE_ATTEMPTS tries);
+    no new attempt once ``cancel`` is set (the vector session is closing)."""
     if old is not None:
         try:
             old.close()
@@ -935,9 +1002,13 @@ def _replace(factory: Callable[[int], Any], slot: int, old: Any) -> Any:
             log.warning("slot %d: closing the failed session: %s", slot, exc)
     errors: list[BaseException] = []
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
+        if cancel.is_set():
+            raise RenderdError(f"slot {slot}: the replacement was cancelled: the VectorSession was closed")
         try:
             return factory(slot)
         except RenderdError as exc:
+            if cancel.is_set():
+                raise RenderdError(f"slot {slot}: the replacement was cancelled: the VectorSession was closed") from exc
             log.warning("slot %d: replacement attempt %d of %d failed: %s", slot, attempt, REPLACE_ATTEMPTS, exc)
             errors.append(exc)
     raise RenderdError(
@@ -991,14 +1062,25 @@ def _check_n(n: int) -> int:
     return n
 
 
-def _launch_slot(executable: Any, kwargs: dict[str, Any], slot: int) -> Any:
-    from renderd.client import launch
+class _Launcher:
+    """``factory(slot)`` of :func:`launch_many`: launches one player for a slot. Every player it starts has
+    :data:`TAG_VARIABLE` set to ``tag`` in its environment, so that a replacement still booting when the
+    vector session closes can be told from this process's other children and stopped."""
 
-    kw = dict(kwargs)
-    log_path = kw.get("log_path")
-    if log_path is not None:
-        kw["log_path"] = os.fspath(log_path).format(slot=slot)
-    return launch(executable, **kw)
+    def __init__(self, executable: Any, kwargs: dict[str, Any]) -> None:
+        self.executable = executable
+        self.kwargs = kwargs
+        self.tag = secrets.token_hex(8)
+
+    def __call__(self, slot: int) -> Any:
+        from renderd.client import launch
+
+        kw = dict(self.kwargs)
+        log_path = kw.get("log_path")
+        if log_path is not None:
+            kw["log_path"] = os.fspath(log_path).format(slot=slot)
+        kw["env"] = {**(kw.get("env") or {}), TAG_VARIABLE: self.tag}
+        return launch(self.executable, **kw)
 
 
 def _connect_slot(environment: str, kwargs: dict[str, Any], slot: int) -> Any:
@@ -1053,7 +1135,7 @@ def launch_many(
     fail to start, one error names every failed slot. Nothing is left running when it raises.
     """
     _check_n(n)
-    factory = functools.partial(_launch_slot, executable, dict(launch_kwargs))
+    factory = _Launcher(executable, dict(launch_kwargs))
     return _build(n, factory, "started", replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 
 import psutil
@@ -22,6 +23,7 @@ from renderd.errors import (
     ProtocolError,
 )
 from renderd.vector import SlotState
+from tests.helpers import marker_player
 from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
 
 FAULT = "RenderdFault"
@@ -366,3 +368,70 @@ def test_a_failed_reset_with_undecodable_metadata_is_reported_not_raised(no_leak
             _ = obs[0].metadata
     finally:
         vs.close()
+
+
+# -- closing while a replacement is on its way ------------------------------------------------------------
+
+#: close() stops a booting replacement within this many seconds (its start_timeout is much longer).
+CLOSE_WITHIN = 5.0
+
+
+def test_close_stops_a_replacement_that_is_still_booting(no_leaks, tmp_path):
+    # Replacements hang before their first frame; close() must not wait out 3 x start_timeout for them.
+    marker = tmp_path / "hang"
+    vs = renderd.launch_many(2, marker_player.argv(str(marker), "--fault-at-start hang"), replace_on_crash=True,
+                             **player_kwargs(start_timeout=10.0))
+    try:
+        marker.touch()
+        vs.step(["Pass", {"action": FAULT, "fault": "segfault"}])
+
+        def booting():
+            return [p for p in psutil.Process().children()
+                    if p.pid not in vs.pids and "--fault-at-start" in " ".join(p.cmdline())]
+
+        wait_for(booting, START_TIMEOUT, "the replacement player to start")
+    finally:
+        started = time.monotonic()
+        vs.close()
+    assert time.monotonic() - started < CLOSE_WITHIN
+
+
+def test_ctrl_c_during_close_is_raised_once_everything_is_closed(no_leaks):
+    # A replacement that takes as long as the test wants: close() waits for it while Ctrl-C comes.
+    entered, release = threading.Event(), threading.Event()
+
+    def factory(slot):
+        entered.set()
+        release.wait(STEP)
+        return renderd.launch(**player_kwargs())
+
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+    handled = []
+
+    def on_sigint(signum, frame):
+        handled.append(signum)
+        raise KeyboardInterrupt
+
+    def interrupt():
+        wait_for(lambda: vs.closed, STEP, "close() to begin")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        wait_for(lambda: handled, STEP, "the SIGINT to be handled")
+        release.set()
+
+    helper = threading.Thread(target=interrupt)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        vs.step(["Pass", {"action": FAULT, "fault": "segfault"}])
+        assert entered.wait(STEP), "the replacement did not start"
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            vs.close()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+        if helper.ident is not None:
+            helper.join()
+        vs.close()
+    # The replacement that arrived after the interrupt was closed too (no_leaks: its player is gone).
+    assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
