@@ -134,10 +134,23 @@ class ControlClient:
         return self.request("GET", path)[1]
 
     def health(self) -> dict[str, Any]:
-        return self.get("/v1/health")
+        value = self.get("/v1/health")
+        if not isinstance(value, dict) or not isinstance(value.get("status"), str):
+            raise self._not_renderd("/v1/health", value)
+        return value
 
     def environments(self) -> list[dict[str, Any]]:
-        return self.get("/v1/environments")["environments"]
+        value = self.get("/v1/environments")
+        environments = value.get("environments") if isinstance(value, dict) else None
+        if not isinstance(environments, list) or not all(isinstance(e, dict) for e in environments):
+            raise self._not_renderd("/v1/environments", value)
+        return environments
+
+    def _not_renderd(self, path: str, value: Any) -> RenderdError:
+        return RenderdError(
+            f"{self.socket} answered GET {path} with {str(value)[:120]!r}: not a renderd daemon "
+            "(is --socket or RENDERD_SOCKET the right path?)"
+        )
 
     def lease(self, environment: str, *, timeout: float = DEFAULT_LEASE_TIMEOUT) -> dict[str, Any]:
         """Ask for a lease on a ready player of ``environment``, waiting up to ``timeout`` seconds.

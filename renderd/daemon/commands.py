@@ -81,12 +81,14 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     control socket, and restarts players that die. Logs go to stderr (journald-friendly under systemd);
     with NOTIFY_SOCKET set, READY=1 is sent once the players are ready.
     """
+    if config_path == "":  # an unset variable in `-c ${CONFIG}`: not a reason to serve the built-in demo
+        raise click.BadParameter("an empty path; leave -c out to serve the built-in demo", param_hint="-c/--config")
     configure_logging(log_level)
     from renderd.daemon.service import Daemon, DaemonError
 
     overrides = {"socket": _abspath(socket), "runtime_dir": _abspath(runtime_dir), "http": http}
     try:
-        config = load(config_path) if config_path else default_config()
+        config = load(config_path) if config_path is not None else default_config()
         config = config.with_daemon(**overrides)
     except ConfigError as exc:
         log.error("%s", exc)

@@ -45,7 +45,7 @@ def open_client_pidfd(pid: int) -> int:
         raise LeaseError(f"client_pid must be a positive integer, got {pid!r}")
     try:
         return os.pidfd_open(pid)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # (a pid beyond what the kernel's pid_t holds)
         raise LeaseError(f"client_pid {pid} is not a running process") from None
     except OSError as exc:
         raise LeaseError(os_error_message(exc, f"cannot watch client_pid {pid}")) from exc

@@ -51,6 +51,8 @@ def test_errors_are_json_never_a_traceback_page(daemon):
         ("DELETE", "/v1/leases/abc", None, 404),
         ("POST", "/v1/environments/demo/leases", {"client_pid": "me"}, 400),
         ("POST", "/v1/environments/demo/leases", {"client_pid": 2**22 + 12345}, 400),
+        ("POST", "/v1/environments/demo/leases", {"client_pid": 2**31}, 400),  # beyond pid_t
+        ("POST", "/v1/environments/demo/leases", {"client_pid": 10**20}, 400),
         ("POST", "/v1/environments/demo/leases", {"client_pid": os.getpid(), "timeout": -1}, 400),
         ("POST", "/v1/environments/demo/leases", {"client_pid": os.getpid(), "color": 1}, 400),
         ("PUT", "/v1/environments/demo", {"widht": 3}, 400),

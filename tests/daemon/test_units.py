@@ -127,6 +127,50 @@ def test_unreachable_daemon_is_a_clear_error(tmp_path, monkeypatch):
     assert out.returncode == 1 and "none.sock" in out.stderr
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n[]",
+        b"Content-Type: text/html\r\nContent-Length: 5\r\n\r\nhello",
+        b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}",
+    ],
+    ids=["json-list", "html", "empty-object"],
+)
+def test_status_of_a_socket_that_is_not_renderd_is_a_clear_error(tmp_path, answer):
+    path = str(tmp_path / "other.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(8)
+    server.settimeout(30)
+
+    def serve() -> None:  # answers every request 200 with something that is not renderd's
+        try:
+            while True:
+                conn, _ = server.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + answer)
+        except OSError:
+            pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        out = subprocess.run([*RENDERD, "status", "--socket", path], capture_output=True, text=True, timeout=30)
+    finally:
+        server.close()
+        thread.join(10)
+    assert out.returncode == 1, out
+    assert "not a renderd daemon" in out.stderr and "Traceback" not in out.stderr, out.stderr
+
+
+def test_start_with_an_empty_config_path_is_refused(tmp_path):
+    # (An unset variable in `ExecStart=renderd start -c ${CONFIG}`: not a reason to serve the built-in demo.)
+    out = subprocess.run([*RENDERD, "start", "-c", "", "--socket", str(tmp_path / "r.sock"), "--runtime-dir",
+                          str(tmp_path / "run")], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and "empty" in out.stderr, out
+
+
 def test_commands_are_registered_in_the_cli():
     out = subprocess.run([*RENDERD, "start", "--help"], capture_output=True, text=True, timeout=30)
     assert out.returncode == 0
