@@ -1078,7 +1078,8 @@ class _Launcher:
         kw = dict(self.kwargs)
         log_path = kw.get("log_path")
         if log_path is not None:
-            kw["log_path"] = os.fspath(log_path).format(slot=slot)
+            # Only {slot} is replaced: any other brace is part of the path.
+            kw["log_path"] = os.fspath(log_path).replace("{slot}", str(slot))
         kw["env"] = {**(kw.get("env") or {}), TAG_VARIABLE: self.tag}
         return launch(self.executable, **kw)
 
@@ -1128,7 +1129,7 @@ def launch_many(
 
     ``launch_kwargs`` are :func:`renderd.launch`'s (``width``, ``height``, ``platform``, ``args``,
     ``start_timeout``, ``step_timeout``...); a ``log_path`` may contain ``{slot}``, replaced by the slot
-    number (a replacement player appends to its slot's log). With ``replace_on_crash`` a slot whose
+    number (a replacement player appends to its slot's log); any other brace is kept as it is. With ``replace_on_crash`` a slot whose
     player fails is given a new player launched the same way.
 
     Raises ``ValueError`` for a bad ``n`` and what :func:`renderd.launch` raises; when several players

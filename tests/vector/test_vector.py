@@ -117,6 +117,13 @@ def test_close_leaves_nothing(no_leaks):
     assert not any(os.path.exists(d) for d in dirs)
 
 
+def test_log_path_replaces_only_slot(no_leaks, tmp_path):
+    logs = tmp_path / "run{}-{a}"
+    logs.mkdir()
+    renderd.launch_many(2, log_path=str(logs / "player-{slot}.log"), **player_kwargs()).close()
+    assert sorted(os.listdir(logs)) == ["player-0.log", "player-1.log"]
+
+
 def test_launch_failure_names_the_problem_and_leaves_nothing(no_leaks):
     with pytest.raises(ConfigError, match="none of the 3 players could be started") as info:
         renderd.launch_many(3, "/nonexistent/player", **player_kwargs())
