@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 import psutil
 
 from renderd.client import check_sequence_id
-from renderd.config import check_seconds
+from renderd.config import ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -65,7 +65,7 @@ from renderd.errors import (
     RenderdError,
 )
 from renderd.event import Event
-from renderd.protocol import encode_action
+from renderd.protocol import MAX_RESOLUTION, encode_action
 
 __all__ = [
     "REPLACE_ATTEMPTS",
@@ -204,6 +204,15 @@ def _check_timeout(timeout: float | None) -> None:
     """``timeout`` is None or a finite number of seconds (0 included): ArgumentError (a ValueError) if not."""
     if timeout is not None:
         check_seconds(timeout, "timeout", zero_ok=True)
+
+
+def _check_size(value: Any, name: str) -> int | None:
+    """``width``/``height`` of a reset: None, or an integer 1..MAX_RESOLUTION (ArgumentError if not)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < value <= MAX_RESOLUTION:
+        raise ArgumentError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=name)
+    return int(value)
 
 
 def _channel_fds(session: Any) -> tuple[int, ...] | None:
@@ -473,8 +482,9 @@ class VectorSession:
         :meth:`recv` calls. Until the reset finishes the slot's actions are dropped and its observation
         is ``None``. A reset asked for a slot that is already resetting starts over after the action in
         flight. Raises :class:`AlreadyPendingCallError` between :meth:`send` and :meth:`recv`,
-        :class:`CallOrderError` on a closed or broken vector session, ``ValueError`` for a bad slot list,
-        and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
+        :class:`CallOrderError` on a closed or broken vector session, ``ValueError`` for a bad slot list
+        or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
+        integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
         """
         self._check_open("reset_async()")
         if self._state is _VectorState.PENDING:
@@ -487,8 +497,8 @@ class VectorSession:
             if len(scenes) != len(indices):
                 raise ValueError(f"reset_async() got {len(scenes)} scenes for {len(indices)} slots")
         params = dict(init_params)
-        width = params.pop("width", None)
-        height = params.pop("height", None)
+        width = _check_size(params.pop("width", None), "width")
+        height = _check_size(params.pop("height", None), "height")
         try:
             encode_action({"action": "Initialize", **params})
         except ValueError as exc:
@@ -500,10 +510,7 @@ class VectorSession:
                     slot.scene = name
                 if width is not None or height is not None:
                     w, h = slot.resolution or (None, None)
-                    slot.resolution = (
-                        int(width) if width is not None else w,
-                        int(height) if height is not None else h,
-                    )
+                    slot.resolution = (width if width is not None else w, height if height is not None else h)
                 slot.init_params.update(params)
                 slot.reset_requested = True
                 if slot.state is SlotState.REPLACING:

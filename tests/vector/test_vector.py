@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 import renderd
+from renderd.config import ArgumentError
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -22,6 +23,7 @@ from renderd.errors import (
     PlayerTimeout,
     ProtocolError,
 )
+from renderd.protocol import MAX_RESOLUTION
 from renderd.vector import SlotState
 from tests.helpers import marker_player
 from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
@@ -221,6 +223,17 @@ def test_reset_waits_and_returns_every_slot(no_leaks, launch):
     # A scene the player does not have: the reset finishes, and says why it failed.
     result = vs.reset([0], scene="NoSuchScene")
     assert "NoSuchScene" in result.infos[0]["reset_error"]
+
+
+def test_a_bad_reset_size_is_an_argument_error_and_breaks_nothing(no_leaks, launch):
+    vs = launch(2)
+    for bad in ("64px", 0, 2.5, True, MAX_RESOLUTION + 1):
+        with pytest.raises(ArgumentError, match="width: must be an integer"):
+            vs.reset(scene="FloorPlan2", width=bad)
+    with pytest.raises(ArgumentError, match="height"):
+        vs.reset_async([1], height="64")
+    assert vs.error is None and vs.slot_states == [SlotState.RUNNING] * 2
+    assert all(ev.metadata["lastAction"] == "Pass" for ev in vs.step(["Pass", "Pass"]).observations)
 
 
 def test_crash_without_replacement_names_every_failed_slot(no_leaks, launch):
