@@ -425,9 +425,11 @@ class VectorSession:
         self._round = rnd
         self._state = _VectorState.PENDING
         try:
+            # A replacement ready now returns its first frame in this step (reset_complete): the caller's
+            # action for it is dropped like a resetting slot's.
             self._install_replacements(rnd)
             for slot, message in zip(self._slots, messages):
-                if slot.state is SlotState.RUNNING:
+                if slot.state is SlotState.RUNNING and not rnd.completed[slot.index]:
                     self._send(slot, message, "action")
                 else:
                     rnd.dropped[slot.index] = True

@@ -300,6 +300,19 @@ def test_replace_on_crash_with_wait_resets(no_leaks, launch):
     assert vs.slot_states == [SlotState.RUNNING, SlotState.RUNNING]
 
 
+def test_a_replacement_ready_before_send_returns_its_first_frame(no_leaks, launch):
+    vs = launch(2, replace_on_crash=True, reward_fn=lambda ev: 1.0)
+    vs.step(["Pass", {"action": FAULT, "fault": "segfault"}])
+    replacement = vs._slots[1].future  # white box: the moment it is ready, between two steps
+    wait_for(lambda: replacement.done(), START_TIMEOUT, "the replacement to be ready")
+    obs, rewards, dones, infos = vs.step(["Pass", "RotateLeft"])
+    # The slot was never reset: its observation is the new player's first frame; the action was dropped.
+    assert obs[1].sequence_id == 0 and obs[1].metadata["lastAction"] == ""
+    assert infos[1] == {"resetting": False, "dropped_action": True, "reset_complete": True}
+    assert rewards == [1.0, 0.0] and dones == [False, False]
+    assert vs.step(["Pass", "RotateLeft"]).observations[1].metadata["lastAction"] == "RotateLeft"
+
+
 @TRANSPORTS
 def test_recv_timeout_names_the_hung_slot(no_leaks, launch, transport):
     vs = launch(3, transport=transport)
