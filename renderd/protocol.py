@@ -26,6 +26,7 @@ from __future__ import annotations
 import enum
 import gc
 import json
+import re
 import struct
 import sys
 import weakref
@@ -48,6 +49,8 @@ __all__ = [
     "DEFAULT_MAX_FIELDS",
     "MAX_RESOLUTION",
     "MAX_ACTION_SIZE",
+    "MAX_ACTION_DEPTH",
+    "ActionTooDeep",
     "NEED_DATA",
     "Message",
     "Decoder",
@@ -56,6 +59,7 @@ __all__ = [
     "encode_metadata",
     "decode_metadata",
     "decode_action",
+    "parse_action",
     "message_nbytes",
     "byte_views",
     "drop_written",
@@ -270,20 +274,56 @@ def _json_default(obj: Any) -> Any:
 # action against 2.2 us for this one's encode()).
 _ACTION_ENCODER = json.JSONEncoder(default=_json_default, separators=(",", ":"))
 
+#: Deepest nesting of arrays and objects an action may have (AI2-THOR's actions nest a few levels).
+#: :func:`encode_action` refuses a deeper one before anything is sent, and :func:`parse_action` raises
+#: :class:`ActionTooDeep` for one, which a player answers as a failed action. Python's JSON parser
+#: recurses once per level and fails with RecursionError somewhere below the interpreter's recursion
+#: limit (1000), depending on how deep the caller's stack already is; this limit is the same everywhere.
+MAX_ACTION_DEPTH = 512
+# A JSON string (escapes included): removed before counting brackets, which may appear inside strings.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+# Opening brackets to 2, closing ones to 0: minus one, the change in depth.
+_BRACKET_STEPS = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
+
+
+def _depth_over_limit(body: bytes) -> int | None:
+    """How deep the arrays and objects of the valid JSON text ``body`` nest (the top-level object counts
+    as one level), when that is over :data:`MAX_ACTION_DEPTH`; else None."""
+    if body.count(b"[") + body.count(b"{") <= MAX_ACTION_DEPTH:  # an upper bound: the common case ends here
+        return None
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS).translate(_BRACKET_STEPS)
+    if not brackets:
+        return None
+    depth = int(np.cumsum(np.frombuffer(brackets, dtype=np.uint8).astype(np.int64) - 1).max())
+    return depth if depth > MAX_ACTION_DEPTH else None
+
 
 def encode_action(action: dict[str, Any]) -> list[Any]:
     """Encode one action (a JSON object; numpy scalars and arrays allowed) as a complete message.
 
-    Raises ``ValueError`` for an action JSON cannot hold, or one over :data:`MAX_ACTION_SIZE` encoded.
+    Raises ``ValueError`` for an action JSON cannot hold, one over :data:`MAX_ACTION_SIZE` encoded, or one
+    nested deeper than :data:`MAX_ACTION_DEPTH`; nothing is sent then, and the stream stays usable.
     """
     try:
         body = _ACTION_ENCODER.encode(action).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"action cannot be encoded as JSON: {exc}") from exc
+    except RecursionError as exc:  # nested deeper than the encoder can follow from here
+        raise ValueError(
+            f"action {action.get('action')!r} nests arrays or objects too deeply to be encoded as JSON "
+            f"(over the limit of {MAX_ACTION_DEPTH} levels, MAX_ACTION_DEPTH); nothing was sent"
+        ) from None
     if len(body) > MAX_ACTION_SIZE:
         raise ValueError(
             f"action {action.get('action')!r} is {len(body)} bytes as JSON, over the limit of {MAX_ACTION_SIZE} "
             "bytes (MAX_ACTION_SIZE); nothing was sent"
+        )
+    depth = _depth_over_limit(body)
+    if depth is not None:
+        raise ValueError(
+            f"action {action.get('action')!r} nests arrays or objects {depth} levels deep, over the limit "
+            f"of {MAX_ACTION_DEPTH} (MAX_ACTION_DEPTH) a player accepts; nothing was sent"
         )
     return [HEADER.pack(FieldType.ACTION, len(body)), body, END_OF_MESSAGE]
 
@@ -327,20 +367,72 @@ def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = 
     return value
 
 
+class ActionTooDeep(ProtocolError):
+    """An ACTION nested deeper than :data:`MAX_ACTION_DEPTH`. The message's framing is intact, so a player
+    answers it as a failed action (``InvalidArgument``) and carries on; a caller that does not tell it
+    apart from other ProtocolErrors treats it as a malformed message.
+
+    ``action`` is the parsed action when the parser could follow it (its name and ``sequenceId`` can be
+    echoed), else ``{}``.
+    """
+
+    def __init__(self, message: str, action: dict[str, Any], *, offset: int | None = None) -> None:
+        super().__init__(message, offset=offset)
+        self.action = action
+
+
+def _parse_int(digits: str) -> int | float:
+    # int() refuses a literal of more than sys.get_int_max_str_digits() (4,300) digits with ValueError,
+    # which would make the whole action "not JSON". Such a number is far too large for a float anyway:
+    # read it as the infinity of its sign, which every number check a player makes rejects.
+    try:
+        return int(digits)
+    except ValueError:
+        return float("-inf") if digits.startswith("-") else float("inf")
+
+
+_ACTION_DECODER = json.JSONDecoder(parse_int=_parse_int)
+
+
+def parse_action(body: Any, *, offset: int | None = None) -> dict[str, Any]:
+    """An ACTION body (bytes-like: UTF-8 JSON) as a JSON object.
+
+    Raises :class:`ActionTooDeep` for one nested deeper than :data:`MAX_ACTION_DEPTH`, and
+    :class:`ProtocolError` for anything else that is not a JSON object (``offset`` goes into the message).
+    An integer of more than 4,300 digits is read as an infinity.
+    """
+    data = bytes(body)
+    try:
+        action = _ACTION_DECODER.decode(data.decode("utf-8"))
+    except RecursionError:  # the parser recursed past the interpreter's limit, well beyond MAX_ACTION_DEPTH
+        raise ActionTooDeep(
+            f"the action nests arrays or objects too deeply to be parsed (the limit is {MAX_ACTION_DEPTH} levels)",
+            {},
+        ) from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ProtocolError(f"ACTION body is not valid UTF-8 JSON: {exc}", offset=offset) from exc
+    if not isinstance(action, dict):
+        raise ProtocolError(f"ACTION body must be a JSON object, got {type(action).__name__}", offset=offset)
+    depth = _depth_over_limit(data)
+    if depth is not None:
+        raise ActionTooDeep(
+            f"the action nests arrays or objects {depth} levels deep, over the limit of {MAX_ACTION_DEPTH}",
+            action,
+        )
+    return action
+
+
 def decode_action(message: Message) -> dict[str, Any]:
-    """The action a client sent: the single ACTION field of ``message``, parsed as a JSON object."""
+    """The action a client sent: the single ACTION field of ``message``, parsed as a JSON object.
+
+    Raises :class:`ProtocolError`, or its subclass :class:`ActionTooDeep` (see :func:`parse_action`).
+    """
     bodies = message.bodies(FieldType.ACTION)
     if len(bodies) != 1:
         raise ProtocolError(
             f"a client message must hold exactly one ACTION field, got {len(bodies)}", offset=message.offset
         )
-    try:
-        action = json.loads(bytes(bodies[0]).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError(f"ACTION body is not valid UTF-8 JSON: {exc}", offset=message.offset) from exc
-    if not isinstance(action, dict):
-        raise ProtocolError(f"ACTION body must be a JSON object, got {type(action).__name__}", offset=message.offset)
-    return action
+    return parse_action(bodies[0], offset=message.offset)
 
 
 class Decoder:

@@ -17,8 +17,10 @@ from renderd.errors import ProtocolError
 from renderd.protocol import (
     END_OF_MESSAGE,
     HEADER,
+    MAX_ACTION_DEPTH,
     NEED_DATA,
     SMALL_BODY,
+    ActionTooDeep,
     Decoder,
     FieldType,
     Message,
@@ -29,6 +31,7 @@ from renderd.protocol import (
     encode_action,
     encode_message,
     encode_metadata,
+    parse_action,
 )
 
 
@@ -87,6 +90,53 @@ def test_encode_action_handles_numpy():
 def test_encode_action_rejects_unencodable():
     with pytest.raises(ValueError, match="JSON"):
         encode_action({"action": "X", "obj": object()})
+
+
+def _nested(levels: int) -> list:
+    """A list nested ``levels`` deep, built without recursion: ``[[...[]...]]``."""
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _decode_one(buffers) -> dict:
+    d = Decoder()
+    d.receive_data(join(buffers))
+    return decode_action(d.next_message())
+
+
+def test_an_action_as_deep_as_the_limit_goes_through():
+    # The top-level object is one level: its value may nest MAX_ACTION_DEPTH - 1 more.
+    action = {"action": "Pass", "x": _nested(MAX_ACTION_DEPTH - 1), "s": "[[[{{{" * MAX_ACTION_DEPTH}
+    assert _decode_one(encode_action(action)) == action
+
+
+@pytest.mark.parametrize("levels", [MAX_ACTION_DEPTH, 5_000])
+def test_encode_action_refuses_an_action_nested_too_deeply(levels):
+    # Refused before sending, as a ValueError whatever the depth (the JSON encoder's own RecursionError too),
+    # because the player could not decode it.
+    with pytest.raises(ValueError, match="nests arrays or objects .*MAX_ACTION_DEPTH"):
+        encode_action({"action": "Pass", "x": _nested(levels)})
+
+
+@pytest.mark.parametrize("levels", [MAX_ACTION_DEPTH, 100_000])
+def test_an_action_nested_too_deeply_is_action_too_deep(levels):
+    body = b'{"action":"Pass","sequenceId":4,"x":' + b"[" * levels + b"]" * levels + b"}"
+    with pytest.raises(ActionTooDeep, match="nests arrays or objects") as info:
+        _decode_one(encode_message([(FieldType.ACTION, body)]))
+    assert isinstance(info.value, ProtocolError)
+    # What the parser could follow is handed on, so a player can echo its name and sequenceId.
+    if levels == MAX_ACTION_DEPTH:
+        assert info.value.action["sequenceId"] == 4
+    else:  # past what the parser can follow at all
+        assert info.value.action == {}
+
+
+def test_an_integer_over_the_digit_limit_is_read_as_infinity():
+    # int() refuses over 4,300 digits (a ValueError that would make the action "not JSON").
+    action = parse_action(b'{"action":"Pass","a":' + b"9" * 5000 + b',"b":-' + b"9" * 5000 + b',"c":12}')
+    assert action == {"action": "Pass", "a": float("inf"), "b": float("-inf"), "c": 12}
 
 
 def _sample_stream(n_messages=3, big=200_000):
