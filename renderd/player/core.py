@@ -21,6 +21,10 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 * ``metadata_objects``: add that many synthetic objects (about 1 KB of msgpack each) to ``objects``.
 * ``logger``: a :class:`logging.Logger` (default: this module's).
 
+A link calls ``player.limit_answer_size(limit)`` with the largest message its transport carries; the
+player then refuses (``InvalidArgument``) a ChangeResolution or AddThirdPartyCamera whose largest possible
+answer would not fit, instead of sending a message the client must reject.
+
 ``metadata`` is a dict ready for :func:`renderd.protocol.encode_metadata`. ``images`` is a list of
 ``(FieldType, ndarray)`` in wire order (third-party camera images first, then RGB, DEPTH, IDS), each
 array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4) uint8``; depth
@@ -70,6 +74,7 @@ __all__ = [
     "MAX_RESOLUTION",
     "MAX_ERROR_MESSAGE",
     "MAX_ECHOED_NAME",
+    "ANSWER_METADATA_ALLOWANCE",
     "CAMERA_NEAR_PLANE",
     "CAMERA_FAR_PLANE",
 ]
@@ -97,6 +102,10 @@ WIRE_CACHE_SIZE = 4
 #: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes.
 VIEW_CACHE_SIZE = 4
 _EPS = 1e-6
+#: Bytes set aside for the metadata and the framing when checking that the largest answer fits the
+#: transport (:meth:`Player.limit_answer_size`): far more than this player's metadata (a few KB, ~1 KB per
+#: ``--metadata-objects`` object).
+ANSWER_METADATA_ALLOWANCE = 16 * 1024 * 1024
 #: Longest ``errorMessage`` (characters); longer ones are cut (see :class:`ActionFailed`).
 MAX_ERROR_MESSAGE = 500
 #: Longest action name echoed whole as ``lastAction`` (characters). Every action this player knows has a
@@ -421,6 +430,8 @@ class Player:
         self.render_depth = False
         self.render_ids = False
         self.sequence_id = 0
+        #: Largest answer the transport carries (bytes), None for no limit: see :meth:`limit_answer_size`.
+        self.max_answer_size: int | None = None
         self._load_scene(scene_by_name(DEFAULT_SCENE), DEFAULT_SCENE)
 
     # -- public API ----------------------------------------------------------------------------------
@@ -435,6 +446,32 @@ class Player:
     def error_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> tuple[dict, Images]:
         """An answer to ``action`` reporting failure (for a link that rejects an action itself)."""
         return self.rejected_answer(action, message, code).as_tuple()
+
+    def limit_answer_size(self, limit: int) -> None:
+        """Refuse (``InvalidArgument``, changing nothing) a ChangeResolution or AddThirdPartyCamera after which
+        the largest possible answer would be over ``limit`` bytes: every image type (RGB, depth, instance
+        segmentation, which any action may ask for) of every camera, plus :data:`ANSWER_METADATA_ALLOWANCE`.
+        A link calls this with its transport's limit; the lowest limit given holds."""
+        if self.max_answer_size is None or limit < self.max_answer_size:
+            self.max_answer_size = limit
+
+    def largest_answer_size(self, width: int, height: int, cameras: int) -> int:
+        """The largest answer (bytes, see :meth:`limit_answer_size`) at ``width`` x ``height`` with
+        ``cameras`` third-party cameras."""
+        images = 0 if self.headless else (cameras + 1) * width * height * (self.rgb_bytes_per_pixel + 4 + 4)
+        return images + ANSWER_METADATA_ALLOWANCE
+
+    def _check_answer_size(self, what: str, width: int, height: int, cameras: int) -> None:
+        limit = self.max_answer_size
+        if limit is None:
+            return
+        size = self.largest_answer_size(width, height, cameras)
+        if size > limit:
+            raise ActionFailed(
+                f"{what}: at {width} x {height} with {cameras} third-party camera(s) an answer with every image type "
+                f"would be up to {size} bytes, over the {limit} bytes this player's transport carries",
+                "InvalidArgument",
+            )
 
     def first_answer(self) -> Answer:
         """:meth:`first_message` as an :class:`Answer`."""
@@ -610,6 +647,7 @@ class Player:
             if not _finite(v) or v != int(v) or not 0 < v <= MAX_RESOLUTION:
                 raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
                                    "InvalidArgument")
+        self._check_answer_size("ChangeResolution", int(w), int(h), len(self.cameras))
         self.width, self.height = int(w), int(h)
         self.log.info("resolution changed to %d x %d", self.width, self.height)
 
@@ -628,6 +666,7 @@ class Player:
             _vector(action["rotation"], "rotation"),
             _number(action, "fieldOfView", self.fov, lo=1.0, hi=179.0),
         )
+        self._check_answer_size("AddThirdPartyCamera", self.width, self.height, len(self.cameras) + 1)
         self.cameras.append(camera)
         return camera.metadata(len(self.cameras) - 1)
 

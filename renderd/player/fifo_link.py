@@ -18,8 +18,10 @@ run in a helper thread for the same reason.
 End of input on ``client.pipe`` at a message boundary means the client is done: exit 0. Anything the
 player cannot parse (bad framing, an ACTION that is not a JSON object) is logged and ends the player with
 :data:`EXIT_PROTOCOL_ERROR`, the way a build's message loop dies on an exception: the stream cannot be
-trusted after it, and renderd reports the exit with the log's tail. A client that closes ``server.pipe``
-while the player writes (EPIPE) ends the player with :data:`EXIT_IO_ERROR`.
+trusted after it, and renderd reports the exit with the log's tail. A well-framed ACTION nested deeper
+than :data:`~renderd.protocol.MAX_ACTION_DEPTH` is not such a message: it is answered as a failed action
+(``InvalidArgument``) and the player carries on. A client that closes ``server.pipe`` while the player
+writes (EPIPE) ends the player with :data:`EXIT_IO_ERROR`.
 """
 
 from __future__ import annotations
@@ -33,10 +35,13 @@ from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults, signals
 from renderd.player.core import Answer, Player
 from renderd.protocol import (
+    DEFAULT_MAX_BODY_SIZE,
     HEADER,
     HEADER_SIZE,
     MAX_ACTION_SIZE,
+    MESSAGE_SIZE_IN_BODIES,
     NEED_DATA,
+    ActionTooDeep,
     Decoder,
     FieldType,
     byte_views,
@@ -53,6 +58,9 @@ EXIT_IO_ERROR = 1
 EXIT_PROTOCOL_ERROR = 4
 #: Largest ACTION body the player accepts (actions are small JSON objects).
 ACTION_MAX_BODY_SIZE = MAX_ACTION_SIZE
+#: Largest message a client's decoder accepts (its default ``max_message_size``): the player refuses an
+#: action after which an answer could be larger (:meth:`~renderd.player.core.Player.limit_answer_size`).
+MAX_ANSWER_SIZE = MESSAGE_SIZE_IN_BODIES * DEFAULT_MAX_BODY_SIZE
 #: Bytes read from client.pipe per read.
 READ_SIZE = 64 * 1024
 #: Most buffers passed to one writev (Linux's IOV_MAX is 1024).
@@ -144,6 +152,7 @@ class FifoLink:
         self.decoder = Decoder(max_body_size=ACTION_MAX_BODY_SIZE)
         self.encoder = _AnswerEncoder()
         self.steps = 0
+        player.limit_answer_size(MAX_ANSWER_SIZE)
 
     # -- pipes ---------------------------------------------------------------------------------------
     def open_server(self) -> None:
@@ -230,7 +239,11 @@ class FifoLink:
             logger.info("first message sent (%d x %d); player is ready", self.player.width, self.player.height)
             self.open_client()
             while True:
-                action = self.recv_action()
+                try:
+                    action = self.recv_action()
+                except ActionTooDeep as exc:  # whole and framed, but not an action it can take: answer it
+                    self.reject(exc)
+                    continue
                 self.step(action)
         except _ClientGone as exc:
             level = logging.INFO if exc.code == EXIT_OK else logging.ERROR
@@ -249,6 +262,12 @@ class FifoLink:
         """Answer ``action`` (faults included, see :func:`renderd.player.faults.serve_action`)."""
         self.steps += 1
         faults.serve_action(self.player, action, self.send_answer, self.stream_fault)
+
+    def reject(self, exc: ActionTooDeep) -> None:
+        """Answer an action the player cannot take as a failed action (``InvalidArgument``)."""
+        self.steps += 1
+        logger.warning("answering an unacceptable action as failed: %s", exc)
+        self.send_answer(self.player.rejected_answer(exc.action, str(exc), "InvalidArgument"))
 
     def stream_fault(self, fault: faults.Fault, action: dict) -> None:
         if fault.kind == "garbage":

@@ -8,11 +8,19 @@ With ``AI2THOR_SERVER_TYPE=WSGI`` the player reads ``AI2THOR_HOST``, ``AI2THOR_P
 2. ``POST /train``: a multipart/form-data body the way Unity's ``WWWForm`` lays it out (image parts first,
    named ``image``, ``image_depth``, ...; then ``metadata`` (JSON) and ``token``), sent with only
    ``Content-Length`` and ``Content-Type`` headers, as a build writes it on a raw socket;
-3. the response body is the next action (JSON); act, post the answer, and so on.
+3. the response body is the next action (JSON); act, post the answer, and so on. The answer is sent
+   first and the response read after (:meth:`HttpLink.send_answer`, :meth:`HttpLink.receive_action`), so
+   a ``"when": "after"`` fault happens in between, as on the FIFO link.
 
 Image parts are sent with ``socket.sendmsg`` straight from the image arrays. A response other than 200
 ends the player: 410 (its client is gone, or renderd stopped serving it) with exit 0; 403 (wrong token)
-with exit 2; anything else with exit 1. An action that is not a JSON object exits 4, as on the FIFO link.
+with exit 2; anything else with exit 1, as does a body cut short of its Content-Length (never acted on).
+An action that is not a JSON object exits 4, as on the FIFO link; one nested deeper than
+:data:`~renderd.protocol.MAX_ACTION_DEPTH` is answered as a failed action. When the server hangs up while
+the player is still sending (a 413 for a body over its limit), the log quotes the server's answer.
+Every socket, including one ``http.client`` opens by itself after a ``Connection: close``, waits
+without a timeout once the ping is answered (:class:`_Connection`). The player refuses an action after
+which an answer could exceed :data:`MAX_ANSWER_SIZE` (renderd's request limit).
 
 Fault actions (:mod:`renderd.player.faults`) work as on the FIFO link; the stream faults become their
 HTTP equivalents: ``garbage`` posts a frame whose metadata is not JSON (renderd answers 400 and the
@@ -31,9 +39,11 @@ import socket
 import time
 from typing import Any, Sequence
 
+from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults
 from renderd.player.core import Answer, Images, Player
-from renderd.protocol import FORM_FIELD_NAMES, MAX_ACTION_SIZE, byte_views, drop_written
+from renderd.protocol import FORM_FIELD_NAMES, MAX_ACTION_SIZE, ActionTooDeep, byte_views, drop_written, parse_action
+from renderd.transport.http import MAX_REQUEST_SIZE
 
 __all__ = [
     "run_http",
@@ -63,6 +73,12 @@ PING_TIMEOUT = 5.0
 MAX_IOV = 512
 #: A Content-Length no server accepts (the ``oversize`` fault).
 OVERSIZE_LENGTH = 2**40
+#: Largest /train body renderd accepts: the player refuses an action after which an answer could be
+#: larger (:meth:`~renderd.player.core.Player.limit_answer_size`).
+MAX_ANSWER_SIZE = MAX_REQUEST_SIZE
+#: How long to wait for the server's own answer after it hung up on a post (seconds): a server that
+#: refuses a body (413) answers before it closes, and that answer says why.
+ERROR_RESPONSE_TIMEOUT = 2.0
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +135,17 @@ def build_form(metadata: dict | bytes, images: Images, token: str | None, bounda
     return out
 
 
+class _Connection(http.client.HTTPConnection):
+    """An HTTPConnection whose every socket is set up the same way, including one that ``http.client``
+    opens by itself when the server closed the last (``Connection: close``): with the connection's
+    timeout (None once the ping is answered: a client may think as long as it likes) and TCP_NODELAY."""
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.timeout)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def _send_all(sock: socket.socket, buffers: Sequence[Any]) -> None:
     views = byte_views(buffers)
     while views:
@@ -135,6 +162,7 @@ class HttpLink:
         self.token = token
         self.conn: http.client.HTTPConnection | None = None
         self.steps = 0
+        player.limit_answer_size(MAX_ANSWER_SIZE)
 
     # -- connection ----------------------------------------------------------------------------------
     def connect(self) -> None:
@@ -142,16 +170,16 @@ class HttpLink:
         deadline = time.monotonic() + CONNECT_TIMEOUT
         last: Exception | None = None
         while time.monotonic() < deadline:
-            conn = http.client.HTTPConnection(self.host, self.port, timeout=PING_TIMEOUT)
+            conn = _Connection(self.host, self.port, timeout=PING_TIMEOUT)
             try:
                 conn.request("GET", "/ping")
                 response = conn.getresponse()
                 body = response.read()
                 if response.status == 200 and body.strip() == b"pong":
+                    conn.timeout = None  # for every socket from now on, see _Connection
                     if conn.sock is None:  # the server closed the connection after answering
                         conn.connect()
                     conn.sock.settimeout(None)
-                    conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                     self.conn = conn
                     logger.info("connected to http://%s:%d (ping answered)", self.host, self.port)
                     return
@@ -178,24 +206,55 @@ class HttpLink:
         conn.endheaders()
         _send_all(conn.sock, body)
 
-    def post_answer(self, answer: Answer) -> dict:
-        """Post one of the player's answers (its metadata JSON comes from the player's cache)."""
-        return self.post(answer.json_metadata(), answer.images)
+    def send_answer(self, answer: Answer) -> None:
+        """Post one of the player's answers (its metadata JSON comes from the player's cache); the next
+        action is read with :meth:`receive_action`."""
+        self.send_form(answer.json_metadata(), answer.images)
 
-    def post(self, metadata: dict | bytes, images: Images) -> dict:
-        """Post one answer; return the next action. Raises _Stop for anything but a 200 with a JSON object."""
+    def send_form(self, metadata: dict | bytes, images: Images) -> None:
+        """Post one answer without reading the response. Raises _Stop."""
         boundary = secrets.token_hex(20).encode()
         body = build_form(metadata, images, self.token, boundary)
-        return self._exchange(body, sum(memoryview(b).nbytes for b in body), boundary)
+        self._send(body, sum(memoryview(b).nbytes for b in body), boundary)
 
-    def _exchange(self, body: Sequence[Any], length: int, boundary: bytes) -> dict:
-        """POST ``body`` (``length`` is its Content-Length) and return the action renderd answers with."""
+    def _send(self, body: Sequence[Any], length: int, boundary: bytes) -> None:
+        """POST ``body`` (``length`` is its Content-Length) without reading the response. Raises _Stop."""
         try:
             self._send_request(body, length, boundary)
+        except OSError as exc:
+            raise self._send_failed(exc) from exc
+
+    def _send_failed(self, exc: OSError) -> _Stop:
+        """Why a post failed: the server's own answer when it sent one before hanging up (413, a body over
+        its limit), as :meth:`_action` reads any non-200; else the OS error."""
+        failure = os_error_message(exc, "POST /train failed while sending")
+        if isinstance(exc, (BrokenPipeError, ConnectionResetError)) and self.conn is not None \
+                and self.conn.sock is not None:
+            try:
+                self.conn.sock.settimeout(ERROR_RESPONSE_TIMEOUT)
+                response = self.conn.getresponse()
+                data = response.read(MAX_ACTION_SIZE + 1)
+            except (OSError, http.client.HTTPException):
+                pass  # no answer came: the OS error is all there is
+            else:
+                if response.status != 200:
+                    try:
+                        self._action(response.status, data)
+                    except _Stop as stop:
+                        return _Stop(f"{failure}; the server had answered: {stop}", stop.code, stop.level)
+        return _Stop(failure, EXIT_IO_ERROR)
+
+    def receive_action(self) -> dict:
+        """The response to the last post: the next action. Raises _Stop for anything but a 200 with a whole
+        JSON object, and :class:`~renderd.protocol.ActionTooDeep` for one the player answers as failed."""
+        try:
             response = self.conn.getresponse()
             data = response.read(MAX_ACTION_SIZE + 1)
         except (OSError, http.client.HTTPException) as exc:
             raise _Stop(f"POST /train failed: {type(exc).__name__}: {exc}", EXIT_IO_ERROR) from exc
+        if len(data) <= MAX_ACTION_SIZE and response.length:  # http.client returns what came before EOF
+            raise _Stop(f"POST /train answered {response.status} with a body cut short: the server closed the "
+                        f"connection after {len(data)} of its {len(data) + response.length} bytes", EXIT_IO_ERROR)
         return self._action(response.status, data)
 
     def _action(self, status: int, data: bytes) -> dict:
@@ -209,35 +268,46 @@ class HttpLink:
         if len(data) > MAX_ACTION_SIZE:
             raise _Stop(f"the action is over {MAX_ACTION_SIZE} bytes", EXIT_PROTOCOL_ERROR)
         try:
-            action = json.loads(data)
-        except (UnicodeDecodeError, ValueError) as exc:
-            raise _Stop(f"the action is not valid JSON: {exc}: {data[:200]!r}", EXIT_PROTOCOL_ERROR) from exc
-        if not isinstance(action, dict):
-            raise _Stop(f"the action must be a JSON object, got {type(action).__name__}", EXIT_PROTOCOL_ERROR)
-        return action
+            return parse_action(data)
+        except ActionTooDeep:
+            raise
+        except ProtocolError as exc:
+            raise _Stop(f"{exc}: {data[:200]!r}", EXIT_PROTOCOL_ERROR) from exc
 
     # -- the loop --------------------------------------------------------------------------------------
     def serve(self) -> int:
         """Connect, post the first message, answer actions until told to stop. Returns an exit code."""
         try:
             self.connect()
-            action = self.post_answer(self.player.first_answer())
+            self.send_answer(self.player.first_answer())
             logger.info("first message posted (%d x %d); player is ready", self.player.width, self.player.height)
             while True:
-                action = self.step(action)
+                try:
+                    action = self.receive_action()
+                except ActionTooDeep as exc:  # a whole response, but not an action it can take: answer it
+                    self.reject(exc)
+                    continue
+                self.step(action)
         except _Stop as exc:
             logger.log(exc.level, "%s after %d step(s); exiting", exc, self.steps)
             return exc.code
         finally:
             self.close()
 
-    def step(self, action: dict) -> dict:
-        """Answer ``action`` (faults included, see :func:`renderd.player.faults.serve_action`); return the
-        next one."""
+    def step(self, action: dict) -> None:
+        """Answer ``action`` (faults included, see :func:`renderd.player.faults.serve_action`). Only the
+        answer is sent here; the next action is read afterwards, so a ``"when": "after"`` fault happens
+        between the two, as on the FIFO link."""
         self.steps += 1
-        return faults.serve_action(self.player, action, self.post_answer, self.stream_fault)
+        faults.serve_action(self.player, action, self.send_answer, self.stream_fault)
 
-    def stream_fault(self, fault: faults.Fault, action: dict) -> dict:
+    def reject(self, exc: ActionTooDeep) -> None:
+        """Answer an action the player cannot take as a failed action (``InvalidArgument``)."""
+        self.steps += 1
+        logger.warning("answering an unacceptable action as failed: %s", exc)
+        self.send_answer(self.player.rejected_answer(exc.action, str(exc), "InvalidArgument"))
+
+    def stream_fault(self, fault: faults.Fault, action: dict) -> None:
         metadata, images = self.player.handle(action)
         boundary = secrets.token_hex(20).encode()
         if fault.kind == "garbage":
@@ -246,10 +316,12 @@ class HttpLink:
             body = [_part_header(boundary, "metadata", binary=False), b"this is not JSON", b"\r\n",
                     _part_header(boundary, "token", binary=False), (self.token or "").encode("utf-8"),
                     b"\r\n--" + boundary + b"--\r\n"]
-            return self._exchange(body, sum(len(b) for b in body), boundary)
+            self._send(body, sum(len(b) for b in body), boundary)
+            return
         if fault.kind == "oversize":
             # Headers only, announcing a body no server accepts: renderd answers 413 before reading any.
-            return self._exchange([], OVERSIZE_LENGTH, boundary)
+            self._send([], OVERSIZE_LENGTH, boundary)
+            return
         body = build_form(metadata, images, self.token, boundary)
         length = sum(memoryview(b).nbytes for b in body)
         joined = b"".join(bytes(memoryview(b).cast("B")) for b in body)

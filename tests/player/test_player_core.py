@@ -206,6 +206,45 @@ def test_failures_quoting_huge_values_give_small_answers(action):
     assert len(rejected.json_metadata()) < 64 * 1024
 
 
+def _camera(p: Player) -> dict:
+    return p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0},
+                     "rotation": {"x": 30, "y": 0, "z": 0}})[0]["agents"][0]
+
+
+def test_an_action_whose_largest_answer_would_not_fit_the_fifo_link_is_refused():
+    # 4096 x 4096 with 8 cameras could be a 2 GB message; a client's decoder takes 1 GiB at most.
+    from renderd.player.fifo_link import MAX_ANSWER_SIZE
+
+    p = Player(width=64, height=64, renderer=FlatRenderer(), static_frame=True)
+    p.limit_answer_size(MAX_ANSWER_SIZE)
+    for _ in range(8):
+        assert _camera(p)["lastActionSuccess"]
+    md, images = p.handle({"action": "ChangeResolution", "x": 4096, "y": 4096})
+    assert md["agents"][0]["lastActionSuccess"] is False and md["agents"][0]["errorCode"] == "InvalidArgument"
+    assert (p.width, p.height) == (64, 64) and images[0][1].shape[:2] == (64, 64)
+    p.handle({"action": "Reset", "renderImage": False})  # no cameras: 4096 x 4096 fits, and 4 cameras do
+    assert p.handle({"action": "ChangeResolution", "x": 4096, "y": 4096, "renderImage": False})[0]["agents"][0][
+        "lastActionSuccess"]
+    for _ in range(4):
+        assert _camera_no_image(p)["lastActionSuccess"]
+    refused = _camera_no_image(p)
+    assert refused["lastActionSuccess"] is False and "transport carries" in refused["errorMessage"]
+    assert len(p.cameras) == 4
+    assert p.largest_answer_size(4096, 4096, 4) <= MAX_ANSWER_SIZE < p.largest_answer_size(4096, 4096, 5)
+
+
+def _camera_no_image(p: Player) -> dict:
+    return p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0},
+                     "rotation": {"x": 30, "y": 0, "z": 0}, "renderImage": False})[0]["agents"][0]
+
+
+def test_without_a_limit_the_player_refuses_no_size():
+    p = Player(width=16, height=16)
+    assert p.max_answer_size is None
+    assert p.handle({"action": "ChangeResolution", "x": 4096, "y": 4096, "renderImage": False})[0]["agents"][0][
+        "lastActionSuccess"]
+
+
 def test_a_rejected_action_without_a_sequence_id_counts_on():
     p = Player(width=8, height=8)
     p.handle({"action": "Pass", "sequenceId": 7})

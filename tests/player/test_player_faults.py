@@ -10,7 +10,7 @@ import time
 import pytest
 
 from renderd.errors import ProtocolError
-from renderd.protocol import HEADER, FieldType
+from renderd.protocol import HEADER, MAX_ACTION_DEPTH, FieldType
 from tests.helpers.fifo_driver import PlayerExited
 
 FAST = ["-screen-width", "32", "-screen-height", "32"]
@@ -195,6 +195,37 @@ def test_bad_json_action_ends_the_player(spawn):
         p.recv_message()
     assert p.wait(PROMPT) == 4
     assert "malformed message from the client" in p.log_text()
+
+
+def _raw_action(body: bytes) -> list[bytes]:
+    return [HEADER.pack(FieldType.ACTION, len(body)), body, HEADER.pack(255, 0)]
+
+
+@pytest.mark.parametrize("depth, seq", [(50_000, None), (MAX_ACTION_DEPTH + 10, 1)])
+def test_an_action_nested_too_deeply_is_answered_as_failed(spawn, depth, seq):
+    # Framed correctly, so the player answers it (InvalidArgument) and goes on; a RecursionError from the
+    # JSON parser must not reach main() as an unhandled error (exit 3).
+    p = ready(spawn)
+    head = b'{"action":"Pass","sequenceId":1,' if seq is not None else b'{"action":"Pass",'
+    p.send_raw_buffers(_raw_action(head + b'"x":' + b"[" * depth + b"]" * depth + b"}"))
+    event = p.recv_event(timeout=PROMPT)
+    md = event.metadata
+    assert md["lastActionSuccess"] is False and md["errorCode"] == "InvalidArgument"
+    assert "nests arrays or objects" in md["errorMessage"]
+    assert event.sequence_id == 1  # echoed, or counted on from the first message's 0
+    assert p.step("MoveAhead", sequenceId=2).metadata["lastActionSuccess"]
+    assert p.alive()
+
+
+@pytest.mark.parametrize("digits", [b"9" * 5000, b"-" + b"9" * 5000], ids=["positive", "negative"])
+def test_an_integer_with_thousands_of_digits_is_an_invalid_argument(spawn, digits):
+    # Valid JSON: int() refuses over 4,300 digits, but the number is answered like one too large for a float.
+    p = ready(spawn)
+    p.send_raw_buffers(_raw_action(b'{"action":"MoveAhead","sequenceId":1,"moveMagnitude":' + digits + b"}"))
+    md = p.recv_event(timeout=PROMPT).metadata
+    assert md["lastActionSuccess"] is False and md["errorCode"] == "InvalidArgument"
+    assert "moveMagnitude must be a finite number" in md["errorMessage"]
+    assert p.step("Pass", sequenceId=2).metadata["lastActionSuccess"]
 
 
 def test_bad_framing_from_the_client_ends_the_player(spawn):
