@@ -327,21 +327,34 @@ class Session:
         at a reset), then ``ChangeResolution`` if ``width``/``height`` are given and differ from the
         current screen, then ``Initialize`` with every initialization parameter given so far (they
         accumulate across resets, like AI2-THOR's). Returns the last event. Raises what :meth:`step`
-        raises.
+        raises, and ``ValueError`` for a ``width``/``height`` outside 1..MAX_RESOLUTION (before anything is
+        sent) or one the player refuses (its ``errorMessage`` quoted; the scene is reset, the size and the
+        parameters are unchanged and Initialize is not sent; the session stays usable).
         """
+        from renderd.protocol import MAX_RESOLUTION
+
+        params = dict(init_params)
+        width = params.pop("width", None)
+        height = params.pop("height", None)
+        size: tuple[int, int] | None = None
+        if width is not None or height is not None:
+            w = int(width if width is not None else self.width or 0)
+            h = int(height if height is not None else self.height or 0)
+            if not (0 < w <= MAX_RESOLUTION and 0 < h <= MAX_RESOLUTION):
+                raise ValueError(f"reset: width and height must be 1..{MAX_RESOLUTION}, got {w} x {h}; nothing was sent")
+            size = (w, h)
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
         self.step(reset)
-        params = dict(init_params)
-        width = params.pop("width", None)
-        height = params.pop("height", None)
-        if width is not None or height is not None:
-            w = int(width if width is not None else self.width or 0)
-            h = int(height if height is not None else self.height or 0)
-            if (w, h) != (self.width, self.height):
-                self.step("ChangeResolution", x=w, y=h)
-                self._width, self._height = w, h
+        if size is not None and size != (self.width, self.height):
+            event = self.step("ChangeResolution", x=size[0], y=size[1])
+            if not event:
+                raise ValueError(
+                    f"reset: the player refused ChangeResolution to {size[0]} x {size[1]}: {event.error_message} "
+                    f"(the screen stays {self.width} x {self.height})"
+                )
+            self._width, self._height = size
         self._init_params.update(params)
         return self.step("Initialize", **self._init_params)
 
