@@ -139,6 +139,8 @@ class _Slot:
         "reset_requested",
         "resolution",
         "scene",
+        "sent_action",
+        "sent_at",
         "session",
         "state",
     )
@@ -149,6 +151,8 @@ class _Slot:
         self.state = SlotState.RUNNING
         self.in_flight: str | None = None  # "action" | "reset" | None
         self.deadline = math.inf
+        self.sent_at = 0.0  # time.monotonic() when the action in flight was sent
+        self.sent_action = ""  # its name
         self.fds: tuple[int, ...] = ()  # registered with the poller while something is in flight
         self.reset_queue: deque[dict[str, Any]] = deque()
         self.scene: str | None = None  # the scene of the last reset asked for (a replacement loads it too)
@@ -198,6 +202,12 @@ def _answer_ready(session: Any) -> bool:
     channel reads what its pipe holds); any other channel polls readable only with a whole frame."""
     ready = getattr(getattr(session, "channel", None), "ready", None)
     return True if ready is None else bool(ready())
+
+
+def _incomplete(session: Any) -> bool:
+    """Whether part of an answer has arrived from ``session``'s player (read by its channel, not whole)."""
+    decoder = getattr(getattr(session, "channel", None), "decoder", None)
+    return bool(getattr(decoder, "in_message", False))
 
 
 def _check_timeout(timeout: float | None) -> None:
@@ -443,8 +453,8 @@ class VectorSession:
         """Receive the answers to :meth:`send`, one poll over every slot; results in slot order.
 
         Each answer has its session's ``step_timeout`` (counted from ``send``); ``timeout`` (seconds from
-        now) shortens that for every slot: a player that has not begun to answer by then fails with
-        :class:`PlayerTimeout`. Resetting slots never hold up ``recv`` unless ``wait_resets`` is true
+        now) shortens that for every slot: a player whose answer is not whole by then (none of it, or only
+        part, which the error says) fails with :class:`PlayerTimeout`. Resetting slots never hold up ``recv`` unless ``wait_resets`` is true
         (then it returns when every reset and replacement has finished); when every slot is resetting,
         ``recv`` waits until one of them makes progress (an answer, or a replacement ready), so a loop
         over :meth:`step` does not spin.
@@ -587,7 +597,9 @@ class VectorSession:
             self._fail(slot, exc)
             return
         slot.in_flight = kind
-        slot.deadline = time.monotonic() + session.step_timeout
+        slot.sent_at = time.monotonic()
+        slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
+        slot.deadline = slot.sent_at + session.step_timeout
         fds = _channel_fds(session)
         if fds:
             slot.fds = fds
@@ -605,11 +617,19 @@ class VectorSession:
         slot.fds = ()
         slot.in_flight = None
 
-    def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None) -> None:
-        """Take the answer of the slot's action in flight (its data is there, or its deadline passed)."""
+    def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None, *, late: bool = False) -> None:
+        """Take the answer of the slot's action in flight (its data is there, or its deadline passed: with
+        ``late``, a PlayerTimeout is reported as :meth:`_timeout_error` words it)."""
         kind = slot.in_flight
         try:
             event = slot.session.recv(timeout)
+        except PlayerTimeout as exc:
+            if late:
+                err = self._timeout_error(slot, "step_timeout", slot.session.step_timeout)
+                err.__cause__ = exc
+                exc = err
+            self._fail(slot, exc)
+            return
         except RenderdError as exc:
             self._fail(slot, exc)
             return
@@ -725,23 +745,35 @@ class VectorSession:
 
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
         if timeout is None:
-            # The session's own step deadline has passed: its recv raises PlayerTimeout (or returns an
-            # answer that arrived at the last moment).
+            # The session's own step deadline has passed: its recv returns an answer that arrived at the
+            # last moment, or raises PlayerTimeout. That error counts only recv's own (instant) wait, so it
+            # is reported with the time since the action was sent instead.
+            self._receive(slot, rnd, late=True)
+            return
+        if _answer_ready(slot.session):  # the answer came in since the last poll: it is not late
             self._receive(slot, rnd)
             return
+        # Not whole by recv's timeout, whether or not part of it arrived: a player stopped in the middle of
+        # a message must not hold up the caller past the timeout it asked for.
+        self._fail(slot, self._timeout_error(slot, "recv timeout", timeout))
+
+    @staticmethod
+    def _timeout_error(slot: _Slot, deadline: str, seconds: float) -> PlayerTimeout:
+        """The PlayerTimeout of a slot whose answer did not come by ``deadline`` (``seconds`` long): how
+        long since its action was sent, and whether part of the answer had arrived."""
         session = slot.session
-        if _answer_ready(session):  # the answer came in since the last poll: it is not late
-            self._receive(slot, rnd)
-            return
-        self._fail(
-            slot,
-            PlayerTimeout(
-                f"no answer from the player (pid {session.pid}) within the recv timeout of {timeout:g} s "
-                "(it is still running: hung, or busy for longer than the timeout allows); its session was "
-                "closed",
-                deadline="recv timeout",
-                seconds=timeout,
-            ),
+        waited = time.monotonic() - slot.sent_at
+        if _incomplete(session):
+            got = "only part of an answer (an incomplete message)"
+            why = "stopped in the middle of it, or writing slowly"
+        else:
+            got, why = "no answer", "hung, or busy for longer than that allows"
+        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        return PlayerTimeout(
+            f"{slot.sent_action}: {got} from the player (pid {session.pid}) within {within} {seconds:g} s "
+            f"({waited:.3g} s after the action was sent; it is still running: {why}); its session was closed",
+            deadline=deadline,
+            seconds=seconds,
         )
 
     def _expire_replacements(self, timeout: float | None) -> None:

@@ -4,6 +4,7 @@ failures with and without replacement, timeouts, and nothing left behind."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import threading
@@ -322,6 +323,7 @@ def test_recv_timeout_names_the_hung_slot(no_leaks, launch, transport):
         vs.recv(timeout=0.5)
     assert time.monotonic() - started < 5.0
     assert "slot 1 of 3 failed" in str(info.value) and "recv timeout of 0.5 s" in str(info.value)
+    assert "RenderdFault: no answer from the player" in str(info.value) and "only part" not in str(info.value)
     assert info.value.deadline == "recv timeout"
 
 
@@ -329,7 +331,10 @@ def test_timeout_is_replaced_too(no_leaks, launch):
     vs = launch(2, replace_on_crash=True, step_timeout=0.5)
     obs, _, dones, infos = vs.step(["Pass", {"action": FAULT, "fault": "hang"}], wait_resets=True)
     assert dones == [False, True] and infos[1]["error_type"] == "PlayerTimeout"
-    assert "step_timeout" in str(infos[1]["error"])
+    text = str(infos[1]["error"])
+    assert "no answer from the player" in text and "within step_timeout = 0.5 s" in text
+    # The time since the action was sent, not the length of the last (instant) wait for it.
+    assert float(re.search(r"\(([0-9.e+-]+) s after the action was sent", text)[1]) >= 0.5
     assert obs[1] is not None
 
 
@@ -369,6 +374,7 @@ def test_a_slot_stuck_mid_message_holds_up_no_other_slot(no_leaks):
         assert time.monotonic() - started < STEP / 2
         text = str(info.value)
         assert "slot 1 of 3 failed" in text and "recv timeout of 1 s" in text and "slot 0" not in text
+        assert "only part of an answer (an incomplete message)" in text
     finally:
         vs.close()
 
