@@ -101,6 +101,10 @@ class SlotState(enum.Enum):
     FAILED = "failed"  # its player failed and is not replaced: the vector session is broken
 
 
+#: One letter per slot state in ``repr(VectorSession)``: ``slots=[r,s,p,f]``.
+_STATE_LETTERS = {SlotState.RUNNING: "r", SlotState.RESETTING: "s", SlotState.REPLACING: "p", SlotState.FAILED: "f"}
+
+
 class _VectorState(enum.Enum):
     READY = "ready"
     PENDING = "pending"
@@ -246,20 +250,24 @@ def _indent(text: str) -> str:
     return text.replace("\n", "\n      ")
 
 
-def failure_error(failures: Sequence[tuple[int, BaseException]], n: int) -> RenderdError:
+def failure_error(
+    failures: Sequence[tuple[int, BaseException]], n: int, *, replace_on_crash: bool = False
+) -> RenderdError:
     """One error naming every failed slot and why: a :class:`PlayerCrashed` if every failure is a
     crash, a :class:`PlayerTimeout` if every one is a timeout, a :class:`ProtocolError` if every one is
     malformed bytes, else a :class:`RenderdError`. ``failures`` (slot -> error) and ``slots`` are
-    attributes of the result."""
+    attributes of the result. With ``replace_on_crash`` (the failures are replacements that could not be
+    started) the message does not suggest it."""
     failures = sorted(failures, key=lambda f: f[0])
     lines = [f"slot {i}: {type(exc).__name__}: {_indent(str(exc))}" for i, exc in failures]
     slots = ", ".join(str(i) for i, _ in failures)
     head = (
         f"slot {slots} of {n} failed" if len(failures) == 1 else f"{len(failures)} of {n} slots failed (slots {slots})"
     )
+    hint = "" if replace_on_crash else " (or pass replace_on_crash=True to have failed players replaced)"
     message = (
-        f"{head}; the other slots' answers were received, but this VectorSession is broken now: close it "
-        "(or pass replace_on_crash=True to have failed players replaced):\n  " + "\n  ".join(lines)
+        f"{head}; the other slots' answers were received, but this VectorSession is broken now: close it"
+        f"{hint}:\n  " + "\n  ".join(lines)
     )
     errors = [exc for _, exc in failures]
     first = errors[0]
@@ -859,7 +867,7 @@ class VectorSession:
             return
         self._failures = []
         self._close_failed()
-        err = failure_error(unreplaced, len(self._slots))
+        err = failure_error(unreplaced, len(self._slots), replace_on_crash=self.replace_on_crash)
         self._break(err)
         raise err from unreplaced[0][1]
 
@@ -1022,7 +1030,7 @@ class VectorSession:
                 pass
 
     def __repr__(self) -> str:
-        states = ",".join(s.state.value[0] for s in self._slots)
+        states = ",".join(_STATE_LETTERS[s.state] for s in self._slots)
         return f"<renderd.VectorSession n={len(self._slots)} {self._state.value} slots=[{states}]>"
 
 

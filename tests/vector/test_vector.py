@@ -25,7 +25,7 @@ from renderd.errors import (
     ProtocolError,
 )
 from renderd.protocol import MAX_RESOLUTION
-from renderd.vector import SlotState
+from renderd.vector import REPLACE_ATTEMPTS, SlotState
 from tests.helpers import marker_player
 from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
 
@@ -145,6 +145,7 @@ def test_masks_while_resetting(no_leaks, launch, transport):
     vs.step(["RotateRight"] * 3)
     vs.reset_async([1], scene="FloorPlan2")
     assert vs.slot_states == [SlotState.RUNNING, SlotState.RESETTING, SlotState.RUNNING]
+    assert "slots=[r,s,r]" in repr(vs)
     seen = []
     for _ in range(50):
         obs, _, _, infos = vs.step(["MoveAhead", "MoveAhead", "MoveAhead"])
@@ -277,6 +278,7 @@ def test_replace_on_crash_keeps_the_others_running(no_leaks, launch):
     assert isinstance(infos[1]["error"], PlayerCrashed) and infos[1]["error_type"] == "PlayerCrashed"
     assert infos[1]["replaced"] is True and infos[1]["resetting"] is True
     assert "SIGSEGV" in str(infos[1]["error"])
+    assert vs.slot_states[1] is SlotState.REPLACING and "slots=[r,p,r]" in repr(vs)
     # The others stepped on, untouched (no reset: their sequence ids just went up by one).
     assert [obs[0].sequence_id, obs[2].sequence_id] == [seq_before[0] + 1, seq_before[2] + 1]
     for _ in range(2000):
@@ -325,6 +327,22 @@ def test_recv_timeout_names_the_hung_slot(no_leaks, launch, transport):
     assert "slot 1 of 3 failed" in str(info.value) and "recv timeout of 0.5 s" in str(info.value)
     assert "RenderdFault: no answer from the player" in str(info.value) and "only part" not in str(info.value)
     assert info.value.deadline == "recv timeout"
+
+
+def test_replacements_that_all_fail_are_raised_without_suggesting_replacement(no_leaks, tmp_path):
+    marker = tmp_path / "exit"
+    vs = renderd.launch_many(2, marker_player.argv(str(marker), "--fault-at-start exit"), replace_on_crash=True,
+                             **player_kwargs())
+    try:
+        marker.touch()
+        with pytest.raises(renderd.RenderdError) as info:
+            vs.step(["Pass", {"action": FAULT, "fault": "segfault"}], wait_resets=True)
+        text = str(info.value)
+        assert info.value.slots == [1] and f"could not be replaced: {REPLACE_ATTEMPTS} attempts failed" in text
+        assert "replace_on_crash" not in text
+        assert "slots=[r,f]" in repr(vs)
+    finally:
+        vs.close()
 
 
 def test_timeout_is_replaced_too(no_leaks, launch):
