@@ -21,12 +21,14 @@ from renderd.errors import (
     ProtocolError,
     RenderdError,
 )
-from renderd.event import Event
 
 __version__ = "0.1.0"
 
-# Public names that live in heavier modules, imported on first use so `import renderd` stays cheap.
+# Public names that live in heavier modules, imported on first use so `import renderd` stays cheap: it
+# imports no numpy, so a program inside the package (`renderd-player`) installs its signal handlers
+# within milliseconds of starting instead of after numpy's few hundred.
 _LAZY = {
+    "Event": "renderd.event",
     "launch": "renderd.client",
     "connect": "renderd.client",
     "Session": "renderd.client",

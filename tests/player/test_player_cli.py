@@ -204,3 +204,40 @@ def test_gl_renderer_unavailable_is_a_usage_error(tmp_path):
                         env_extra={"AI2THOR_FIFO_SERVER_PIPE_PATH": str(tmp_path / "s"),
                                    "AI2THOR_FIFO_CLIENT_PIPE_PATH": str(tmp_path / "c")})
     assert result.returncode == 2 and "cannot start the gl renderer" in result.stderr
+
+
+# The player program runs inside the renderd package, so `import renderd` runs first: if it imported
+# numpy (a few hundred milliseconds), a SIGTERM/SIGINT in that time would kill the player with the
+# default disposition (-15, or a KeyboardInterrupt traceback) instead of a clean exit 0.
+_SIGNALS_BEFORE_NUMPY = r"""
+import importlib.abc, runpy, signal, sys
+
+seen = []
+
+class Watch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" and not seen:
+            seen.append(signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+                        and signal.getsignal(signal.SIGINT) is not signal.default_int_handler)
+        return None
+
+sys.meta_path.insert(0, Watch())
+sys.argv = ["renderd-player", "--help"]
+try:
+    runpy.run_module("renderd.player", run_name="__main__", alter_sys=True)
+except SystemExit:
+    pass
+print("numpy first imported with the handlers installed:", seen)
+"""
+
+
+def test_signal_handlers_are_installed_before_numpy_is_imported():
+    result = run_player([], command=[sys.executable, "-c", _SIGNALS_BEFORE_NUMPY])
+    assert "numpy first imported with the handlers installed: [True]" in result.stdout, result.stderr
+
+
+def test_importing_renderd_is_cheap_and_its_names_still_work():
+    code = ("import sys, renderd; assert 'numpy' not in sys.modules, 'import renderd loaded numpy'; "
+            "from renderd import Event, launch; assert renderd.Event is Event and callable(launch); print('ok')")
+    result = run_player([], command=[sys.executable, "-c", code])
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr
