@@ -495,7 +495,8 @@ class RenderdVectorEnv(VectorEnv):
 
         ``seed``: an int (sub-environment i gets ``seed + i``), a list of per-environment seeds, or None.
         ``options["scene"]``: the scene for every reset one. Raises ``ValueError`` for a bad mask or a
-        reset the players refuse, and what :meth:`renderd.VectorSession.reset` raises.
+        reset the players refuse (after every other sub-environment was reset; the refused ones are reset
+        again at the next step), and what :meth:`renderd.VectorSession.reset` raises.
         """
         n = self.num_envs
         if isinstance(seed, int) and not isinstance(seed, bool):
@@ -522,18 +523,28 @@ class RenderdVectorEnv(VectorEnv):
         scenes = [self._spec.choose_scene(self._rngs[i], options) for i in slots]
         result = self.vector_session.reset(slots, scenes, **self._spec.init_params)
         infos: dict[str, Any] = {}
+        refused: dict[int, str] = {}
         for i in slots:
             event, info = result.observations[i], result.infos[i]
-            if info.get("reset_error"):
-                raise ValueError(f"sub-environment {i}: reset failed: {info['reset_error']}")
             if event is None:
                 raise RenderdError(f"sub-environment {i}: the reset produced no observation")
+            if info.get("reset_error"):
+                refused[i] = info["reset_error"]
             self._set_obs(i, event)
             infos = self._add_info(infos, self._info(event, info), i)
         self._elapsed[slots] = 0
         self._autoreset[slots] = False
         self._was_reset = True
+        self._raise_refused(refused)
         return self._batch(), infos
+
+    def _raise_refused(self, refused: Mapping[int, str]) -> None:
+        """ValueError for resets the players refused (an unknown scene), once every sub-environment's
+        bookkeeping is done; the refused ones are reset again (a new scene drawn) at the next step."""
+        if not refused:
+            return
+        self._autoreset[list(refused)] = True
+        raise ValueError("; ".join(f"sub-environment {i}: reset failed: {why}" for i, why in refused.items()))
 
     def _info(self, event: Event | None, vinfo: Mapping[str, Any]) -> dict[str, Any]:
         info = self._spec.info(event) if event is not None else {}
@@ -548,7 +559,9 @@ class RenderdVectorEnv(VectorEnv):
         """Step every sub-environment (autoresetting those that ended in the previous step).
 
         Raises :class:`CallOrderError` before the first reset, ``ValueError`` for actions outside the
-        action space, and what :meth:`renderd.VectorSession.step` raises.
+        action space or for an autoreset a player refused (an unknown scene: raised once every
+        sub-environment's step is booked, so those that ended are reset at the next step, and so is the
+        refused one, with a new scene drawn), and what :meth:`renderd.VectorSession.step` raises.
         """
         if not self._was_reset:
             raise CallOrderError("step() before reset(): call reset() first")
@@ -582,14 +595,15 @@ class RenderdVectorEnv(VectorEnv):
         terminated = np.zeros(n, dtype=np.bool_)
         truncated = np.zeros(n, dtype=np.bool_)
         infos: dict[str, Any] = {}
+        refused: dict[int, str] = {}
         for i in range(n):
             event, vinfo = result.observations[i], result.infos[i]
             if autoreset[i] or (vinfo.get("reset_complete") and "error" not in vinfo):
                 # A reset step: the new episode's first observation.
-                if vinfo.get("reset_error"):
-                    raise ValueError(f"sub-environment {i}: reset failed: {vinfo['reset_error']}")
                 if event is None:
                     raise RenderdError(f"sub-environment {i}: the reset produced no observation")
+                if vinfo.get("reset_error"):
+                    refused[i] = vinfo["reset_error"]
                 self._events[i] = event  # checked by on_event
                 self._elapsed[i] = 0
             elif "error" in vinfo:
@@ -605,6 +619,7 @@ class RenderdVectorEnv(VectorEnv):
                 truncated[i] = spec.max_episode_steps is not None and self._elapsed[i] >= spec.max_episode_steps
             infos = self._add_info(infos, self._info(event, vinfo), i)
         self._autoreset = terminated | truncated
+        self._raise_refused(refused)
         for i in np.flatnonzero(~filled):
             spec.fill(flat, batch, int(i), self._events[i])  # type: ignore[arg-type]
         return batch, rewards, terminated, truncated, infos

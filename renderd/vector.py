@@ -650,8 +650,10 @@ class VectorSession:
                 self.on_event(i, event)
             return
         if not event:
-            # From the event's summary: a full decode here could raise for a part nothing needs.
-            slot.reset_errors.append(f"{event.last_action or 'reset'}: {event.error_message or 'failed'}")
+            # From the event's summary: a full decode here could raise for a part nothing needs. Players
+            # usually name the action themselves ("Reset: no scene named ...").
+            name, why = event.last_action or "reset", event.error_message or "failed"
+            slot.reset_errors.append(why if why.startswith(f"{name}:") else f"{name}: {why}")
         if slot.reset_queue:
             self._send_next_reset(slot)
             return

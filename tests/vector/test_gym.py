@@ -181,6 +181,29 @@ def test_vector_env_steps_and_autoresets(no_leaks):
         envs.close()
 
 
+def test_a_refused_autoreset_raises_after_every_sub_environment_stepped(no_leaks):
+    # Seeds 0 and 12 both draw FloorPlan1 at the reset; then 12 draws NoSuchScene, then FloorPlan1 again.
+    envs = rgym.RenderdVectorEnv(2, actions=["Pass", {"action": "LookUp", "degrees": 90}],
+                                 scene=["NoSuchScene", "FloorPlan1"], max_episode_steps=2,
+                                 terminated_fn=lambda ev: not ev, **_kwargs())
+    try:
+        envs.reset(seed=[0, 12])
+        _, _, terminated, _, _ = envs.step(np.array([0, 1]))
+        assert terminated.tolist() == [False, True]
+        # Env 1's autoreset is refused; env 0 reaches its limit in the same step.
+        with pytest.raises(ValueError, match="sub-environment 1: reset failed: Reset: no scene named") as info:
+            envs.step(np.array([0, 0]))
+        assert "Reset: Reset:" not in str(info.value)
+        # Both are reset at the next step: env 0 because its episode was truncated, env 1 again.
+        _, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert rewards.tolist() == [0.0, 0.0] and not terminated.any() and not truncated.any()
+        _, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert rewards.tolist() == [pytest.approx(rgym.STEP_REWARD)] * 2 and not truncated.any()
+        assert infos["last_action_success"].tolist() == [True, True]
+    finally:
+        envs.close()
+
+
 def test_vector_env_replaces_a_crashed_player(no_leaks):
     envs = rgym.RenderdVectorEnv(2, actions=["Pass", {"action": FAULT, "fault": "segfault"}], **_kwargs())
     try:
