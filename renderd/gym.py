@@ -551,6 +551,10 @@ class RenderdVectorEnv(VectorEnv):
         for key in ("error", "error_type", "replaced"):
             if key in vinfo:
                 info[key] = vinfo[key]
+        if "error" in vinfo:
+            # The step's action failed with the player; ``event`` (if any) is its replacement's first frame.
+            info["last_action_success"] = False
+            info["error_message"] = str(vinfo["error"])
         return info
 
     def step(

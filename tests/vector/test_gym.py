@@ -215,6 +215,9 @@ def test_vector_env_replaces_a_crashed_player(no_leaks):
         assert infos["_error"].tolist() == [False, True]
         assert isinstance(infos["error"][1], renderd.PlayerCrashed)
         assert infos["error_type"][1] == "PlayerCrashed"
+        # The info describes the crashed action, not the replacement's first frame.
+        assert infos["last_action_success"].tolist() == [True, False]
+        assert infos["error_message"][1] == str(infos["error"][1]) and "SIGSEGV" in infos["error_message"][1]
         assert obs in envs.observation_space
         after = envs.vector_session.pids
         assert after[0] == before[0] and after[1] != before[1]
