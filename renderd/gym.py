@@ -389,7 +389,8 @@ class RenderdVectorEnv(VectorEnv):
 
     Arguments as :class:`RenderdEnv`, plus: ``environment`` (lease players of that daemon environment
     with :func:`renderd.connect_many`, ``socket`` and ``timeout`` as there) instead of launching them,
-    or ``vector_session`` (an open :class:`renderd.VectorSession` to use and close). ``replace_on_crash``
+    or ``vector_session`` (an open :class:`renderd.VectorSession` to use and close; if the constructor
+    raises, it is left open: it is still the caller's). ``replace_on_crash``
     (default True): a crashed player is replaced and its episode ends with ``truncated=True`` and the
     error in ``infos["error"]``. ``max_episode_steps=-1`` means never, as for ``gymnasium.make``
     (``make_vec`` passes its ``max_episode_steps`` here). Players are started in the constructor.
@@ -429,29 +430,8 @@ class RenderdVectorEnv(VectorEnv):
             max_episode_steps = None  # gymnasium's "never", which make_vec hands on unchanged
         from renderd.vector import connect_many, launch_many
 
-        if vector_session is not None:
-            if num_envs is not None and num_envs != len(vector_session):
-                raise ValueError(f"num_envs={num_envs}, but the vector session has {len(vector_session)} slots")
-            if environment is not None or launch_kwargs:
-                raise ValueError("pass either vector_session, or environment / launch arguments, not both")
-            vs = vector_session
-        elif environment is not None:
-            if launch_kwargs:
-                raise ValueError(f"launch arguments {sorted(launch_kwargs)} do not apply to leased players")
-            vs = connect_many(environment, 1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash,
-                              socket=socket, timeout=timeout)
-        else:
-            launch_kwargs.setdefault("width", 300)
-            launch_kwargs.setdefault("height", 300)
-            vs = launch_many(1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash, **launch_kwargs)
-        self.vector_session = vs
-        try:
-            first = vs.sessions[0]
-            width = launch_kwargs.get("width") or first.width
-            height = launch_kwargs.get("height") or first.height
-            if not width or not height:
-                raise RenderdError("cannot tell the players' screen size; pass width and height")
-            self._spec = _EnvSpec(
+        def spec(width: Any, height: Any) -> _EnvSpec:
+            return _EnvSpec(
                 width=width,
                 height=height,
                 actions=actions,
@@ -463,9 +443,39 @@ class RenderdVectorEnv(VectorEnv):
                 terminated_fn=terminated_fn,
                 init_params=init_params,
             )
-        except BaseException:
-            vs.close()
-            raise
+
+        # Every argument is checked before a player is started or a passed-in vector session is taken
+        # over: a constructor that raises leaves the caller's vector session open (it is still theirs).
+        if vector_session is not None:
+            if num_envs is not None and num_envs != len(vector_session):
+                raise ValueError(f"num_envs={num_envs}, but the vector session has {len(vector_session)} slots")
+            if environment is not None or launch_kwargs:
+                raise ValueError("pass either vector_session, or environment / launch arguments, not both")
+            first = vector_session.sessions[0]
+            if first is None or not first.width or not first.height:
+                raise RenderdError("cannot tell the players' screen size (slot 0 has no player now)")
+            self._spec = spec(first.width, first.height)
+            vs = vector_session
+        elif environment is not None:
+            if launch_kwargs:
+                raise ValueError(f"launch arguments {sorted(launch_kwargs)} do not apply to leased players")
+            spec(1, 1)  # the other arguments, before anything is leased
+            vs = connect_many(environment, 1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash,
+                              socket=socket, timeout=timeout)
+            try:
+                first = vs.sessions[0]
+                if not first.width or not first.height:
+                    raise RenderdError("cannot tell the leased players' screen size")
+                self._spec = spec(first.width, first.height)
+            except BaseException:
+                vs.close()
+                raise
+        else:
+            launch_kwargs.setdefault("width", 300)
+            launch_kwargs.setdefault("height", 300)
+            self._spec = spec(launch_kwargs["width"], launch_kwargs["height"])
+            vs = launch_many(1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash, **launch_kwargs)
+        self.vector_session = vs
         self.num_envs = len(vs)
         self.actions = self._spec.actions
         self.single_observation_space = self._spec.observation_space

@@ -231,6 +231,12 @@ def test_vector_env_replaces_a_crashed_player(no_leaks):
 
 def test_vector_env_over_an_existing_vector_session(no_leaks):
     vs = renderd.launch_many(2, **_kwargs())
+    # A constructor that raises leaves the caller's vector session open, whatever argument was wrong.
+    for bad in ({"num_envs": 3}, {"width": SIZE}, {"actions": []}, {"actions": [3]}, {"max_depth": -1.0},
+                {"max_episode_steps": 0}, {"scene": []}, {"render_mode": "human"}):
+        with pytest.raises((ValueError, TypeError)):
+            rgym.RenderdVectorEnv(vector_session=vs, **bad)
+        assert not vs.closed, bad
     envs = rgym.RenderdVectorEnv(vector_session=vs, depth=True)
     try:
         obs, _ = envs.reset()
