@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from renderd.config import check_seconds
+from renderd.config import ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -331,17 +331,17 @@ class Session:
         sent) or one the player refuses (its ``errorMessage`` quoted; the scene is reset, the size and the
         parameters are unchanged and Initialize is not sent; the session stays usable).
         """
-        from renderd.protocol import MAX_RESOLUTION
-
         params = dict(init_params)
         width = params.pop("width", None)
         height = params.pop("height", None)
         size: tuple[int, int] | None = None
         if width is not None or height is not None:
-            w = int(width if width is not None else self.width or 0)
-            h = int(height if height is not None else self.height or 0)
-            if not (0 < w <= MAX_RESOLUTION and 0 < h <= MAX_RESOLUTION):
-                raise ValueError(f"reset: width and height must be 1..{MAX_RESOLUTION}, got {w} x {h}; nothing was sent")
+            w = width if width is not None else self.width or 0
+            h = height if height is not None else self.height or 0
+            try:
+                check_frame_size(w, h)
+            except ConfigError as exc:
+                raise ArgumentError(f"reset: {exc}; nothing was sent", key=exc.key) from None
             size = (w, h)
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
@@ -487,6 +487,34 @@ def _run_all(callbacks: Sequence[Callable[[], None]]) -> None:
         raise first
 
 
+def _checked_args_env(
+    args: Sequence[Any], env: Mapping[Any, Any] | None
+) -> tuple[list[str], dict[str, str] | None]:
+    """``args`` and ``env`` as the strings a process gets; :class:`ConfigError` (``key`` ``args`` or ``env``)
+    for what no process can get (a NUL byte, ``=`` in a variable's name) or what is surely a mistake (a
+    variable set to None, bytes, a bool or a container). Numbers are written out."""
+    checked_args = []
+    for a in args:
+        text = os.fspath(a) if isinstance(a, os.PathLike) else str(a)
+        if "\0" in text:
+            raise ConfigError(f"argument {text!r} holds a NUL byte, which no command line can", key="args")
+        checked_args.append(text)
+    if env is None:
+        return checked_args, None
+    checked_env: dict[str, str] = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not name or "=" in name or "\0" in name:
+            raise ConfigError(f"environment variable name {name!r} is not a non-empty string without '=' or NUL",
+                              key="env")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ConfigError(f"environment variable {name} is set to {value!r}; give it a string", key="env")
+        text = str(value)
+        if "\0" in text:
+            raise ConfigError(f"environment variable {name} holds a NUL byte, which no environment can", key="env")
+        checked_env[name] = text
+    return checked_args, checked_env
+
+
 def launch_player(
     channel: Channel,
     endpoint_env: Mapping[str, str],
@@ -519,6 +547,9 @@ def launch_player(
     session: Session | None = None
     try:
         check_frame_size(width, height)  # before the platform, which may start an Xvfb of that size
+        args, env = _checked_args_env(args, env)
+        if log_path is not None:  # absolute: the crash report still finds it after a chdir
+            log_path = os.path.abspath(os.fspath(log_path))
         program = resolve_executable(executable)  # before the platform: it may start an Xvfb
         choice = _resolve_platform(
             platform, x_display=x_display, width=width, height=height, executable=program[0], env=env
@@ -541,7 +572,7 @@ def launch_player(
         full_env["AI2THOR_SERVER_SIDE_SCREENSHOT"] = "False" if choice.headless else "True"
         full_env.update(endpoint_env)
         if env:
-            full_env.update({str(k): str(v) for k, v in env.items()})
+            full_env.update(env)
             # The screen the platform chose wins over a DISPLAY in ``env``: the selection was made with it
             # (a DISPLAY named there is the display probed), so DISPLAY=:N.s is this player's. Every other
             # variable of ``env`` overrides the platform's (RENDERD_PLATFORM included).

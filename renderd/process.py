@@ -374,7 +374,12 @@ class PlayerProcess:
         if log_path is not None:
             log_path = os.fspath(log_path)
             try:
-                log_fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                # Without blocking: a FIFO with nobody reading it would otherwise block the open forever
+                # (it fails with ENXIO instead); then blocking again, for the player.
+                log_fd = os.open(
+                    log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NONBLOCK, 0o600
+                )
+                os.set_blocking(log_fd, True)
                 if log_group is not None:
                     os.fchown(log_fd, -1, log_group)
                     os.fchmod(log_fd, 0o640)
@@ -517,39 +522,82 @@ class PlayerProcess:
         except PermissionError as exc:  # the group id was taken over by someone else: leave it alone
             log.warning("cannot send %s to process group %d: %s", sig.name, self.pgid, exc)
 
+    def _group_running(self) -> bool:
+        """Whether a process of the player's group other than an exited leader still runs (a wrapper
+        script's child, say). Reads ``/proc``; only asked while stopping."""
+        for name in os.listdir("/proc"):
+            if not name.isdigit():
+                continue
+            try:
+                with open(f"/proc/{name}/stat", "rb") as f:
+                    fields = f.read().rpartition(b")")[2].split()
+            except OSError:  # gone meanwhile, or not ours to read
+                continue
+            # After the command name: state, ppid, pgrp.
+            if len(fields) > 2 and int(fields[2]) == self.pgid and fields[0] not in (b"Z", b"X"):
+                return True
+        return False
+
+    def _wait_group(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for the leader to exit and the rest of its group to end."""
+        deadline = time.monotonic() + timeout
+        if self.wait(timeout) is None:
+            return False
+        while self._group_running():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            time.sleep(min(remaining, PID_POLL_INTERVAL))
+        return True
+
     def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
         """Stop the player and its process group: SIGTERM, up to ``grace`` seconds, SIGKILL, reap.
 
-        Leftover members of the group are killed too (the unreaped leader keeps the group id reserved
-        until then). Idempotent; logs a warning when it has to escalate to SIGKILL. Returns the player's
-        return code. Never raises for a player that is already gone.
+        The grace is for the whole group: a player started by a wrapper script (the script leads the group,
+        the player is its child) gets it too, however soon the script exits. Leftover members of the group
+        are killed (the unreaped leader keeps the group id reserved until then). Idempotent; logs a
+        warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
+        player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
+        before the interruption goes on, so nothing is left running.
         """
         if self._stopped:
             return self._returncode
         try:
-            if self.poll() is None:
+            leader_running = self.poll() is None
+            if leader_running or self._group_running():
                 self._signal_group(signal.SIGTERM)
-                self.term_sent = True
-                if self.wait(grace) is None:
+                self.term_sent = leader_running
+                if not self._wait_group(grace):
                     log.warning(
-                        "player pid %d did not exit within %.3g s of SIGTERM; sending SIGKILL", self.pid, grace
+                        "player pid %d %s within %.3g s of SIGTERM; sending SIGKILL", self.pid,
+                        "did not exit" if self.poll() is None else "exited, but other processes of its group did not",
+                        grace,
                     )
                     self.escalated = True
-            # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill
-            # whatever is left of the group, then reap.
-            self._signal_group(signal.SIGKILL)
-            try:
-                self._popen.wait(KILL_REAP_TIMEOUT)
-            except subprocess.TimeoutExpired:
-                log.error("player pid %d survived SIGKILL for %.3g s (stuck in the kernel?)", self.pid, KILL_REAP_TIMEOUT)
-                return None
-            if self._returncode is None:
-                self._returncode = self._popen.returncode
-            log.debug("player pid %d stopped: %s", self.pid, describe_exit(self._returncode))
-            return self._returncode
+        except BaseException:
+            self._kill_and_reap()  # interrupted during the grace: end it the hard way, then go on
+            self._stopped = True
+            self._close_pidfd()
+            raise
+        try:
+            return self._kill_and_reap()
         finally:
             self._stopped = True
             self._close_pidfd()
+
+    def _kill_and_reap(self) -> int | None:
+        # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill whatever is
+        # left of the group, then reap.
+        self._signal_group(signal.SIGKILL)
+        try:
+            self._popen.wait(KILL_REAP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.error("player pid %d survived SIGKILL for %.3g s (stuck in the kernel?)", self.pid, KILL_REAP_TIMEOUT)
+            return None
+        if self._returncode is None:
+            self._returncode = self._popen.returncode
+        log.debug("player pid %d stopped: %s", self.pid, describe_exit(self._returncode))
+        return self._returncode
 
     def ended_by_stop(self) -> bool:
         """Whether the player's exit is what :meth:`stop` asked for: it was running when SIGTERM was sent and

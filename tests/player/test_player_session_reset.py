@@ -64,7 +64,7 @@ def test_a_size_the_player_refuses_raises_and_is_not_recorded():
 def test_a_size_out_of_range_raises_before_anything_is_sent(size):
     with renderd.launch(width=64, height=48, start_timeout=DEADLINE, step_timeout=DEADLINE) as session:
         before = session.sequence_id
-        with pytest.raises(ValueError, match=f"must be 1..{MAX_RESOLUTION}.*nothing was sent"):
+        with pytest.raises(ValueError, match=f"must be an integer 1..{MAX_RESOLUTION}.*nothing was sent"):
             session.reset("FloorPlan2", **size)
         assert session.sequence_id == before and session.last_event.metadata["sceneName"] == "FloorPlan1"
         assert (session.width, session.height) == (64, 48)

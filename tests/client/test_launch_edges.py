@@ -1,0 +1,128 @@
+"""Edges of launching and closing a player: wrapper scripts, Ctrl-C during close, odd arguments, odd logs.
+Real processes and real FIFOs; every test checks that nothing is left behind (``no_leaks``)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import signal
+import sys
+import textwrap
+import threading
+
+import psutil
+import pytest
+
+import renderd
+from renderd.config import ArgumentError
+from renderd.errors import ConfigError, PlayerCrashed, RenderdError
+
+from .conftest import START, Timer
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+SMALL = dict(width=64, height=48)
+PLAYER = shutil.which("renderd-player")
+
+
+def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
+    # The script leads the process group and exits at once on SIGTERM; the player (its grandchild here)
+    # needs a second to shut down cleanly. The grace is for the group, not only for its leader.
+    marker = tmp_path / "shut-down-cleanly"
+    slow = tmp_path / "slow_stop.py"
+    slow.write_text(textwrap.dedent(f"""
+        import signal, subprocess, sys, time
+        def term(*_):
+            time.sleep(1.0)
+            open({str(marker)!r}, "w").close()
+            sys.exit(0)
+        signal.signal(signal.SIGTERM, term)
+        subprocess.Popen([{PLAYER!r}, *sys.argv[1:]]).wait()
+        """))
+    wrapper = tmp_path / "wrapper.sh"
+    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "{slow}" "$@" &\nwait $!\n')
+    wrapper.chmod(0o755)
+    session = renderd.launch(str(wrapper), **SMALL, platform="headless", args=["--static-frame"],
+                             start_timeout=START)
+    session.step("Pass")
+    with Timer() as t:
+        session.close()
+    assert marker.exists(), "the player was killed before the end of its grace"
+    assert 1.0 <= t.elapsed < session.stop_grace
+
+
+def test_ctrl_c_during_close_still_stops_and_reaps_the_player(tmp_path):
+    # The group leader ignores SIGTERM, so close() waits out its grace; Ctrl-C arrives meanwhile. The
+    # interruption goes on, but only after the player's group was killed and reaped.
+    wrapper = tmp_path / "stubborn.sh"
+    wrapper.write_text(f"#!/bin/sh\ntrap '' TERM\n\"{PLAYER}\" \"$@\"\nexec sleep 60\n")
+    wrapper.chmod(0o755)
+    session = renderd.launch(str(wrapper), **SMALL, platform="headless", args=["--static-frame"],
+                             start_timeout=START)
+    session.step("Pass")
+    leader = psutil.Process(session.pid)
+    group = [leader, *leader.children(recursive=True)]
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    try:
+        with Timer() as t, pytest.raises(KeyboardInterrupt):
+            session.close()
+    finally:
+        timer.cancel()
+    assert t.elapsed < 3.0
+    for process in group:
+        assert not process.is_running(), f"{process} outlived close()"
+    session.close()  # idempotent, and nothing to do
+
+
+def test_a_log_path_that_is_a_fifo_without_a_reader_fails_at_once(tmp_path):
+    log = tmp_path / "log.fifo"
+    os.mkfifo(log)
+    with Timer() as t, pytest.raises(RenderdError, match="cannot open the player's log file"):
+        renderd.launch(**SMALL, platform="headless", log_path=log, start_timeout=2)
+    assert t.elapsed < 2
+
+
+@pytest.mark.parametrize(
+    "kwargs, key",
+    [
+        (dict(args=["--static-frame", "a\0b"]), "args"),
+        (dict(env={"FOO": "a\0b"}), "env"),
+        (dict(env={"A=B": "x"}), "env"),
+        (dict(env={"FOO": None}), "env"),
+        (dict(env={"FOO": b"bytes"}), "env"),
+    ],
+    ids=["nul-arg", "nul-value", "equals-in-name", "none-value", "bytes-value"],
+)
+def test_arguments_no_process_can_take_are_config_errors(kwargs, key):
+    with pytest.raises(ConfigError) as info:
+        renderd.launch(**SMALL, platform="headless", start_timeout=START, **kwargs)
+    assert info.value.key == key
+
+
+def test_numbers_in_env_are_written_out():
+    with renderd.launch(**SMALL, platform="headless", env={"RENDERD_TEST_N": 3}, start_timeout=START) as s:
+        assert psutil.Process(s.pid).environ()["RENDERD_TEST_N"] == "3"
+
+
+def test_a_relative_log_path_is_found_after_a_chdir(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    session = renderd.launch(**SMALL, platform="headless", log_path="player.log", start_timeout=START)
+    try:
+        monkeypatch.chdir("/")
+        with pytest.raises(PlayerCrashed) as info:
+            session.step({"action": "RenderdFault", "fault": "exit", "code": 7})
+    finally:
+        session.close()
+    assert info.value.log_path == str(tmp_path / "player.log")
+    assert info.value.log_tail, "the crash quotes the log"
+
+
+@pytest.mark.parametrize("width", [math.inf, True, 2.5, "64", 0, 4097])
+def test_a_bad_reset_size_is_an_argument_error_before_anything_is_sent(width):
+    with renderd.launch(**SMALL, platform="headless", args=["--static-frame"], start_timeout=START) as session:
+        with pytest.raises(ArgumentError, match="nothing was sent") as info:
+            session.reset(width=width)
+        assert info.value.key == "width"
+        assert session.step("Pass").sequence_id == 1  # nothing was sent: the sequence goes on
