@@ -317,7 +317,9 @@ def _read_log_tail(path: str | None, lines: int) -> str:
 MAX_POLL_MS = 2**31 - 1
 
 
-def _poll_fd(fd: int, timeout: float) -> bool:
+def poll_readable(fd: int, timeout: float) -> bool:
+    """Whether ``fd`` (a pidfd, a pipe...) is readable within ``timeout`` seconds (0: now). ``poll``, not
+    ``select``, so any descriptor number works."""
     if not timeout > 0:  # also NaN
         ms = 0
     elif timeout >= MAX_POLL_MS / 1000:
@@ -458,7 +460,7 @@ class PlayerProcess:
             if remaining <= 0:
                 return None
             if self.pidfd is not None:
-                _poll_fd(self.pidfd, remaining)
+                poll_readable(self.pidfd, remaining)
             else:
                 time.sleep(min(remaining, PID_POLL_INTERVAL))
 
@@ -655,7 +657,7 @@ class LeasedPlayer:
 
     def exited(self) -> bool:
         if self.pidfd is not None:
-            return _poll_fd(self.pidfd, 0)
+            return poll_readable(self.pidfd, 0)
         if self._proc is None:
             return True
         try:
@@ -670,7 +672,7 @@ class LeasedPlayer:
             if remaining <= 0:
                 return False
             if self.pidfd is not None:
-                _poll_fd(self.pidfd, remaining)
+                poll_readable(self.pidfd, remaining)
             else:
                 time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
@@ -750,7 +752,7 @@ class PlayerOnDisplay:
     def display_died(self) -> bool:
         """Whether the managed display's Xvfb has exited."""
         if self._display_pidfd is not None:
-            return _poll_fd(self._display_pidfd, 0)
+            return poll_readable(self._display_pidfd, 0)
         return not self.display.alive()
 
     def exited(self) -> bool:

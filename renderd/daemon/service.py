@@ -38,6 +38,7 @@ from renderd.config import Config, EnvironmentConfig, load, parse_http_address
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.daemon.supervisor import Player, Supervisor
 from renderd.errors import ConfigError, RenderdError, os_error_message
+from renderd.process import poll_readable
 
 __all__ = ["Daemon", "DaemonError", "LOCK_NAME"]
 
@@ -288,9 +289,7 @@ def _alive(player: Player) -> bool:
     fd = proc.fileno()
     if fd is None:
         return True
-    import select
-
-    return not select.select([fd], [], [], 0)[0]
+    return not poll_readable(fd, 0)  # poll, not select: a daemon with many descriptors has pidfds over 1023
 
 
 def _json_error_channel() -> type:

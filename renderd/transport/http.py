@@ -101,6 +101,9 @@ MAX_REQUEST_SIZE = 4 * DEFAULT_MAX_BODY_SIZE
 #: A request body's buffer starts at most this large and doubles as the bytes arrive, so a request that
 #: only announces a large body commits memory for what it sends, not for what it announces.
 BODY_START_SIZE = 1 << 20
+#: Tokens of closed or unregistered bridges a registry remembers (by digest), to answer their players'
+#: later posts 410 (no longer served) rather than 403 (wrong token).
+RETIRED_TOKENS = 4096
 #: Largest ``metadata`` / ``actionReturns`` part accepted (AI2-THOR metadata listing every object of a
 #: big scene is a few hundred KB).
 MAX_JSON_PART_SIZE = 32 * 1024 * 1024
@@ -601,7 +604,9 @@ class PlayerBridgeRegistry:
 
     :meth:`register` makes a bridge (and a token, unless one is given); the player is given the token as
     ``AI2THOR_CLIENT_TOKEN``. A post whose token matches no registered bridge is answered 403 and reaches
-    no bridge. Tokens are compared with :func:`hmac.compare_digest`.
+    no bridge, unless the token was one of a bridge closed or unregistered since (the last
+    :data:`RETIRED_TOKENS` are remembered by digest): that player is told 410, no longer served, as a
+    waiting post is. Tokens are compared with :func:`hmac.compare_digest`.
     """
 
     def __init__(self, *, max_request_size: int = MAX_REQUEST_SIZE) -> None:
@@ -610,6 +615,7 @@ class PlayerBridgeRegistry:
         self.max_request_size = max_request_size
         self._lock = threading.Lock()
         self._bridges: dict[bytes, PlayerBridge] = {}
+        self._retired: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # digests of tokens no longer served
 
     def register(
         self, token: str | None = None, *, alive: Callable[[], bool] | None = None, name: str = "player"
@@ -636,6 +642,18 @@ class PlayerBridgeRegistry:
         with self._lock:
             if self._bridges.get(key) is bridge:
                 del self._bridges[key]
+                self._retired[key] = None
+                self._retired.move_to_end(key)
+                while len(self._retired) > RETIRED_TOKENS:
+                    self._retired.popitem(last=False)
+
+    def retired(self, token: str | None) -> bool:
+        """Whether ``token`` was a bridge's that has been closed or unregistered (one of the last
+        :data:`RETIRED_TOKENS`): its player is answered 410, not 403."""
+        if not token:
+            return False
+        with self._lock:
+            return _token_key(token) in self._retired
 
     def unregister(self, bridge: PlayerBridge) -> None:
         """Stop serving ``bridge``'s player and close the bridge (idempotent)."""
@@ -733,8 +751,13 @@ def _read_body(stream: Any, length: int) -> bytearray | None:
     return body
 
 
+def _connection_options(value: str) -> set[str]:
+    """The options of a Connection header, as whole tokens (``x-close-later`` is not ``close``)."""
+    return {option.strip().lower() for option in value.split(",")}
+
+
 def _wants_close(environ: Mapping[str, Any]) -> bool:
-    connection = str(environ.get("HTTP_CONNECTION", "")).lower()
+    connection = _connection_options(str(environ.get("HTTP_CONNECTION", "")))
     if environ.get("SERVER_PROTOCOL") == "HTTP/1.0":
         return "keep-alive" not in connection
     return "close" in connection
@@ -804,6 +827,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         except MultipartError as exc:
             return _error(start_response, 400, "ProtocolError", f"malformed multipart/form-data: {exc}")
         bridge = registry.lookup(post.token)
+        if bridge is None and registry.retired(post.token):
+            return _error(start_response, 410, "LeaseError", "this player is no longer served (its session ended)")
         if bridge is None:
             refusals.note(environ.get("REMOTE_ADDR", "?"), "an unknown" if post.token else "no")
             return _error(start_response, 403, "LeaseError", "missing or wrong token: this player is not served here")
@@ -981,6 +1006,8 @@ class _Connection:
             end = self.buf.find(b"\r\n\r\n", max(0, searched - 3), self.have)
             if end >= 0:
                 return bytes(self.buf[:end]), end + 4
+            if self.buf.find(b"\n\n", max(0, searched - 1), self.have) >= 0:  # (CRLF CRLF has no LF LF)
+                raise _HttpError(400, "the request head's lines end in a bare LF; HTTP lines end in CRLF")
             searched = self.have
             if self.have >= MAX_HEAD_SIZE:
                 raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
@@ -1054,6 +1081,8 @@ class _Connection:
                 continue
             key = name.upper().replace("-", "_")
             value = value.strip(" \t")
+            if "\r" in value or "\n" in value or "\0" in value:  # RFC 9112 5.5: reject, never pass on
+                raise _HttpError(400, f"header {name[:40]!r} holds a CR, LF or NUL")
             if key in headers:
                 if key == "CONTENT_LENGTH" and headers[key] != value:
                     raise _HttpError(400, "conflicting Content-Length headers")
@@ -1132,8 +1161,8 @@ class _Connection:
         method, target, version, headers = self._parse_head(head)
         if "TRANSFER_ENCODING" in headers:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
-        raw_length = headers.get("CONTENT_LENGTH", "")
-        if raw_length:
+        raw_length = headers.get("CONTENT_LENGTH")
+        if raw_length is not None:
             # ASCII digits only ("²".isdigit() is true) and at most 19 of them (int() refuses 4,300 digits).
             if not (raw_length.isascii() and raw_length.isdigit()) or len(raw_length) > 19:
                 raise _HttpError(400, f"Content-Length {raw_length[:40]!r} is not a number")
@@ -1143,7 +1172,7 @@ class _Connection:
         limit = self.server.registry.max_request_size
         if length > limit:
             raise _HttpError(413, f"the body is {length} bytes, over the limit of {limit} bytes")
-        connection = headers.get("CONNECTION", "").lower()
+        connection = _connection_options(headers.get("CONNECTION", ""))
         keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
         expects = version != "HTTP/1.0" and headers.get("EXPECT", "").lower() == "100-continue"  # RFC 9110 10.1.1
         if length and expects and self.have == end:
@@ -1587,6 +1616,9 @@ class FifoPump:
                     )
                 return bytes(fields[0][1])
             self._check_stop()
+            error = self.bridge.error
+            if error is not None:  # the player hung up (or failed) while nothing was asked of it
+                raise _PumpEnd(f"the player's stream failed between steps: {error}", error)
             if not poller.poll(int(PUMP_POLL_INTERVAL * 1000)):
                 continue
             data = os.read(self._rfd, PUMP_READ_SIZE)

@@ -63,8 +63,14 @@ MAX_PARTS = 512
 HEADER_CACHE_SIZE = 256
 MAX_CACHED_HEADER_SIZE = 512
 
+#: Most transport padding (spaces and tabs, RFC 2046) accepted after a delimiter: senders use none or a
+#: few bytes; a long run is refused before it costs anything.
+MAX_PADDING = 1024
+
 _CRLF = b"\r\n"
-_PADDING = b" \t"
+# Padding is skipped by the regex engine, not byte by byte in Python: the body is parsed before the token
+# is checked, so nothing in it may cost more than a search per byte.
+_PADDING_RUN = re.compile(rb"[ \t]{0,%d}" % MAX_PADDING)
 
 Buffer = Union[bytes, bytearray]
 
@@ -143,8 +149,10 @@ def _after_delimiter(body: Buffer, pos: int, length: int) -> tuple[int, bool]:
     """Past a delimiter ending at ``pos``: (offset of the next part's headers, whether it was the last)."""
     if body[pos : pos + 2] == b"--":
         return pos + 2, True
-    while pos < length and body[pos] in _PADDING:
-        pos += 1
+    start = pos
+    pos = _PADDING_RUN.match(body, pos).end()  # type: ignore[union-attr]  # matches the empty string too
+    if pos - start == MAX_PADDING and body[pos : pos + 1] in (b" ", b"\t"):
+        raise MultipartError(f"more than {MAX_PADDING} bytes of padding after a multipart delimiter", start)
     if body[pos : pos + 2] != _CRLF:
         got = bytes(body[pos : pos + 8])
         raise MultipartError(f"a multipart delimiter must be followed by CRLF or '--', got {got!r}", pos)
@@ -253,4 +261,6 @@ def split_multipart(
             )
         parts.append(Part(name, filename, content_type, start, end))
         pos, last = _after_delimiter(body, end + len(separator), length)
+    if not parts:
+        raise MultipartError("the body holds no part (RFC 2046: a multipart body has at least one)", pos)
     return parts

@@ -67,6 +67,36 @@ def test_a_service_manager_that_stops_reading_never_blocks_the_notifier(tmp_path
         n.close()
 
 
+def test_http_player_liveness_works_for_any_descriptor_number():
+    # A busy daemon's pidfds can be numbered over 1023, where select() cannot go.
+    import resource
+    import types
+
+    from renderd.daemon.service import _alive
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    high = 1500
+    if hard != resource.RLIM_INFINITY and hard <= high:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} does not reach fd {high}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, high + 1), hard))
+    child = subprocess.Popen(["sleep", "60"])
+    pidfd = os.pidfd_open(child.pid)
+    try:
+        os.dup2(pidfd, high)
+        player = types.SimpleNamespace(proc=types.SimpleNamespace(returncode=None, fileno=lambda: high))
+        assert _alive(player)
+        child.kill()
+        child.wait(10)
+        assert not _alive(player)
+    finally:
+        os.close(pidfd)
+        os.close(high)
+        if child.poll() is None:
+            child.kill()
+            child.wait(10)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_watchdog_interval():
     assert watchdog_interval({}) is None
     assert watchdog_interval({"WATCHDOG_USEC": "30000000"}) == 15.0

@@ -198,6 +198,25 @@ def test_wrong_or_missing_token_is_403_and_reaches_no_bridge(served, token):
     thread.join(DEADLINE)
 
 
+def test_a_post_for_a_closed_bridge_is_410_between_steps_too(served):
+    # The session closed while its player worked on an action: its next post is told "no longer served".
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    bridge.close()
+    client.send(request_bytes(frame_body(bridge.token, seq=1)))
+    response = client.response()
+    assert response.status == 410 and response.json()["error"]["type"] == "LeaseError"
+    other = connect(served)  # an unknown token is still a wrong one
+    other.send(request_bytes(frame_body("never-registered")))
+    assert other.response().status == 403
+
+
 def test_tokens_select_their_own_bridge(served):
     registry, _, _ = served
     a, b = registry.register(), registry.register()
@@ -211,7 +230,7 @@ def test_tokens_select_their_own_bridge(served):
     assert (a.frames_posted, b.frames_posted) == (0, 1)
     registry.unregister(b)
     client.send(request_bytes(frame_body(b.token)))
-    assert client.response().status == 403
+    assert client.response().status == 410  # no longer served (not a wrong token: the player exits 0)
     with pytest.raises(ValueError, match="already registered"):
         registry.register(a.token)
 
@@ -364,6 +383,10 @@ def test_wsgi_body_reader_grows_with_the_bytes(monkeypatch):
         (b"POST /train HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400),  # int() refuses it
         (b"POST /train HTTP/1.1\r\nContent_Length: 5\r\n\r\nhello", 411),  # not an alias of Content-Length
         (b"POST /train HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx", 400),
+        (b"POST /train HTTP/1.1\r\nContent-Length:\r\n\r\n", 400),  # present but empty is not "no body"
+        (b"GET /ping HTTP/1.1\nHost: x\n\n", 400),  # bare LF line ends: answered, not left to time out
+        (b"GET /ping HTTP/1.1\r\nX: a\nContent-Length: 5\r\n\r\n", 400),  # LF inside a header value
+        (b"GET /ping HTTP/1.1\r\nX: a\x00b\r\n\r\n", 400),
         (b"GET /nowhere HTTP/1.1\r\n\r\n", 404),
         (b"POST /ping HTTP/1.1\r\n\r\n", 405),
         (b"GET /train HTTP/1.1\r\n\r\n", 405),
@@ -477,7 +500,7 @@ def test_bridge_channel_order_and_close(served):
     with pytest.raises(CallOrderError):
         bridge.send(encode_action({"action": "Pass"}), deadline())
     client.send(request_bytes(frame_body(bridge.token)))
-    assert client.response().status == 403  # unregistered with the close
+    assert client.response().status == 410  # unregistered with the close: still "no longer served"
 
 
 def test_bridge_fileno_is_readable_exactly_while_recv_would_not_wait(served):
@@ -560,6 +583,15 @@ def test_http_1_0_keep_alive_and_close(served):
     client.send(b"GET /ping HTTP/1.0\r\n\r\n")
     response = client.response()
     assert response.headers["connection"] == "close"
+    assert client.closed_by_server()
+
+
+def test_connection_options_are_whole_tokens(served):
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\nConnection: x-close-later, Upgrade\r\n\r\n")  # neither is "close"
+    assert client.response().headers.get("connection") != "close"
+    client.send(b"GET /ping HTTP/1.1\r\nConnection: Keep-Alive , CLOSE\r\n\r\n")
+    assert client.response().headers["connection"] == "close"
     assert client.closed_by_server()
 
 

@@ -56,6 +56,8 @@ def test_preamble_epilogue_padding_and_plain_headers():
     parts = [("a", None, b"1"), ("b", "f", b"")]
     body = encode(parts, preamble=b"ignore me", epilogue=b"\r\nand me too", padding=b" \t", unity=False)
     assert bodies(body, split_multipart(body, B)) == parts
+    body = encode(parts, padding=b" \t" * 512)  # exactly the most padding accepted
+    assert bodies(body, split_multipart(body, B)) == parts
 
 
 def test_part_without_headers_is_refused_for_lack_of_a_name():
@@ -124,6 +126,9 @@ def test_header_params():
         (b"--" + B + b"\r\nno colon here\r\n\r\nb\r\n--" + B + b"--", "malformed part header"),
         (b"--" + B + b"\r\n Folded: header\r\n\r\nb\r\n--" + B + b"--", "malformed part header"),
         (b"--" + B + b"\r\nContent-Disposition: form-data; name=a\r\n\r\nb\r\n--" + B + b"x", "must be followed"),
+        (b"preamble\r\n--" + B + b"--", "holds no part"),
+        (b"--" + B + b" " * 1025 + b"\r\nContent-Disposition: form-data; name=a\r\n\r\nb\r\n--" + B + b"--",
+         "more than 1024 bytes of padding"),
     ],
 )
 def test_malformed(body, match):

@@ -13,7 +13,8 @@ from renderd.errors import PlayerCrashed
 from renderd.transport.fifo import FifoChannel, FifoPair
 from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
-from tests.helpers.http_util import DEADLINE, spawn_player
+from renderd.protocol import FieldType
+from tests.helpers.http_util import DEADLINE, RawClient, frame_body, request_bytes, spawn_player
 
 
 @pytest.fixture
@@ -72,6 +73,39 @@ def test_pumped_player_crash_reaches_the_fifo_client(no_leaks, pumped):
     while pump.running and time.monotonic() < end:
         time.sleep(0.01)
     assert len(done) == 1 and isinstance(done[0], PlayerCrashed)
+
+
+def test_a_player_that_hangs_up_between_steps_ends_the_pump(no_leaks):
+    # The player posts its first frame, then closes its connection while its POST waits for an action (its
+    # process may live on): the pump ends with that error at once, so the reader of server.pipe (the daemon)
+    # sees end of file and fails the player before anyone leases it.
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry).start()
+    pair = FifoPair.create()
+    done: list = []
+    channel = pump = None
+    try:
+        channel = FifoChannel(pair.server_path, pair.client_path)
+        bridge = registry.register(name="idle player")
+        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
+        player = RawClient(server.port)
+        player.send(request_bytes(frame_body(bridge.token)))
+        assert channel.recv(time.monotonic() + DEADLINE, "start_timeout").first(FieldType.METADATA) is not None
+        player.close()
+        end = time.monotonic() + DEADLINE
+        while pump.running and time.monotonic() < end:
+            time.sleep(0.01)
+        assert not pump.running, "the pump still waits for an action nobody will take"
+        assert len(done) == 1 and isinstance(done[0], PlayerCrashed), done
+        with pytest.raises(PlayerCrashed, match="closed server.pipe"):
+            channel.recv(time.monotonic() + DEADLINE)
+    finally:
+        if channel is not None:
+            channel.close()
+        if pump is not None:
+            pump.stop()
+        server.stop()
+        pair.remove()
 
 
 def test_pump_stop_is_prompt_even_with_no_reader(tmp_path, no_leaks):
