@@ -1373,7 +1373,18 @@ class PlayerHttpServer:
                     pass
                 conn.close()
                 continue
-            connection.thread.start()
+            try:
+                connection.thread.start()
+            except RuntimeError as exc:  # no thread can be started (a process or memory limit): refuse this one
+                logger.error("cannot serve an HTTP connection from %s: %s", addr[0], exc)
+                with self._lock:
+                    self._connections.discard(connection)
+                try:
+                    conn.settimeout(1.0)
+                    conn.sendall(_error_bytes(503, "the server cannot start a thread for this connection", "RenderdError"))
+                except OSError:
+                    pass
+                conn.close()
 
     def _connection_done(self, connection: _Connection) -> None:
         with self._lock:

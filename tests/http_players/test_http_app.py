@@ -595,6 +595,27 @@ def test_connection_options_are_whole_tokens(served):
     assert client.closed_by_server()
 
 
+def test_a_connection_no_thread_can_serve_is_refused_and_the_server_goes_on(served, monkeypatch):
+    import threading
+
+    real_start = threading.Thread.start
+    failed = []
+
+    def start_once_failing(self):
+        if self.name.startswith("renderd-http-conn") and not failed:
+            failed.append(self.name)
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start_once_failing)
+    refused = connect(served)
+    refused.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert refused.response().status == 503 and failed
+    client = connect(served)  # the next connection is served: the accept loop lives on
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+
+
 def test_head_ping_has_no_body(served):
     client = connect(served)
     client.send(b"HEAD /ping HTTP/1.1\r\n\r\n")
