@@ -171,25 +171,28 @@ def test_status_of_a_socket_that_is_not_renderd_is_a_clear_error(tmp_path, answe
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
-    server.settimeout(30)
+    server.settimeout(0.05)
+    done = threading.Event()
 
     def serve() -> None:  # answers every request 200 with something that is not renderd's
-        try:
-            while True:
+        while not done.is_set():
+            try:
                 conn, _ = server.accept()
-                with conn:
-                    conn.recv(65536)
-                    conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + answer)
-        except OSError:
-            pass
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(10)
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + answer)
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     try:
         out = subprocess.run([*RENDERD, "status", "--socket", path], capture_output=True, text=True, timeout=30)
     finally:
-        server.close()
+        done.set()
         thread.join(10)
+        server.close()
     assert out.returncode == 1, out
     assert "not a renderd daemon" in out.stderr and "Traceback" not in out.stderr, out.stderr
 

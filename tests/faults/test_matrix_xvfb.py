@@ -144,7 +144,7 @@ def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_pa
     from tests.daemon.conftest import DaemonProcess, fast_config
 
     slow = tmp_path / "slow"  # while this exists, the next Xvfb start takes SLOW_START seconds
-    slow_start = 6
+    slow_start = 3
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     wrapper = bin_dir / "Xvfb"
