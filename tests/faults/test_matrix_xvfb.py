@@ -43,6 +43,18 @@ def xvfb_children() -> list[psutil.Process]:
     return found
 
 
+def descendants_named(pid: int, name: str) -> list[psutil.Process]:
+    """The descendants of ``pid`` called ``name`` (ones that end while they are listed are skipped)."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if child.name() == name:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 def launch_gl(**kwargs):
     return renderd.launch(GL_PLAYER, platform="Linux64", x_display="managed", width=64, height=48,
                           start_timeout=START, step_timeout=STEP, **kwargs)
@@ -123,13 +135,12 @@ def test_the_daemon_replaces_ready_players_whose_managed_xvfb_died(tmp_path, not
     try:
         d.wait_ready()
         (player,) = d.players()
-        daemon = psutil.Process(d.pid)
-        (xvfb,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        (xvfb,) = descendants_named(d.pid, "Xvfb")
         xvfb.kill()
         (again,) = d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"],
                                   timeout=20, what="a new READY player")
         assert "managed X display" in d.output() and "restarting it on a new display" in d.output()
-        (new_xvfb,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        (new_xvfb,) = descendants_named(d.pid, "Xvfb")
         assert new_xvfb.pid != xvfb.pid
         with connect("demo", socket=d.socket, timeout=10) as session:
             assert session.pid == again["pid"]
@@ -162,13 +173,12 @@ def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_pa
     try:
         d.wait_ready()
         (player,) = d.players()
-        daemon = psutil.Process(d.pid)
-        (server,) = [c for c in daemon.children(recursive=True) if c.name() == "Xvfb"]
+        (server,) = descendants_named(d.pid, "Xvfb")
         slow.touch()
         server.kill()
 
         def replacing() -> bool:
-            return any(c.name() == "sleep" for c in daemon.children(recursive=True))
+            return bool(descendants_named(d.pid, "sleep"))
 
         wait_for(replacing, 20, "the replacement Xvfb to start (slowly)")
         slowest = 0.0
