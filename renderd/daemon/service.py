@@ -46,6 +46,10 @@ log = logging.getLogger(__name__)
 
 #: The lock file in ``runtime_dir`` that one daemon holds (``flock``) for its whole life.
 LOCK_NAME = "renderd.lock"
+#: The file that marks a directory as renderd's own (``players`` and the default ``logs`` in the runtime
+#: directory): only a directory holding it is ever emptied or removed, so a ``runtime_dir`` pointed at a
+#: directory with a ``players`` or ``logs`` of someone else's loses nothing.
+OWNED_MARKER = ".renderd-owned"
 #: The reference player's program name: it can run without any platform.
 REFERENCE_PLAYER = "renderd-player"
 #: Seconds to wait for an existing socket to answer before calling it stale.
@@ -392,6 +396,7 @@ class Daemon:
         self._lock_path: str | None = None
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
         self._token_path: str | None = None
+        self._owned: list[str] = []  # directories marked as renderd's this run (removed at stop)
         self._held_signals: list[int] = []  # stop/reload signals taken during start-up, for the loop
         self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
@@ -445,6 +450,40 @@ class Daemon:
                 "%s (mode %04o, group %d) keeps the members of socket_group (gid %d) out; give it that group and "
                 "mode 0750 (with systemd: Group= and RuntimeDirectoryMode=0750)", path, mode, st.st_gid, group,
             )
+
+    def _own_dir(self, path: str, group: int | None, *, clear: bool) -> None:
+        """Make ``path`` a directory of renderd's own (marked with :data:`OWNED_MARKER`), removed at stop.
+
+        One that exists is taken over only if it carries the mark (a daemon that was killed left it; with
+        ``clear`` its contents go first); anything else there is someone else's, and start-up stops rather
+        than delete or mix with it."""
+        marker = os.path.join(path, OWNED_MARKER)
+        try:
+            st = os.lstat(path)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, f"cannot use {path}")) from exc
+        if st is not None:
+            if not stat.S_ISDIR(st.st_mode) or not os.path.isfile(marker):
+                raise DaemonError(
+                    f"{path} exists and was not made by renderd (it has no {OWNED_MARKER}): renderd keeps its "
+                    "pipes and logs there and removes them when it stops, so it uses no directory of someone "
+                    "else's; move it away, or choose another runtime_dir"
+                )
+            if clear:
+                try:
+                    shutil.rmtree(path)
+                except OSError as exc:
+                    why = f"cannot empty {path}, left by a daemon that was killed"
+                    raise DaemonError(os_error_message(exc, why)) from exc
+        self._make_private_dir(path, group=group)
+        try:
+            with open(marker, "w", encoding="utf-8") as f:
+                f.write("made by renderd; this directory is removed when the daemon stops\n")
+        except OSError as exc:
+            raise DaemonError(os_error_message(exc, f"cannot mark {path} as renderd's")) from exc
+        self._owned.append(path)
 
     def _lock(self, runtime_dir: str, group: int | None) -> None:
         path = os.path.join(runtime_dir, LOCK_NAME)
@@ -689,13 +728,15 @@ class Daemon:
             socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
             self._check_socket(cfg.socket)
             players_dir = os.path.join(cfg.runtime_dir, "players")
-            shutil.rmtree(players_dir, ignore_errors=True)  # left by a daemon that was killed
-            self._make_private_dir(players_dir, group=group)
-            log_dir = cfg.log_dir or os.path.join(cfg.runtime_dir, "logs")
-            created = len(self._created)
-            self._make_private_dir(log_dir, group=group)
+            self._own_dir(players_dir, group, clear=True)  # one left by a daemon that was killed is emptied
             if cfg.log_dir:
+                log_dir = cfg.log_dir
+                created = len(self._created)
+                self._make_private_dir(log_dir, group=group)
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
+            else:
+                log_dir = os.path.join(cfg.runtime_dir, "logs")
+                self._own_dir(log_dir, group, clear=False)
             if cfg.http:
                 n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
                 token = self._control_token(cfg.control_token_file, cfg.runtime_dir)
@@ -795,11 +836,10 @@ class Daemon:
             except OSError as exc:
                 log.warning("%s", os_error_message(exc, "cannot remove the control token"))
             self._token_path = None
-        players_dir = os.path.join(cfg.runtime_dir, "players")
         if self._lock_fd is not None:
-            shutil.rmtree(players_dir, ignore_errors=True)
-            if not cfg.log_dir:
-                shutil.rmtree(os.path.join(cfg.runtime_dir, "logs"), ignore_errors=True)
+            for owned in self._owned:  # only directories renderd made (or took over, marked) this run
+                shutil.rmtree(owned, ignore_errors=True)
+            self._owned.clear()
             if self._lock_path is not None:
                 try:
                     os.unlink(self._lock_path)

@@ -159,6 +159,32 @@ def test_a_daemon_that_locks_the_lock_file_of_one_stopping_takes_a_fresh_one(dae
     assert f"another renderd (pid {b.pid}) is already running" in c.output()
 
 
+@pytest.mark.parametrize("name", ["players", "logs"])
+def test_a_runtime_dir_holding_someone_elses_players_or_logs_loses_nothing(daemon, tmp_path, name):
+    runtime = tmp_path / "shared"
+    (runtime / name).mkdir(parents=True)
+    precious = runtime / name / "important.txt"
+    precious.write_text("keep me")
+    d = daemon(fast_config(), ready=False, runtime_dir=str(runtime))
+    assert d.wait_exit() == 1
+    assert f"{runtime / name} exists and was not made by renderd" in d.output(), d.output()
+    assert precious.read_text() == "keep me"
+
+
+def test_the_players_directory_a_killed_daemon_left_is_taken_over(daemon):
+    first = daemon(fast_config())
+    players = Path(first.runtime_dir) / "players"
+    assert (players / ".renderd-owned").is_file()
+    first.signal(signal.SIGKILL)
+    first.wait_exit()
+    (players / "stale").write_text("left by the killed daemon")
+    again = daemon(fast_config(), socket=first.socket, runtime_dir=first.runtime_dir)
+    assert not (players / "stale").exists()  # emptied: it was renderd's
+    again.signal(signal.SIGTERM)
+    assert again.wait_exit() == 0
+    assert not players.exists() and not (Path(first.runtime_dir) / "logs").exists()
+
+
 def test_a_lock_file_that_cannot_be_opened_is_one_clear_line(daemon, tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
