@@ -339,14 +339,26 @@ def _gpus(value: list[int]) -> str | None:
     return None
 
 
-def _has_nul(value: Any) -> bool:
-    """Whether a string anywhere in ``value`` holds a NUL byte (no path, argument or variable can)."""
+def _strings(value: Any) -> typing.Iterator[str]:
+    """Every string in ``value`` (a string, or a list or table of them; table names included)."""
     if isinstance(value, str):
-        return "\0" in value
-    if isinstance(value, list):
-        return any(_has_nul(v) for v in value)
-    if isinstance(value, dict):
-        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+        yield value
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _strings(k)
+            yield from _strings(v)
+
+
+def _unencodable(text: str) -> bool:
+    """Whether ``text`` has no bytes for the OS: a path, argument or variable is handed to the kernel
+    as ``os.fsencode(text)``, which a lone surrogate such as ``"\\ud800"`` (JSON can carry one) fails."""
+    try:
+        os.fsencode(text)
+    except UnicodeError:
+        return True
     return False
 
 
@@ -574,7 +586,7 @@ class Config:
             values[name] = _check_value(f, value, source, f"daemon.{name}")
         config = dataclasses.replace(self, daemon=dataclasses.replace(self.daemon, **values))
         _check_daemon(config.daemon, source)
-        _check_cross(config, source)
+        _check_cross(config, self.path or source)  # about the file's environments (and the overrides)
         return config
 
 
@@ -695,9 +707,16 @@ def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any
         raise ConfigError(f"expected {_a(_type_name(tp))}, got {_value_name(value)}", path=source, key=key)
     if isinstance(converted, float) and converted != converted:  # NaN
         raise ConfigError("must be a number, not nan", path=source, key=key)
-    if _has_nul(converted):
+    strings = list(_strings(converted))
+    if any("\0" in text for text in strings):
         raise ConfigError("contains a NUL byte, which no path, argument, name or environment variable can hold",
                           path=source, key=key)
+    if any(_unencodable(text) for text in strings):
+        raise ConfigError(
+            "contains a character the operating system cannot take (a lone UTF-16 surrogate such as \\ud800), "
+            "which no path, argument, name or environment variable can hold",
+            path=source, key=key,
+        )
     check = f.metadata.get("check")
     why = check(converted) if check else None
     if why:
@@ -798,8 +817,13 @@ def _check_cross(config: Config, source: str) -> None:
             )
 
 
-def loads(text: str, *, path: str = "<string>", resolve: bool = True) -> Config:
-    """Parse a configuration from TOML text. Raises ConfigError naming ``path``, the key and why."""
+def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cross: bool = True) -> Config:
+    """Parse a configuration from TOML text. Raises ConfigError naming ``path``, the key and why.
+
+    ``check_cross=False`` leaves out the checks between tables (an environment with ``transport = "http"``
+    needs ``[daemon] http``) for a caller that applies command-line overrides next with
+    :meth:`Config.with_daemon`, which makes them on the result.
+    """
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -816,12 +840,14 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True) -> Config:
         name: parse_environment(name, table, source=path, resolve=resolve) for name, table in envs_data.items()
     }
     config = Config(daemon=daemon, environments=environments, path=path)
-    _check_cross(config, path)
+    if check_cross:
+        _check_cross(config, path)
     return config
 
 
-def load(path: str | os.PathLike[str], *, resolve: bool = True) -> Config:
-    """Read and parse a configuration file. Raises ConfigError (also for a file that cannot be read)."""
+def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: bool = True) -> Config:
+    """Read and parse a configuration file (``check_cross`` as for :func:`loads`). Raises ConfigError (also
+    for a file that cannot be read)."""
     name = os.fspath(path)
     try:
         text = Path(name).read_text(encoding="utf-8")
@@ -829,7 +855,7 @@ def load(path: str | os.PathLike[str], *, resolve: bool = True) -> Config:
         raise ConfigError(f"cannot read the file: {exc.strerror or exc}", path=name) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: {exc}", path=name) from None
-    return loads(text, path=name, resolve=resolve)
+    return loads(text, path=name, resolve=resolve, check_cross=check_cross)
 
 
 def default_config(*, resolve: bool = True) -> Config:

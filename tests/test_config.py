@@ -145,6 +145,38 @@ def test_overrides_are_checked_like_the_file():
         c.with_daemon(http="nowhere")
 
 
+@pytest.mark.parametrize(
+    "body, key",
+    [
+        ({"env": {"FOO": "\ud800"}}, "environments.web.env"),
+        ({"env": {"\udfff": "x"}}, "environments.web.env"),
+        ({"executable": ["renderd-player", "--log-level=\ud800"]}, "environments.web.executable"),
+        ({"executable": "\ud800player"}, "environments.web.executable"),
+    ],
+)
+def test_strings_the_os_cannot_take_are_refused(body, key):
+    # JSON carries a lone surrogate; accepted, it would make Popen raise UnicodeEncodeError in the daemon.
+    with pytest.raises(ConfigError, match="surrogate") as info:
+        parse_environment("web", body, source="PUT /v1/environments/web")
+    assert info.value.key == key and "\ud800" not in str(info.value)
+    with pytest.raises(ConfigError, match="surrogate"):
+        cfg.Config().with_daemon(log_dir="/tmp/\ud800")
+    # Bytes that are not UTF-8 arrive as surrogateescape characters, which os.fsencode takes back: kept.
+    assert parse_environment("web", {"env": {"FOO": "\udc80"}}).env == {"FOO": "\udc80"}
+
+
+def test_the_cross_checks_run_after_the_overrides():
+    # `renderd start -c FILE --http ADDR` (and its SIGHUP reload): the file's transport = "http" environment
+    # relies on the override.
+    text = '[environments.h]\ntransport = "http"\n'
+    with pytest.raises(ConfigError, match="HTTP listener"):
+        loads(text, path="f.toml", resolve=False)
+    c = loads(text, path="f.toml", resolve=False, check_cross=False).with_daemon(http="127.0.0.1:0")
+    assert c.daemon.http == "127.0.0.1:0" and c.environments["h"].transport == "http"
+    with pytest.raises(ConfigError, match=r"^f\.toml: environments\.h\.transport: .*HTTP listener"):
+        loads(text, path="f.toml", resolve=False, check_cross=False).with_daemon(http=None)
+
+
 def test_what_needs_new_players():
     a = parse_environment("e", {})
     assert not parse_environment("e", {"instances": 5, "step_timeout": 1.0}).replaces_players(a)

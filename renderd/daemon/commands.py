@@ -88,7 +88,8 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
 
     overrides = {"socket": _abspath(socket), "runtime_dir": _abspath(runtime_dir), "http": http}
     try:
-        config = load(config_path) if config_path is not None else default_config()
+        # The checks between tables (transport "http" needs an http address) run once, with the overrides.
+        config = load(config_path, check_cross=False) if config_path is not None else default_config()
         config = config.with_daemon(**overrides)
     except ConfigError as exc:
         log.error("%s", exc)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -15,7 +16,7 @@ from renderd.daemon.commands import JournalFormatter, format_status
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.errors import RenderdError
 
-from tests.daemon.conftest import RENDERD
+from tests.daemon.conftest import RENDERD, wait_for
 
 
 def _receiver(address: str) -> socket.socket:
@@ -211,3 +212,15 @@ def test_commands_are_registered_in_the_cli():
         assert flag in out.stdout
     out = subprocess.run([*RENDERD, "status", "--help"], capture_output=True, text=True, timeout=30)
     assert "--json" in out.stdout and "--socket" in out.stdout
+
+
+def test_start_http_override_serves_a_file_whose_http_environment_needs_it(daemon):
+    # The file's transport = "http" environment relies on --http: checked after the override, at start and
+    # on SIGHUP (the reload applies the same overrides).
+    text = '[environments.h]\ntransport = "http"\nplatform = "headless"\ninstances = 0\n'
+    d = daemon(text, args=("--http", "127.0.0.1:0"))
+    assert [e["name"] for e in d.environments()] == ["h"]
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reloading" in d.output() or "reload failed" in d.output(), 20, "the reload to be logged")
+    assert "reload failed" not in d.output(), d.output()
+    assert d.proc.poll() is None and d.health() is not None
