@@ -690,7 +690,7 @@ class Daemon:
                 "RELOADING=1", f"MONOTONIC_USEC={int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)}"
             )
         try:
-            config = load(self.config_path).with_daemon(**self.overrides)
+            config = load(self.config_path, check_cross=False).with_daemon(**self.overrides)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {exc}")
