@@ -155,11 +155,12 @@ class Player:
 
     def to_dict(self) -> dict[str, Any]:
         now = time.monotonic()
+        running = self.state in (State.STARTING, State.READY, State.LEASED, State.STOPPING)
         return {
             "index": self.index,
             "state": self.state.value,
-            "pid": self.pid if self.state in (State.STARTING, State.READY, State.LEASED, State.STOPPING) else None,
-            "uptime": round(now - self.started_at, 3) if self.started_at is not None and self.proc else None,
+            "pid": self.pid if running else None,
+            "uptime": round(now - self.started_at, 3) if running and self.started_at is not None and self.proc else None,
             "restarts": self.restarts,
             "boot_failures": self.boot_failures,
             "reason": self.reason,
@@ -919,8 +920,14 @@ class Supervisor:
             if "DISPLAY" in platform_env:
                 child_env["DISPLAY"] = platform_env["DISPLAY"]
             p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
-        except (RenderdError, OSError) as exc:
-            reason = str(exc) if isinstance(exc, RenderdError) else os_error_message(exc, "cannot start the player")
+        except Exception as exc:  # whatever stops this player from starting is its boot failure, never the loop's end
+            if isinstance(exc, RenderdError):
+                reason = str(exc)
+            elif isinstance(exc, OSError):
+                reason = os_error_message(exc, "cannot start the player")
+            else:
+                log.exception("%s[%d]: starting the player failed", env.name, p.index)
+                reason = f"cannot start the player: {type(exc).__name__}: {exc}"
             self._close_player_resources(p)
             self._count_boot_failure(p, reason)
             return
@@ -1324,7 +1331,8 @@ class Supervisor:
 
     def _schedule_restart(self, p: Player) -> None:
         cfg = self.daemon_config
-        delay = min(cfg.backoff_max, cfg.backoff_initial * (2 ** p.backoff_failures))
+        # (The exponent is capped: 2 ** 1024 is beyond a float, and a long run of failures must not end the loop.)
+        delay = min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(p.backoff_failures, 64))
         p.backoff_failures += 1
         p.state = State.BACKOFF
         p.deadline = time.monotonic() + delay

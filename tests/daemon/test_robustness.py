@@ -291,6 +291,50 @@ def test_an_unexpected_error_on_a_first_frame_is_that_players_boot_failure(daemo
     assert again["pid"] == demo["pid"] and again["restarts"] == 0
 
 
+SPAWN_FAULT = """
+import renderd.daemon.supervisor as supervisor
+_spawn = supervisor.PlayerProcess.spawn
+def _faulty_spawn(argv, *args, **kwargs):
+    if "--renderd-test-spawn-fault" in argv:
+        raise UnicodeEncodeError("utf-8", "\\ud800", 0, 1, "fault injected by the test")
+    return _spawn(argv, *args, **kwargs)
+supervisor.PlayerProcess.spawn = _faulty_spawn
+"""
+
+
+def test_an_unexpected_error_starting_a_player_is_its_boot_failure(daemon):
+    d = daemon(fast_config(), preamble=SPAWN_FAULT)
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        status, _ = d.client.request("PUT", "/v1/environments/odd", {
+            "executable": [PLAYER, "--static-frame", "--renderd-test-spawn-fault"], "platform": "headless",
+        })
+        assert status == 201
+        (odd,) = d.wait_players(lambda ps: ps[0]["state"] == "FAILED", name="odd", what="the odd player FAILED")
+        assert session.step("Pass").sequence_id == 1  # the daemon and its leased player carry on
+    assert odd["reason"].startswith("cannot start the player: UnicodeEncodeError")
+    assert d.proc.poll() is None and "starting the player failed" in d.output()
+
+
+def test_a_slot_without_a_process_shows_no_uptime(daemon):
+    d = daemon(fast_config(executable='["/bin/false"]'), ready=False)
+    wait_for(lambda: d.health() is not None, DEADLINE, "the daemon to answer")
+    (failed,) = d.wait_players(lambda ps: ps and ps[0]["state"] == "FAILED", what="the slot FAILED")
+    assert failed["pid"] is None and failed["uptime"] is None, failed
+
+
+def test_backoff_stays_at_its_maximum_after_any_number_of_failures(supervisor_with):
+    sup = supervisor_with()
+    wait_for(lambda: _demo_ready(sup), DEADLINE, "the demo player READY")
+    with sup.lock:
+        (p,) = sup.environments["demo"].players
+        saved = (p.state, p.deadline, p.restarts, p.backoff_failures)
+        p.backoff_failures = 5000  # 2 ** 5000 is beyond a float
+        sup._schedule_restart(p)
+        delay = p.deadline - time.monotonic()
+        p.state, p.deadline, p.restarts, p.backoff_failures = saved
+    assert 0 < delay <= sup.daemon_config.backoff_max
+
+
 # -- 3. lease requests and their client's deadline -----------------------------------------------------------
 def _timeouts(d) -> float:
     text = d.client.request("GET", "/metrics")[1]
