@@ -83,6 +83,9 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     """
     if config_path == "":  # an unset variable in `-c ${CONFIG}`: not a reason to serve the built-in demo
         raise click.BadParameter("an empty path; leave -c out to serve the built-in demo", param_hint="-c/--config")
+    for value, hint, key in ((socket, "--socket", "socket"), (runtime_dir, "--runtime-dir", "runtime_dir")):
+        if value == "":  # likewise: not a reason to fall back to the file's or the default path
+            raise click.BadParameter(f"an empty path; leave {hint} out to use [daemon] {key}", param_hint=hint)
     configure_logging(log_level)
     from renderd.daemon.service import Daemon, DaemonError
 

@@ -224,3 +224,15 @@ def test_start_http_override_serves_a_file_whose_http_environment_needs_it(daemo
     wait_for(lambda: "reloading" in d.output() or "reload failed" in d.output(), 20, "the reload to be logged")
     assert "reload failed" not in d.output(), d.output()
     assert d.proc.poll() is None and d.health() is not None
+
+
+@pytest.mark.parametrize("option", ["--socket", "--runtime-dir"])
+def test_start_with_an_empty_socket_or_runtime_dir_is_refused(tmp_path, option):
+    # (An unset variable in `--socket ${SOCKET}`: the daemon must not quietly take the default path.)
+    paths = {"--socket": str(tmp_path / "r.sock"), "--runtime-dir": str(tmp_path / "run"), option: ""}
+    config = tmp_path / "c.toml"
+    config.write_text("[environments.demo]\ninstances = 0\n")
+    out = subprocess.run([*RENDERD, "start", "-c", str(config), *(a for kv in paths.items() for a in kv)],
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 2 and option in out.stderr and "empty" in out.stderr, out
+    assert "listening" not in out.stderr
