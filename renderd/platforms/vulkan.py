@@ -153,14 +153,28 @@ def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
 
 def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
     """(what the environment says about ICD manifests, the fix) for a failing vkCreateInstance. Names the
-    variable the loader actually used (see :data:`ICD_ENV_VARS`)."""
+    variable the loader actually used (see :data:`ICD_ENV_VARS`).
+
+    A VK_DRIVER_FILES or VK_ICD_FILENAMES that is set but names no file (empty, as ``VAR=`` or an unset
+    variable in a unit file leaves it, or only separators) is still used by the loader: it loads no driver
+    at all (libvulkan1 1.3.239: "Found no drivers!", the installed ones hidden). An empty VK_ADD_DRIVER_FILES
+    adds nothing and hides nothing.
+    """
     for var in ICD_ENV_VARS:
         value = env.get(var)
-        if not value:
+        if value is None or (not value and var == "VK_ADD_DRIVER_FILES"):
             continue
         ignored = [v for v in ICD_ENV_VARS if v != var and env.get(v)]  # all below ``var``: the loader skips them
         note = f"; {' and '.join(ignored)} {'is' if len(ignored) == 1 else 'are'} ignored while {var} is set"
         note = note if ignored else ""
+        if not any(value.split(os.pathsep)):
+            what = "set but empty" if value == "" else f"set to {value!r}, which names no file"
+            return (
+                f" (no Vulkan driver found: {var} is {what}, so the loader loads none of the installed "
+                f"drivers{note})",
+                f"unset {var} (naming no file, it hides every installed driver) or point it at an existing ICD "
+                "manifest (see /usr/share/vulkan/icd.d/)",
+            )
         missing = [p for p in value.split(os.pathsep) if p and not os.path.exists(p)]
         fix = f"point {var} at an existing ICD manifest (see /usr/share/vulkan/icd.d/) or unset it"
         if missing:

@@ -93,3 +93,18 @@ def test_probe_runner_finds_the_answer_among_driver_noise(tmp_path):
     script = _script(tmp_path, "print('noise from a driver')\nprint('M {\"ok\": true}')\n")
     outcome = run_probe(script, [], marker="M", env=os.environ, timeout=10)
     assert outcome.answer == {"ok": True}
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize("var", ["VK_ICD_FILENAMES", "VK_DRIVER_FILES"])
+def test_an_empty_icd_variable_is_named_not_a_missing_driver(var):
+    # Set but empty (`VAR=`, or an unset variable in a unit file), the loader takes it as a list of no
+    # drivers and hides the installed ones: unsetting it is the fix, not installing a driver.
+    require_vulkan()
+    env = {k: v for k, v in os.environ.items() if k not in vulkan.ICD_ENV_VARS}
+    env[var] = ""
+    report = cloud(PlatformRequest(system="Linux", env=env))
+    assert not report.valid
+    (reason,) = report.reasons
+    assert f"{var} is set but empty" in reason and f"fix: unset {var}" in reason, reason
+    assert "mesa-vulkan-drivers" not in reason

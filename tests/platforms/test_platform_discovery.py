@@ -259,6 +259,22 @@ def test_icd_hint_names_the_variable_the_loader_used(tmp_path):
     assert "VK_ADD_DRIVER_FILES=/gone.json" in hint and "ignored" not in hint
 
 
+def test_icd_hint_for_a_variable_set_but_naming_no_file(tmp_path):
+    # The loader (libvulkan1 1.3.239) uses an empty VK_DRIVER_FILES / VK_ICD_FILENAMES: it loads no driver.
+    manifest = tmp_path / "icd.json"
+    manifest.write_text("{}")
+    hint, fix = vulkan._icd_hint({"VK_ICD_FILENAMES": ""})
+    assert "VK_ICD_FILENAMES is set but empty" in hint and fix.startswith("unset VK_ICD_FILENAMES")
+    hint, fix = vulkan._icd_hint({"VK_DRIVER_FILES": "", "VK_ICD_FILENAMES": str(manifest)})
+    assert "VK_DRIVER_FILES is set but empty" in hint and "VK_ICD_FILENAMES is ignored" in hint
+    assert fix.startswith("unset VK_DRIVER_FILES")
+    hint, fix = vulkan._icd_hint({"VK_ICD_FILENAMES": os.pathsep})
+    assert "which names no file" in hint and fix.startswith("unset VK_ICD_FILENAMES")
+    # An empty VK_ADD_DRIVER_FILES adds nothing and hides nothing: not the cause.
+    hint, fix = vulkan._icd_hint({"VK_ADD_DRIVER_FILES": ""})
+    assert hint == " (no Vulkan driver (ICD) was found)" and fix == vulkan.DRIVER_FIX
+
+
 @pytest.mark.parametrize(
     "name",
     ["VK_DRIVER_FILES", "VK_ADD_DRIVER_FILES", "VK_ICD_FILENAMES", "XDG_DATA_DIRS", "XDG_CONFIG_DIRS",
