@@ -375,6 +375,9 @@ def _env(value: dict[str, str]) -> str | None:
     for name in value:
         if not name or "=" in name or "\0" in name:
             return f"{name!r} is not a valid environment variable name"
+    display = value.get("DISPLAY", "")
+    if display and not _X_DISPLAY.fullmatch(display):  # it names the player's display, as x_display does
+        return f"DISPLAY {display!r} is not an X display name such as ':0' or ':1.0' (or empty)"
     return None
 
 
@@ -522,7 +525,8 @@ class EnvironmentConfig:
         {},
         help="Extra environment variables for the player; the platform's probes run with them too, and they "
         "override the platform's variables, except `DISPLAY`: a `DISPLAY = \":1\"` here names display `:1` "
-        "(as `x_display` does), and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
+        "(as `x_display` does, so it must be an X display name, or empty, and cannot go with an `x_display` other "
+        "than `auto`), and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
         "containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` "
         "and the control API.",
         check=_env,
@@ -795,6 +799,14 @@ def parse_environment(
         )
     values = _table(EnvironmentConfig, data, source, prefix)
     env = EnvironmentConfig(name=name, **values)
+    display = env.env.get("DISPLAY", "")
+    if display and env.x_display != "auto":
+        raise ConfigError(
+            f"DISPLAY {display!r} conflicts with x_display {env.x_display!r}: a DISPLAY in env names the "
+            "player's display as x_display does; set only one of them",
+            path=source,
+            key=f"{prefix}.env",
+        )
     return _resolve(env, source, f"{prefix}.executable") if resolve else env
 
 

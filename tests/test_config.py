@@ -85,6 +85,12 @@ def test_the_design_example_loads(tmp_path):
          "NUL byte"),
         ('[environments."demo\\n"]', "environments.demo\n", "environment name"),
         ('[environments.demo]\nx_display = ":0\\n"', "environments.demo.x_display", "not auto, managed"),
+        ('[environments.demo]\nenv = {DISPLAY = "garbage"}', "environments.demo.env", "not an X display name"),
+        ('[environments.demo]\nenv = {DISPLAY = ":1\\n"}', "environments.demo.env", "not an X display name"),
+        ('[environments.demo]\nx_display = ":2"\nenv = {DISPLAY = ":1"}', "environments.demo.env",
+         "conflicts with x_display ':2'"),
+        ('[environments.demo]\nx_display = "managed"\nenv = {DISPLAY = ":1"}', "environments.demo.env",
+         "conflicts with x_display 'managed'"),
         ('[daemon]\nsocket_group = "wheel\\n"', "daemon.socket_group", "not a group name"),
         ("[daemon]\nnope = 1", "daemon.nope", "unknown key"),
         ("[deamon]\n", "deamon", "unknown table"),
@@ -98,6 +104,14 @@ def test_bad_values_name_the_file_key_and_why(text, key, why):
     assert err.path == "bad.toml" and err.key == key, str(err)
     assert why in err.reason
     assert str(err).startswith(f"bad.toml: {key}: ")
+
+
+def test_a_display_in_env_that_names_a_display():
+    # env.DISPLAY names the player's display as x_display does (with x_display auto); empty is allowed.
+    text = '[environments.a]\nenv = {DISPLAY = "%s"}\nx_display = "%s"'
+    assert loads(text % (":1", "auto"), resolve=False).environments["a"].env == {"DISPLAY": ":1"}
+    assert loads(text % ("host:1.0", "auto"), resolve=False).environments["a"].env == {"DISPLAY": "host:1.0"}
+    assert loads(text % ("", ":2"), resolve=False).environments["a"].x_display == ":2"
 
 
 def test_not_toml_and_unreadable_files(tmp_path):
