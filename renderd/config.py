@@ -31,6 +31,7 @@ import ipaddress
 import math
 import os
 import re
+import stat
 import sys
 import tomllib
 import types
@@ -98,6 +99,9 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_INSTANCES = 1024
 #: The most control API worker threads (a lease request waiting for a player holds one).
 MAX_API_THREADS = 1024
+#: The largest configuration file renderd reads (a real one is a few kilobytes): a path that names something
+#: huge or endless must be an error, not a daemon or ``renderd validate`` eating memory.
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
 #: Parts of a variable or option name that mark its value as a secret (compared upper-cased).
 SECRET_NAME_PARTS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "KEY", "CREDENTIAL")
 #: What a secret value is shown as in every outward view (status, API answers, ``renderd validate``).
@@ -857,17 +861,55 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
     return config
 
 
-def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: bool = True) -> Config:
-    """Read and parse a configuration file (``check_cross`` as for :func:`loads`). Raises ConfigError (also
-    for a file that cannot be read)."""
-    name = os.fspath(path)
+def _file_kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a device"),
+                       (stat.S_ISBLK, "a device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "not a file"
+
+
+def _read_config(name: str) -> str:
+    """The text of the configuration file ``name``: a regular file of at most :data:`MAX_CONFIG_BYTES`,
+    UTF-8, with its line ends made ``\\n`` (as text mode reads it).
+
+    Opened non-blocking, so a FIFO without a writer is refused at once instead of waiting for one; a FIFO,
+    device (``/dev/zero``), socket or directory is not read at all. Raises ConfigError naming ``name``.
+    """
     try:
-        text = Path(name).read_text(encoding="utf-8")
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except OSError as exc:
         raise ConfigError(f"cannot read the file: {exc.strerror or exc}", path=name) from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise ConfigError(f"not a regular file ({_file_kind(mode)}); a configuration is a TOML file", path=name)
+        chunks: list[bytes] = []
+        size = 0
+        while size <= MAX_CONFIG_BYTES:  # a file that grows while it is read stops at the limit too
+            chunk = os.read(fd, min(1 << 20, MAX_CONFIG_BYTES + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", path=name) from None
+    finally:
+        os.close(fd)
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes, the limit for a configuration file", path=name)
+    try:
+        text = b"".join(chunks).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: {exc}", path=name) from None
-    return loads(text, path=name, resolve=resolve, check_cross=check_cross)
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: bool = True) -> Config:
+    """Read and parse a configuration file (``check_cross`` as for :func:`loads`). Raises ConfigError (also
+    for a file that cannot be read: missing, not a regular file, larger than :data:`MAX_CONFIG_BYTES`)."""
+    name = os.fspath(path)
+    return loads(_read_config(name), path=name, resolve=resolve, check_cross=check_cross)
 
 
 def default_config(*, resolve: bool = True) -> Config:

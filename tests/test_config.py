@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -120,6 +121,33 @@ def test_not_toml_and_unreadable_files(tmp_path):
     with pytest.raises(ConfigError, match="cannot read the file") as info:
         load(tmp_path / "missing.toml")
     assert info.value.path == str(tmp_path / "missing.toml")
+
+
+RENDERD = [sys.executable, "-c", "from renderd.cli import main; main()"]
+
+
+def test_only_regular_files_are_read(tmp_path):
+    # A FIFO without a writer (it would block forever) and an endless device (it would eat memory) are
+    # refused without reading, by a real `renderd validate` with a deadline.
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path, kind in ((str(fifo), "a FIFO"), ("/dev/zero", "a device")):
+        out = subprocess.run([*RENDERD, "validate", path], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1 and f"{path}: not a regular file ({kind})" in out.stderr, out
+    with pytest.raises(ConfigError, match="not a regular file"):
+        load(tmp_path)
+
+
+def test_config_files_have_a_size_limit(tmp_path, monkeypatch):
+    monkeypatch.setattr(cfg, "MAX_CONFIG_BYTES", 1024)
+    path = tmp_path / "c.toml"
+    text = "[environments.demo]\r\ninstances = 2\r\n"
+    path.write_bytes((text + "#" * (1024 - len(text) - 1) + "\n").encode())
+    assert load(path, resolve=False).environments["demo"].instances == 2  # CRLF line ends read as in text mode
+    path.write_bytes(path.read_bytes() + b"\n")
+    with pytest.raises(ConfigError, match="larger than") as info:
+        load(path)
+    assert info.value.path == str(path)
 
 
 def test_executables_resolve_to_absolute_paths(tmp_path, monkeypatch):
