@@ -37,6 +37,7 @@ import enum
 import errno
 import fcntl
 import logging
+import math
 import os
 import selectors
 import signal
@@ -77,6 +78,9 @@ REASON_LOG_LINES = 8
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
 #: their own timeouts, X11_PROBE_TIMEOUT for an X server) after SHUTDOWN_SLACK.
 SELECTION_STOP_WAIT = 60.0
+#: After a booting player's server.pipe ends before its first frame, how long (seconds) its exit is waited
+#: for, so the boot failure gives its exit code or signal and log: the end of file often comes first.
+EOF_EXIT_WAIT = 1.0
 #: While a lease request waits for a player, how often (seconds) it asks whether its client hung up.
 HANG_UP_POLL_INTERVAL = 0.25
 #: Ended leases remembered (newest last), so that a holder can still ask how its lease ended and how its
@@ -144,6 +148,9 @@ class Player:
         self.stop_done = threading.Event()
         self.retire = False  # scale down: remove the slot once it is free
         self.awaiting_platform = False  # BACKOFF until its environment's platform selection is done
+        #: Set while STARTING when server.pipe ended before a first frame but the process has not exited
+        #: yet: its exit, expected within EOF_EXIT_WAIT, is what gets classified (code or signal, log).
+        self.eof_reason: str | None = None
 
     @property
     def pid(self) -> int | None:
@@ -784,11 +791,14 @@ class Supervisor:
                     if p.proc is not None and p.proc.poll() is not None:
                         self._reap(p)
                     elif p.deadline is not None and now >= p.deadline:
-                        self._boot_failed(
-                            p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
-                            if p.assembler is not None
-                            else f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)",
-                        )
+                        if p.eof_reason is not None:
+                            self._boot_failed(p, f"{p.eof_reason} (and it did not exit)")
+                        else:
+                            self._boot_failed(
+                                p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
+                                if p.assembler is not None
+                                else f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)",
+                            )
                     elif p.assembler is None and p.writer_fd is None and now >= p.next_open:
                         self._open_client_pipe(p)
                 elif p.state in (State.READY, State.LEASED) and p.proc is not None and p.proc.poll() is not None:
@@ -882,6 +892,7 @@ class Supervisor:
         p.returncode = None
         p.proc = None  # the previous process (if any) is gone; a transport may look at this one
         p.awaiting_platform = False
+        p.eof_reason = None
         try:
             try:
                 selection = self._selection(env)
@@ -1125,6 +1136,11 @@ class Supervisor:
                     self._unwatch(fd)
                     if p.proc is not None and p.proc.poll() is not None:
                         self._reap(p)
+                    elif p.proc is not None and p.eof_reason is None:
+                        # Usually the process is dying: its pidfd wakes the loop, which classifies the exit.
+                        # If it lives on, the tick fails its boot at this deadline.
+                        p.eof_reason = "closed server.pipe before sending a whole first frame"
+                        p.deadline = min(p.deadline or math.inf, time.monotonic() + EOF_EXIT_WAIT)
                     else:
                         self._boot_failed(p, "closed server.pipe before sending a whole first frame")
                     return

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -313,6 +314,20 @@ def test_an_unexpected_error_starting_a_player_is_its_boot_failure(daemon):
         assert session.step("Pass").sequence_id == 1  # the daemon and its leased player carry on
     assert odd["reason"].startswith("cannot start the player: UnicodeEncodeError")
     assert d.proc.poll() is None and "starting the player failed" in d.output()
+
+
+@pytest.mark.parametrize("kind, how", [("exit", "exit code 1"), ("abort", "killed by SIGABRT")])
+def test_a_player_that_dies_before_its_first_frame_is_recorded_with_its_exit(daemon, kind, how):
+    # Its end of file usually reaches the daemon before its exit does: every boot failure must still say
+    # how it ended, and count as an exit.
+    exe = f'["{PLAYER}", "--static-frame", "--fault-at-start", "{kind}"]'
+    d = daemon(fast_config(executable=exe).replace("max_boot_failures = 3", "max_boot_failures = 6"), ready=False)
+    wait_for(lambda: d.health() is not None, DEADLINE, "the daemon to answer")
+    (failed,) = d.wait_players(lambda ps: ps and ps[0]["state"] == "FAILED", what="the slot FAILED")
+    assert failed["boot_failures"] == 6 and how in failed["reason"], failed
+    out = d.output()
+    assert len(re.findall(r"pid \d+ exited before readiness", out)) == 6, out
+    assert "closed server.pipe before sending a whole first frame" not in out
 
 
 def test_a_slot_without_a_process_shows_no_uptime(daemon):
