@@ -475,11 +475,11 @@ class Supervisor:
                                      client_pid, name)
                             raise LeaseError("the client hung up before a player was ready")
                         if env.waiters[0] is token:
-                            player = next(
-                                (p for p in env.players if p.state == State.READY and not p.retire
-                                 and not p.outdated),
-                                None,
-                            )
+                            # An up-to-date player first; while a changed configuration is rolled out one
+                            # player at a time, an idle one of the previous configuration serves rather than
+                            # nobody (the answer gives its width and height; it is replaced after the lease).
+                            ready = [p for p in env.players if p.state == State.READY and not p.retire]
+                            player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
                                 lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd,
                                               player_pid=player.pid)

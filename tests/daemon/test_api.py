@@ -144,6 +144,20 @@ def test_changed_resolution_replaces_players_one_by_one(daemon):
         assert (event.screen_width, event.screen_height) == (64, 48)
 
 
+def test_an_idle_player_of_the_previous_configuration_serves_while_the_new_one_boots(daemon):
+    d = daemon(fast_config(instances=2))
+    old = {p["pid"] for p in d.players()}
+    body = env_body(instances=2, width=64, height=48)
+    body["executable"] = [PLAYER, "--static-frame", "--start-delay", "3"]  # the replacements boot slowly
+    d.client.request("PUT", "/v1/environments/demo", body)
+    wait_for(lambda: any(p["state"] == "STARTING" for p in d.players()), 10, "the first replacement to boot")
+    lease = d.client.lease("demo", timeout=0)  # no waiting: the idle outdated player is there
+    try:
+        assert lease["pid"] in old and (lease["width"], lease["height"]) == (300, 300), lease
+    finally:
+        d.client.release(lease["lease"])
+
+
 def test_lease_waiters_are_served_when_a_player_is_released(daemon):
     d = daemon(fast_config())
     first = connect("demo", socket=d.socket)
