@@ -61,6 +61,7 @@ __all__ = [
     "default_config",
     "parse_environment",
     "parse_http_address",
+    "parse_gpus",
     "resolve_executable",
     "markdown",
     "validate_command",
@@ -341,6 +342,25 @@ def _gpus(value: list[int]) -> str | None:
     if len(set(value)) != len(value):
         return "lists a device twice"
     return None
+
+
+def parse_gpus(text: str) -> list[int]:
+    """Split a comma-separated list of GPU indices (``renderd doctor --gpus 0,1``; spaces around them are
+    ignored, an empty text is no GPUs) and check it as the ``gpus`` key is checked.
+
+    Raises ValueError saying what is wrong.
+    """
+    if not text.strip():
+        return []
+    items = [item.strip() for item in text.split(",")]
+    for item in items:
+        if not re.fullmatch(r"[0-9]+", item):  # ASCII digits: int() would take "٣" or "-1" too
+            raise ValueError(f"expected comma-separated GPU indices such as 0,1, got {text!r}")
+    gpus = [int(item) for item in items]
+    why = _gpus(gpus)
+    if why:
+        raise ValueError(f"{text!r} {why}")
+    return gpus
 
 
 def _strings(value: Any) -> typing.Iterator[str]:

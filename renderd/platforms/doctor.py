@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from renderd.config import parse_gpus
 from renderd.errors import ConfigError
 from renderd.platforms.request import PLATFORM_NAMES, PlatformRequest
 from renderd.platforms.selection import check, decide, describe_request
@@ -23,12 +24,13 @@ EXIT_NOT_SERVED = 1
 
 
 def _parse_gpus(value: str | None) -> tuple[int, ...]:
-    if not value:
+    """``--gpus``, checked as the configuration's ``gpus`` key is."""
+    if value is None:
         return ()
     try:
-        return tuple(int(v) for v in value.replace(" ", "").split(",") if v)
-    except ValueError:
-        raise click.BadParameter(f"expected comma-separated GPU indices such as 0,1, got {value!r}") from None
+        return tuple(parse_gpus(value))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--gpus") from None
 
 
 def diagnose(request: PlatformRequest) -> dict[str, Any]:

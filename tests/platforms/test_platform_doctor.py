@@ -87,3 +87,17 @@ def test_console_script():
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["selected"] == "headless"
+
+
+@pytest.mark.parametrize(
+    "gpus, why",
+    [("0,0", "lists a device twice"), ("\u0663", "expected comma-separated GPU indices"),
+     ("0,,1", "expected comma-separated"), ("-1", "expected comma-separated"), ("abc", "expected comma-separated")],
+)
+def test_gpus_are_checked_as_the_configuration_checks_them(gpus, why):
+    # A real `renderd doctor`: a usage error naming the option, before any probe runs.
+    argv = [sys.executable, "-c", "from renderd.cli import main; main()", "doctor", "--headless", "--gpus", gpus]
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=dict(os.environ, **NOTHING))
+    assert out.returncode == 2 and "Invalid value for --gpus:" in out.stderr and why in out.stderr, out
+    ok = run(["--headless", "--gpus", " 1, 0 ", "--json"], env=NOTHING)
+    assert ok.exit_code == 0 and json.loads(ok.output)["request"]["gpus"] == [1, 0]
