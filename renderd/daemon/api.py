@@ -23,7 +23,7 @@ import re
 from typing import Any, Callable, Iterable
 
 from renderd.config import ConfigError, parse_environment
-from renderd.daemon.leases import open_client_pidfd
+from renderd.daemon.leases import MAX_LEASE_TIMEOUT, open_client_pidfd
 from renderd.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from renderd.daemon.supervisor import NotFound, Supervisor
 from renderd.errors import LeaseError, RenderdError, error_to_dict
@@ -35,8 +35,6 @@ log = logging.getLogger(__name__)
 API_VERSION = "v1"
 #: Largest request body accepted (an environment declaration is a few hundred bytes).
 MAX_BODY_SIZE = 1 << 20
-#: Longest a lease request may wait for a player, in seconds (a Unity build's cold start fits).
-MAX_LEASE_TIMEOUT = 3600.0
 
 _REASONS = {
     200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",

@@ -160,6 +160,9 @@ class ControlClient:
         request waited in its queue (every control API thread busy) for longer than ``timeout``.
 
         Raises LeaseError when none can be had, RenderdError for an unknown environment."""
+        from renderd.daemon.leases import MAX_LEASE_TIMEOUT
+
+        timeout = min(timeout, MAX_LEASE_TIMEOUT)  # the daemon waits at most this long for a player anyway
         slack = REQUEST_SLACK
         deadline = time.monotonic() + timeout + max(0.0, slack - LEASE_ANSWER_MARGIN)
         body = {"client_pid": os.getpid(), "timeout": timeout, "deadline": deadline}

@@ -20,10 +20,13 @@ from renderd.errors import LeaseError, os_error_message
 if TYPE_CHECKING:
     from renderd.daemon.supervisor import Player
 
-__all__ = ["Lease", "LeaseEnd", "LEASE_ID_BYTES", "open_client_pidfd"]
+__all__ = ["Lease", "LeaseEnd", "LEASE_ID_BYTES", "MAX_LEASE_TIMEOUT", "open_client_pidfd"]
 
 #: Random bytes in a lease id (hex-encoded: twice as many characters).
 LEASE_ID_BYTES = 16
+#: Longest a lease request may wait for a player, in seconds (a Unity build's cold start fits). A client
+#: asking for longer waits this long (``ControlClient.lease`` sends no more).
+MAX_LEASE_TIMEOUT = 3600.0
 
 
 class LeaseEnd(str, enum.Enum):

@@ -625,7 +625,9 @@ class Supervisor:
                     recycle = True
             else:
                 recycle = True
-            if recycle:
+            if recycle and how == LeaseEnd.STOPPED:  # its environment is going, or the daemon: not a recycle
+                self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn", lease=lease))
+            elif recycle:
                 self.metrics.recycles.labels(p.environment.name).inc()
                 log.info(
                     "recycling %s[%d] (pid %s): lease ended %s", p.environment.name, p.index, p.pid, how.value

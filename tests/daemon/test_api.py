@@ -158,6 +158,21 @@ def test_an_idle_player_of_the_previous_configuration_serves_while_the_new_one_b
         d.client.release(lease["lease"])
 
 
+def test_removing_an_environment_under_a_lease_recycles_nothing(daemon):
+    d = daemon(fast_config())
+    session = connect("demo", socket=d.socket, timeout=7200)  # over the daemon's hour: it waits an hour at most
+    try:
+        assert session.step("Pass").sequence_id == 1
+        d.client.request("DELETE", "/v1/environments/demo")
+        wait_for(lambda: not any(e["name"] == "demo" for e in d.environments()), 20, "demo to be gone")
+    finally:
+        session.close()
+    metrics = d.client.request("GET", "/metrics")[1]
+    assert 'renderd_player_recycles_total{environment="demo"} 1.0' not in metrics
+    assert "recycling demo[0]" not in d.output()
+    assert 'renderd_lease_ends_total{environment="demo",how="stopped"} 1.0' in metrics
+
+
 def test_lease_waiters_are_served_when_a_player_is_released(daemon):
     d = daemon(fast_config())
     first = connect("demo", socket=d.socket)
