@@ -294,7 +294,8 @@ def parse_http_address(value: str) -> tuple[str, int]:
 
     Raises ValueError saying what is wrong.
     """
-    if value.startswith("["):
+    bracketed = value.startswith("[")
+    if bracketed:
         host, sep, port = value[1:].partition("]:")
         if not sep:
             raise ValueError(f"{value!r} is not [IPV6]:PORT")
@@ -303,10 +304,14 @@ def parse_http_address(value: str) -> tuple[str, int]:
         if not sep or not host:
             raise ValueError(f"{value!r} is not HOST:PORT (for example 127.0.0.1:8200)")
     try:
-        ipaddress.ip_address(host)
+        address = ipaddress.ip_address(host)
     except ValueError:
         raise ValueError(f"host {host!r} is not an IP address (players are told it as AI2THOR_HOST)") from None
-    if not port.isdigit() or not 0 <= int(port) <= 65535:
+    if bracketed and address.version != 6:
+        raise ValueError(f"{value!r}: brackets are for an IPv6 address; write {host}:{port}")
+    if not bracketed and address.version == 6:
+        raise ValueError(f"{value!r}: an IPv6 address goes in brackets, as [{host}]:{port}")
+    if not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:  # ASCII digits only
         raise ValueError(f"port {port!r} is not a number from 0 to 65535")
     return host, int(port)
 
@@ -436,7 +441,8 @@ class DaemonConfig:
     http: str = setting(
         "",
         doc_default='`""` (off)',
-        help="Address (`HOST:PORT`, IP literal) of the HTTP listener for `transport = \"http\"` players "
+        help="Address (`HOST:PORT` with an IP literal, such as `127.0.0.1:8200`; IPv6 in brackets: `[::1]:8200`) "
+        "of the HTTP listener for `transport = \"http\"` players "
         "(each gets its own token) and for remote control: the control API, with the bearer token of "
         "`control_token_file`. Empty: no listener.",
         check=_http_address,
@@ -614,7 +620,8 @@ class Config:
             values[name] = _check_value(f, value, source, f"daemon.{name}")
         config = dataclasses.replace(self, daemon=dataclasses.replace(self.daemon, **values))
         _check_daemon(config.daemon, source)
-        _check_cross(config, self.path or source)  # about the file's environments (and the overrides)
+        # A file's environment that needs [daemon] http: the command line's fault if it overrode http.
+        _check_cross(config, source if "http" in values else self.path or source)
         return config
 
 

@@ -76,6 +76,10 @@ def test_the_design_example_loads(tmp_path):
         ('[daemon]\nhttp = "localhost:8200"', "daemon.http", "not an IP address"),
         ('[daemon]\nhttp = "127.0.0.1:99999"', "daemon.http", "port"),
         ('[daemon]\nhttp = "127.0.0.1"', "daemon.http", "HOST:PORT"),
+        ('[daemon]\nhttp = "127.0.0.1:\u0663\u0663"', "daemon.http", "port"),  # Arabic-Indic digits
+        ('[daemon]\nhttp = "[127.0.0.1]:8200"', "daemon.http", "brackets are for an IPv6 address"),
+        ('[daemon]\nhttp = "::1:8200"', "daemon.http", "goes in brackets, as [::1]:8200"),
+        ('[daemon]\nhttp = "[::1]:008200"', "daemon.http", "port"),
         ('[daemon]\nsocket = "relative.sock"', "daemon.socket", "absolute"),
         (f'[daemon]\nsocket = "/{"x" * 120}"', "daemon.socket", "at most 107"),
         ("[daemon]\nbackoff_initial = 5.0\nbackoff_max = 1.0", "daemon.backoff_max", "less than"),
@@ -180,6 +184,12 @@ def test_put_bodies_use_the_same_definitions():
         parse_environment("web", {"width": 64.0}, source="PUT /v1/environments/web")
 
 
+def test_http_addresses():
+    assert cfg.parse_http_address("127.0.0.1:8200") == ("127.0.0.1", 8200)
+    assert cfg.parse_http_address("[::1]:0") == ("::1", 0)
+    assert cfg.parse_http_address("0.0.0.0:65535") == ("0.0.0.0", 65535)
+
+
 def test_overrides_are_checked_like_the_file():
     c = loads("")
     assert c.with_daemon(socket="/tmp/x.sock", http=None).daemon.socket == "/tmp/x.sock"
@@ -217,6 +227,8 @@ def test_the_cross_checks_run_after_the_overrides():
     assert c.daemon.http == "127.0.0.1:0" and c.environments["h"].transport == "http"
     with pytest.raises(ConfigError, match=r"^f\.toml: environments\.h\.transport: .*HTTP listener"):
         loads(text, path="f.toml", resolve=False, check_cross=False).with_daemon(http=None)
+    with pytest.raises(ConfigError, match=r"^command line: environments\.h\.transport: "):
+        loads('[daemon]\nhttp = "127.0.0.1:0"\n' + text, resolve=False, check_cross=False).with_daemon(http="")
 
 
 def test_what_needs_new_players():
