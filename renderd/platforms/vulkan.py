@@ -169,12 +169,12 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
         note = note if ignored else ""
         if not any(value.split(os.pathsep)):
             what = "set but empty" if value == "" else f"set to {value!r}, which names no file"
-            return (
-                f" (no Vulkan driver found: {var} is {what}, so the loader loads none of the installed "
-                f"drivers{note})",
+            hint = f" (no Vulkan driver found: {var} is {what}, so the loader loads none of the installed drivers{note})"
+            fix = (
                 f"unset {var} (naming no file, it hides every installed driver) or point it at an existing ICD "
-                "manifest (see /usr/share/vulkan/icd.d/)",
+                "manifest (see /usr/share/vulkan/icd.d/)"
             )
+            return hint, fix
         missing = [p for p in value.split(os.pathsep) if p and not os.path.exists(p)]
         fix = f"point {var} at an existing ICD manifest (see /usr/share/vulkan/icd.d/) or unset it"
         if missing:
