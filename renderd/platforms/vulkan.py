@@ -169,7 +169,8 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
         note = note if ignored else ""
         if not any(value.split(os.pathsep)):
             what = "set but empty" if value == "" else f"set to {value!r}, which names no file"
-            hint = f" (no Vulkan driver found: {var} is {what}, so the loader loads none of the installed drivers{note})"
+            hint = f" (no Vulkan driver found: {var} is {what}, so the loader loads none of the installed drivers"
+            hint += f"{note})"
             fix = (
                 f"unset {var} (naming no file, it hides every installed driver) or point it at an existing ICD "
                 "manifest (see /usr/share/vulkan/icd.d/)"
