@@ -116,6 +116,19 @@ def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:
         time.sleep(interval)
 
 
+@pytest.fixture(autouse=True)
+def _only_this_tests_displays(monkeypatch) -> None:
+    """Discovery sees only the X displays a test starts: one already running on the machine (a developer's
+    Xvfb, another test run's) would otherwise be a candidate, and change what discovery picks."""
+    from renderd.platforms import x11
+
+    real = x11.socket_displays
+    foreign = set(real())
+    monkeypatch.setattr(x11, "socket_displays", lambda *args, **kwargs: [
+        name for name in real(*args, **kwargs) if name not in foreign
+    ])
+
+
 @pytest.fixture
 def no_xvfb_left() -> Iterator[None]:
     """Fail the test if it leaves an Xvfb child behind."""
