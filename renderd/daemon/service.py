@@ -46,10 +46,6 @@ log = logging.getLogger(__name__)
 
 #: The lock file in ``runtime_dir`` that one daemon holds (``flock``) for its whole life.
 LOCK_NAME = "renderd.lock"
-#: The file that marks a directory as renderd's own (``players`` and the default ``logs`` in the runtime
-#: directory): only a directory holding it is ever emptied or removed, so a ``runtime_dir`` pointed at a
-#: directory with a ``players`` or ``logs`` of someone else's loses nothing.
-OWNED_MARKER = ".renderd-owned"
 #: The reference player's program name: it can run without any platform.
 REFERENCE_PLAYER = "renderd-player"
 #: Seconds to wait for an existing socket to answer before calling it stale.
@@ -396,7 +392,7 @@ class Daemon:
         self._lock_path: str | None = None
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
         self._token_path: str | None = None
-        self._owned: list[str] = []  # directories marked as renderd's this run (removed at stop)
+        self._owned: list[str] = []  # players and logs directories renderd made or took over (removed at stop)
         self._held_signals: list[int] = []  # stop/reload signals taken during start-up, for the loop
         self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
@@ -451,13 +447,14 @@ class Daemon:
                 "mode 0750 (with systemd: Group= and RuntimeDirectoryMode=0750)", path, mode, st.st_gid, group,
             )
 
-    def _own_dir(self, path: str, group: int | None, *, clear: bool) -> None:
-        """Make ``path`` a directory of renderd's own (marked with :data:`OWNED_MARKER`), removed at stop.
+    def _own_dir(self, path: str, group: int | None, *, clear: bool, left_by_renderd: bool) -> None:
+        """Make ``path`` (``players``, or the default ``logs``, in the runtime directory) renderd's own: it
+        is removed at stop.
 
-        One that exists is taken over only if it carries the mark (a daemon that was killed left it; with
-        ``clear`` its contents go first); anything else there is someone else's, and start-up stops rather
-        than delete or mix with it."""
-        marker = os.path.join(path, OWNED_MARKER)
+        One that exists is taken over only when a daemon that was killed left it (``left_by_renderd``: its
+        ``renderd.lock`` was still there, which only a graceful stop removes, after these directories);
+        with ``clear`` its contents go first. Anything else there is someone else's, and start-up stops
+        rather than delete or mix with it."""
         try:
             st = os.lstat(path)
         except FileNotFoundError:
@@ -465,11 +462,11 @@ class Daemon:
         except OSError as exc:
             raise DaemonError(os_error_message(exc, f"cannot use {path}")) from exc
         if st is not None:
-            if not stat.S_ISDIR(st.st_mode) or not os.path.isfile(marker):
+            if not stat.S_ISDIR(st.st_mode) or not left_by_renderd:
                 raise DaemonError(
-                    f"{path} exists and was not made by renderd (it has no {OWNED_MARKER}): renderd keeps its "
-                    "pipes and logs there and removes them when it stops, so it uses no directory of someone "
-                    "else's; move it away, or choose another runtime_dir"
+                    f"{path} exists and was not made by renderd (no {LOCK_NAME} of a daemon that was killed "
+                    "is beside it): renderd keeps its pipes and logs there and removes them when it stops, so it "
+                    "uses no directory of someone else's; move it away, or choose another runtime_dir"
                 )
             if clear:
                 try:
@@ -478,11 +475,6 @@ class Daemon:
                     why = f"cannot empty {path}, left by a daemon that was killed"
                     raise DaemonError(os_error_message(exc, why)) from exc
         self._make_private_dir(path, group=group)
-        try:
-            with open(marker, "w", encoding="utf-8") as f:
-                f.write("made by renderd; this directory is removed when the daemon stops\n")
-        except OSError as exc:
-            raise DaemonError(os_error_message(exc, f"cannot mark {path} as renderd's")) from exc
         self._owned.append(path)
 
     def _lock(self, runtime_dir: str, group: int | None) -> None:
@@ -723,12 +715,13 @@ class Daemon:
         try:
             group = _group_id(cfg.socket_group)
             self._make_private_dir(cfg.runtime_dir, group=group)
+            left_by_renderd = os.path.lexists(os.path.join(cfg.runtime_dir, LOCK_NAME))  # by one that was killed
             self._lock(cfg.runtime_dir, group)
             self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
             socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
             self._check_socket(cfg.socket)
             players_dir = os.path.join(cfg.runtime_dir, "players")
-            self._own_dir(players_dir, group, clear=True)  # one left by a daemon that was killed is emptied
+            self._own_dir(players_dir, group, clear=True, left_by_renderd=left_by_renderd)
             if cfg.log_dir:
                 log_dir = cfg.log_dir
                 created = len(self._created)
@@ -736,7 +729,7 @@ class Daemon:
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
             else:
                 log_dir = os.path.join(cfg.runtime_dir, "logs")
-                self._own_dir(log_dir, group, clear=False)
+                self._own_dir(log_dir, group, clear=False, left_by_renderd=left_by_renderd)
             if cfg.http:
                 n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
                 token = self._control_token(cfg.control_token_file, cfg.runtime_dir)
