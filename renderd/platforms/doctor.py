@@ -18,6 +18,7 @@ from renderd.config import parse_gpus
 from renderd.errors import ConfigError
 from renderd.platforms.request import PLATFORM_NAMES, PlatformRequest
 from renderd.platforms.selection import check, decide, describe_request
+from renderd.protocol import MAX_RESOLUTION
 
 EXIT_SERVED = 0
 EXIT_NOT_SERVED = 1
@@ -61,8 +62,10 @@ def diagnose(request: PlatformRequest) -> dict[str, Any]:
 
 
 @click.command("doctor")
-@click.option("--width", type=click.IntRange(min=1), default=300, show_default=True, help="Player width in pixels.")
-@click.option("--height", type=click.IntRange(min=1), default=300, show_default=True, help="Player height in pixels.")
+@click.option("--width", type=click.IntRange(1, MAX_RESOLUTION), default=300, show_default=True,
+              help="Player width in pixels.")
+@click.option("--height", type=click.IntRange(1, MAX_RESOLUTION), default=300, show_default=True,
+              help="Player height in pixels.")
 @click.option("--platform", "platform_name", type=click.Choice(PLATFORM_NAMES), default="auto", show_default=True,
               help="Platform to check for (auto walks the candidates).")
 @click.option("--x-display", default=None, metavar="D",

@@ -14,6 +14,7 @@ from click.testing import CliRunner
 from renderd.errors import PlatformError
 from renderd.platforms import PlatformRequest, select
 from renderd.platforms.doctor import doctor_command
+from renderd.protocol import MAX_RESOLUTION
 
 BIG = ["--width", "2001", "--height", "1001"]
 NOTHING = {"DISPLAY": "", "VK_ICD_FILENAMES": "/nonexistent.json", "PATH": "/nonexistent"}
@@ -101,3 +102,18 @@ def test_gpus_are_checked_as_the_configuration_checks_them(gpus, why):
     assert out.returncode == 2 and "Invalid value for --gpus:" in out.stderr and why in out.stderr, out
     ok = run(["--headless", "--gpus", " 1, 0 ", "--json"], env=NOTHING)
     assert ok.exit_code == 0 and json.loads(ok.output)["request"]["gpus"] == [1, 0]
+
+
+@pytest.mark.parametrize("option", ["--width", "--height"])
+def test_sizes_over_max_resolution_are_usage_errors(option):
+    # Configuration, launch and the player refuse a side over MAX_RESOLUTION: doctor must not call it served.
+    argv = [sys.executable, "-c", "from renderd.cli import main; main()", "doctor", "--headless", "--json"]
+    out = subprocess.run([*argv, option, str(MAX_RESOLUTION + 1)], capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, **NOTHING))
+    assert out.returncode == 2 and f"Invalid value for '{option}'" in out.stderr, out
+    assert out.stdout == ""
+    assert run(["--headless", option, "0"], env=NOTHING).exit_code == 2
+    ok = run(["--headless", option, str(MAX_RESOLUTION), "--json"], env=NOTHING)
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["request"][option[2:]] == MAX_RESOLUTION
+
