@@ -36,7 +36,9 @@ def _parse_gpus(value: str | None) -> tuple[int, ...]:
 
 def diagnose(request: PlatformRequest) -> dict[str, Any]:
     """Everything doctor reports, as a JSON-ready dict: the request, one report per platform, the
-    platform selection would choose (``selected``, None if none) and, when none, the error message."""
+    platform selection would choose (``selected``, None if none) with its details (``selected_details``,
+    None if none) and, when none, the error message (``error``, None when one is selected). Every key is
+    always present."""
     reports = check(request)
     decision = decide(request, {r.name: r for r in reports})
     result: dict[str, Any] = {
@@ -53,11 +55,9 @@ def diagnose(request: PlatformRequest) -> dict[str, Any]:
         "platforms": [r.to_dict() for r in reports],
         "selected": decision.chosen.name if decision.chosen else None,
         "ok": decision.chosen is not None,
+        "selected_details": dict(decision.chosen.details) if decision.chosen is not None else None,
+        "error": None if decision.chosen is not None else str(decision.error(request)),
     }
-    if decision.chosen is not None:
-        result["selected_details"] = dict(decision.chosen.details)
-    else:
-        result["error"] = str(decision.error(request))
     return result
 
 
@@ -134,12 +134,12 @@ def _format(request: PlatformRequest, result: dict[str, Any]) -> str:
     lines.append("")
     if result["ok"]:
         chosen = result["selected"]
-        where = result.get("selected_details", {}).get("display")
+        where = (result["selected_details"] or {}).get("display")
         where = f" ({where})" if where else ""
         lines.append(f"=> {chosen}{where} serves this request (platform={request.platform!r}).")
     else:
         lines.append("=> no platform can serve this request.")
-        error = result.get("error", "")
+        error = result["error"] or ""
         notes = ("x_display=", "headless was", "Platforms that", "renderd knows")
         lines.extend(line for line in error.splitlines()[1:] if line.startswith(notes))
     return "\n".join(lines)

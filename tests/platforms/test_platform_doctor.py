@@ -117,3 +117,23 @@ def test_sizes_over_max_resolution_are_usage_errors(option):
     assert ok.exit_code == 0, ok.output
     assert json.loads(ok.output)["request"][option[2:]] == MAX_RESOLUTION
 
+
+JSON_KEYS = {"request", "platforms", "selected", "selected_details", "ok", "error"}
+
+
+def test_json_carries_every_key_whether_served_or_not():
+    served = run(["--headless", "--json"], env=NOTHING)
+    assert served.exit_code == 0
+    data = json.loads(served.output)
+    assert set(data) == JSON_KEYS
+    assert data["ok"] is True and data["selected"] == "headless" and data["error"] is None
+    assert isinstance(data["selected_details"], dict)
+    by_name = {p["name"]: p for p in data["platforms"]}
+    assert data["selected_details"] == by_name["headless"]["details"]
+
+    refused = run([*BIG, "--json"], env=NOTHING)
+    assert refused.exit_code == 1
+    data = json.loads(refused.output)
+    assert set(data) == JSON_KEYS
+    assert data["ok"] is False and data["selected"] is None and data["selected_details"] is None
+    assert isinstance(data["error"], str) and data["error"]
