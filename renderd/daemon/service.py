@@ -717,9 +717,8 @@ class Daemon:
             self._make_private_dir(cfg.runtime_dir, group=group)
             left_by_renderd = os.path.lexists(os.path.join(cfg.runtime_dir, LOCK_NAME))  # by one that was killed
             self._lock(cfg.runtime_dir, group)
-            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
-            socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
-            self._check_socket(cfg.socket)
+            # Right after the lock, before anything else can fail: a start that fails later then removes what
+            # it took over together with the lock, never the lock alone (the leftovers would be orphaned).
             players_dir = os.path.join(cfg.runtime_dir, "players")
             self._own_dir(players_dir, group, clear=True, left_by_renderd=left_by_renderd)
             if cfg.log_dir:
@@ -730,6 +729,9 @@ class Daemon:
             else:
                 log_dir = os.path.join(cfg.runtime_dir, "logs")
                 self._own_dir(log_dir, group, clear=False, left_by_renderd=left_by_renderd)
+            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
+            socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
+            self._check_socket(cfg.socket)
             if cfg.http:
                 n = sum(e.instances for e in self.config.environments.values() if e.transport == "http")
                 token = self._control_token(cfg.control_token_file, cfg.runtime_dir)

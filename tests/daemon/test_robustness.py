@@ -185,6 +185,21 @@ def test_the_players_directory_a_killed_daemon_left_is_taken_over(daemon):
     assert not players.exists() and not (Path(first.runtime_dir) / "logs").exists()
 
 
+def test_a_failed_start_after_a_killed_daemon_leaves_the_next_start_possible(daemon, tmp_path):
+    # A killed daemon leaves players/, logs/ and its lock; a start on that runtime directory that fails
+    # (its socket is taken) must not leave the directories without the lock that shows they are renderd's.
+    killed = daemon(fast_config())
+    killed.signal(signal.SIGKILL)
+    killed.wait_exit()
+    other = daemon(fast_config(), socket=killed.socket, runtime_dir=str(tmp_path / "other-run"))
+    failed = daemon(fast_config(), ready=False, socket=killed.socket, runtime_dir=killed.runtime_dir)
+    assert failed.wait_exit() == 1 and "already serving" in failed.output()
+    other.signal(signal.SIGTERM)
+    assert other.wait_exit() == 0
+    again = daemon(fast_config(), socket=killed.socket, runtime_dir=killed.runtime_dir)
+    assert again.players()[0]["state"] == "READY"
+
+
 def test_a_lock_file_that_cannot_be_opened_is_one_clear_line(daemon, tmp_path):
     runtime = tmp_path / "run"
     runtime.mkdir(mode=0o700)
