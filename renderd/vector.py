@@ -384,9 +384,10 @@ class VectorSession:
         if self._state is _VectorState.CLOSED:
             raise CallOrderError(f"{what} on a closed VectorSession (launch or connect a new one)")
         if self._state is _VectorState.BROKEN:
+            hint = "" if self.replace_on_crash else " (or use replace_on_crash=True)"
             raise CallOrderError(
                 f"{what} on a broken VectorSession: an earlier call failed with {type(self._error).__name__}: "
-                f"{self._error}. Close it and start a new one (or use replace_on_crash=True)."
+                f"{self._error}. Close it and start a new one{hint}."
             ) from self._error
 
     def _break(self, exc: BaseException) -> None:

@@ -254,8 +254,9 @@ def test_crash_without_replacement_names_every_failed_slot(no_leaks, launch):
     assert vs.sessions[0].state.value == "ready" and vs.sessions[2].state.value == "ready"
     assert not psutil.pid_exists(crashed) or psutil.Process(crashed).status() == psutil.STATUS_ZOMBIE
     assert hit not in [p.pid for p in psutil.Process().children()]
-    with pytest.raises(CallOrderError, match="broken"):
+    with pytest.raises(CallOrderError, match="broken") as later:
         vs.step(["Pass"] * 4)
+    assert str(later.value).endswith("Close it and start a new one (or use replace_on_crash=True).")
 
 
 def test_mixed_failures_raise_a_renderd_error(no_leaks, launch):
@@ -341,6 +342,11 @@ def test_replacements_that_all_fail_are_raised_without_suggesting_replacement(no
         assert info.value.slots == [1] and f"could not be replaced: {REPLACE_ATTEMPTS} attempts failed" in text
         assert "replace_on_crash" not in text
         assert "slots=[r,f]" in repr(vs)
+        # Every later call says the session is broken, still without suggesting what is already set.
+        with pytest.raises(CallOrderError) as later:
+            vs.step(["Pass", "Pass"])
+        assert "on a broken VectorSession" in str(later.value) and later.value.__cause__ is info.value
+        assert "replace_on_crash" not in str(later.value)
     finally:
         vs.close()
 
