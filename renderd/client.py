@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 import importlib
 import logging
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -339,10 +340,9 @@ class Session:
             w = width if width is not None else self.width or 0
             h = height if height is not None else self.height or 0
             try:
-                check_frame_size(w, h)
+                size = check_frame_size(w, h)
             except ConfigError as exc:
-                raise ArgumentError(f"reset: {exc}; nothing was sent", key=exc.key) from None
-            size = (w, h)
+                raise ArgumentError(f"reset: {exc.reason}; nothing was sent", key=exc.key) from None
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
@@ -492,7 +492,7 @@ def _checked_args_env(
 ) -> tuple[list[str], dict[str, str] | None]:
     """``args`` and ``env`` as the strings a process gets; :class:`ConfigError` (``key`` ``args`` or ``env``)
     for what no process can get (a NUL byte, ``=`` in a variable's name) or what is surely a mistake (a
-    variable set to None, bytes, a bool or a container). Numbers are written out."""
+    variable set to None, bytes, a bool or a container). Numbers (numpy's too) and paths are written out."""
     checked_args = []
     for a in args:
         text = os.fspath(a) if isinstance(a, os.PathLike) else str(a)
@@ -506,7 +506,9 @@ def _checked_args_env(
         if not isinstance(name, str) or not name or "=" in name or "\0" in name:
             raise ConfigError(f"environment variable name {name!r} is not a non-empty string without '=' or NUL",
                               key="env")
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        if isinstance(value, os.PathLike):
+            value = os.fspath(value)
+        if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):  # (numpy's bool is no Real)
             raise ConfigError(f"environment variable {name} is set to {value!r}; give it a string", key="env")
         text = str(value)
         if "\0" in text:
@@ -546,7 +548,7 @@ def launch_player(
     display_watch: PlayerOnDisplay | None = None
     session: Session | None = None
     try:
-        check_frame_size(width, height)  # before the platform, which may start an Xvfb of that size
+        width, height = check_frame_size(width, height)  # before the platform, which may start an Xvfb that size
         args, env = _checked_args_env(args, env)
         if log_path is not None:  # absolute: the crash report still finds it after a chdir
             log_path = os.path.abspath(os.fspath(log_path))

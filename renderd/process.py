@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import numbers
 import os
 import select
 import shutil
@@ -179,12 +180,15 @@ def _quality_number(quality: str | int) -> int:
         ) from None
 
 
-def check_frame_size(width: Any, height: Any) -> None:
-    """Raise :class:`ConfigError` (``key`` = ``width`` or ``height``) unless both are integers in
-    1..:data:`renderd.protocol.MAX_RESOLUTION`."""
+def check_frame_size(width: Any, height: Any) -> tuple[int, int]:
+    """``(width, height)`` as ints; :class:`ConfigError` (``key`` = ``width`` or ``height``) unless both are
+    integers (numpy's too, not bools) in 1..:data:`renderd.protocol.MAX_RESOLUTION`."""
+    sizes = []
     for key, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_RESOLUTION:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < value <= MAX_RESOLUTION:
             raise ConfigError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=key)
+        sizes.append(int(value))
+    return sizes[0], sizes[1]
 
 
 def player_argv(
@@ -205,7 +209,7 @@ def player_argv(
     quality and for a size outside 1..:data:`renderd.protocol.MAX_RESOLUTION` (a larger frame would exceed the
     codec's largest body, and every answer would be refused).
     """
-    check_frame_size(width, height)
+    width, height = check_frame_size(width, height)
     argv = resolve_executable(executable)
     argv += [
         "-screen-fullscreen",

@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 
+import numpy as np
 import psutil
 import pytest
 
@@ -101,9 +102,20 @@ def test_arguments_no_process_can_take_are_config_errors(kwargs, key):
     assert info.value.key == key
 
 
-def test_numbers_in_env_are_written_out():
-    with renderd.launch(**SMALL, platform="headless", env={"RENDERD_TEST_N": 3}, start_timeout=START) as s:
-        assert psutil.Process(s.pid).environ()["RENDERD_TEST_N"] == "3"
+def test_numbers_and_paths_in_env_are_written_out(tmp_path):
+    env = {"RENDERD_TEST_N": 3, "RENDERD_TEST_NP": np.int64(4), "RENDERD_TEST_F": np.float32(0.5),
+           "RENDERD_TEST_DIR": tmp_path}
+    with renderd.launch(**SMALL, platform="headless", env=env, start_timeout=START) as s:
+        seen = psutil.Process(s.pid).environ()
+    assert [seen[k] for k in env] == ["3", "4", "0.5", str(tmp_path)]
+
+
+def test_numpy_integers_are_sizes_too():
+    with renderd.launch(width=np.int64(64), height=np.int32(48), args=["--static-frame"],
+                        start_timeout=START) as session:
+        session.reset(width=np.int64(80), height=np.uint16(60))
+        assert (session.width, session.height) == (80, 60)
+        assert session.step("Pass").frame.shape == (60, 80, 3)
 
 
 def test_a_relative_log_path_is_found_after_a_chdir(tmp_path, monkeypatch):
@@ -124,5 +136,5 @@ def test_a_bad_reset_size_is_an_argument_error_before_anything_is_sent(width):
     with renderd.launch(**SMALL, platform="headless", args=["--static-frame"], start_timeout=START) as session:
         with pytest.raises(ArgumentError, match="nothing was sent") as info:
             session.reset(width=width)
-        assert info.value.key == "width"
+        assert info.value.key == "width" and str(info.value).startswith("width: reset: must be an integer")
         assert session.step("Pass").sequence_id == 1  # nothing was sent: the sequence goes on
