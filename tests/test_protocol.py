@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from renderd import protocol
 from renderd.errors import ProtocolError
 from renderd.protocol import (
     END_OF_MESSAGE,
@@ -131,6 +132,48 @@ def test_an_action_nested_too_deeply_is_action_too_deep(levels):
         assert info.value.action["sequenceId"] == 4
     else:  # past what the parser can follow at all
         assert info.value.action == {}
+
+
+def _depth(value) -> int:
+    """How deep lists and dicts nest in ``value`` (the reference, without recursion)."""
+    best, stack = 0, [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            best = max(best, level)
+            stack += [(x, level + 1) for x in (item.values() if isinstance(item, dict) else item)]
+    return best
+
+
+def _chain(levels: int, text: str) -> dict:
+    value: object = text
+    for _ in range(levels):
+        value = [value, text]
+    return {"action": "X", "v": value}
+
+
+@pytest.mark.parametrize(
+    "action",
+    [
+        # Over MAX_ACTION_DEPTH brackets in all, most of them inside strings, nested 4 deep.
+        {"action": "SetObjectPoses", "objectPoses": [{"objectName": f"a[b]{{c}}{i}", "p": {"x": 1}, "r": [1, 2]}
+                                                     for i in range(200)]},
+        {"action": "SetObjectPoses", "objectPoses": [{"objectName": f"a\\b[{i}", "p": {"x": 1}} for i in range(300)]},
+        {"action": "X", "s": ["[" * 100] * 10},
+        # Deep, with brackets and quotes (escaped: backslashes in the body) inside the strings.
+        _chain(600, "]]]]]"),
+        _chain(600, 'a\\"]]'),
+        _chain(MAX_ACTION_DEPTH - 1, "[[[["),
+        _chain(530, "\u00e9"),  # escaped non-ASCII: backslashes too
+    ],
+    ids=["brackets-in-strings", "with-backslashes", "many-open-brackets", "deep", "deep-escaped-quote",
+         "at-the-limit", "deep-non-ascii"],
+)
+def test_the_depth_check_ignores_brackets_inside_strings(action):
+    body = json.dumps(action, separators=(",", ":")).encode()
+    depth = _depth(action)
+    assert body.count(b"[") + body.count(b"{") > MAX_ACTION_DEPTH  # past the quick bound: the real count runs
+    assert protocol._depth_over_limit(body) == (depth if depth > MAX_ACTION_DEPTH else None)
 
 
 def test_an_integer_over_the_digit_limit_is_read_as_infinity():
