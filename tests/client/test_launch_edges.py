@@ -71,7 +71,7 @@ def test_ctrl_c_during_close_still_stops_and_reaps_the_player(tmp_path):
             session.close()
     finally:
         timer.cancel()
-    assert t.elapsed < 3.0
+    assert t.elapsed < 4.5  # killed at once on Ctrl-C, not after the 5 s grace
     for process in group:
         assert not process.is_running(), f"{process} outlived close()"
     session.close()  # idempotent, and nothing to do
