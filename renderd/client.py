@@ -325,7 +325,7 @@ class Session:
         """Load ``scene`` (the current one when None) and initialize the agent, as AI2-THOR's ``reset`` does.
 
         Sends ``{"action": "Reset", "sceneName": scene, "sequenceId": 0}`` (a player restarts its sequence
-        at a reset), then ``ChangeResolution`` if ``width``/``height`` are given and differ from the
+        at a reset; ``sceneName`` only when ``scene`` is given, else the player keeps its scene), then ``ChangeResolution`` if ``width``/``height`` are given and differ from the
         current screen, then ``Initialize`` with every initialization parameter given so far (they
         accumulate across resets, like AI2-THOR's). Returns the last event. Raises what :meth:`step`
         raises, and ``ValueError`` for a ``width``/``height`` outside 1..MAX_RESOLUTION (before anything is
@@ -725,7 +725,8 @@ def connect(environment: str = "demo", *, socket: str | None = None, timeout: fl
     """Lease a ready player of ``environment`` from the renderd daemon; see :mod:`renderd.daemon.client`.
 
     The socket is ``socket``, else ``$RENDERD_SOCKET``, else the default path. Raises
-    :class:`LeaseError` when no lease can be had (or the daemon client is not installed), and what a
+    :class:`LeaseError` when no lease can be had (or the daemon client is not installed),
+    :class:`RenderdError` when the daemon cannot be reached or has no such environment, and what a
     :class:`Session` raises afterwards.
     """
     try:
