@@ -324,7 +324,7 @@ def test_an_unexpected_error_starting_a_player_is_its_boot_failure(daemon):
             "executable": [PLAYER, "--static-frame", "--renderd-test-spawn-fault"], "platform": "headless",
         })
         assert status == 201
-        (odd,) = d.wait_players(lambda ps: ps[0]["state"] == "FAILED", name="odd", what="the odd player FAILED")
+        (odd,) = d.wait_players(lambda ps: ps and ps[0]["state"] == "FAILED", name="odd", what="the odd player FAILED")
         assert session.step("Pass").sequence_id == 1  # the daemon and its leased player carry on
     assert odd["reason"].startswith("cannot start the player: UnicodeEncodeError")
     assert d.proc.poll() is None and "starting the player failed" in d.output()
