@@ -102,6 +102,13 @@ def test_arguments_no_process_can_take_are_config_errors(kwargs, key):
     assert info.value.key == key
 
 
+@pytest.mark.parametrize("x_display", ["managed", ":1"])
+def test_a_display_named_twice_is_a_config_error(x_display):
+    with pytest.raises(ConfigError, match="both name the display") as info:
+        renderd.launch(**SMALL, platform="Linux64", x_display=x_display, env={"DISPLAY": ":0"}, start_timeout=START)
+    assert info.value.key == "env"
+
+
 def test_numbers_and_paths_in_env_are_written_out(tmp_path):
     env = {"RENDERD_TEST_N": 3, "RENDERD_TEST_NP": np.int64(4), "RENDERD_TEST_F": np.float32(0.5),
            "RENDERD_TEST_DIR": tmp_path}
