@@ -550,11 +550,11 @@ def launch_player(
     try:
         width, height = check_frame_size(width, height)  # before the platform, which may start an Xvfb that size
         args, env = _checked_args_env(args, env)
-        if env is not None and "DISPLAY" in env and x_display not in (None, "auto"):
-            # Either names the display (as in a configuration file): two would leave one of them unused.
+        if env is not None and env.get("DISPLAY") and x_display not in (None, "auto"):
+            # Either names the display (as in a configuration file): two would leave one of them unused. (An
+            # empty DISPLAY names none: it only hides this process's display from the player.)
             raise ConfigError(
-                f"env DISPLAY={env['DISPLAY']!r} and x_display={x_display!r} both name the display; give one",
-                key="env",
+                f"DISPLAY={env['DISPLAY']!r} and x_display={x_display!r} both name the display; give one", key="env"
             )
         if log_path is not None:  # absolute: the crash report still finds it after a chdir
             log_path = os.path.abspath(os.fspath(log_path))

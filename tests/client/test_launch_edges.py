@@ -109,6 +109,15 @@ def test_a_display_named_twice_is_a_config_error(x_display):
     assert info.value.key == "env"
 
 
+@pytest.mark.xvfb
+@pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+def test_an_empty_display_in_env_goes_with_x_display():
+    # (It names no display: it only keeps this process's DISPLAY from the player.)
+    with renderd.launch(**SMALL, platform="Linux64", x_display="managed", env={"DISPLAY": ""},
+                        start_timeout=START) as session:
+        assert psutil.Process(session.pid).environ()["DISPLAY"].startswith(":")
+
+
 def test_numbers_and_paths_in_env_are_written_out(tmp_path):
     env = {"RENDERD_TEST_N": 3, "RENDERD_TEST_NP": np.int64(4), "RENDERD_TEST_F": np.float32(0.5),
            "RENDERD_TEST_DIR": tmp_path}
