@@ -393,6 +393,8 @@ class Daemon:
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
         self._token_path: str | None = None
         self._owned: list[str] = []  # players and logs directories renderd made or took over (removed at stop)
+        self._took_over = False  # the runtime directory held a killed daemon's lock (and its directories)
+        self._serving = False  # start-up completed
         self._held_signals: list[int] = []  # stop/reload signals taken during start-up, for the loop
         self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
@@ -716,6 +718,7 @@ class Daemon:
             group = _group_id(cfg.socket_group)
             self._make_private_dir(cfg.runtime_dir, group=group)
             left_by_renderd = os.path.lexists(os.path.join(cfg.runtime_dir, LOCK_NAME))  # by one that was killed
+            self._took_over = left_by_renderd
             self._lock(cfg.runtime_dir, group)
             # Right after the lock, before anything else can fail: a start that fails later then removes what
             # it took over together with the lock, never the lock alone (the leftovers would be orphaned).
@@ -786,6 +789,7 @@ class Daemon:
             self.notifier.status("starting players")
             if self.notifier.enabled:
                 self.notifier.notify(f"MAINPID={os.getpid()}")
+            self._serving = True
             self.supervisor.run()
             return 0
         finally:
@@ -832,14 +836,19 @@ class Daemon:
                 log.warning("%s", os_error_message(exc, "cannot remove the control token"))
             self._token_path = None
         if self._lock_fd is not None:
-            for owned in self._owned:  # only directories renderd made (or took over, marked) this run
-                shutil.rmtree(owned, ignore_errors=True)
+            if self._took_over and not self._serving:
+                # A start that failed over a killed daemon's leftovers leaves them as it found them: its
+                # logs (why it died) stay, and the lock beside them lets the next start take them over.
+                log.info("start-up failed: the killed daemon's files in %s are left as they were", cfg.runtime_dir)
+            else:
+                for owned in self._owned:  # only the directories renderd made or took over
+                    shutil.rmtree(owned, ignore_errors=True)
+                if self._lock_path is not None:
+                    try:
+                        os.unlink(self._lock_path)
+                    except OSError:
+                        pass
             self._owned.clear()
-            if self._lock_path is not None:
-                try:
-                    os.unlink(self._lock_path)
-                except OSError:
-                    pass
             os.close(self._lock_fd)
             self._lock_fd = None
         for d in reversed(self._created):

@@ -191,9 +191,12 @@ def test_a_failed_start_after_a_killed_daemon_leaves_the_next_start_possible(dae
     killed = daemon(fast_config())
     killed.signal(signal.SIGKILL)
     killed.wait_exit()
+    (log,) = (Path(killed.runtime_dir) / "logs").iterdir()
+    why = log.read_text()
     other = daemon(fast_config(), socket=killed.socket, runtime_dir=str(tmp_path / "other-run"))
     failed = daemon(fast_config(), ready=False, socket=killed.socket, runtime_dir=killed.runtime_dir)
     assert failed.wait_exit() == 1 and "already serving" in failed.output()
+    assert log.read_text() == why  # the killed daemon's player log is still there to read
     other.signal(signal.SIGTERM)
     assert other.wait_exit() == 0
     again = daemon(fast_config(), socket=killed.socket, runtime_dir=killed.runtime_dir)
