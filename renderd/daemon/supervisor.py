@@ -1043,14 +1043,7 @@ class Supervisor:
 
     def _renew_display(self, env: Environment, selection: Any) -> None:
         """Replace ``selection``'s dead managed display on this thread (without the lock), then wake the loop."""
-        reason = ""
-        try:
-            selection.renew_display()
-        except RenderdError as exc:
-            reason = str(exc)
-        except Exception as exc:  # a bug in the display manager: that environment's failure, not the daemon's
-            log.exception("environment %s: replacing its managed display failed", env.name)
-            reason = f"replacing the managed display failed: {type(exc).__name__}: {exc}"
+        _, reason = self._platform_call(env, "replacing the managed display", selection.renew_display)
         try:
             with self.lock:
                 if env.selecting is threading.current_thread():
@@ -1061,6 +1054,18 @@ class Supervisor:
         finally:
             self.wake()
 
+    @staticmethod
+    def _platform_call(env: Environment, what: str, fn: Callable[[], Any]) -> tuple[Any, str]:
+        """``(fn(), "")``, or ``(None, why it failed)``: a platform's error, or a bug in a platform (logged with
+        its traceback), is that environment's failure, never the daemon's."""
+        try:
+            return fn(), ""
+        except RenderdError as exc:
+            return None, str(exc)
+        except Exception as exc:
+            log.exception("environment %s: %s failed", env.name, what)
+            return None, f"{what} failed: {type(exc).__name__}: {exc}"
+
     def _platform_failed(self, env: Environment, reason: str) -> None:
         """The players that waited for ``env``'s platform: a boot failure each (lock held)."""
         for p in list(env.players):
@@ -1070,15 +1075,7 @@ class Supervisor:
 
     def _select_platform(self, env: Environment, cfg: EnvironmentConfig) -> None:
         """Select ``cfg``'s platform on this thread (without the lock), then hand the result to ``env``."""
-        selection: Any = None
-        reason = ""
-        try:
-            selection = self.platforms.select(cfg)
-        except RenderdError as exc:
-            reason = str(exc)
-        except Exception as exc:  # a bug in a platform's check: that environment's failure, not the daemon's
-            log.exception("environment %s: selecting a platform failed", env.name)
-            reason = f"selecting a platform failed: {type(exc).__name__}: {exc}"
+        selection, reason = self._platform_call(env, "selecting a platform", lambda: self.platforms.select(cfg))
         try:
             with self.lock:
                 if env.selecting is threading.current_thread():
