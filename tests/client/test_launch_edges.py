@@ -27,6 +27,16 @@ SMALL = dict(width=64, height=48)
 PLAYER = shutil.which("renderd-player")
 
 
+def launch_wrapped(script, script_text: str):
+    """A static-frame reference player started through the shell script ``script`` (``script_text``), stepped once."""
+    script.write_text(script_text)
+    script.chmod(0o755)
+    session = renderd.launch(str(script), **SMALL, platform="headless", args=["--static-frame"],
+                             start_timeout=START)
+    session.step("Pass")
+    return session
+
+
 def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
     # The script leads the process group and exits at once on SIGTERM; the player (its grandchild here)
     # needs a second to shut down cleanly. The grace is for the group, not only for its leader.
@@ -41,12 +51,7 @@ def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
         signal.signal(signal.SIGTERM, term)
         subprocess.Popen([{PLAYER!r}, *sys.argv[1:]]).wait()
         """))
-    wrapper = tmp_path / "wrapper.sh"
-    wrapper.write_text(f'#!/bin/sh\n"{sys.executable}" "{slow}" "$@" &\nwait $!\n')
-    wrapper.chmod(0o755)
-    session = renderd.launch(str(wrapper), **SMALL, platform="headless", args=["--static-frame"],
-                             start_timeout=START)
-    session.step("Pass")
+    session = launch_wrapped(tmp_path / "wrapper.sh", f'#!/bin/sh\n"{sys.executable}" "{slow}" "$@" &\nwait $!\n')
     with Timer() as t:
         session.close()
     assert marker.exists(), "the player was killed before the end of its grace"
@@ -56,12 +61,7 @@ def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
 def test_ctrl_c_during_close_still_stops_and_reaps_the_player(tmp_path):
     # The group leader ignores SIGTERM, so close() waits out its grace; Ctrl-C arrives meanwhile. The
     # interruption goes on, but only after the player's group was killed and reaped.
-    wrapper = tmp_path / "stubborn.sh"
-    wrapper.write_text(f"#!/bin/sh\ntrap '' TERM\n\"{PLAYER}\" \"$@\"\nexec sleep 60\n")
-    wrapper.chmod(0o755)
-    session = renderd.launch(str(wrapper), **SMALL, platform="headless", args=["--static-frame"],
-                             start_timeout=START)
-    session.step("Pass")
+    session = launch_wrapped(tmp_path / "stubborn.sh", f"#!/bin/sh\ntrap '' TERM\n\"{PLAYER}\" \"$@\"\nexec sleep 60\n")
     leader = psutil.Process(session.pid)
     group = [leader, *leader.children(recursive=True)]
     timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))

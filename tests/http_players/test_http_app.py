@@ -52,6 +52,18 @@ def answer_in_background(bridge, action: dict, frames: list) -> threading.Thread
     return thread
 
 
+def post_answered(served, bridge, body: bytes | None = None, client=None):
+    """Post ``body`` (default: a frame with ``bridge``'s token) while a client answers it with ``Pass``;
+    the post gets 200. Returns the connection and the frames the client received."""
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    client = client or connect(served)
+    client.send(request_bytes(body if body is not None else frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    return client, frames
+
+
 # -- the happy path -------------------------------------------------------------------------------------
 
 
@@ -95,12 +107,7 @@ def test_frame_bytes_are_views_of_the_request_body(served, monkeypatch, start_si
         part("token", bridge.token.encode()),
         part("somethingNew", b"ignored"),
     ])
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
-    client.send(request_bytes(body))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    _, frames = post_answered(served, bridge, body)
     message = frames[0]
     assert [t for t, _ in message.fields] == [
         FieldType.METADATA, FieldType.RGB_IMAGE, FieldType.DEPTH_IMAGE, FieldType.IDS_IMAGE
@@ -126,12 +133,7 @@ def test_legacy_action_returns_and_third_party_aliases(served):
         part("actionReturns", b'[{"x": 1}]'),
         part("token", bridge.token.encode()),
     ])
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
-    client.send(request_bytes(body))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    _, frames = post_answered(served, bridge, body)
     assert [t for t, _ in frames[0].fields[1:]] == [FieldType.THIRD_PARTY_IMAGE, FieldType.THIRD_PARTY_FLOW]
     metadata_, _ = FrameAssembler().assemble(frames[0])
     assert metadata_["agents"][0]["actionReturn"] == {"x": 1}
@@ -191,23 +193,14 @@ def test_wrong_or_missing_token_is_403_and_reaches_no_bridge(served, token):
     with pytest.raises(PlayerTimeout):
         bridge.recv(time.monotonic() + 0.05)
     # the refused connection stays usable: the right token works on it
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client.send(request_bytes(frame_body(bridge.token)))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    post_answered(served, bridge, client=client)
 
 
 def test_a_post_for_a_closed_bridge_is_410_between_steps_too(served):
     # The session closed while its player worked on an action: its next post is told "no longer served".
     registry, _, _ = served
     bridge = registry.register()
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
-    client.send(request_bytes(frame_body(bridge.token)))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    client, _ = post_answered(served, bridge)
     bridge.close()
     client.send(request_bytes(frame_body(bridge.token, seq=1)))
     response = client.response()
@@ -424,12 +417,7 @@ def test_disconnect_mid_request_hangs_nothing(served):
 def test_player_hanging_up_fails_the_clients_next_call(served):
     registry, _, _ = served
     bridge, other = registry.register(), registry.register()
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
-    client.send(request_bytes(frame_body(bridge.token)))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    client, _ = post_answered(served, bridge)
     client.close()  # between requests: the player hung up
     started = time.monotonic()
     with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
