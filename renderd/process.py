@@ -43,6 +43,7 @@ __all__ = [
     "ENDPOINT_VARIABLES",
     "resolve_executable",
     "check_frame_size",
+    "check_size",
     "player_argv",
     "player_env",
     "PlayerWatch",
@@ -180,15 +181,17 @@ def _quality_number(quality: str | int) -> int:
         ) from None
 
 
+def check_size(value: Any, key: str) -> int:
+    """``value`` as an int; :class:`ConfigError` (``key``: ``width`` or ``height``) unless it is an integer
+    (numpy's too, not a bool) in 1..:data:`renderd.protocol.MAX_RESOLUTION`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < value <= MAX_RESOLUTION:
+        raise ConfigError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=key)
+    return int(value)
+
+
 def check_frame_size(width: Any, height: Any) -> tuple[int, int]:
-    """``(width, height)`` as ints; :class:`ConfigError` (``key`` = ``width`` or ``height``) unless both are
-    integers (numpy's too, not bools) in 1..:data:`renderd.protocol.MAX_RESOLUTION`."""
-    sizes = []
-    for key, value in (("width", width), ("height", height)):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < value <= MAX_RESOLUTION:
-            raise ConfigError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=key)
-        sizes.append(int(value))
-    return sizes[0], sizes[1]
+    """``(width, height)`` as ints, each checked by :func:`check_size`."""
+    return check_size(width, "width"), check_size(height, "height")
 
 
 def player_argv(

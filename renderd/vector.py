@@ -58,6 +58,7 @@ from renderd.config import ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
+    ConfigError,
     NoPendingCallError,
     PlayerCrashed,
     PlayerTimeout,
@@ -65,7 +66,8 @@ from renderd.errors import (
     RenderdError,
 )
 from renderd.event import Event
-from renderd.protocol import MAX_RESOLUTION, encode_action
+from renderd.process import check_size
+from renderd.protocol import encode_action
 
 __all__ = [
     "REPLACE_ATTEMPTS",
@@ -224,9 +226,10 @@ def _check_size(value: Any, name: str) -> int | None:
     """``width``/``height`` of a reset: None, or an integer 1..MAX_RESOLUTION (ArgumentError if not)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 < value <= MAX_RESOLUTION:
-        raise ArgumentError(f"must be an integer 1..{MAX_RESOLUTION}, got {value!r}", key=name)
-    return int(value)
+    try:
+        return check_size(value, name)
+    except ConfigError as exc:
+        raise ArgumentError(exc.reason, key=name) from None
 
 
 def _channel_fds(session: Any) -> tuple[int, ...] | None:
