@@ -9,6 +9,7 @@ results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECOND
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -182,5 +183,41 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
             listed = ", ".join(missing)
             verb = "does" if len(missing) == 1 else "do"
             return f" (no Vulkan driver found: {var}={value} names {listed}, which {verb} not exist{note})", fix
+        broken = [why for p in value.split(os.pathsep) if p and (why := _manifest_problem(p))]
+        if broken:
+            fix = f"correct or remove the manifest named, or point {var} at one in /usr/share/vulkan/icd.d/"
+            return f" (no usable Vulkan driver among {var}={value}: {'; '.join(broken)}{note})", fix
         return f" (no usable Vulkan driver among {var}={value}{note})", fix
     return " (no Vulkan driver (ICD) was found)", DRIVER_FIX
+
+
+#: The most of an ICD manifest read to check it (a real one is a few hundred bytes).
+MANIFEST_READ_LIMIT = 1 << 20
+
+
+def _manifest_problem(path: str) -> str | None:
+    """Why the ICD manifest file ``path`` cannot give the loader a driver, or None (also for a directory or
+    anything not a regular file, which is not checked). The loader answers a manifest that is not JSON with
+    VK_ERROR_OUT_OF_HOST_MEMORY (even when another, good one is listed) and one whose library is missing with
+    VK_ERROR_INCOMPATIBLE_DRIVER: neither names the file."""
+    if not os.path.isfile(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MANIFEST_READ_LIMIT)
+    except OSError as exc:
+        return f"{path} cannot be read ({exc.strerror or exc})"
+    try:
+        manifest = json.loads(data)
+    except ValueError as exc:
+        return f"{path} is not valid JSON ({exc}), which the loader reports as VK_ERROR_OUT_OF_HOST_MEMORY"
+    icd = manifest.get("ICD") if isinstance(manifest, dict) else None
+    library = icd.get("library_path") if isinstance(icd, dict) else None
+    if not isinstance(library, str) or not library:
+        return f"{path} has no ICD.library_path"
+    if "/" not in library:
+        return None  # a bare name: the dynamic linker searches for it
+    resolved = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), library))
+    if not os.path.exists(resolved):
+        return f"{path} names the driver library {resolved}, which does not exist"
+    return None

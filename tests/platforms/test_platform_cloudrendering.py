@@ -108,3 +108,30 @@ def test_an_empty_icd_variable_is_named_not_a_missing_driver(var):
     (reason,) = report.reasons
     assert f"{var} is set but empty" in reason and f"fix: unset {var}" in reason, reason
     assert "mesa-vulkan-drivers" not in reason
+
+
+@pytest.mark.vulkan
+def test_a_malformed_or_broken_icd_manifest_is_named(tmp_path):
+    # The loader (libvulkan1 1.3.239) answers a manifest that is not JSON with VK_ERROR_OUT_OF_HOST_MEMORY,
+    # even next to a good one, and one whose library is missing with VK_ERROR_INCOMPATIBLE_DRIVER: the
+    # reason must say which file is wrong and how, not suggest memory or a missing driver package.
+    require_vulkan()
+    good = "/usr/share/vulkan/icd.d/lvp_icd.x86_64.json"
+    malformed = tmp_path / "malformed.json"
+    malformed.write_text('{"file_format_version": "1.0.0", "ICD": {')
+    no_library = tmp_path / "no_library.json"
+    no_library.write_text('{"file_format_version": "1.0.0", "ICD": {"library_path": "./libgone.so", '
+                          '"api_version": "1.3.0"}}')
+    base = {k: v for k, v in os.environ.items() if k not in vulkan.ICD_ENV_VARS}
+    cases = [
+        (str(malformed), f"{malformed} is not valid JSON"),
+        (os.pathsep.join([str(malformed), good]) if os.path.exists(good) else str(malformed),
+         f"{malformed} is not valid JSON"),
+        (str(no_library), f"{no_library} names the driver library {tmp_path / 'libgone.so'}, which does not exist"),
+    ]
+    for value, expected in cases:
+        report = cloud(PlatformRequest(system="Linux", env=dict(base, VK_ICD_FILENAMES=value)))
+        assert not report.valid
+        (reason,) = report.reasons
+        assert expected in reason, reason
+        assert "fix: correct or remove" in reason, reason
