@@ -150,6 +150,7 @@ class Session:
         self._error: BaseException | None = None
         self._pending: tuple[int, str, float] | None = None  # (sequence id, action name, deadline)
         self._init_params: dict[str, Any] = {}
+        self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
 
     # -- properties -------------------------------------------------------------------------------------
     @property
@@ -362,9 +363,17 @@ class Session:
     def close(self) -> None:
         """Close the channel, stop an owned player (SIGTERM, grace, SIGKILL, reap), then run ``on_close``.
 
-        Idempotent; never raises for a player that already died. Errors from ``on_close`` propagate.
+        Idempotent; never raises for a player that already died. Errors from ``on_close`` propagate. In a
+        process forked from the one that made the session, it only marks this copy closed: the player, its
+        pipes and its lease stay the parent's.
         """
         if self._state is SessionState.CLOSED:
+            return
+        if os.getpid() != self._owner_pid:
+            # A copy of the session inherited over fork: the player, its pipes and its lease belong to the
+            # process that made it, which still uses them. Only this copy is closed.
+            self._state = SessionState.CLOSED
+            self._pending = None
             return
         error = self._error
         if error is None and self._state is SessionState.PENDING:

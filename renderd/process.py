@@ -359,6 +359,7 @@ class PlayerProcess:
         #: escalate to SIGKILL. Together with the exit status they tell whether the stop ended the player.
         self.term_sent = False
         self.escalated = False
+        self._owner_pid = os.getpid()  # the parent; a copy inherited over fork (another pid) never signals
 
     @classmethod
     def spawn(
@@ -567,9 +568,15 @@ class PlayerProcess:
         are killed (the unreaped leader keeps the group id reserved until then). Idempotent; logs a
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
-        before the interruption goes on, so nothing is left running.
+        before the interruption goes on, so nothing is left running. In a process forked from the one that
+        spawned the player, it signals nothing (the player is the parent's) and only closes the pidfd.
         """
         if self._stopped:
+            return self._returncode
+        if os.getpid() != self._owner_pid:
+            # A copy inherited over fork: the player is the parent's child, to stop (and reap) there.
+            self._stopped = True
+            self._close_pidfd()
             return self._returncode
         try:
             leader_running = self.poll() is None
