@@ -218,12 +218,17 @@ def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) ->
     parsed = parse_display_name(facts.name)
     base = parsed.base if parsed else facts.name
     label = parsed.with_screen(screen) if parsed else facts.name
+    # Xvfb takes the display as ":N" only ("unix:N" and "host:N" are unrecognised options); a display on
+    # a host is reached over TCP, which an X server does not listen on unless told to.
+    server = f":{parsed.number}" if parsed else base
+    remote = parsed is not None and parsed.host not in ("", "unix")
     if not facts.ok:
         if facts.error_kind == "name":
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
+        where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         return [
             f"X display {facts.name} is not reachable: {facts.error}; fix: start an X server there "
-            f"(Xvfb {base} -screen 0 {width}x{height}x24 +extension GLX &), check DISPLAY and XAUTHORITY, "
+            f"({where} -screen 0 {width}x{height}x24 +extension GLX &), check DISPLAY and XAUTHORITY, "
             f"or {MANAGED_FIX}"
         ]
     if screen >= facts.screen_count:
@@ -231,7 +236,7 @@ def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) ->
         return [
             f"screen {screen} does not exist on X display {base} (it has {facts.screen_count} screen{plural}: "
             f"0..{facts.screen_count - 1}); fix: use a screen below {facts.screen_count}, or start the X server "
-            f"with more screens (Xvfb {base} -screen 0 ... -screen {screen} {width}x{height}x24)"
+            f"with more screens (Xvfb {server} -screen 0 ... -screen {screen} {width}x{height}x24)"
         ]
     reasons = []
     if not facts.glx:

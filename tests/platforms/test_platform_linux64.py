@@ -121,3 +121,20 @@ def test_headless_needs_no_display():
     with select(PlatformRequest(platform="Linux64", system="Linux", x_display=":4093", headless=True)) as selection:
         assert selection.args == ["-batchmode", "-nographics"] and selection.headless
         assert "DISPLAY" not in selection.env
+
+
+def test_fixes_quote_an_xvfb_command_that_runs_for_any_form_of_the_name(xvfb):
+    # Xvfb takes only ":N" ("Unrecognized option: unix:N"): a fix for "unix:N" or "host:N" must not quote the
+    # name as given. A display on a host is reached over TCP, which Xvfb does not listen on by default.
+    server = xvfb("-screen", "0", "640x480x24", *GLX)
+    number = server.name.lstrip(":")
+    report = linux64(PlatformRequest(system="Linux", x_display=f"unix:{number}.2"))
+    (reason,) = report.reasons
+    assert f"screen 2 does not exist on X display unix:{number}" in reason, reason
+    assert f"(Xvfb :{number} -screen 0 ... -screen 2 300x300x24)" in reason, reason
+    report = linux64(PlatformRequest(system="Linux", x_display="127.0.0.1:4093"))
+    (reason,) = report.reasons
+    assert "X display 127.0.0.1:4093 is not reachable" in reason, reason
+    assert "Xvfb :4093 -listen tcp -screen 0 300x300x24 +extension GLX &" in reason and "on 127.0.0.1" in reason, reason
+    report = linux64(PlatformRequest(system="Linux", x_display=":4093"))
+    assert "(Xvfb :4093 -screen 0 300x300x24 +extension GLX &)" in report.reasons[0], report.reasons
