@@ -276,3 +276,13 @@ def test_markdown_entry_point(capsys):
     assert "### `[environments.NAME]`" in capsys.readouterr().out
     assert cfg.main(["--bogus"]) == 2
     assert sys.modules["renderd.config"] is cfg
+
+
+def test_status_refuses_an_empty_socket_as_start_does(tmp_path):
+    # `renderd status --socket "$RENDERD_SOCKET"` with the variable unset: an empty path is a usage error
+    # naming the option, as for `renderd start`, not "talking to the renderd daemon at : Invalid argument".
+    from renderd.daemon.commands import status
+
+    result = CliRunner().invoke(status, ["--socket", ""])
+    assert result.exit_code == 2, result.output
+    assert "--socket" in result.output and "empty path" in result.output, result.output

@@ -162,6 +162,9 @@ def status(socket: str | None, as_json: bool) -> None:
     from renderd.daemon.client import ControlClient
     from renderd.errors import RenderdError
 
+    if socket == "":  # an unset variable in `--socket "$VAR"`: not a path to connect to
+        raise click.BadParameter("an empty path; leave --socket out to use $RENDERD_SOCKET or the default path",
+                                 param_hint="--socket")
     client = ControlClient(socket)
     try:
         health = client.health()
