@@ -75,7 +75,17 @@ from renderd.protocol import (
     encode_message,
     encode_metadata,
 )
-from renderd.transport.multipart import MultipartError, Part, boundary_from_content_type, split_multipart
+from renderd.transport.multipart import (
+    MAX_PART_HEADER_SIZE,
+    URLENCODED,
+    MultipartError,
+    Part,
+    boundary_from_content_type,
+    form_decode,
+    parse_header_params,
+    split_multipart,
+    split_urlencoded,
+)
 
 __all__ = [
     "MAX_REQUEST_SIZE",
@@ -164,26 +174,38 @@ def _allowed_sizes(agents: list[Any]) -> tuple[set[int], set[int]]:
     return colour, depth
 
 
+def _is_urlencoded(content_type: str | None) -> bool:
+    return bool(content_type) and parse_header_params(content_type)[0] == URLENCODED
+
+
 class TrainPost:
     """One parsed ``POST /train`` body. Nothing is copied: image arrays are views of ``body``.
 
     ``token`` is the posted token (None when absent); ``images`` the ``(field type, uint8 array)`` pairs
     in the order posted (parts with unknown names are ignored). :meth:`metadata` parses and checks the
     rest; it is separate so that a request's token is checked before more work is done for it.
+
+    The body is multipart/form-data, or ``application/x-www-form-urlencoded``: what Unity's ``WWWForm``
+    posts when it holds no image (a step with ``renderImage=False``), i.e. ``metadata``, ``token`` and
+    perhaps ``actionReturns``, percent-encoded; AI2-THOR's own server reads both.
     """
 
-    __slots__ = ("body", "token", "images", "_image_parts", "_metadata_part", "_returns_part")
+    __slots__ = ("body", "token", "images", "_image_parts", "_metadata_part", "_returns_part", "_encoded")
 
     def __init__(self, body: bytearray, content_type: str | None) -> None:
         """Split ``body``. Raises :class:`~renderd.transport.multipart.MultipartError` if it is malformed."""
-        hints = _LAYOUTS.get(len(body))
-        parts = split_multipart(body, boundary_from_content_type(content_type), size_hints=hints)
-        layout = tuple(p.size for p in parts)
-        if layout != hints:
-            with _LAYOUTS_LOCK:
-                if len(_LAYOUTS) >= LAYOUT_CACHE_SIZE:
-                    del _LAYOUTS[next(iter(_LAYOUTS))]
-                _LAYOUTS[len(body)] = layout
+        self._encoded = _is_urlencoded(content_type)
+        if self._encoded:
+            parts = split_urlencoded(body)
+        else:
+            hints = _LAYOUTS.get(len(body))
+            parts = split_multipart(body, boundary_from_content_type(content_type), size_hints=hints)
+            layout = tuple(p.size for p in parts)
+            if layout != hints:
+                with _LAYOUTS_LOCK:
+                    if len(_LAYOUTS) >= LAYOUT_CACHE_SIZE:
+                        del _LAYOUTS[next(iter(_LAYOUTS))]
+                    _LAYOUTS[len(body)] = layout
         self.body = body
         self.token: str | None = None
         self._metadata_part: Part | None = None
@@ -192,14 +214,17 @@ class TrainPost:
         view = memoryview(body)
         for part in parts:
             name = part.name
-            ftype = _IMAGE_TYPES_BY_NAME.get(name)
+            ftype = None if self._encoded else _IMAGE_TYPES_BY_NAME.get(name)  # images only as binary parts
             if ftype is not None:
                 self._image_parts.append((ftype, part))
             elif name == "metadata":
                 self._metadata_part = self._metadata_part or part
             elif name == "token":
                 if self.token is None:
-                    self.token = bytes(view[part.start : part.end]).decode("utf-8", "surrogateescape")
+                    raw = view[part.start : part.end]
+                    if self._encoded and part.size <= MAX_PART_HEADER_SIZE:  # (a longer one is wrong anyway)
+                        raw = form_decode(raw)
+                    self.token = bytes(raw).decode("utf-8", "surrogateescape")
             elif name == "actionReturns":
                 self._returns_part = self._returns_part or part
             else:
@@ -209,10 +234,13 @@ class TrainPost:
         ]
 
     def _json(self, part: Part, what: str) -> Any:
-        if part.size > MAX_JSON_PART_SIZE:
-            raise ProtocolError(f"the {what} part is {part.size} bytes, over the limit of {MAX_JSON_PART_SIZE}")
+        raw: Any = memoryview(self.body)[part.start : part.end]
+        if self._encoded and part.size <= 3 * MAX_JSON_PART_SIZE:  # each byte is at most 3 as sent ("%7B")
+            raw = form_decode(raw)
+        if len(raw) > MAX_JSON_PART_SIZE:
+            raise ProtocolError(f"the {what} part is {len(raw)} bytes, over the limit of {MAX_JSON_PART_SIZE}")
         try:
-            return json.loads(bytes(memoryview(self.body)[part.start : part.end]))
+            return json.loads(bytes(raw))
         except (UnicodeDecodeError, ValueError) as exc:
             raise ProtocolError(f"the {what} part is not valid JSON: {exc}") from exc
         except RecursionError:
@@ -825,7 +853,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         try:
             post = TrainPost(body, environ.get("CONTENT_TYPE"))
         except MultipartError as exc:
-            return _error(start_response, 400, "ProtocolError", f"malformed multipart/form-data: {exc}")
+            form = URLENCODED if _is_urlencoded(environ.get("CONTENT_TYPE")) else "multipart/form-data"
+            return _error(start_response, 400, "ProtocolError", f"malformed {form}: {exc}")
         bridge = registry.lookup(post.token)
         if bridge is None and registry.retired(post.token):
             return _error(start_response, 410, "LeaseError", "this player is no longer served (its session ended)")

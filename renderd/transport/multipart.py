@@ -15,6 +15,9 @@ lines, an empty line and the part's bytes::
     <raw pixels>
     CRLF --BOUNDARY-- [epilogue]                                    <- close delimiter
 
+A frame without images comes as ``application/x-www-form-urlencoded`` (Unity's ``WWWForm`` with fields
+only): :func:`split_urlencoded` finds its fields the same way, values still percent-encoded.
+
 :func:`split_multipart` returns :class:`Part` records holding the ``start``/``end`` offsets of each body in
 the buffer it was given, so an image part becomes a numpy array with ``np.frombuffer(buf, offset=start,
 count=end-start)`` and its bytes are never copied again.
@@ -39,6 +42,7 @@ import functools
 import re
 from dataclasses import dataclass
 from typing import Sequence, Union
+from urllib.parse import unquote_to_bytes
 
 __all__ = [
     "MAX_BOUNDARY_LENGTH",
@@ -46,9 +50,12 @@ __all__ = [
     "MAX_PARTS",
     "MultipartError",
     "Part",
+    "URLENCODED",
     "boundary_from_content_type",
+    "form_decode",
     "parse_header_params",
     "split_multipart",
+    "split_urlencoded",
 ]
 
 #: RFC 2046 section 5.1.1: a boundary is 1 to 70 characters.
@@ -66,6 +73,9 @@ MAX_CACHED_HEADER_SIZE = 512
 #: Most transport padding (spaces and tabs, RFC 2046) accepted after a delimiter: senders use none or a
 #: few bytes; a long run is refused before it costs anything.
 MAX_PADDING = 1024
+
+#: The other form encoding: Unity's WWWForm holding fields only (no binary data) is posted this way.
+URLENCODED = "application/x-www-form-urlencoded"
 
 _CRLF = b"\r\n"
 # Padding is skipped by the regex engine, not byte by byte in Python: the body is parsed before the token
@@ -263,4 +273,37 @@ def split_multipart(
         pos, last = _after_delimiter(body, end + len(separator), length)
     if not parts:
         raise MultipartError("the body holds no part (RFC 2046: a multipart body has at least one)", pos)
+    return parts
+
+
+def form_decode(raw: Buffer | memoryview) -> bytes:
+    """One name or value of an ``application/x-www-form-urlencoded`` body, decoded (``+`` is a space)."""
+    return unquote_to_bytes(bytes(raw).replace(b"+", b" "))
+
+
+def split_urlencoded(body: Buffer, *, max_fields: int = MAX_PARTS, max_name_size: int = MAX_PART_HEADER_SIZE) -> list[Part]:
+    """The fields of an ``application/x-www-form-urlencoded`` body (``name=value&name=value``), in order.
+
+    A Unity build posts a frame this way when its form holds no image. Each :class:`Part` has the decoded
+    ``name``, ``content_type`` :data:`URLENCODED`, and ``start``/``end`` around the value *as sent*
+    (still percent-encoded: decode it with :func:`form_decode`). Raises :class:`MultipartError` for more
+    than ``max_fields`` fields or a name over ``max_name_size`` bytes.
+    """
+    parts: list[Part] = []
+    length = len(body)
+    pos = 0
+    while pos < length:
+        end = body.find(b"&", pos)
+        if end < 0:
+            end = length
+        if end > pos:
+            if len(parts) >= max_fields:
+                raise MultipartError(f"more than {max_fields} fields in one form", pos)
+            equals = body.find(b"=", pos, end)
+            name_end, value_start = (equals, equals + 1) if equals >= 0 else (end, end)
+            if name_end - pos > max_name_size:
+                raise MultipartError(f"a form field name is longer than {max_name_size} bytes", pos)
+            name = form_decode(body[pos:name_end]).decode("utf-8", "surrogateescape")
+            parts.append(Part(name, None, URLENCODED, value_start, end))
+        pos = end + 1
     return parts

@@ -12,6 +12,7 @@ import socket
 import threading
 import time
 import tracemalloc
+import urllib.parse
 
 import numpy as np
 import pytest
@@ -52,13 +53,13 @@ def answer_in_background(bridge, action: dict, frames: list) -> threading.Thread
     return thread
 
 
-def post_answered(served, bridge, body: bytes | None = None, client=None):
-    """Post ``body`` (default: a frame with ``bridge``'s token) while a client answers it with ``Pass``;
-    the post gets 200. Returns the connection and the frames the client received."""
+def post_answered(served, bridge, body: bytes | None = None, client=None, raw: bytes | None = None):
+    """Post ``body`` (default: a frame with ``bridge``'s token; or send the request ``raw``) while a client
+    answers it with ``Pass``; the post gets 200. Returns the connection and the frames the client received."""
     frames: list = []
     thread = answer_in_background(bridge, {"action": "Pass"}, frames)
     client = client or connect(served)
-    client.send(request_bytes(body if body is not None else frame_body(bridge.token)))
+    client.send(raw if raw is not None else request_bytes(body if body is not None else frame_body(bridge.token)))
     assert client.response().status == 200
     thread.join(DEADLINE)
     return client, frames
@@ -155,6 +156,29 @@ def test_unity_writes_head_and_body_separately_and_unquoted_boundary_works(serve
     assert client.response().status == 200
     thread.join(DEADLINE)
     assert frames
+
+
+def test_a_frame_without_images_posted_urlencoded_as_unity_does(served):
+    # Unity's WWWForm holding only fields (a step with renderImage=False, or a build that renders nothing)
+    # is application/x-www-form-urlencoded, not multipart: AI2-THOR's server reads both.
+    registry, _, _ = served
+    bridge = registry.register()
+    md = metadata(lastAction="Pass & go", errorMessage="100% = done+")
+    md["agents"][0].pop("actionReturn")
+    body = urllib.parse.urlencode(
+        {"metadata": json.dumps(md), "actionReturns": '[{"x": 1}]', "token": bridge.token}).encode()
+    request = (b"POST /train HTTP/1.1\r\nContent-Length: %d\r\n"
+               b"Content-Type: application/x-www-form-urlencoded\r\n\r\n" % len(body)) + body
+    _, frames = post_answered(served, bridge, client=None, raw=request)
+    assert [t for t, _ in frames[0].fields] == [FieldType.METADATA]
+    got, _ = FrameAssembler().assemble(frames[0])
+    assert got["agents"][0]["lastAction"] == "Pass & go" and got["agents"][0]["errorMessage"] == "100% = done+"
+    assert got["agents"][0]["actionReturn"] == {"x": 1}
+    # the token is checked there too
+    client = connect(served)
+    wrong = urllib.parse.urlencode({"metadata": json.dumps(md), "token": "wrong"}).encode()
+    client.send(request.replace(body, wrong).replace(b"%d" % len(body), b"%d" % len(wrong)))
+    assert client.response().status == 403
 
 
 @pytest.mark.parametrize("version", ["HTTP/1.1", "HTTP/1.0"])

@@ -7,6 +7,8 @@ nothing but MultipartError on any mutation of a valid body.
 
 from __future__ import annotations
 
+import urllib.parse
+
 import multipart as mp
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -16,8 +18,10 @@ from renderd.transport.multipart import (
     MAX_BOUNDARY_LENGTH,
     MultipartError,
     boundary_from_content_type,
+    form_decode,
     parse_header_params,
     split_multipart,
+    split_urlencoded,
 )
 
 B = b"xYz0123456789abcdefghijklmnopqrstuvwxyzAB"
@@ -238,3 +242,25 @@ def test_header_blocks_are_cached_but_errors_keep_their_offsets():
         with pytest.raises(MultipartError) as info:
             split_multipart(bytearray(prefix + block), B)
         assert info.value.offset == len(prefix) + len(B) + 4
+
+
+# -- application/x-www-form-urlencoded (Unity's WWWForm without images) ---------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=20), st.text(max_size=50)), max_size=8))
+def test_urlencoded_fields_round_trip(fields):
+    body = bytearray(urllib.parse.urlencode(fields).encode("ascii"))
+    got = [(p.name, form_decode(body[p.start : p.end]).decode("utf-8")) for p in split_urlencoded(body)]
+    assert got == fields
+
+
+def test_urlencoded_corners():
+    body = bytearray(b"&&a&b=&c=1%2B1+2&&")
+    assert [(p.name, bytes(form_decode(body[p.start : p.end]))) for p in split_urlencoded(body)] == [
+        ("a", b""), ("b", b""), ("c", b"1+1 2")]
+    assert split_urlencoded(bytearray()) == []
+    with pytest.raises(MultipartError, match="more than 2 fields"):
+        split_urlencoded(bytearray(b"a=1&b=2&c=3"), max_fields=2)
+    with pytest.raises(MultipartError, match="name is longer than 4 bytes"):
+        split_urlencoded(bytearray(b"a=1&abcde=2"), max_name_size=4)
