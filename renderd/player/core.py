@@ -413,6 +413,10 @@ class Player:
         self.renderer: Renderer = renderer if renderer is not None else NumpyRenderer()
         # Visibility always uses a small CPU render, whatever renders the frames.
         self._probe = self.renderer if isinstance(self.renderer, NumpyRenderer) else NumpyRenderer()
+        # A renderer's optional check(): raises when it can no longer render (the GL renderer's X server is
+        # gone). Called before every answer, as a Unity player dies of a lost display at its next frame,
+        # even one this player sends from its caches without rendering.
+        self._renderer_check: Callable[[], None] | None = getattr(self.renderer, "check", None)
         self.static_frame = static_frame
         self.log = logger or logging.getLogger(__name__)
         self.rgb_bytes_per_pixel = 4 if platform in RGBA_PLATFORMS else 3
@@ -711,6 +715,8 @@ class Player:
 
     # -- answers ---------------------------------------------------------------------------------------
     def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any) -> Answer:
+        if self._renderer_check is not None:
+            self._renderer_check()
         return Answer(self._view(), (name, success, error, code, result), self.sequence_id, self._images(action))
 
     def _view_key(self) -> tuple:

@@ -17,9 +17,10 @@ Losing the X server: a GLX context that renders into a framebuffer object throug
 rendering never talks to the X server per frame, so it would go on rendering after the server died (a
 Unity player, which processes X events every frame, dies of the X I/O error). Under GLX the renderer
 therefore keeps a second, idle connection to ``$DISPLAY`` (python-xlib) and polls it before each frame
-(one ``poll`` with no timeout, no round trip): the server's death closes it, and :meth:`GLRenderer.render`
-logs the loss and raises :class:`GLDisplayLost`, which ends the player with a non-zero exit code and the
-reason in its log.
+(one ``poll`` with no timeout, no round trip): the server's death closes it, and :meth:`GLRenderer.check`
+(called by :meth:`GLRenderer.render`, and by the player before every answer, rendered or not) logs the
+loss and raises :class:`GLDisplayLost`, which ends the player with a non-zero exit code and the reason
+in its log.
 
 One frame is three colour attachments of one framebuffer, read back with ``glReadPixels`` (bottom row
 first, returned as top-row-first views)::
@@ -301,17 +302,23 @@ class GLRenderer:
         self._attachments = []
         self._fbo_size = None
 
-    def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size,
-        :class:`GLDisplayLost` once the X server of a GLX context has gone away (logged as an error)."""
-        if state.width <= 0 or state.height <= 0:
-            raise ValueError(f"cannot render a {state.width} x {state.height} image")
+    def check(self) -> None:
+        """Raise :class:`GLDisplayLost` (logged as an error) once the X server of a GLX context has gone
+        away. :meth:`render` calls it first; the player also calls it before every answer, since it sends
+        frames it already has (an unchanged or revisited view, ``--static-frame``) without rendering."""
         if self._x_watch is not None:
             try:
                 self._x_watch.check()
             except GLDisplayLost as exc:
                 log.error("%s; the player cannot render any more and exits", exc)
                 raise
+
+    def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size,
+        :class:`GLDisplayLost` once the X server of a GLX context has gone away (logged as an error)."""
+        if state.width <= 0 or state.height <= 0:
+            raise ValueError(f"cannot render a {state.width} x {state.height} image")
+        self.check()
         if self._last is not None and self._last[0] == state:
             return self._last[1]
         w, h = state.width, state.height

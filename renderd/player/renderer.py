@@ -14,7 +14,9 @@ A renderer is any object with::
 * All three are **top row first** (row 0 is the top of the picture). They may be views with a negative
   row stride (the player flips them bottom-up for the wire; flipping such a view back is free), and the
   caller treats them as read-only, so a renderer may return cached arrays.
-* Optional: ``close()`` releases resources; ``name`` (str) is logged.
+* Optional: ``close()`` releases resources; ``name`` (str) is logged; ``check()`` raises when the
+  renderer can no longer render (the GL renderer's X server is gone): the player calls it before every
+  answer, including those it sends from its caches without rendering.
 
 Camera convention (Unity's, as AI2-THOR reports it): yaw 0 looks along ``+z``, yaw 90 along ``+x``;
 a positive pitch (AI2-THOR's ``cameraHorizon``) looks down; the field of view is vertical and the
