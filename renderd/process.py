@@ -360,6 +360,10 @@ class PlayerProcess:
         self.term_sent = False
         self.escalated = False
         self._owner_pid = os.getpid()  # the parent; a copy inherited over fork (another pid) never signals
+        #: Whether the player's exit status was taken by someone else before it could be read (this process
+        #: ignores SIGCHLD, or a SIGCHLD handler reaps every child): ``returncode`` is then 0 (Popen's
+        #: convention), and :meth:`crashed` says the status is unknown.
+        self.status_unknown = False
 
     @classmethod
     def spawn(
@@ -437,7 +441,13 @@ class PlayerProcess:
             return self._returncode
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:  # reaped behind our back: let Popen tell what it knows
+        except ChildProcessError:
+            # Not ours to wait for: reaped behind our back (SIGCHLD ignored, or a SIGCHLD handler that reaps
+            # every child), or this is a copy inherited over fork. The pidfd still tells whether it exited.
+            if self.pidfd is not None and not poll_readable(self.pidfd, 0):
+                return None
+            # Exited, but how is lost: Popen reports such an exit as 0 (crashed() says it is unknown).
+            self.status_unknown = True
             self._returncode = self._popen.poll()
             return self._returncode
         if info is None or info.si_pid == 0:
@@ -477,8 +487,9 @@ class PlayerProcess:
         return self.wait(timeout) is not None
 
     def exit_description(self) -> str:
-        """``exit code N``, ``killed by SIGNAME``, or ``still running``."""
-        return describe_exit(self.poll())
+        """``exit code N``, ``killed by SIGNAME``, ``still running``, or ``exited (exit status unknown)``."""
+        code = self.poll()
+        return "exited (exit status unknown)" if code is not None and self.status_unknown else describe_exit(code)
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the player's log ("" when there is none)."""
@@ -490,6 +501,12 @@ class PlayerProcess:
         message = f"{context} (player pid {self.pid})"
         if code is None:
             message += "; the player process is still running"
+        elif self.status_unknown:
+            code = None
+            message += (
+                "; it has exited, but its exit status is unknown: this process reaped it before renderd could "
+                "read it (SIGCHLD is ignored, or a SIGCHLD handler reaps every child)"
+            )
         return PlayerCrashed(
             message,
             pid=self.pid,

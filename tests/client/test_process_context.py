@@ -56,3 +56,29 @@ def test_a_player_process_inherited_over_fork_is_not_stopped_by_the_child():
     finally:
         proc.stop(0.5)
     assert proc.returncode == -signal.SIGTERM
+
+
+def _reap_all(*_):
+    try:
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+    except ChildProcessError:
+        pass
+
+
+@pytest.mark.parametrize("disposition", [signal.SIG_IGN, _reap_all], ids=["ignored", "handler-reaps"])
+def test_a_crash_is_not_reported_as_exit_code_0_when_this_process_reaps_its_children(disposition):
+    # With SIGCHLD ignored (or a handler that reaps every child) the kernel or the handler takes the player's
+    # exit status before renderd can read it: the crash must say the status is unknown, not "exit code 0".
+    previous = signal.signal(signal.SIGCHLD, disposition)
+    try:
+        with renderd.launch(peer_argv(), start_timeout=START) as session:
+            session.step("Pass")
+            os.kill(session.pid, signal.SIGKILL)
+            with pytest.raises(renderd.PlayerCrashed) as info:
+                session.step("Pass")
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert info.value.returncode is None
+    assert "exit code 0" not in str(info.value)
+    assert "exit status is unknown" in str(info.value) and "SIGCHLD" in str(info.value)
