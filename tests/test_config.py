@@ -286,3 +286,18 @@ def test_status_refuses_an_empty_socket_as_start_does(tmp_path):
     result = CliRunner().invoke(status, ["--socket", ""])
     assert result.exit_code == 2, result.output
     assert "--socket" in result.output and "empty path" in result.output, result.output
+
+
+def test_unit_device_allow_names_device_classes_or_nodes_only():
+    # systemd grants DeviceAllow= only for a device class (char-drm) or a device node: a directory such as
+    # /dev/dri is skipped with "/dev/dri is not a device." (or "Couldn't stat device" where it is absent).
+    unit = Path(__file__).resolve().parent.parent / "systemd" / "renderd.service"
+    directories = {"/dev/dri", "/dev/nvidia-caps", "/dev/input", "/dev/snd"}  # directories on machines that have them
+    for line in unit.read_text().splitlines():
+        if not line.startswith("DeviceAllow="):
+            continue
+        target = line.partition("=")[2].split()[0]
+        if target.startswith(("char-", "block-")):
+            continue
+        assert target.startswith("/dev/") and target.rstrip("/") not in directories, line
+        assert not os.path.isdir(target), line
