@@ -422,8 +422,9 @@ class PlayerBridge:
                 self._update_ready()
             self._cond.notify_all()
 
-    def connection_lost(self, connection: str) -> None:
-        """The server saw ``connection`` ("host:port") close; if it was this player's, the player hung up."""
+    def connection_lost(self, connection: str, reason: str | None = None) -> None:
+        """The server saw ``connection`` ("host:port") close; if it was this player's, the stream ends:
+        the player hung up, or (``reason``) the server closed it, e.g. after refusing a request."""
         with self._cond:
             if connection != self._connection:
                 return
@@ -431,8 +432,11 @@ class PlayerBridge:
             if self._closed or self._closing_expected:
                 return
             if self._error is None:
-                self._error = PlayerCrashed(f"{self.name} closed its HTTP connection")
-                logger.info("%s: the player closed its HTTP connection", self.name)
+                if reason is None:
+                    self._error = PlayerCrashed(f"{self.name} closed its HTTP connection")
+                else:
+                    self._error = PlayerCrashed(f"renderd closed the HTTP connection of {self.name}: {reason}")
+                logger.info("%s: %s", self.name, self._error)
                 self._update_ready()
             self._cond.notify_all()
 
@@ -698,10 +702,11 @@ class PlayerBridgeRegistry:
             return None
         return bridge
 
-    def connection_closed(self, connection: str) -> None:
-        """The server saw the HTTP connection ``connection`` ("host:port") close."""
+    def connection_closed(self, connection: str, reason: str | None = None) -> None:
+        """The server saw the HTTP connection ``connection`` ("host:port") close (``reason``: why the
+        server closed it; None when the peer did)."""
         for bridge in self.bridges():
-            bridge.connection_lost(connection)
+            bridge.connection_lost(connection, reason)
 
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
@@ -989,7 +994,13 @@ class _HttpError(Exception):
 
 
 class _Closed(Exception):
-    """The peer closed the connection (or it timed out) between or inside requests."""
+    """The peer closed the connection (or it timed out) between or inside requests.
+
+    ``by_server`` is the reason when the server is the one closing it (a timeout), else None."""
+
+    def __init__(self, message: str, by_server: str | None = None) -> None:
+        super().__init__(message)
+        self.by_server = by_server
 
 
 def _error_bytes(status: int, message: str, type_: str = "ProtocolError", close: bool = True) -> bytes:
@@ -1013,15 +1024,18 @@ class _Connection:
         self.view = memoryview(self.buf)
         self.have = 0  # bytes of the next request already read into buf
         self.last_body = 0  # size of the last request body received whole
+        self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
     def _recv_into(self, view: memoryview, idle: bool) -> int:
-        self.sock.settimeout(IDLE_TIMEOUT if idle else REQUEST_TIMEOUT)
+        timeout = IDLE_TIMEOUT if idle else REQUEST_TIMEOUT
+        self.sock.settimeout(timeout)
         try:
             n = self.sock.recv_into(view)
         except TimeoutError:
-            raise _Closed("timed out") from None
+            what = "idle between requests" if idle else "a request sent nothing more"
+            raise _Closed("timed out", f"{what} for {timeout:g} s") from None
         except OSError as exc:
             raise _Closed(str(exc)) from None
         if n == 0:
@@ -1161,9 +1175,10 @@ class _Connection:
             while not self.server.stopping:
                 if not self._serve_one():
                     break
-        except _Closed:
-            pass
+        except _Closed as exc:
+            self.closed_because = exc.by_server
         except _HttpError as exc:
+            self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
             self._send(_error_bytes(exc.status, exc.message))
         except Exception:
             logger.exception("HTTP connection %s failed", self.key)
@@ -1227,6 +1242,8 @@ class _Connection:
         if self.server.stopping:  # the connection closes after this answer (a waiting post's 410 at stop)
             keep_alive = False
         if any(name.lower() == "connection" and value.lower() == "close" for name, value in response_headers):
+            if keep_alive:
+                self.closed_because = f"it answered {status} and closed the connection"
             keep_alive = False
         elif not keep_alive:
             lines.append("Connection: close\r\n")
@@ -1419,7 +1436,7 @@ class PlayerHttpServer:
         with self._lock:
             self._connections.discard(connection)
         try:
-            self.registry.connection_closed(connection.key)
+            self.registry.connection_closed(connection.key, connection.closed_because)
         except Exception:
             logger.exception("connection close notification failed")
 

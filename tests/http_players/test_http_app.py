@@ -347,6 +347,21 @@ def test_oversize_body_is_refused_from_content_length_before_reading(served):
     assert client.closed_by_server()
 
 
+def test_a_refused_post_on_the_players_connection_is_not_called_a_hang_up(served):
+    # renderd refuses the player's next post (413) and closes its connection: the client is told that,
+    # not that the player hung up.
+    registry, _, _ = served
+    bridge = registry.register()
+    client, _ = post_answered(served, bridge)
+    limit = registry.max_request_size
+    client.send(f"POST /train HTTP/1.1\r\nContent-Length: {limit + 1}\r\n"
+                f"Content-Type: multipart/form-data; boundary=x\r\n\r\n".encode())
+    assert client.response().status == 413
+    with pytest.raises(PlayerCrashed, match=f"413.*over the limit of {limit}") as info:
+        bridge.recv(deadline())
+    assert "closed its HTTP connection" not in str(info.value)
+
+
 def test_a_body_announced_but_not_sent_costs_no_memory():
     # The body's buffer follows the bytes that arrive: heads announcing 48 MiB each, followed by a few
     # bytes, must not make the server allocate 48 MiB per connection.
