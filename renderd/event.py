@@ -16,6 +16,7 @@ structural scan cannot see (invalid UTF-8 inside a string, an unhashable map key
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -65,6 +66,23 @@ class _LazyMetadata:
             self._value = decode_metadata(self._body, offset=self._offset, ftype=self._ftype)
             self._body = None
         return self._value
+
+
+class _CopiedMetadata:
+    """A metadata map the :class:`FrameAssembler` keeps (to merge the next METADATA_PATCH into), given to
+    events as a deep copy made on first use, so what a user does to ``event.metadata`` stays in that event."""
+
+    __slots__ = ("_source", "_value")
+
+    def __init__(self, source: dict[str, Any]) -> None:
+        self._source: dict[str, Any] | None = source
+        self._value: dict[str, Any] | None = None
+
+    def value(self) -> dict[str, Any]:
+        if self._value is None:
+            self._value = copy.deepcopy(self._source)
+            self._source = None
+        return self._value  # type: ignore[return-value]
 
 
 def _scan_metadata(body: Any) -> dict[str, Any] | None:
@@ -458,12 +476,18 @@ class FrameAssembler:
         if ftype == FieldType.METADATA:
             summary = _scan_metadata(body)
             if summary is not None:
+                # The events and the assembler decode the body each for themselves (the assembler only
+                # when a patch follows): changes a user makes to an event's metadata reach no later event.
                 lazy = _LazyMetadata(body, offset, ftype)
-                self._previous = lazy
+                self._previous = _LazyMetadata(body, offset, ftype)
                 self.images = images
                 active = build_events(summary, images, summary.get("sequenceId"))
                 for index, ev in enumerate(active.events):
                     ev._defer_metadata(lazy, index)
                 return active
         metadata, images = self.assemble(message, sequence_id)
-        return build_events(metadata, images, metadata.get("sequenceId"))
+        active = build_events(metadata, images, metadata.get("sequenceId"))
+        copied = _CopiedMetadata(metadata)  # the assembler keeps ``metadata`` for the next patch
+        for index, ev in enumerate(active.events):
+            ev._defer_metadata(copied, index)
+        return active

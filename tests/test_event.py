@@ -190,3 +190,26 @@ def test_third_party_cameras_and_segmentation():
     assert ev.instance_segmentation_frame.shape == (H, W, 3)
     assert ev.color_to_object_id[(1, 2, 3)] == "Box|1"
     assert ev.frame is None and ev.depth_frame is None
+
+
+def test_changes_to_an_events_metadata_reach_no_later_event():
+    # A user may edit event.metadata (their copy); a METADATA_PATCH that follows is merged into what the
+    # player sent, not into what the user made of it, and the same holds from one patch to the next.
+    a = agent(objects=[{"objectId": "Mug|1"}], agent={"position": {"x": 0.0}})
+    md = {"agents": [a], "sequenceId": 1, "activeAgentId": 0}
+    fa = FrameAssembler()
+    img = np.zeros(W * H * 3, np.uint8)
+    ev1 = fa.event(message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, img)]), 1)
+    ev1.metadata["lastAction"] = "Edited"
+    ev1.metadata["objects"].append({"objectId": "Junk"})
+    ev1.metadata["agent"]["position"]["x"] = 99.0
+    ev2 = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0, "lastActionSuccess": False}))]), 2)
+    assert ev2.metadata["lastAction"] == "Pass" and not ev2.metadata["lastActionSuccess"]
+    assert ev2.metadata["objects"] == [{"objectId": "Mug|1"}] and ev2.metadata["agent"]["position"]["x"] == 0.0
+    ev2.metadata["errorMessage"] = "edited"
+    ev2.metadata["objects"].clear()
+    ev3 = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0, "lastAction": "MoveAhead"}))]), 3)
+    assert ev3.metadata["errorMessage"] == "" and ev3.metadata["objects"] == [{"objectId": "Mug|1"}]
+    assert ev3.last_action == "MoveAhead" and not ev3
+    assert ev1.metadata["lastAction"] == "Edited" and len(ev1.metadata["objects"]) == 2  # each keeps its own
+    assert ev2.metadata["errorMessage"] == "edited" and ev2.metadata["objects"] == []
