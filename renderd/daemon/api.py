@@ -200,6 +200,8 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
                 name, pid, timeout, pidfd=pidfd, deadline=deadline,
                 # Set by the control API's servers (waitress with channel_request_lookahead; renderd's own).
                 hung_up=environ.get("waitress.client_disconnected") or environ.get("renderd.client_disconnected"),
+                # The control socket's server: a thread more while the request waits (see Supervisor.acquire).
+                on_wait=environ.get("renderd.lease_waiting"),
             )
         except LeaseError as exc:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None

@@ -316,7 +316,13 @@ def _json_error_channel() -> type:
 
 
 class _ControlServer:
-    """waitress serving the control API on the unix socket, on a thread of its own."""
+    """waitress serving the control API on the unix socket, on a thread of its own.
+
+    ``threads`` serve the requests; a lease request that waits for a player has one more thread for as
+    long as it waits (``renderd.lease_waiting`` in its environ, for :meth:`Supervisor.acquire`), so that
+    however many clients wait, releases (which serve them) and status requests are never queued behind
+    them. Waiting requests are bounded by waitress's connection limit.
+    """
 
     def __init__(self, app: Any, path: str, threads: int) -> None:
         import waitress
@@ -324,8 +330,17 @@ class _ControlServer:
         from renderd.daemon.api import MAX_BODY_SIZE
 
         self.path = path
+        self.threads = threads
+        self._waiting = 0  # lease requests waiting for a player now
+        self._closed = False
+        self._count_lock = threading.Lock()
+
+        def with_lease_waiting(environ: dict[str, Any], start_response: Any) -> Any:
+            environ["renderd.lease_waiting"] = self._lease_waiting
+            return app(environ, start_response)
+
         self.server = waitress.create_server(
-            app,
+            with_lease_waiting,
             unix_socket=path,
             unix_socket_perms="600",
             threads=threads,
@@ -347,6 +362,24 @@ class _ControlServer:
 
     def start(self) -> None:
         self.thread.start()
+
+    def _set_threads(self, waiting: int) -> None:
+        with self._count_lock:
+            self._waiting += waiting
+            if not self._closed:
+                self.server.task_dispatcher.set_thread_count(self.threads + self._waiting)
+
+    def _lease_waiting(self) -> Any:
+        """A lease request begins to wait: a thread more until the function returned is called."""
+        self._set_threads(1)
+        done = threading.Event()  # (once, whatever calls it)
+
+        def stopped_waiting() -> None:
+            if not done.is_set():
+                done.set()
+                self._set_threads(-1)
+
+        return stopped_waiting
 
     def _run(self) -> None:
         try:
@@ -372,6 +405,8 @@ class _ControlServer:
             done.set()
         done.wait(API_STOP_TIMEOUT)
         self.thread.join(API_STOP_TIMEOUT)
+        with self._count_lock:
+            self._closed = True  # a request that stops waiting now starts no thread
         server.task_dispatcher.shutdown(timeout=API_STOP_TIMEOUT)
 
 

@@ -427,6 +427,7 @@ class Supervisor:
     def acquire(
         self, name: str, client_pid: int, timeout: float | None, *, pidfd: int | None = None,
         deadline: float | None = None, hung_up: Callable[[], bool] | None = None,
+        on_wait: Callable[[], Callable[[], None]] | None = None,
     ) -> tuple[Lease, dict[str, Any]]:
         """Wait up to ``timeout`` seconds for a READY player of ``name`` and lease it to ``client_pid``.
 
@@ -437,6 +438,9 @@ class Supervisor:
         Without it, only ``timeout`` counts, from this call. ``hung_up()`` (the control API's: whether the
         request's connection was closed) is asked every :data:`HANG_UP_POLL_INTERVAL` while the request
         waits and before a lease is granted: a client that gave up and hung up gets no lease either.
+        ``on_wait()`` (the control API's) is called when the request begins to wait for a player, and what it
+        returns when the request stops waiting: the control socket's server then has a thread more meanwhile,
+        so that waiting requests never keep a release (which is what serves them) or a status request queued.
 
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
@@ -453,6 +457,7 @@ class Supervisor:
         if deadline is not None:
             until = min(until, deadline)
         token = object()
+        done_waiting: Callable[[], None] | None = None
         try:
             with self.lock:
                 env = self._environment(name)
@@ -502,6 +507,8 @@ class Supervisor:
                             raise LeaseError(self._no_player_reason(env, timeout))
                         if not waiting:
                             waiting = True
+                            if on_wait is not None:
+                                done_waiting = on_wait()
                             log.debug("client pid %d waits for a player of %s (at most %.3f s)",
                                       client_pid, name, remaining)
                         self.changed.wait(remaining if hung_up is None else min(remaining, HANG_UP_POLL_INTERVAL))
@@ -511,6 +518,8 @@ class Supervisor:
         finally:
             if pidfd is not None:
                 os.close(pidfd)
+            if done_waiting is not None:
+                done_waiting()
 
     def _came_late(self, env: Environment, client_pid: int, timeout: float, late: float) -> str:
         """Why a lease request that reached :meth:`acquire` after its client's deadline is refused."""
