@@ -926,8 +926,14 @@ MAX_CONNECTIONS = 256
 #: An idle keep-alive connection (no request begun) is closed after this long (seconds). A player
 #: waiting for its action is not idle: its request is in progress.
 IDLE_TIMEOUT = 3600.0
-#: A request in progress (head or body) that makes no progress for this long is dropped (seconds).
+#: A request in progress (head or body) that makes no progress for this long is dropped (seconds). A
+#: request head must also arrive whole within this long of its first byte, and a body within this long
+#: plus its size at :data:`MIN_BODY_RATE`: a client trickling bytes (slowloris) is answered 408 and
+#: closed, never holding its connection thread for ever.
 REQUEST_TIMEOUT = 30.0
+#: Slowest average rate a request body may arrive at (bytes per second), beyond :data:`REQUEST_TIMEOUT`:
+#: 64 KiB/s gives a 256 MiB body 68 minutes.
+MIN_BODY_RATE = 64 * 1024.0
 #: How long :meth:`PlayerHttpServer.stop` waits for its threads (seconds).
 STOP_TIMEOUT = 5.0
 #: Backlog of the listening socket.
@@ -940,6 +946,7 @@ _HTTP_VERSIONS = ("HTTP/1.1", "HTTP/1.0")
 _TOKEN_CHARS = frozenset(b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz")
 _REASONS = {
     **{code: text.split(" ", 1)[1] for code, text in _STATUS.items()},
+    408: "Request Timeout",
     431: "Request Header Fields Too Large",
     501: "Not Implemented",
     503: "Service Unavailable",
@@ -1028,12 +1035,21 @@ class _Connection:
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
-    def _recv_into(self, view: memoryview, idle: bool) -> int:
+    def _recv_into(self, view: memoryview, idle: bool, deadline: tuple[float, str] | None = None) -> int:
+        """Receive into ``view``; ``deadline`` is (``time.monotonic()`` by which the part being read must be
+        whole, what it is): past it, a 408."""
         timeout = IDLE_TIMEOUT if idle else REQUEST_TIMEOUT
+        if deadline is not None:
+            left = deadline[0] - time.monotonic()
+            if left <= 0:
+                raise _HttpError(408, deadline[1])
+            timeout = min(timeout, left)
         self.sock.settimeout(timeout)
         try:
             n = self.sock.recv_into(view)
         except TimeoutError:
+            if deadline is not None and time.monotonic() >= deadline[0]:
+                raise _HttpError(408, deadline[1]) from None
             what = "idle between requests" if idle else "a request sent nothing more"
             raise _Closed("timed out", f"{what} for {timeout:g} s") from None
         except OSError as exc:
@@ -1045,7 +1061,11 @@ class _Connection:
     def _read_head(self) -> tuple[bytes, int]:
         """The request head (without its final blank line) and where its end is in buf."""
         searched = 0
+        deadline = None
         while True:
+            if deadline is None and self.have:  # from the head's first byte
+                deadline = (time.monotonic() + REQUEST_TIMEOUT,
+                            f"the request head did not arrive within {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)")
             end = self.buf.find(b"\r\n\r\n", max(0, searched - 3), self.have)
             if end >= 0:
                 return bytes(self.buf[:end]), end + 4
@@ -1054,7 +1074,7 @@ class _Connection:
             searched = self.have
             if self.have >= MAX_HEAD_SIZE:
                 raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
-            self.have += self._recv_into(self.view[self.have :], idle=self.have == 0)
+            self.have += self._recv_into(self.view[self.have :], idle=self.have == 0, deadline=deadline)
 
     def _read_body(self, start: int, length: int) -> bytearray:
         # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the
@@ -1069,12 +1089,15 @@ class _Connection:
         self.have = rest
         got = extra
         target = memoryview(body)
+        seconds = REQUEST_TIMEOUT + length / MIN_BODY_RATE
+        deadline = (time.monotonic() + seconds, f"the request body of {length} bytes did not arrive within "
+                    f"{seconds:.3g} s (REQUEST_TIMEOUT + its size at MIN_BODY_RATE)")
         while got < length:
             if got == len(body):
                 target.release()  # a bytearray cannot grow while a view of it exists
                 body.extend(bytes(min(len(body), length - len(body))))
                 target = memoryview(body)
-            got += self._recv_into(target[got:], idle=False)
+            got += self._recv_into(target[got:], idle=False, deadline=deadline)
         target.release()
         self.last_body = length
         return body
@@ -1312,7 +1335,8 @@ class PlayerHttpServer:
     Requests need a Content-Length (chunked bodies are refused with 411); the head is limited to
     :data:`MAX_HEAD_SIZE`, the body to the registry's ``max_request_size`` (checked before reading,
     413), connections to :data:`MAX_CONNECTIONS` (503); a request that stalls for
-    :data:`REQUEST_TIMEOUT` is dropped. The connection's closing is reported to the registry at once,
+    :data:`REQUEST_TIMEOUT` is dropped, one that trickles in slower than that allows
+    (:data:`MIN_BODY_RATE`) is answered 408. The connection's closing is reported to the registry at once,
     so a player that hangs up or dies fails its client's next call with :class:`PlayerCrashed`.
 
     Why not waitress (a production server renderd already uses for its control API, and which serves

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import select
 import socket
 import threading
 import time
@@ -451,6 +452,35 @@ def test_disconnect_mid_request_hangs_nothing(served):
     client.send(b"GET /ping HTTP/1.1\r\n\r\n")
     assert client.response().body == b"pong"
     assert bridge.frames_posted == 0
+
+
+@pytest.mark.parametrize("where", ["head", "body"])
+def test_a_request_trickled_byte_by_byte_is_dropped_at_its_deadline(served, monkeypatch, where):
+    # Slowloris: a byte every 0.1 s is progress within every REQUEST_TIMEOUT, yet the request must not
+    # hold its connection thread for ever: a head has REQUEST_TIMEOUT in all, a body that plus its size
+    # at MIN_BODY_RATE.
+    monkeypatch.setattr(http_transport, "REQUEST_TIMEOUT", 0.5)
+    monkeypatch.setattr(http_transport, "MIN_BODY_RATE", 1000.0)  # 200 bytes: 0.2 s more
+    client = connect(served)
+    request = (b"POST /train HTTP/1.1\r\nContent-Length: 200\r\nX-Pad: " + b"x" * 200 + b"\r\n\r\n"
+               + b"y" * 200)
+    if where == "body":
+        client.send(request[:-200])
+        request = request[-200:]
+    client.sock.settimeout(3.0)
+    started = time.monotonic()
+    for i in range(len(request)):
+        if select.select([client.sock], [], [], 0.05)[0] or time.monotonic() - started > 3.0:
+            break  # answered (or, unfixed, still trickling)
+        try:
+            client.send(request[i : i + 1])
+        except OSError:
+            break
+    elapsed = time.monotonic() - started
+    response = client.response()
+    assert response.status == 408 and elapsed < 2.0, (response, elapsed)
+    assert "did not arrive within" in response.json()["error"]["message"]
+    assert client.closed_by_server()
 
 
 def test_player_hanging_up_fails_the_clients_next_call(served):
