@@ -64,11 +64,24 @@ exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error, 2 bad co
 """
 
 
+class _ExactParser(argparse.ArgumentParser):
+    """Flags are recognised only when written in full (or as ``-flag=value``), as Unity recognises them.
+
+    ``allow_abbrev=False`` stops abbreviations of double-dash flags only: argparse still reads an unknown
+    single-dash argument that begins with ``-h`` as ``-h`` with a value (``-headless``: an error, exit 2),
+    and one that begins one of the player's single-dash flags as that flag (``-n`` as ``-nographics``,
+    ``-log`` as ``-logFile`` taking the next argument). Unity ignores all of them; so does the player.
+    """
+
+    def _get_option_tuples(self, option_string: str) -> list:
+        return []
+
+
 def build_parser() -> argparse.ArgumentParser:
     from renderd.player.faults import START_FAULTS
     from renderd.player.renderer import RENDERERS
 
-    p = argparse.ArgumentParser(
+    p = _ExactParser(
         prog="renderd-player",
         description="renderd's reference player: speaks the player side of the AI2-THOR wire protocol and "
         "renders a small deterministic 3-D room with numpy.",

@@ -98,6 +98,21 @@ def test_log_file_content_and_unknown_unity_args(spawn):
     assert p.stderr_text() == ""
 
 
+def test_unknown_args_that_begin_like_the_players_own_are_ignored_too(spawn):
+    """Unity ignores every argument it does not know; so does the player, also one that begins with -h or
+    is the start of one of its own flags (argparse would read -headless as -h, -n as -nographics, -log as
+    -logFile taking the next argument, -screen as an ambiguous flag)."""
+    unknown = ["-headless", "-hideWindow", "-b", "-n", "-screen", "-force", "-log", "-nographic"]
+    p = spawn([*unknown, *SMALL])
+    first = p.start_session()
+    assert first.frame is not None and first.frame.shape == (32, 48, 3)  # not -nographics
+    assert p.step("MoveAhead")
+    assert p.terminate() == 0
+    log = p.log_text()
+    assert f"ignoring unknown arguments (as Unity does): {' '.join(unknown)}" in log
+    assert "batchmode False, nographics False" in log and "48 x 32" in log
+
+
 def test_actions_not_logged_at_info(spawn):
     p = spawn(SMALL)
     p.start_session()
