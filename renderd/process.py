@@ -27,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
@@ -364,6 +365,8 @@ class PlayerProcess:
         #: ignores SIGCHLD, or a SIGCHLD handler reaps every child): ``returncode`` is then 0 (Popen's
         #: convention), and :meth:`crashed` says the status is unknown.
         self.status_unknown = False
+        #: The thread that spawned the player with PR_SET_PDEATHSIG (set by :meth:`spawn`): its exit kills it.
+        self.spawned_by: threading.Thread | None = None
 
     @classmethod
     def spawn(
@@ -420,7 +423,10 @@ class PlayerProcess:
             if log_fd is not None:
                 os.close(log_fd)
         log.debug("spawned player pid %d: %s", popen.pid, " ".join(argv))
-        return cls(popen, log_path=log_path, show_log_path=show_log_path)
+        proc = cls(popen, log_path=log_path, show_log_path=show_log_path)
+        if die_with_parent:
+            proc.spawned_by = threading.current_thread()
+        return proc
 
     # -- state -----------------------------------------------------------------------------------------
     def fileno(self) -> int | None:
@@ -501,6 +507,12 @@ class PlayerProcess:
         message = f"{context} (player pid {self.pid})"
         if code is None:
             message += "; the player process is still running"
+        elif code == -signal.SIGKILL and self.spawned_by is not None and not self.spawned_by.is_alive():
+            message += (
+                f"; most likely killed because the thread that started it ({self.spawned_by.name!r}) has exited: "
+                "a player is set to die with the thread that started it (PR_SET_PDEATHSIG), so start long-lived "
+                "players from a long-lived thread"
+            )
         elif self.status_unknown:
             code = None
             message += (

@@ -82,3 +82,19 @@ def test_a_crash_is_not_reported_as_exit_code_0_when_this_process_reaps_its_chil
     assert info.value.returncode is None
     assert "exit code 0" not in str(info.value)
     assert "exit status is unknown" in str(info.value) and "SIGCHLD" in str(info.value)
+
+
+def test_a_player_killed_because_its_launching_thread_exited_says_so():
+    # The player is set to die with the thread that started it (PR_SET_PDEATHSIG): launched from a thread that
+    # then ends, it is SIGKILLed, which on its own reads as the out-of-memory killer's doing.
+    import threading
+
+    box = {}
+    thread = threading.Thread(target=lambda: box.update(s=renderd.launch(peer_argv(), start_timeout=START)),
+                              name="setup-thread")
+    thread.start()
+    thread.join()
+    with box["s"] as session, pytest.raises(renderd.PlayerCrashed) as info:
+        session.step("Pass")
+    assert info.value.returncode == -signal.SIGKILL
+    assert "('setup-thread') has exited" in str(info.value) and "PR_SET_PDEATHSIG" in str(info.value)
