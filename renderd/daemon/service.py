@@ -37,7 +37,7 @@ from typing import Any
 from renderd.config import Config, EnvironmentConfig, load, parse_http_address
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.daemon.supervisor import Player, Supervisor
-from renderd.errors import ConfigError, RenderdError, os_error_message
+from renderd.errors import ConfigError, LeaseError, RenderdError, os_error_message
 from renderd.process import poll_readable
 
 __all__ = ["Daemon", "DaemonError", "LOCK_NAME"]
@@ -62,6 +62,10 @@ API_STOP_TIMEOUT = 5.0
 HTTP_MIN_THREADS = 8
 #: Seconds waitress keeps an idle control connection open.
 API_CHANNEL_TIMEOUT = 60
+#: Connections of the control socket that lease requests waiting for a player never take: however many clients
+#: wait, releases (which serve them) and status requests can connect. A lease request that would wait when
+#: only these are left is refused at once (503).
+API_CONNECTION_HEADROOM = 8
 #: Largest request head (request line and headers) of the control API; a request's head is a few hundred bytes.
 API_MAX_HEADER_SIZE = 64 * 1024
 #: The control token generated in ``runtime_dir`` when the HTTP listener is on and no
@@ -321,7 +325,8 @@ class _ControlServer:
     ``threads`` serve the requests; a lease request that waits for a player has one more thread for as
     long as it waits (``renderd.lease_waiting`` in its environ, for :meth:`Supervisor.acquire`), so that
     however many clients wait, releases (which serve them) and status requests are never queued behind
-    them. Waiting requests are bounded by waitress's connection limit.
+    them. Waiting requests leave API_CONNECTION_HEADROOM of the socket's connections (waitress's
+    ``connection_limit``) free for the same reason: one more is refused (LeaseError) instead of waiting.
     """
 
     def __init__(self, app: Any, path: str, threads: int) -> None:
@@ -365,12 +370,20 @@ class _ControlServer:
 
     def _set_threads(self, waiting: int) -> None:
         with self._count_lock:
+            if waiting > 0:
+                limit = max(1, self.server.adj.connection_limit - API_CONNECTION_HEADROOM)
+                if self._waiting >= limit:
+                    raise LeaseError(
+                        f"{self._waiting} lease requests wait for a player already, as many as the control socket "
+                        f"{self.path} takes while keeping connections free for releases; retry shortly"
+                    )
             self._waiting += waiting
             if not self._closed:
                 self.server.task_dispatcher.set_thread_count(self.threads + self._waiting)
 
     def _lease_waiting(self) -> Any:
-        """A lease request begins to wait: a thread more until the function returned is called."""
+        """A lease request begins to wait: a thread more until the function returned is called. Raises
+        LeaseError when as many requests wait already as the socket's connections allow."""
         self._set_threads(1)
         done = threading.Event()  # (once, whatever calls it)
 

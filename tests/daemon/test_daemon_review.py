@@ -7,7 +7,7 @@ import threading
 import time
 
 from renderd.daemon.client import ControlClient
-from renderd.errors import RenderdError
+from renderd.errors import LeaseError, RenderdError
 from tests.daemon.conftest import fast_config, wait_for
 
 DEADLINE = 20.0
@@ -55,3 +55,46 @@ def test_lease_requests_waiting_for_a_player_never_hold_up_a_release(daemon):
     assert len(results) == 3 and all(isinstance(r, dict) for r in results.values()), results
     # The threads the waiting requests had go away again.
     wait_for(lambda: _threads(d.pid) <= baseline, DEADLINE, f"the daemon back to {baseline} threads")
+
+
+#: Run in the daemon's process first: the control socket takes 16 connections (waitress's default is 100).
+FEW_CONNECTIONS = """
+import waitress.adjustments
+waitress.adjustments.Adjustments.connection_limit = 16
+"""
+
+
+def test_waiting_lease_requests_never_take_every_connection_of_the_control_socket(daemon):
+    """More clients waiting for a player than the control socket takes connections: the ones over the
+    bound are refused at once (503, saying so), so that the holder's release and status requests can still
+    connect; otherwise they would wait in the listen backlog until waiting requests time out."""
+    d = daemon(fast_config(), preamble=FEW_CONNECTIONS)
+    held = d.client.lease("demo", timeout=5)
+    results: dict[int, object] = {}
+
+    def wait_for_lease(i: int) -> None:
+        try:
+            results[i] = ControlClient(d.socket).lease("demo", timeout=2)
+        except RenderdError as exc:
+            results[i] = exc
+
+    waiters = [threading.Thread(target=wait_for_lease, args=(i,)) for i in range(16)]
+    for t in waiters:
+        t.start()
+    try:
+        refused = wait_for(lambda: [r for r in results.values() if isinstance(r, LeaseError)], DEADLINE,
+                           "lease requests over the bound refused")
+        assert "lease requests wait for a player already" in str(refused[0]) and refused[0].status == 503
+        quick = ControlClient(d.socket, timeout=2.0)
+        started = time.monotonic()
+        assert quick.health()["status"] == "ready"
+        assert quick.release(held["lease"]) == {"released": True, "recycled": False}
+        assert time.monotonic() - started < 2.0
+        granted = wait_for(lambda: [r for r in results.values() if isinstance(r, dict)], DEADLINE, "a lease")
+        quick.release(granted[0]["lease"])
+    finally:
+        for t in waiters:
+            t.join(DEADLINE)
+    for r in results.values():
+        if isinstance(r, dict) and r is not granted[0]:
+            d.client.release(r["lease"])
