@@ -566,7 +566,13 @@ def launch_player(
                 f"DISPLAY={env['DISPLAY']!r} and x_display={x_display!r} both name the display; give one", key="env"
             )
         if log_path is not None:  # absolute: the crash report still finds it after a chdir
-            log_path = os.path.abspath(os.fspath(log_path))
+            try:
+                log_path = os.path.abspath(os.fspath(log_path))
+            except OSError as exc:  # a relative path, and the working directory was removed
+                raise ConfigError(
+                    f"{os.fspath(log_path)!r} is relative, and the working directory cannot be read "
+                    f"({exc.strerror}); give an absolute path", key="log_path"
+                ) from exc
         program = resolve_executable(executable)  # before the platform: it may start an Xvfb
         choice = _resolve_platform(
             platform, x_display=x_display, width=width, height=height, executable=program[0], env=env

@@ -150,7 +150,13 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
             raise ConfigError("the executable argv list is empty", key="executable")
     program = argv[0]
     if os.sep in program:
-        path = os.path.abspath(program)
+        try:
+            path = os.path.abspath(program)
+        except OSError as exc:  # a relative path, and the working directory was removed
+            raise ConfigError(
+                f"{program!r} is relative, and the working directory cannot be read ({exc.strerror}); "
+                "give an absolute path", key="executable"
+            ) from exc
         if not os.path.isfile(path):
             raise ConfigError(f"{program!r} does not exist (or is not a file)", key="executable")
         if not os.access(path, os.X_OK):

@@ -101,3 +101,16 @@ def test_a_player_killed_because_its_launching_thread_exited_says_so():
             session.step("Pass")
     assert info.value.returncode == -signal.SIGKILL
     assert "('setup-thread') has exited" in str(info.value) and "PR_SET_PDEATHSIG" in str(info.value)
+
+
+def test_relative_paths_in_a_removed_working_directory_are_config_errors(tmp_path, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    with pytest.raises(renderd.ConfigError) as info:
+        renderd.launch(peer_argv(), log_path="player.log", start_timeout=START)
+    assert info.value.key == "log_path" and "'player.log' is relative" in str(info.value)
+    with pytest.raises(renderd.ConfigError) as info:
+        renderd.launch("./player", start_timeout=START)
+    assert info.value.key == "executable" and "'./player' is relative" in str(info.value)
