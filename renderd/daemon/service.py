@@ -412,12 +412,15 @@ class _ControlServer:
             finally:
                 done.set()
 
-        try:
-            server.trigger.pull_trigger(close_all)
-        except OSError:
-            done.set()
-        done.wait(API_STOP_TIMEOUT)
-        self.thread.join(API_STOP_TIMEOUT)
+        if not self.thread.is_alive() and self.thread.ident is None:
+            close_all()  # never started (a start-up that failed after the bind): no loop to hand it to
+        else:
+            try:
+                server.trigger.pull_trigger(close_all)
+            except OSError:
+                done.set()
+            done.wait(API_STOP_TIMEOUT)
+            self.thread.join(API_STOP_TIMEOUT)
         with self._count_lock:
             self._closed = True  # a request that stops waiting now starts no thread
         server.task_dispatcher.shutdown(timeout=API_STOP_TIMEOUT)

@@ -98,3 +98,29 @@ def test_waiting_lease_requests_never_take_every_connection_of_the_control_socke
     for r in results.values():
         if isinstance(r, dict) and r is not granted[0]:
             d.client.release(r["lease"])
+
+
+#: Run in the daemon's process first: giving the socket its group fails as for a user outside socket_group.
+SOCKET_CHOWN_FAILS = """
+import os
+_chown = os.chown
+def _failing_chown(path, *args, **kwargs):
+    if str(path).endswith(".sock"):
+        raise PermissionError(1, "Operation not permitted", path)
+    return _chown(path, *args, **kwargs)
+os.chown = _failing_chown
+"""
+
+
+def test_a_start_that_fails_after_binding_the_socket_says_why_and_leaves_nothing(daemon):
+    """socket_group names a group the daemon's user is not in: giving the bound socket that group fails.
+    The start must end at once with that one error and remove the socket, lock and directories it made
+    (stopping a control server that never ran used to wait 5 s, then raise RuntimeError over the error)."""
+    d = daemon(fast_config(daemon='socket_group = "daemon"'), ready=False, preamble=SOCKET_CHOWN_FAILS)
+    started = time.monotonic()
+    assert d.wait_exit() == 1, d.output()
+    assert time.monotonic() - started < 4.0
+    out = d.output()
+    assert "cannot give" in out and "its group" in out and "operation not permitted" in out.lower(), out
+    assert "Traceback" not in out and "RuntimeError" not in out, out
+    assert not os.path.lexists(d.socket) and not os.path.lexists(d.runtime_dir), os.listdir(d.base)
