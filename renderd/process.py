@@ -105,7 +105,19 @@ def _load_prctl() -> Any:
     return prctl
 
 
+def _load_signal() -> Any:
+    # libc's signal(), called in a child between fork and exec: no Python signal state is involved.
+    try:
+        set_disposition = ctypes.CDLL(None, use_errno=True).signal
+    except (OSError, AttributeError):
+        return None
+    set_disposition.restype = ctypes.c_void_p
+    set_disposition.argtypes = [ctypes.c_int, ctypes.c_void_p]
+    return set_disposition
+
+
 _prctl = _load_prctl()
+_libc_signal = _load_signal()
 
 
 def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], None]:
@@ -116,13 +128,21 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], 
     parent died before the flag took effect (nobody would ever send the signal) exits at once, with
     ``os._exit``: until exec it still runs the parent's Python signal handlers, which a signal sent to
     itself would run instead of ending it.
+
+    It also gives the child SIGCHLD's default disposition: an ignored signal stays ignored across exec, so
+    a player started by a process that ignores SIGCHLD (to have its children reaped for it) would find
+    its own children's exit statuses gone (``waitpid`` fails with ECHILD).
     """
     prctl = _prctl
+    set_disposition = _libc_signal
     signum = int(sig)
+    sigchld = int(signal.SIGCHLD)
 
     def preexec() -> None:
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+        if set_disposition is not None:
+            set_disposition(sigchld, 0)  # SIG_DFL
         if os.getppid() != parent_pid:
             os._exit(1)
 

@@ -114,3 +114,23 @@ def test_relative_paths_in_a_removed_working_directory_are_config_errors(tmp_pat
     with pytest.raises(renderd.ConfigError) as info:
         renderd.launch("./player", start_timeout=START)
     assert info.value.key == "executable" and "'./player' is relative" in str(info.value)
+
+
+def _ignored_signals(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("SigIgn:"):
+                return int(line.split()[1], 16)
+    raise AssertionError("no SigIgn line")
+
+
+def test_a_player_does_not_inherit_an_ignored_sigchld():
+    # An ignored signal stays ignored across exec: a player started by an agent that ignores SIGCHLD would
+    # lose its own children's exit statuses (waitpid fails with ECHILD).
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        with renderd.launch(peer_argv(), start_timeout=START) as session:
+            ignored = _ignored_signals(session.pid)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert not ignored & (1 << (signal.SIGCHLD - 1))
