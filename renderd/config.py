@@ -98,7 +98,7 @@ MAX_SECONDS = 7 * 24 * 3600.0
 #: The most players one environment may ask for. Each is a process (a Unity player is a GPU context and
 #: gigabytes of memory); a typo'd count must not make the daemon fork until the machine gives out.
 MAX_INSTANCES = 1024
-#: The most control API worker threads (a lease request waiting for a player holds one).
+#: The most control API worker threads (a lease request waiting for a player has a thread of its own besides).
 MAX_API_THREADS = 1024
 #: The largest configuration file renderd reads (a real one is a few kilobytes): a path that names something
 #: huge or endless must be an error, not a daemon or ``renderd validate`` eating memory.
@@ -485,7 +485,8 @@ class DaemonConfig:
     )
     api_threads: int = setting(
         16,
-        help="Worker threads of the control API (at most 1024). A lease request waiting for a player holds one.",
+        help="Worker threads of the control API (at most 1024). A lease request waiting for a player gets a thread of "
+        "its own while it waits, beyond these.",
         check=_count(1, MAX_API_THREADS),
     )
     log_dir: str = setting(

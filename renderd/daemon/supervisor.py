@@ -525,7 +525,7 @@ class Supervisor:
         """Why a lease request that reached :meth:`acquire` after its client's deadline is refused."""
         log.warning(
             "lease request of client pid %d for %s reached the supervisor %.3f s after the client's deadline: "
-            "refused (were all [daemon] api_threads = %d busy with waiting lease requests?)",
+            "refused (were all [daemon] api_threads = %d busy?)",
             client_pid, env.name, late, self.daemon_config.api_threads,
         )
         return (f"no ready player of {env.name!r} within {timeout:g} s: the daemon took the request up "
