@@ -700,8 +700,9 @@ class LeasedPlayer:
 
     Its exit is noticed through a pidfd when the kernel allows one, else by polling. The exit status is
     not ours to read (the daemon reaps it): ``exit_status(timeout)``, when given, asks whoever knows (the
-    daemon) and returns the return code or None. Errors then say how the player ended, as for a player
-    of our own, and quote its log when ``log_path`` is known. ``close()`` releases the pidfd.
+    daemon) and returns ``(return code or None, why its owner stopped it or None)``. Errors then say how
+    the player ended, as for a player of our own, and quote its log when ``log_path`` is known.
+    ``close()`` releases the pidfd.
     """
 
     def __init__(
@@ -709,12 +710,13 @@ class LeasedPlayer:
         pid: int,
         *,
         log_path: str | None = None,
-        exit_status: Callable[[float], int | None] | None = None,
+        exit_status: Callable[[float], tuple[int | None, str | None]] | None = None,
     ) -> None:
         self.pid = pid
         self.log_path = log_path
         self._exit_status = exit_status
         self._returncode: int | None = None
+        self._stopped_because: str | None = None
         self.pidfd: int | None = _open_pidfd(pid)
         try:
             self._proc: psutil.Process | None = psutil.Process(pid)
@@ -761,17 +763,22 @@ class LeasedPlayer:
         if not self.exited():
             message = f"{context} (leased player pid {self.pid}; it is still running)"
         else:
-            if self._returncode is None and self._exit_status is not None:
+            if self._returncode is None and self._stopped_because is None and self._exit_status is not None:
                 try:
-                    self._returncode = self._exit_status(LEASED_EXIT_STATUS_TIMEOUT)
+                    self._returncode, self._stopped_because = self._exit_status(LEASED_EXIT_STATUS_TIMEOUT)
                 except Exception as exc:  # noqa: BLE001 - never lose the crash over the question
                     log.debug("asking how leased player pid %d exited failed: %s", self.pid, exc)
             code = self._returncode
             message = f"{context} (leased player pid {self.pid}"
-            message += ")" if code is not None else (
-                "; it has exited; its exit status is unknown to the client: see `renderd status` or the "
-                "daemon's log)"
-            )
+            if code is not None:
+                message += ")"
+            elif self._stopped_because is not None:
+                message += f"; the daemon stopped it: {self._stopped_because})"
+            else:
+                message += (
+                    "; it has exited; its exit status is unknown to the client: see `renderd status` or the "
+                    "daemon's log)"
+                )
         return PlayerCrashed(message, pid=self.pid, returncode=code, log_tail=self.log_tail(),
                              log_path=self.log_path)
 

@@ -244,9 +244,11 @@ def connect(
     )
 
 
-def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> int | None:
-    """The exit status of the leased player, from the daemon, once it has reaped it; None if the daemon
-    does not know it within ``timeout`` seconds (or cannot be asked)."""
+def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple[int | None, str | None]:
+    """How the leased player ended, from the daemon: its exit status once the daemon has reaped it, or why
+    the daemon stopped it itself (the lease ended ``stopped``: its environment removed or changed, the
+    daemon stopping). ``(None, None)`` if the daemon tells neither within ``timeout`` seconds (or cannot be
+    asked)."""
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
@@ -254,12 +256,15 @@ def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> int |
             status = control.lease_status(lease_id, timeout=max(remaining, EXIT_STATUS_POLL))
         except RenderdError as exc:
             log.debug("cannot ask the daemon how the leased player exited: %s", exc)
-            return None
+            return None, None
         player_exit = status.get("player_exit")
         if isinstance(player_exit, dict) and isinstance(player_exit.get("returncode"), int):
-            return player_exit["returncode"]
+            return player_exit["returncode"], None
+        if status.get("ended") == "stopped":
+            reason = status.get("ended_reason")
+            return None, reason if isinstance(reason, str) and reason else "the daemon ended the lease"
         if remaining <= 0:
-            return None
+            return None, None
         time.sleep(min(EXIT_STATUS_POLL, remaining))
 
 

@@ -66,6 +66,8 @@ class Lease:
     granted_at: float = field(default_factory=time.monotonic)
     granted_wall: float = field(default_factory=time.time)
     ended: LeaseEnd | None = None
+    #: Why the daemon ended the lease, when it did (``ended`` is ``stopped``): what stopped the player.
+    ended_reason: str | None = None
     #: How the player exited, when it died under this lease (or while being recycled after it).
     player_returncode: int | None = None
 

@@ -582,7 +582,7 @@ class Supervisor:
 
     def lease_status(self, lease_id: str) -> dict[str, Any]:
         """What the holder of ``lease_id`` may know of it: ``ended`` (``None`` while it runs, else how it
-        ended), the player's ``pid``, and ``player_exit`` (``{"returncode", "description"}``) once the
+        ended) and ``ended_reason`` (why, when the daemon ended it), the player's ``pid``, and ``player_exit`` (``{"returncode", "description"}``) once the
         daemon has reaped a player that died under the lease. Ended leases are remembered for a while
         (the last :data:`ENDED_LEASES_KEPT`). Raises NotFound for an unknown id."""
         with self.lock:
@@ -596,11 +596,13 @@ class Supervisor:
                 "pid": lease.player_pid,
                 "client_pid": lease.client_pid,
                 "ended": lease.ended.value if lease.ended is not None else None,
+                "ended_reason": lease.ended_reason,
                 "player_exit": _player_exit(code) if code is not None else None,
             }
 
-    def _end_lease(self, lease: Lease, how: LeaseEnd) -> bool:
-        """End ``lease`` (lock held). Returns whether its player is recycled."""
+    def _end_lease(self, lease: Lease, how: LeaseEnd, reason: str | None = None) -> bool:
+        """End ``lease`` (lock held), ``reason`` saying why when the daemon ends it. Returns whether its
+        player is recycled."""
         p = lease.player
         if (
             how != LeaseEnd.PLAYER_EXITED and p.lease is lease and p.state == State.LEASED
@@ -612,6 +614,7 @@ class Supervisor:
             self._reap(p)
             return True
         lease.ended = how
+        lease.ended_reason = reason
         self.leases.pop(lease.id, None)
         self._ended_leases[lease.id] = lease
         while len(self._ended_leases) > ENDED_LEASES_KEPT:
@@ -877,7 +880,7 @@ class Supervisor:
         p.retire = True
         if p.state == State.LEASED:
             if p.environment.removing and p.lease is not None:
-                self._end_lease(p.lease, LeaseEnd.STOPPED)
+                self._end_lease(p.lease, LeaseEnd.STOPPED, why)
             else:
                 return  # retired when its lease ends
         if p.state in (State.STARTING, State.READY, State.LEASED):
@@ -1213,7 +1216,7 @@ class Supervisor:
         """Stop ``p``'s process in a helper thread (SIGTERM, grace, SIGKILL, reap); the loop continues."""
         p.state = State.STOPPING  # first: ending the lease below must not recycle the player again
         if p.lease is not None:
-            self._end_lease(p.lease, LeaseEnd.STOPPED)
+            self._end_lease(p.lease, LeaseEnd.STOPPED, stop.reason)
         p.stop = stop
         p.stop_done.clear()
         proc = p.proc
@@ -1395,7 +1398,7 @@ class Supervisor:
     # -- stopping everything -----------------------------------------------------------------------------
     def _shutdown_players(self) -> None:
         for lease in list(self.leases.values()):
-            self._end_lease(lease, LeaseEnd.STOPPED)
+            self._end_lease(lease, LeaseEnd.STOPPED, "the daemon is stopping")
         for env in self.environments.values():
             for p in env.players:
                 if p.state in (State.STARTING, State.READY, State.LEASED):

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from renderd.daemon.client import ControlClient, connect
-from renderd.errors import ConfigError, LeaseError, RenderdError
+from renderd.errors import ConfigError, LeaseError, PlayerCrashed, RenderdError
 
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 
@@ -165,6 +165,10 @@ def test_removing_an_environment_under_a_lease_recycles_nothing(daemon):
         assert session.step("Pass").sequence_id == 1
         d.client.request("DELETE", "/v1/environments/demo")
         wait_for(lambda: not any(e["name"] == "demo" for e in d.environments()), 20, "demo to be gone")
+        # The holder learns why its player went: the daemon stopped it, not an exit status it cannot know.
+        with pytest.raises(PlayerCrashed, match=r"the daemon stopped it: environment removed\)") as info:
+            session.step("Pass")
+        assert info.value.returncode is None
     finally:
         session.close()
     metrics = d.client.request("GET", "/metrics")[1]
