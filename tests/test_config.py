@@ -81,6 +81,7 @@ def test_the_design_example_loads(tmp_path):
         ('[daemon]\nhttp = "::1:8200"', "daemon.http", "goes in brackets, as [::1]:8200"),
         ('[daemon]\nhttp = "[::1]:008200"', "daemon.http", "port"),
         ('[daemon]\nsocket = "relative.sock"', "daemon.socket", "absolute"),
+        ('[daemon]\nsocket = "/run/x/"', "daemon.socket", "names a directory; give the socket's own path"),
         (f'[daemon]\nsocket = "/{"x" * 120}"', "daemon.socket", "at most 107"),
         ("[daemon]\nbackoff_initial = 5.0\nbackoff_max = 1.0", "daemon.backoff_max", "less than"),
         ("[daemon]\nmax_boot_failures = 0", "daemon.max_boot_failures", "greater than 0"),
