@@ -513,7 +513,7 @@ class Player:
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
         except Exception as exc:  # a bug this action's arguments found: answered as a failure, never a crash
-            self.log.exception("action %r failed unexpectedly", name)
+            self.log.exception("action %s failed unexpectedly", _clip(repr(name), MAX_ECHOED_NAME))
             success, error, code, result = False, _clip(f"{name}: internal error: {type(exc).__name__}: {exc}",
                                                         MAX_ERROR_MESSAGE), "InternalError", None
         echoed = _clip(name, MAX_ECHOED_NAME) if isinstance(name, str) else ""
@@ -521,7 +521,7 @@ class Player:
         if self.log.isEnabledFor(logging.DEBUG):
             self.log.debug(
                 "action %s seq=%s -> %s%s (%.1f ms)",
-                name,
+                _clip(str(name), MAX_ECHOED_NAME),
                 self.sequence_id,
                 "ok" if success else "failed",
                 f": {error}" if error else "",

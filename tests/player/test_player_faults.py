@@ -285,3 +285,13 @@ def test_sigint_also_exits_cleanly(spawn):
     p.proc.send_signal(signal.SIGINT)
     assert p.wait(PROMPT) == 0
     assert "received SIGINT" in p.log_text()
+
+
+def test_a_huge_bad_fault_parameter_is_answered_and_logged_cut_short(spawn):
+    # The refusal quotes the client's value: the answer's errorMessage and the log line are both cut short.
+    p = ready(spawn)
+    ev = p.step({"action": "RenderdFault", "fault": "x" * 1_000_000})
+    assert not ev and ev.metadata["errorCode"] == "InvalidArgument" and len(ev.metadata["errorMessage"]) <= 500
+    assert p.step("Pass")
+    log = wait_for_log(p, "rejected fault action")
+    assert len(log) < 10_000
