@@ -827,7 +827,8 @@ class Daemon:
                     os.chown(cfg.socket, -1, group)
                     os.chmod(cfg.socket, 0o660)
                 except OSError as exc:
-                    raise DaemonError(os_error_message(exc, f"cannot give {cfg.socket} its group")) from exc
+                    raise DaemonError(os_error_message(
+                        exc, f"cannot give the control socket the group {cfg.socket_group!r} (socket_group)")) from exc
                 log.info("socket_group %s (gid %d) may use %s and the players' pipes", cfg.socket_group, group,
                          cfg.socket)
             handlers = self._install_signals(self.supervisor.wakeup_fd)
