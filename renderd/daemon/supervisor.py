@@ -126,6 +126,7 @@ class Player:
         self.proc: PlayerProcess | None = None
         self.config: EnvironmentConfig = environment.config
         self.selection: Any = None
+        self.display: Any = None  # the managed display (if any) the running process was started on
         self.pair: FifoPair | None = None
         self.holder: FifoChannel | None = None  # the daemon's reader of server.pipe
         self.writer_fd: int | None = None  # the daemon's writer of client.pipe
@@ -626,6 +627,18 @@ class Supervisor:
             p.lease = None
         recycle = False
         if p.state == State.LEASED:
+            display = p.display
+            if how == LeaseEnd.RELEASED and display is not None and not display.alive():
+                # Its managed display died under the lease: handed on, it would fail the next client's
+                # first step. It is restarted on a new display, as the idle players were.
+                why = (f"its managed X display {display.name} (Xvfb pid {display.pid}) died "
+                       f"({describe_exit(display.returncode)})")
+                log.error("lease of %s[%d] (pid %s) released: %s; restarting it on a new display",
+                          p.environment.name, p.index, p.pid, why)
+                p.reason = why
+                self._begin_stop(p, _Stop(why, "backoff"))
+                self.changed.notify_all()
+                return True
             if how == LeaseEnd.RELEASED:
                 left = _pending_bytes(p.holder.fileno() if p.holder and not p.holder.closed else None)
                 left_in = _pending_bytes(p.writer_fd)
@@ -919,6 +932,8 @@ class Supervisor:
                 return
             p.selection = selection
             platform_env, platform_args = selection.for_instance(p.index)
+            # (for_instance replaces a dead managed display first: this is the one the player gets)
+            p.display = getattr(selection, "display", None)
             program = cfg.argv
             if getattr(selection, "executable", None):  # the binary inside a macOS bundle
                 program = [selection.executable, *program[1:]]
@@ -966,7 +981,7 @@ class Supervisor:
         p.assembler = FrameAssembler()
         self._watch(p.holder.fileno(), ("ready", p))
         self._watch(p.proc.fileno(), ("exit", p))
-        self._watch_display(getattr(p.selection, "display", None))
+        self._watch_display(p.display)
         log.info(
             "started %s[%d] pid %d (%dx%d, %s, log %s)",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
@@ -1000,7 +1015,7 @@ class Supervisor:
         self._unwatch_display(display)
         users = [
             p for env in self.environments.values() for p in env.players
-            if p.selection is not None and getattr(p.selection, "display", None) is display
+            if p.display is display
             and p.state in (State.STARTING, State.READY, State.LEASED)
         ]
         if not users:
@@ -1391,6 +1406,7 @@ class Supervisor:
             p.pair.remove()
             p.pair = None
         p.assembler = None
+        p.display = None
         old_selection, p.selection = p.selection, None
         if old_selection is not None and old_selection is not p.environment.selection:
             self._release_selection(old_selection)

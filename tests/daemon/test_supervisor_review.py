@@ -1,0 +1,70 @@
+"""The supervisor over time: players and managed displays that fail at awkward moments, with a real daemon
+(``renderd start``), real players, real Xvfbs; after each scenario nothing it made is left over."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import psutil
+import pytest
+
+from renderd.daemon.client import connect
+from tests.daemon.conftest import PLAYER, fast_config
+from tests.helpers.leaks import pid_gone, wait_for
+
+DEADLINE = 20.0
+
+needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+
+MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
+
+
+def _named(pid: int, name: str) -> list[psutil.Process]:
+    """The running descendants of ``pid`` called ``name``."""
+    found = []
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            if child.name() == name and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def _fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _pipes(d) -> list[str]:
+    """The FIFOs under the daemon's players directory."""
+    found = []
+    for top, _dirs, files in os.walk(os.path.join(d.runtime_dir, "players")):
+        found += [os.path.join(top, f) for f in files]
+    return sorted(found)
+
+
+@needs_xvfb
+def test_a_player_released_after_its_managed_display_died_is_restarted_not_handed_on(daemon):
+    """The managed Xvfb dies while its only player is leased; the client then releases cleanly (it had
+    finished its step). The player must not go back to READY on the dead display (the next client's first
+    step would fail): it is restarted on a new display, and the next lease gets a new player there."""
+    d = daemon(fast_config().replace('platform = "headless"', MANAGED))
+    (xvfb,) = _named(d.pid, "Xvfb")
+    fds = _fd_count(d.pid)
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        session.step("Pass")
+        first = session.pid
+        xvfb.kill()
+        wait_for(lambda: pid_gone(xvfb.pid), DEADLINE, "the Xvfb to die")
+    (player,) = d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != first,
+                               what="a new READY player")
+    assert "died" in d.output() and "restarting it on a new display" in d.output()
+    (new_xvfb,) = _named(d.pid, "Xvfb")
+    assert new_xvfb.pid != xvfb.pid
+    assert pid_gone(first)
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        assert session.pid == player["pid"]
+        assert session.step("Pass")
+    wait_for(lambda: _fd_count(d.pid) == fds and len(_pipes(d)) == 2, DEADLINE,
+             "the daemon's descriptors and pipes to be back to one player's")
