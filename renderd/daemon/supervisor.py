@@ -1133,6 +1133,8 @@ class Supervisor:
         for env in self.environments.values():
             if env.selection is selection or any(p.selection is selection for p in env.players):
                 return
+        # Its managed display, if another environment shares it, runs on: stop watching it for this one.
+        self._unwatch_display(getattr(selection, "display", None))
         release = getattr(selection, "release", None)
         if release is not None:
             try:

@@ -68,3 +68,25 @@ def test_a_player_released_after_its_managed_display_died_is_restarted_not_hande
         assert session.step("Pass")
     wait_for(lambda: _fd_count(d.pid) == fds and len(_pipes(d)) == 2, DEADLINE,
              "the daemon's descriptors and pipes to be back to one player's")
+
+
+@needs_xvfb
+def test_an_environment_removed_from_a_shared_managed_display_leaves_no_descriptor(daemon):
+    """Two environments of the same geometry share one managed Xvfb; declaring and removing the second one
+    again and again must leave the daemon's descriptors as they were (the second's watch on the shared
+    Xvfb was kept, one pidfd per cycle, for as long as the Xvfb lived)."""
+    d = daemon(fast_config().replace('platform = "headless"', MANAGED))
+    (xvfb,) = _named(d.pid, "Xvfb")
+    body = {"executable": [PLAYER, "--static-frame"], "platform": "Linux64", "x_display": "managed",
+            "width": 64, "height": 48, "instances": 1, "start_timeout": DEADLINE}
+    fds = _fd_count(d.pid)
+    for _ in range(2):
+        status, answer = d.client.request("PUT", "/v1/environments/other", body)
+        assert status in (200, 201), answer
+        d.wait_players(lambda ps: ps and ps[0]["state"] == "READY", name="other", what="other's player")
+        assert [x.pid for x in _named(d.pid, "Xvfb")] == [xvfb.pid]  # shared, not a second server
+        d.client.request("DELETE", "/v1/environments/other")
+        wait_for(lambda: all(e["name"] != "other" for e in d.environments()), DEADLINE, "other to go")
+    assert [x.pid for x in _named(d.pid, "Xvfb")] == [xvfb.pid]
+    wait_for(lambda: _fd_count(d.pid) == fds, DEADLINE,
+             f"the daemon's descriptors to be back to {fds} (has {_fd_count(d.pid)})")
