@@ -80,6 +80,10 @@ MIN_CONTROL_TOKEN_LENGTH = 16
 PLAYER_PATHS = frozenset({"/ping", "/train"})
 #: At most one log line per this many seconds about refused control requests on the HTTP listener.
 REFUSAL_LOG_INTERVAL = 10.0
+#: Characters of a refused request's path put in that log line (the peer chose them: escaped, and cut).
+REFUSAL_LOG_PATH_CHARS = 200
+#: Largest ``control_token_file`` read (a token is a few dozen characters).
+MAX_CONTROL_TOKEN_FILE_SIZE = 4096
 
 
 class DaemonError(RenderdError):
@@ -171,6 +175,13 @@ class _RemoteControl:
         self._refused = 0
         self._last_log = -REFUSAL_LOG_INTERVAL
 
+    def set_token(self, token: str) -> bool:
+        """Use ``token`` from now on (a reload re-read the token file); True when it differs from the last."""
+        digest = hashlib.sha256(token.encode("utf-8")).digest()
+        changed = not hmac.compare_digest(digest, self._digest)
+        self._digest = digest
+        return changed
+
     def authorized(self, environ: dict[str, Any]) -> bool:
         scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
         digest = hashlib.sha256(given.strip().encode("utf-8", "surrogateescape")).digest()
@@ -200,10 +211,21 @@ class _RemoteControl:
             count, self._refused, self._last_log = self._refused, 0, now
         log.warning(
             "refused %s %s on the HTTP listener from %s: %s control token (401)%s",
-            environ.get("REQUEST_METHOD"), environ.get("PATH_INFO"), environ.get("REMOTE_ADDR"),
+            _loggable(environ.get("REQUEST_METHOD", "")), _loggable(environ.get("PATH_INFO", "")),
+            environ.get("REMOTE_ADDR"),
             "wrong" if environ.get("HTTP_AUTHORIZATION") else "no",
             f"; {count - 1} more refused since the last report" if count > 1 else "",
         )
+
+
+def _loggable(text: str) -> str:
+    """``text`` from an unauthenticated peer, fit for a log line: at most REFUSAL_LOG_PATH_CHARS characters,
+    with anything but printable ASCII escaped (a CR or LF in it would start a log line of the peer's choosing,
+    an ESC drive a terminal showing the log)."""
+    shown = text[:REFUSAL_LOG_PATH_CHARS]
+    if not (shown.isascii() and shown.isprintable()):
+        shown = ascii(shown)[1:-1]
+    return shown + ("..." if len(text) > REFUSAL_LOG_PATH_CHARS else "")
 
 
 def _listener_app(player_app: Any, control: _RemoteControl) -> Any:
@@ -443,6 +465,7 @@ class Daemon:
         self._lock_path: str | None = None
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
         self._token_path: str | None = None
+        self._remote: _RemoteControl | None = None  # the control API on the HTTP listener, behind the token
         self._owned: list[str] = []  # players and logs directories renderd made or took over (removed at stop)
         self._took_over = False  # the runtime directory held a killed daemon's lock (and its directories)
         self._serving = False  # start-up completed
@@ -601,23 +624,7 @@ class Daemon:
         ``runtime_dir/control.token`` (0600, removed at stop). Raises DaemonError for a file that cannot
         be read or holds too short a token."""
         if token_file:
-            try:
-                with open(token_file, encoding="utf-8") as f:
-                    token = f.read().strip()
-                mode = stat.S_IMODE(os.stat(token_file).st_mode)
-            except (OSError, UnicodeDecodeError) as exc:
-                what = os_error_message(exc, "cannot read") if isinstance(exc, OSError) else f"not UTF-8 ({exc})"
-                raise DaemonError(f"control_token_file {token_file}: {what}") from exc
-            if len(token) < MIN_CONTROL_TOKEN_LENGTH or any(c.isspace() for c in token):
-                raise DaemonError(
-                    f"control_token_file {token_file}: the token must be at least {MIN_CONTROL_TOKEN_LENGTH} "
-                    "characters without spaces (for example: python -c 'import secrets; "
-                    "print(secrets.token_hex(32))')"
-                )
-            if mode & 0o007:
-                log.warning("control_token_file %s has mode %04o: anyone on this machine can read the token",
-                            token_file, mode)
-            return token
+            return _read_control_token_file(token_file)
         token = secrets.token_hex(CONTROL_TOKEN_BYTES)
         path = os.path.join(runtime_dir, CONTROL_TOKEN_NAME)
         try:
@@ -727,6 +734,7 @@ class Daemon:
         if self.config_path is None:
             log.info("SIGHUP: no configuration file was given, nothing to reload")
             return
+        self._reload_control_token()
         # Before the first READY=1 (players still starting), systemd is told neither RELOADING=1 nor READY=1:
         # READY=1 still means "every player has sent its first frame", and comes when that is so.
         ready = self.notifier.declared_ready
@@ -745,6 +753,20 @@ class Daemon:
             return  # a stop began meanwhile (the supervisor logged it): systemd is told STOPPING, not READY
         if ready:
             self.notifier.notify("READY=1")
+
+    def _reload_control_token(self) -> None:
+        """SIGHUP re-reads ``control_token_file`` (the one given at start): a rotated token replaces the old
+        one at once. A file that cannot be used now is logged, and the token in use is kept."""
+        token_file = self.config.daemon.control_token_file
+        if self._remote is None or not token_file:
+            return
+        try:
+            token = _read_control_token_file(token_file)
+        except DaemonError as exc:
+            log.error("reload: %s; the HTTP listener keeps the control token it had", exc)
+            return
+        if self._remote.set_token(token):
+            log.info("reload: control token re-read from %s; the previous one is refused from now on", token_file)
 
     def _tick(self, now: float) -> float | None:
         if self._watchdog is None:
@@ -814,6 +836,7 @@ class Daemon:
             app = make_app(self.supervisor, http_listener=cfg.http)
             if http_players is not None:
                 http_players.control.app = app  # remote control: the same API, behind the token
+                self._remote = http_players.control
             try:
                 api = _ControlServer(app, cfg.socket, cfg.api_threads)
                 self._socket_stat = os.stat(cfg.socket, follow_symlinks=False)
@@ -911,6 +934,53 @@ class Daemon:
             except OSError as exc:  # not empty: something else put files there; leave it
                 log.warning("%s", os_error_message(exc, "cannot remove a directory renderd created"))
         self._created.clear()
+
+
+def _read_control_token_file(token_file: str) -> str:
+    """The token in ``control_token_file``, surrounding whitespace removed. Raises DaemonError for a file that
+    cannot be read, is not a regular file (a FIFO would block the read, a device never end it), is over
+    MAX_CONTROL_TOKEN_FILE_SIZE bytes, or holds a token that is too short or not printable ASCII without
+    spaces (a client sends a header's bytes in its own encoding: a non-ASCII token would match for some
+    clients and never for others)."""
+    try:
+        # Without blocking: opening a FIFO nobody writes to would block for ever.
+        fd = os.open(token_file, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
+    except OSError as exc:
+        raise DaemonError(f"control_token_file {token_file}: {os_error_message(exc, 'cannot read')}") from exc
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise DaemonError(f"control_token_file {token_file}: not a regular file (a file holding the token)")
+        chunks = []
+        size = 0
+        while size <= MAX_CONTROL_TOKEN_FILE_SIZE:
+            chunk = os.read(fd, MAX_CONTROL_TOKEN_FILE_SIZE + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    except OSError as exc:
+        raise DaemonError(f"control_token_file {token_file}: {os_error_message(exc, 'cannot read')}") from exc
+    finally:
+        os.close(fd)
+    if size > MAX_CONTROL_TOKEN_FILE_SIZE:
+        raise DaemonError(f"control_token_file {token_file}: over {MAX_CONTROL_TOKEN_FILE_SIZE} bytes; it should "
+                          "hold only the token")
+    try:
+        token = b"".join(chunks).decode("utf-8").strip()
+    except UnicodeDecodeError as exc:
+        raise DaemonError(f"control_token_file {token_file}: not UTF-8 ({exc})") from None
+    if len(token) < MIN_CONTROL_TOKEN_LENGTH or not (token.isascii() and token.isprintable()) or " " in token:
+        raise DaemonError(
+            f"control_token_file {token_file}: the token must be at least {MIN_CONTROL_TOKEN_LENGTH} "
+            "characters, printable ASCII without spaces (for example: python -c 'import secrets; "
+            "print(secrets.token_hex(32))')"
+        )
+    mode = stat.S_IMODE(st.st_mode)
+    if mode & 0o007:
+        log.warning("control_token_file %s has mode %04o: anyone on this machine can read the token",
+                    token_file, mode)
+    return token
 
 
 def _group_id(name: str) -> int | None:
