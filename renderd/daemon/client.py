@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import socket as _socket
+import stat
 import time
 from typing import Any
 
@@ -60,12 +61,38 @@ def socket_path(socket: str | os.PathLike[str] | None = None) -> str:
     return os.environ.get(SOCKET_ENV_VAR) or default_socket_path()
 
 
+class _NotOurDirectory(OSError):
+    """The socket is in the per-user directory under /tmp, but another user made that directory."""
+
+
+def _check_shared_default_directory(path: str) -> None:
+    """Refuse a socket in ``/tmp/renderd-UID`` (the default of a user without ``$XDG_RUNTIME_DIR``) unless
+    that directory is this user's own: anyone can make a directory of that name first and answer there
+    with a daemon of theirs (pipes and frames of their choosing). The daemon refuses such a directory too."""
+    uid = os.geteuid()
+    directory = f"/tmp/renderd-{uid}"
+    if uid == 0 or os.path.dirname(os.path.abspath(path)) != directory:
+        return
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        return  # the connection fails with "no such file" as usual
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
+        what = "is not a directory" if not stat.S_ISDIR(st.st_mode) else f"belongs to uid {st.st_uid}"
+        raise _NotOurDirectory(
+            f"{directory} {what}, not to this user ({uid}): someone else made it, and whatever answers on "
+            f"{path} is not this user's renderd. Remove it (renderd start refuses it too), or set "
+            f"$RENDERD_SOCKET (or --socket) to your daemon's socket"
+        )
+
+
 class _UnixConnection(http.client.HTTPConnection):
     def __init__(self, path: str, timeout: float) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
 
     def connect(self) -> None:
+        _check_shared_default_directory(self._path)
         sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
             sock.settimeout(self.timeout)
@@ -100,6 +127,8 @@ class ControlClient:
                 conn.request(method, path, body=data, headers=headers)
                 response = conn.getresponse()
                 raw = response.read()
+            except _NotOurDirectory as exc:
+                raise RenderdError(str(exc)) from None
             except (FileNotFoundError, ConnectionRefusedError) as exc:
                 raise RenderdError(
                     os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")

@@ -1,0 +1,88 @@
+"""A user without ``XDG_RUNTIME_DIR`` has the default socket ``/tmp/renderd-UID/renderd.sock``: a directory name
+anyone can take first. Another user who made it could answer ``renderd.connect()`` with pipes of their choice
+(frames of their making; a file of the victim's as ``client.pipe``). Clients refuse a socket there unless the
+directory is the user's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import threading
+
+import pytest
+
+from renderd.daemon.client import ControlClient
+from renderd.errors import RenderdError
+
+NOBODY = 65534
+OTHER_UID = 12345  # someone else, who made the directory first
+
+
+def _serve_fake_daemon(server: socket.socket, stop: threading.Event) -> None:
+    body = json.dumps({"version": "9", "status": "ready", "pid": 1, "uptime": 1.0, "environments": {}}).encode()
+    server.settimeout(0.1)
+    while not stop.is_set():
+        try:
+            conn, _ = server.accept()
+        except TimeoutError:
+            continue
+        with conn:
+            conn.settimeout(5)
+            try:
+                conn.recv(65536)
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            except OSError:
+                pass
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
+def test_a_default_socket_directory_made_by_another_user_is_refused() -> None:
+    directory = f"/tmp/renderd-{NOBODY}"
+    if os.path.lexists(directory):
+        pytest.skip(f"{directory} exists already")
+    os.mkdir(directory, 0o755)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+    thread = None
+    try:
+        os.chown(directory, OTHER_UID, OTHER_UID)
+        server.bind(os.path.join(directory, "renderd.sock"))
+        os.chmod(os.path.join(directory, "renderd.sock"), 0o666)
+        server.listen(4)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the victim: user nobody, no XDG_RUNTIME_DIR, no RENDERD_SOCKET
+            try:
+                os.close(r)
+                os.environ.pop("XDG_RUNTIME_DIR", None)
+                os.environ.pop("RENDERD_SOCKET", None)
+                os.setgroups([])
+                os.setresgid(NOBODY, NOBODY, NOBODY)
+                os.setresuid(NOBODY, NOBODY, NOBODY)
+                try:
+                    answer = f"answered: {ControlClient(timeout=5).health()}"
+                except RenderdError as exc:
+                    answer = f"refused: {exc}"
+                os.write(w, answer.encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        thread = threading.Thread(target=_serve_fake_daemon, args=(server, stop), daemon=True)
+        thread.start()
+        chunks = []
+        while chunk := os.read(r, 65536):  # until the child exits (it writes once, then exits)
+            chunks.append(chunk)
+        os.close(r)
+        os.waitpid(pid, 0)
+        answer = b"".join(chunks).decode()
+        assert answer.startswith("refused: "), answer
+        assert directory in answer and f"uid {OTHER_UID}" in answer and "RENDERD_SOCKET" in answer, answer
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(5)
+        server.close()
+        shutil.rmtree(directory, ignore_errors=True)
