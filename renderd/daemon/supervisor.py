@@ -83,6 +83,10 @@ SELECTION_STOP_WAIT = 60.0
 EOF_EXIT_WAIT = 1.0
 #: While a lease request waits for a player, how often (seconds) it asks whether its client hung up.
 HANG_UP_POLL_INTERVAL = 0.25
+#: When a player on a managed X display did not start within start_timeout, how long (seconds) that display
+#: gets to answer a connection: one that does not is hung (stopped, wedged; it would fail every player
+#: started on it, and reloads would keep it), so it is killed and replaced as a dead one.
+DISPLAY_CHECK_TIMEOUT = 10.0
 #: Ended leases remembered (newest last), so that a holder can still ask how its lease ended and how its
 #: player exited (``GET /v1/leases/{id}``) after the daemon reaped the player.
 ENDED_LEASES_KEPT = 256
@@ -295,6 +299,7 @@ class Supervisor:
         self._stoppers: list[threading.Thread] = []
         self._selectors: list[threading.Thread] = []  # platform selections under way (see _selection)
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
+        self._display_checks: set[int] = set()  # id(managed display) being checked for a hang (_check_display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
@@ -821,6 +826,7 @@ class Supervisor:
                         if p.eof_reason is not None:
                             self._boot_failed(p, f"{p.eof_reason} (and it did not exit)")
                         else:
+                            self._check_display(p.display)  # (a hung X server would explain it)
                             self._boot_failed(
                                 p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
                                 if p.assembler is not None
@@ -1008,6 +1014,30 @@ class Supervisor:
             self._unwatch(entry[0])
             os.close(entry[0])
 
+    def _check_display(self, display: Any) -> None:
+        """On a thread (without the lock): whether the managed ``display`` answers within
+        DISPLAY_CHECK_TIMEOUT; a hung one is killed, so that its pidfd reports it dead and it is replaced."""
+        if display is None or id(display) in self._display_checks or self._stopping:
+            return
+        self._display_checks.add(id(display))
+
+        def check() -> None:
+            try:
+                if not display.answers(DISPLAY_CHECK_TIMEOUT) and display.alive():
+                    log.error(
+                        "managed X display %s (Xvfb pid %d) did not answer a connection within %g s: it is hung; "
+                        "killing it so that a new one is started", display.name, display.pid, DISPLAY_CHECK_TIMEOUT,
+                    )
+                    display.kill(f"hung: it did not answer a connection within {DISPLAY_CHECK_TIMEOUT:g} s")
+            except Exception:  # never the daemon's end
+                log.exception("checking managed X display %s failed", display.name)
+            finally:
+                with self.lock:
+                    self._display_checks.discard(id(display))
+                self.wake()
+
+        threading.Thread(target=check, name=f"renderd-check-display-{display.name}", daemon=True).start()
+
     def _display_died(self, display: Any) -> None:
         """A managed Xvfb exited: players that are not leased are stopped and restarted (with backoff) on a
         new display; a leased player is left to its client, since it fails at its next frame (a Unity
@@ -1020,9 +1050,13 @@ class Supervisor:
         ]
         if not users:
             return
-        why = f"its managed X display {display.name} (Xvfb pid {display.pid}) died ({describe_exit(display.returncode)})"
+        how = describe_exit(display.returncode)
+        killed_because = getattr(display, "killed_because", None)
+        if killed_because:
+            how = f"{killed_because}; renderd killed it"
+        why = f"its managed X display {display.name} (Xvfb pid {display.pid}) died ({how})"
         log.error("managed X display %s (Xvfb pid %d) died (%s) under %d player(s)",
-                  display.name, display.pid, describe_exit(display.returncode), len(users))
+                  display.name, display.pid, how, len(users))
         for p in users:
             if p.state == State.LEASED:
                 log.warning("%s[%d] pid %s is leased: it is replaced when it fails or its lease ends",

@@ -163,6 +163,8 @@ class ManagedDisplay:
         self._manager = manager
         self._server = server
         self.released = False
+        #: Why renderd killed this display's Xvfb (:meth:`kill`), or None.
+        self.killed_because: str | None = None
 
     @property
     def name(self) -> str:
@@ -198,6 +200,19 @@ class ManagedDisplay:
     def returncode(self) -> int | None:
         """The Xvfb's exit status once it has exited (``Popen.returncode``: < 0 a signal), else None."""
         return self._server.proc.poll()
+
+    def answers(self, timeout: float) -> bool:
+        """Whether the server answers an X connection setup within ``timeout`` seconds. False means it runs
+        but is hung (stopped, wedged): the kernel completes the connection from its listen backlog, but no
+        answer comes. True when it answers, and when it cannot be told (the socket is gone or refuses: it
+        is exiting, which its pidfd reports)."""
+        return _x_answers(os.path.join(x11.X11_SOCKET_DIR, f"X{self.number}"), timeout)
+
+    def kill(self, why: str) -> None:
+        """SIGKILL the Xvfb's process group now (a hung server); it is reaped and replaced as a dead one.
+        ``why`` is kept as :attr:`killed_because`, for whoever reports its death."""
+        self.killed_because = why
+        _signal_group(self._server.proc, signal.SIGKILL)
 
     def screen_name(self, screen: int = 0) -> str:
         """``:N.screen``; raises ``ValueError`` for a screen the display does not have."""
@@ -524,6 +539,27 @@ def _listener_pid(socket_path: str) -> int | None:
         sock.close()
     pid = struct.unpack("3i", creds)[0]
     return pid or None  # 0: the server runs in a pid namespace this process cannot see
+
+
+def _x_answers(socket_path: str, timeout: float) -> bool:
+    """See :meth:`ManagedDisplay.answers`: a connection setup request (no authorization) and any byte back."""
+    deadline = time.monotonic() + timeout
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(timeout)
+        try:
+            sock.connect(socket_path)
+            # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
+            sock.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
+            sock.settimeout(max(0.0, deadline - time.monotonic()))
+            sock.recv(1)
+        except (socket.timeout, TimeoutError):
+            return False
+        except OSError:
+            return True
+        return True
+    finally:
+        sock.close()
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

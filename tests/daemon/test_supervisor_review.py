@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 
 import psutil
 import pytest
@@ -90,3 +91,33 @@ def test_an_environment_removed_from_a_shared_managed_display_leaves_no_descript
     assert [x.pid for x in _named(d.pid, "Xvfb")] == [xvfb.pid]
     wait_for(lambda: _fd_count(d.pid) == fds, DEADLINE,
              f"the daemon's descriptors to be back to {fds} (has {_fd_count(d.pid)})")
+
+
+@needs_xvfb
+def test_a_hung_managed_display_is_killed_and_replaced_when_a_player_cannot_start_on_it(daemon):
+    """The managed Xvfb hangs (SIGSTOP: alive, accepting connections from its backlog, never answering),
+    then its player dies. A new player cannot start on it (the GL player waits for the X server): after its
+    start_timeout the daemon finds that the display does not answer, kills it, and the player is restarted
+    on a new display. Before, every restart timed out on the same hung server until the slot was FAILED,
+    and a reload or PUT kept that server."""
+    pytest.importorskip("moderngl")
+    gl = f'["{PLAYER}", "--renderer", "gl"]'
+    d = daemon(fast_config(executable=gl).replace('platform = "headless"', MANAGED)
+               .replace("start_timeout = 20.0", "start_timeout = 2.0"),
+               preamble="import renderd.daemon.supervisor as s; s.DISPLAY_CHECK_TIMEOUT = 0.5")
+    (xvfb,) = _named(d.pid, "Xvfb")
+    (first,) = d.players()
+    try:
+        xvfb.suspend()
+        os.kill(first["pid"], signal.SIGKILL)
+        (player,) = d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != first["pid"],
+                                   what="a READY player on a new display")
+    finally:
+        if not pid_gone(xvfb.pid):
+            xvfb.resume()
+    assert "did not answer a connection within 0.5 s: it is hung" in d.output()
+    wait_for(lambda: pid_gone(xvfb.pid), DEADLINE, "the hung Xvfb to be gone")
+    assert [x.pid for x in _named(d.pid, "Xvfb")] != [xvfb.pid]
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        assert session.pid == player["pid"]
+        assert session.step("Pass").frame.shape == (48, 64, 3)
