@@ -252,7 +252,8 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
         except RenderdError as exc:
             return _json_response(start_response, 503 if supervisor.stopping else 500, {"error": error_to_dict(exc)})
         except Exception as exc:  # never a traceback page: log it, answer JSON
-            log.exception("control API: %s %s failed", method, path)
+            # (a lease id in the path is its holder's secret: never logged)
+            log.exception("control API: %s %s failed", method, re.sub(r"^/v1/leases/[^/]+", "/v1/leases/ID", path))
             return _json_response(
                 start_response, 500,
                 {"error": {"type": "RenderdError", "message": f"internal error: {type(exc).__name__}: {exc}"}},

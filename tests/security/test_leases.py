@@ -51,3 +51,27 @@ def test_lease_ids_are_distinct(secure_daemon) -> None:
         ids.add(answer["lease"])
         client.release(answer["lease"])
     assert len(ids) == 5
+
+
+def test_an_internal_error_on_a_lease_route_does_not_log_the_lease_id(tmp_path) -> None:
+    """The control API logs an unexpected error with its request's path; a lease id in that path is the
+    holder's secret and is left out."""
+    from tests.daemon.conftest import DaemonProcess, fast_config
+
+    preamble = """
+    from renderd.daemon import supervisor
+    def broken(self, lease_id):
+        raise RuntimeError("injected")
+    supervisor.Supervisor.lease_status = broken
+    """
+    d = DaemonProcess(tmp_path, fast_config(), preamble=preamble)
+    try:
+        d.wait_ready()
+        lease = d.client.lease("demo", timeout=10)["lease"]
+        with pytest.raises(RenderdError, match="internal error"):
+            d.client.lease_status(lease)
+        d.client.release(lease)
+        assert "control API: GET /v1/leases/" in d.output()
+        assert lease not in d.output()
+    finally:
+        d.cleanup()
