@@ -455,7 +455,7 @@ class DaemonConfig:
         help="File holding the bearer token of the control API on the HTTP listener (`[daemon] http`): "
         "requests other than the players' `/ping` and `/train` need `Authorization: Bearer TOKEN` "
         "(compared in constant time; 401 without it). At least 16 characters; surrounding whitespace "
-        "is ignored.",
+        "is ignored. SIGHUP re-reads the file's contents (the path itself takes effect at restart).",
         check=_optional_absolute_path,
     )
     stop_grace: float = setting(

@@ -448,7 +448,10 @@ class PlayerProcess:
         finally:
             if log_fd is not None:
                 os.close(log_fd)
-        log.debug("spawned player pid %d: %s", popen.pid, " ".join(argv))
+        if log.isEnabledFor(logging.DEBUG):
+            from renderd.config import redact_argv  # (config imports this module)
+
+            log.debug("spawned player pid %d: %s", popen.pid, " ".join(redact_argv(list(argv))))
         proc = cls(popen, log_path=log_path, show_log_path=show_log_path)
         if die_with_parent:
             proc.spawned_by = threading.current_thread()

@@ -132,3 +132,15 @@ def test_validate_does_not_print_secret_options(tmp_path) -> None:
     result = CliRunner().invoke(validate_command, [str(path)])
     assert result.exit_code == 0, result.output
     assert "s3cr3t" not in result.output and f"--api-token={REDACTED}" in result.output
+
+
+def test_launch_never_logs_secret_looking_options(caplog, nothing_left) -> None:
+    # A secret passed on the player's command line (better passed in env: /proc/PID/cmdline is readable by
+    # every local user) is not copied into renderd's own debug log either.
+    caplog.set_level(logging.DEBUG, logger="renderd")
+    with renderd.launch(["renderd-player", "--static-frame", "--api-token=SEKRIT-ONE", "-password", "SEKRIT-TWO"],
+                        width=32, height=24, platform="headless", start_timeout=20) as session:
+        session.step("Pass")
+    assert "spawned player" in caplog.text
+    assert "SEKRIT-ONE" not in caplog.text and "SEKRIT-TWO" not in caplog.text
+    assert f"--api-token={REDACTED}" in caplog.text
