@@ -477,6 +477,13 @@ class FifoChannel:
                 if exc.errno != errno.ENXIO:
                     raise RenderdError(os_error_message(exc, "cannot open the player's client.pipe for writing")) from exc
             else:
+                try:
+                    is_fifo = stat.S_ISFIFO(os.fstat(fd).st_mode)
+                except OSError:
+                    is_fifo = False
+                if not is_fifo:  # (checked before anything is written: opening a file for writing changes nothing)
+                    os.close(fd)
+                    raise RenderdError(f"{self.client_path} is not a named pipe: no action is written to it")
                 self._wfd = fd
                 return
             remaining = deadline - time.monotonic()

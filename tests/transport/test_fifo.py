@@ -362,3 +362,18 @@ def test_close_is_idempotent_and_closes_both_descriptors(tmp_path):
         with pytest.raises(ValueError):
             channel.recv(time.monotonic() + 1)
         assert wait_until(lambda: True)
+
+
+def test_an_action_is_never_written_into_a_client_path_that_is_not_a_named_pipe(tmp_path):
+    # server.pipe is checked to be a FIFO when it is opened; client.pipe is too, before an action is written
+    # (a path given by somebody else must not make renderd write into one of this user's files).
+    with FifoPair.create(tmp_path) as pair:
+        victim = tmp_path / "victim.txt"
+        victim.write_bytes(b"precious")
+        channel = FifoChannel(pair.server_path, str(victim))
+        try:
+            with pytest.raises(RenderdError, match="is not a named pipe"):
+                channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 5)
+        finally:
+            channel.close()
+        assert victim.read_bytes() == b"precious"
