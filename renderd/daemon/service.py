@@ -30,6 +30,7 @@ import shutil
 import signal
 import socket
 import stat
+import sys
 import threading
 import time
 from typing import Any
@@ -228,6 +229,16 @@ def _loggable(text: str) -> str:
     return shown + ("..." if len(text) > REFUSAL_LOG_PATH_CHARS else "")
 
 
+def _listener_body_limit(method: str, path: str) -> int:
+    """The largest body the HTTP listener reads for a request, decided from its head: a player's frame may be
+    large, a control API request is small (the API refuses a larger one anyway). Checked before the body
+    is read, so a peer without the control token cannot make the daemon read and hold 256 MiB per
+    connection just to be told 401."""
+    from renderd.daemon.api import MAX_BODY_SIZE
+
+    return sys.maxsize if path in PLAYER_PATHS else MAX_BODY_SIZE
+
+
 def _listener_app(player_app: Any, control: _RemoteControl) -> Any:
     """The HTTP listener's application: the players' routes, and the control API for everything else."""
 
@@ -257,7 +268,8 @@ class _HttpPlayers:
         self.registry = PlayerBridgeRegistry()
         self.control = _RemoteControl(control_token)
         app = _listener_app(make_player_app(self.registry), self.control)
-        self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players, app=app)
+        self.server = PlayerHttpServer(self.registry, host=host, port=port, players=players, app=app,
+                                       body_limit=_listener_body_limit)
         self.supervisor: Supervisor | None = None
         self._pumps: dict[int, Any] = {}
 

@@ -784,6 +784,17 @@ def _read_body(stream: Any, length: int) -> bytearray | None:
     return body
 
 
+def _path_and_query(target: str) -> tuple[str, str]:
+    """The path (percent-decoded, as PATH_INFO) and the query string of a request target (origin or
+    absolute form)."""
+    path, _, query = target.partition("?")
+    if path.startswith(("http://", "https://")):  # absolute form
+        path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
+    if "%" in path:
+        path = unquote_to_bytes(path).decode("latin-1")
+    return path, query
+
+
 def _connection_options(value: str) -> set[str]:
     """The options of a Connection header, as whole tokens (``x-close-later`` is not ``close``)."""
     return {option.strip().lower() for option in value.split(",")}
@@ -1158,11 +1169,7 @@ class _Connection:
         return method, target, version, headers
 
     def _environ(self, method: str, target: str, version: str, headers: dict[str, str], body: bytearray) -> dict:
-        path, _, query = target.partition("?")
-        if path.startswith(("http://", "https://")):  # absolute form
-            path = "/" + path.split("/", 3)[3] if path.count("/") >= 3 else "/"
-        if "%" in path:
-            path = unquote_to_bytes(path).decode("latin-1")
+        path, query = _path_and_query(target)
         environ: dict[str, Any] = {
             "REQUEST_METHOD": method,
             "SCRIPT_NAME": "",
@@ -1237,6 +1244,8 @@ class _Connection:
         else:
             length = 0
         limit = self.server.registry.max_request_size
+        if self.server.body_limit is not None:  # before any of the body is read (or buffered)
+            limit = min(limit, self.server.body_limit(method, _path_and_query(target)[0]))
         if length > limit:
             raise _HttpError(413, f"the body is {length} bytes, over the limit of {limit} bytes")
         connection = _connection_options(headers.get("CONNECTION", ""))
@@ -1360,9 +1369,13 @@ class PlayerHttpServer:
         players: int = 1,
         app: Callable | None = None,
         max_connections: int = MAX_CONNECTIONS,
+        body_limit: Callable[[str, str], int] | None = None,
     ) -> None:
         self.registry = registry
         self.app = app if app is not None else make_player_app(registry)
+        #: ``body_limit(method, path)``: the largest body a request may have, when lower than the registry's
+        #: ``max_request_size`` (an ``app`` that serves other routes than the players' gives those a lower one).
+        self.body_limit = body_limit
         self.max_connections = max_connections
         self._host = host
         self._port = port

@@ -115,3 +115,27 @@ def test_the_generated_token_is_removed_at_stop(tmp_path: Path) -> None:
         assert not os.path.exists(d.runtime_dir)  # the token with everything else the daemon made
     finally:
         d.cleanup()
+
+
+def test_a_large_control_request_is_refused_from_its_head_before_any_token_check(secure_daemon) -> None:
+    # Without the token a peer could otherwise make the daemon read (and hold) a 256 MiB body per connection
+    # only to be told 401: a control request's body is limited from its Content-Length, before it is read.
+    import socket
+    import time
+
+    d = secure_daemon
+    host, port = http_address(d)
+    with socket.create_connection((host, port), timeout=20) as sock:
+        sock.sendall(b"PUT /v1/environments/x HTTP/1.1\r\nHost: h\r\nContent-Length: 209715200\r\n\r\n" + b"{" * 1000)
+        deadline = time.monotonic() + 20
+        answer = b""
+        while b"\r\n\r\n" not in answer and time.monotonic() < deadline:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
+    assert b"over the limit of 1048576 bytes" in answer
+    # The players' routes keep the frames' limit.
+    status, _, _ = call(d, "POST", "/train", body={"x": "y" * 2_000_000})
+    assert status != 413
