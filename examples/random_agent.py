@@ -3,7 +3,8 @@
     pip install 'renderd[gym]'
     python examples/random_agent.py                       # 4 reference players, 2000 steps
     python examples/random_agent.py --envs 8 --steps 5000 --width 128 --height 128
-    python examples/random_agent.py --environment demo    # lease players from a running `renderd start`
+    python examples/random_agent.py --environment demo --envs 1   # lease from a running `renderd start`
+                                                          # (--envs: at most the environment's instances)
     python examples/random_agent.py --executable /path/to/thor-build --scenes FloorPlan1,FloorPlan2
 
 Replace the random policy with your agent: ``observations["rgb"]`` is an ``(N, H, W, 3) uint8`` batch.
