@@ -340,6 +340,10 @@ def _json_error_channel() -> type:
         def execute(self) -> None:
             error = self.request.error
             message = f"{error.reason}: {error.body}" if error.body else error.reason
+            if error.code == 413:  # waitress names its own limit, one over the API's (see _ControlServer)
+                from renderd.daemon.api import MAX_BODY_SIZE
+
+                message = f"{error.reason}: a control API request's body is at most {MAX_BODY_SIZE} bytes"
             body = json.dumps({"error": {"type": "RenderdError", "message": message}}).encode("utf-8") + b"\n"
             self.status = f"{error.code} {error.reason}"
             self.response_headers.extend([("Content-Type", "application/json"), ("Cache-Control", "no-store")])

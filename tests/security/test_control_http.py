@@ -48,4 +48,4 @@ def test_the_oversize_answer_is_json_too(secure_daemon) -> None:
     status, headers, body = raw_request(
         secure_daemon.socket, b"PUT /v1/environments/x HTTP/1.0\r\nContent-Length: %d\r\n\r\n" % (MAX_BODY_SIZE + 1))
     assert status == 413 and headers["content-type"] == "application/json"
-    assert "max_body" in json.loads(body)["error"]["message"]
+    assert f"body is at most {MAX_BODY_SIZE} bytes" in json.loads(body)["error"]["message"]
