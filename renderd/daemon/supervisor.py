@@ -534,8 +534,9 @@ class Supervisor:
             "refused (were all [daemon] api_threads = %d busy?)",
             client_pid, env.name, late, self.daemon_config.api_threads,
         )
-        return (f"no ready player of {env.name!r} within {timeout:g} s: the daemon took the request up "
-                f"{late:.3f} s after the client's deadline (was its control API busy?)")
+        return (f"no player of {env.name!r} leased: the daemon took the request up {late:.3f} s after the "
+                f"client's deadline (of its {timeout:g} s wait) had passed, so it did not wait at all (was the "
+                "control API busy?)")
 
     def _lease_answer(self, lease: Lease) -> dict[str, Any]:
         p = lease.player
