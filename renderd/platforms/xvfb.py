@@ -489,6 +489,7 @@ class DisplayManager:
         if proc.poll() is not None:
             return
         _signal_group(proc, signal.SIGTERM)
+        _signal_group(proc, signal.SIGCONT)  # a stopped (SIGSTOP, hung) server acts on its SIGTERM at once
         try:
             proc.wait(timeout=self.stop_grace)
             return

@@ -3,9 +3,11 @@ request's validation, OSXIntel64 bundles and the headless platform."""
 
 from __future__ import annotations
 
+import logging
 import os
 import plistlib
 import shutil
+import signal
 
 import pytest
 
@@ -48,6 +50,20 @@ def test_auto_falls_back_to_a_managed_display(no_xvfb_left):
         assert selection.display.width == 2001 and selection.env["DISPLAY"] == f"{selection.display.name}.0"
         assert selection.report.details["managed"] is True
     assert not selection.display.alive()
+
+
+@pytest.mark.xvfb
+def test_a_stopped_managed_display_is_stopped_by_its_sigterm(no_xvfb_left, caplog):
+    # A hung (SIGSTOPped) Xvfb acts on no signal but SIGKILL and SIGCONT: it is continued with its SIGTERM, so
+    # the release ends it at once, not after its whole grace and a SIGKILL.
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed")
+    caplog.set_level(logging.WARNING, logger="renderd")
+    with select(PlatformRequest(system="Linux", **BIG, env={**NO_DISPLAY, **BAD_ICD})) as selection:
+        assert selection.display is not None and selection.display.alive()
+        os.kill(selection.display.pid, signal.SIGSTOP)
+    assert not selection.display.alive()
+    assert "ignored SIGTERM" not in caplog.text
 
 
 def test_auto_with_nothing_lists_every_candidate():
