@@ -32,6 +32,10 @@ other jobs on a shared machine hits every client alike. Nothing is pinned: playe
 client float over all CPUs, which is how they run in training; pinning n + 1 busy processes to 2 CPUs
 would only add constraints. The machine's CPU count, load average and Python version are printed with
 the table.
+
+``gym-vector`` and the AsyncVectorEnv clients need ``gymnasium``; without it they are skipped, with a note.
+A client that fails in a cell (a player crashed or timed out) is closed and left out of that row, with a
+note under the table; the rest go on, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -63,6 +67,8 @@ WARMUP_STEPS = 10
 RENDER_ACTION = {"action": "RotateLeft", "degrees": 7}
 STATIC_ACTION = "RotateLeft"
 CLIENTS = ("vector", "vector-seq", "serial", "gym-vector", "async", "async-shm")
+#: The clients that need Gymnasium (skipped, with a note, when it is not importable).
+GYM_CLIENTS = ("gym-vector", "async", "async-shm")
 
 
 def _launch_kwargs(frames: str) -> dict[str, Any]:
@@ -77,6 +83,16 @@ def _launch_kwargs(frames: str) -> dict[str, Any]:
 
 def _action(frames: str) -> Any:
     return STATIC_ACTION if frames == "static" else RENDER_ACTION
+
+
+def gymnasium_available() -> bool:
+    """Whether Gymnasium imports here (the gym-vector and AsyncVectorEnv clients need it)."""
+    try:
+        import gymnasium  # noqa: F401
+        import gymnasium.vector  # noqa: F401
+    except Exception:
+        return False
+    return True
 
 
 def _cpu(procs: list[psutil.Process]) -> float:
@@ -107,6 +123,7 @@ class _Client:
 
     def __init__(self, name: str, n: int, frames: str) -> None:
         self.name, self.n, self.frames = name, n, frames
+        self.failed = False
         self.closer: Callable[[], None] = lambda: None
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         action = _action(frames)
@@ -153,10 +170,14 @@ class _Client:
 
             self.closer = env.close
         self.step = step
-        # This client's own processes (players, workers), for its CPU time; idle ones cost nothing.
-        self.procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
-        for _ in range(WARMUP_STEPS):
-            self.step()
+        try:
+            # This client's own processes (players, workers), for its CPU time; idle ones cost nothing.
+            self.procs = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+            for _ in range(WARMUP_STEPS):
+                self.step()
+        except BaseException:
+            self.close()  # the caller never gets this client to close
+            raise
 
     def measure(self, duration: float) -> tuple[float, float]:
         """(steps/s over all players, CPU microseconds per player step: this process + its processes)."""
@@ -167,10 +188,25 @@ class _Client:
         return count * self.n / elapsed, cpu / (count * self.n) * 1e6
 
     def close(self) -> None:
-        self.closer()
+        closer, self.closer = self.closer, lambda: None  # once: a failed client is closed before the rest
+        closer()
 
 
-def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, rounds: int) -> list[dict]:
+def _failure(exc: BaseException) -> str:
+    """``Type: first line`` of ``exc``. AsyncVectorEnv re-raises a worker's error as ``type(error)(error)``,
+    whose ``str()`` a renderd error cannot make (its message is then the error itself): use the inner one."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = str(exc.args[0]) if exc.args else repr(exc)
+    return f"{type(exc).__name__}: {(text.strip().splitlines() or [''])[0]}"
+
+
+def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, rounds: int,
+        notes: list[str] | None = None) -> list[dict]:
+    """Measure every cell; a client that fails in a cell (a player crashed or timed out) is closed and left
+    out of that row, with a line in ``notes``."""
+    notes = [] if notes is None else notes
     rows = []
     for frames in frames_list:
         for n in ns:
@@ -181,19 +217,32 @@ def run(ns: list[int], frames_list: list[str], clients: list[str], duration: flo
             opened: list[_Client] = []
             try:
                 for c in clients:
-                    opened.append(_Client(c, n, frames))
+                    try:
+                        opened.append(_Client(c, n, frames))
+                    except Exception as exc:
+                        notes.append(f"# {frames}, n = {n}: {c} failed to start: {_failure(exc)}")
                 for r in range(rounds):
-                    k = r % len(opened)
+                    k = r % len(opened) if opened else 0
                     for client in opened[k:] + opened[:k]:
-                        rate, us = client.measure(duration)
+                        if client.failed:
+                            continue
+                        try:
+                            rate, us = client.measure(duration)
+                        except Exception as exc:
+                            notes.append(f"# {frames}, n = {n}: {client.name} failed: {_failure(exc)}")
+                            client.failed = True
+                            samples[client.name].clear()
+                            cpu[client.name].clear()
+                            client.close()
+                            continue
                         samples[client.name].append(rate)
                         cpu[client.name].append(us)
             finally:
                 for client in opened:
                     client.close()
             row: dict[str, Any] = {"frames": frames, "n": n}
-            row.update({c: statistics.median(v) for c, v in samples.items()})
-            row["cpu_us"] = {c: statistics.median(v) for c, v in cpu.items()}
+            row.update({c: statistics.median(v) for c, v in samples.items() if v})
+            row["cpu_us"] = {c: statistics.median(v) for c, v in cpu.items() if v}
             asyncs = [row[c] for c in ("async", "async-shm") if c in row]
             if "gym-vector" in row and asyncs:
                 row["ratio"] = row["gym-vector"] / max(asyncs)
@@ -206,7 +255,9 @@ def _cpu_table(rows: list[dict], clients: list[str]) -> str:
     cols = ["frames", "n", *clients]
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for row in rows:
-        cells = [row["frames"], str(row["n"])] + [f"{row['cpu_us'][c]:.0f}" for c in clients]
+        cells = [row["frames"], str(row["n"])] + [
+            f"{row['cpu_us'][c]:.0f}" if c in row["cpu_us"] else "-" for c in clients
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -217,7 +268,7 @@ def _header(clients: list[str]) -> str:
 
 
 def _format_row(row: dict, clients: list[str]) -> str:
-    cells = [row["frames"], str(row["n"])] + [f"{row[c]:.0f}" for c in clients]
+    cells = [row["frames"], str(row["n"])] + [f"{row[c]:.0f}" if c in row else "-" for c in clients]
     cells.append(f"{row['ratio']:.2f}x" if "ratio" in row else "-")
     return "| " + " | ".join(cells) + " |"
 
@@ -231,28 +282,41 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=9, help="rounds per cell; the median is reported")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON")
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     ns = [int(x) for x in args.ns.split(",") if x]
     frames = [f for f in args.frames.split(",") if f]
     clients = [c for c in args.clients.split(",") if c]
     for c in clients:
         if c not in CLIENTS:
             p.error(f"unknown client {c!r}")
+    skipped = ""
+    if any(c in GYM_CLIENTS for c in clients) and not gymnasium_available():
+        skipped = ", ".join(c for c in clients if c in GYM_CLIENTS)
+        clients = [c for c in clients if c not in GYM_CLIENTS]
+    if not clients:
+        p.error(f"gymnasium is not importable: no client left to measure (skipped {skipped})")
     load = os.getloadavg()
     print(
         f"# {SIZE}x{SIZE} RGB, steps/s over all players (median of {args.rounds} rounds of {args.duration:g} s); "
         f"{os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
         f"Python {platform.python_version()}, {platform.system()} {platform.release()}"
     )
+    if skipped:
+        print(f"# gymnasium not importable (pip install gymnasium): {skipped} skipped")
     print(_header(clients), flush=True)
-    rows = run(ns, frames, clients, args.duration, args.rounds)
+    notes: list[str] = []
+    rows = run(ns, frames, clients, args.duration, args.rounds, notes)
+    for note in notes:
+        print(note)
     print("\n# CPU microseconds per player step (this process + players + workers; lower is better)")
     print(_cpu_table(rows, clients))
     load = os.getloadavg()
     print(f"# load average after: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"cpus": os.cpu_count(), "rows": rows}, f, indent=2)
-    return 0
+            json.dump({"cpus": os.cpu_count(), "rows": rows, "notes": notes}, f, indent=2)
+    return 1 if notes else 0
 
 
 if __name__ == "__main__":
