@@ -23,6 +23,9 @@ these clients are measured in lockstep (send an action, read the whole answer):
 * ``ai2thor``: AI2-THOR's own ``FifoServer`` (``send`` + ``receive``, as its controller uses it), on the
   same player; the column is skipped when ``ai2thor`` is not importable.
 
+A column that fails in a cell (its player crashed or timed out) is left out of that row with a note
+under the table, the other columns go on, and the exit status is 1.
+
 Client and player are pinned with ``os.sched_setaffinity``: ``same`` puts both on one CPU, ``different``
 on two. Numbers are steps per second and MB/s of player -> client payload (whole messages). The ratios:
 ``renderd/ceiling`` is renderd against that ceiling; ``ceiling/AI2-THOR`` is the most any client could
@@ -32,11 +35,13 @@ gain over AI2-THOR's on this player.
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import os
 import platform
 import resource
+import select
 import signal
 import statistics
 import sys
@@ -175,6 +180,50 @@ def timed(step: Callable[[], Any], duration: float) -> tuple[float, int]:
             return n / (now - start), n
 
 
+class PeerGone(Exception):
+    """The process at the other end of a raw reader's pipes exited or closed them (the column fails)."""
+
+
+def peer_gone(proc: PlayerProcess, what: str) -> PeerGone:
+    """A :class:`PeerGone` for ``what``, with how ``proc`` ended (waiting a moment for its exit)."""
+    proc.wait_exit(1.0)
+    return PeerGone(str(proc.crashed(what)).split("\n", 1)[0])
+
+
+def open_writer(path: str, proc: PlayerProcess, timeout: float, who: str) -> int:
+    """Open ``path`` (a FIFO) for writing once ``proc`` has it open for reading: a blocking descriptor,
+    or :class:`PeerGone` if ``proc`` exits first, or TimeoutError after ``timeout`` seconds (a plain blocking
+    open would wait forever for a peer that died before opening its end)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+        else:
+            os.set_blocking(fd, True)
+            return fd
+        if proc.exited():
+            raise peer_gone(proc, f"{who} exited before opening {os.path.basename(path)}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{who} did not open {path} within {timeout:g} s")
+        time.sleep(0.005)
+
+
+def wait_readable(fd: int, proc: PlayerProcess, timeout: float, who: str) -> None:
+    """Wait until ``fd`` (the read end of a FIFO) has data or its writer closed it; :class:`PeerGone` if
+    ``proc`` exits without writing, TimeoutError after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    while not poller.poll(50):
+        if proc.exited() and not poller.poll(0):
+            raise peer_gone(proc, f"{who} exited before writing its first message")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{who} wrote nothing within {timeout:g} s")
+
+
 # -- renderd ---------------------------------------------------------------------------------------------
 
 
@@ -267,10 +316,15 @@ def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes, buffers: i
         tmp.flush()
         pin.spawning()
         proc = _spawn_raw_writer(pair, tmp.name, len(request))
+        fds: list[int] = []
         try:
-            rfd = os.open(pair.server_path, os.O_RDONLY)
+            # Not a blocking open: it would wait forever for a writer that died before opening its end.
+            rfd = os.open(pair.server_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            fds.append(rfd)
             _set_pipe_size(rfd, DEFAULT_PIPE_SIZE)
-            wfd = os.open(pair.client_path, os.O_WRONLY)
+            wfd = open_writer(pair.client_path, proc, START_TIMEOUT, "the bare writer")
+            fds.append(wfd)
+            os.set_blocking(rfd, True)
             pin.running(proc.pid)
             bufs = [bytearray(len(payload)) for _ in range(buffers)]
             views = [memoryview(b) for b in bufs]
@@ -283,14 +337,20 @@ def run_raw(case: Case, pin: Pinned, duration: float, payload: bytes, buffers: i
                 view = views[turn[0]]
                 got = 0
                 while got < total:
-                    got += os.readv(rfd, [view[got:]])
+                    n = os.readv(rfd, [view[got:]])
+                    if not n:  # end of file: the writer is gone (without this check the loop would spin forever)
+                        raise peer_gone(proc, "the bare writer closed server.pipe")
+                    got += n
 
-            rate, _ = timed(step, duration)
+            try:
+                rate, _ = timed(step, duration)
+            except BrokenPipeError:
+                raise peer_gone(proc, "the bare writer closed client.pipe") from None
             if any(bytes(b) != payload for b in bufs):
                 raise AssertionError("raw reader received different bytes")
-            os.close(wfd)
-            os.close(rfd)
         finally:
+            for fd in fds:
+                os.close(fd)
             proc.stop(1.0)
     return Result(rate, len(payload))
 
@@ -316,8 +376,13 @@ def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Res
         channel = session.channel
         # The session stays idle while this reader drives the player through its own (blocking) descriptors
         # on the same pipes, whose buffers the channel has already enlarged.
-        rfd = os.open(channel.server_path, os.O_RDONLY | os.O_CLOEXEC)
-        wfd = os.open(channel.client_path, os.O_WRONLY | os.O_CLOEXEC)
+        rfd = os.open(channel.server_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(rfd, True)
+        try:
+            wfd = open_writer(channel.client_path, session.process, STEP_TIMEOUT, "the player")
+        except BaseException:
+            os.close(rfd)
+            raise
         bufs = [bytearray(total) for _ in range(2)]
         views = [memoryview(b) for b in bufs]
         turn = [0]
@@ -328,7 +393,10 @@ def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Res
             view = views[turn[0]]
             got = 0
             while got < total:
-                got += os.readv(rfd, [view[got:]])
+                n = os.readv(rfd, [view[got:]])
+                if not n:  # end of file: the player is gone (the loop would otherwise spin until the timer)
+                    raise peer_gone(session.process, "the player closed server.pipe under the raw reader")
+                got += n
 
         def out_of_step(signum: int, frame: Any) -> None:
             raise NoCeiling(f"the player's answers are not {total} bytes each; the reader fell out of step")
@@ -337,6 +405,8 @@ def run_ceiling(case: Case, pin: Pinned, duration: float, payload: bytes) -> Res
         signal.setitimer(signal.ITIMER_REAL, duration + STEP_TIMEOUT)
         try:
             rate, _ = timed(step, duration)
+        except BrokenPipeError:
+            raise peer_gone(session.process, "the player closed client.pipe under the raw reader") from None
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
@@ -410,35 +480,67 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
     import ai2thor.fifo_server
 
     server = ai2thor.fifo_server.FifoServer(width=case.width, height=case.height, timeout=STEP_TIMEOUT)
-    server.start()
-    params = server.unity_params()
-    env = player_env(
-        None, server_pipe=params["fifo_server_pipe_path"], client_pipe=params["fifo_client_pipe_path"],
-        extra=PLAYER_ENV,
-    )
-    argv = player_argv(
-        resolve_executable(player_executable), width=case.width, height=case.height, extra_args=case.player_args()
-    )
-    pin.spawning()
-    proc = PlayerProcess.spawn(argv, env, None)
+    proc: PlayerProcess | None = None
     try:
+        server.start()
+        params = server.unity_params()
+        env = player_env(
+            None, server_pipe=params["fifo_server_pipe_path"], client_pipe=params["fifo_client_pipe_path"],
+            extra=PLAYER_ENV,
+        )
+        argv = player_argv(
+            resolve_executable(player_executable), width=case.width, height=case.height,
+            extra_args=case.player_args(),
+        )
+        pin.spawning()
+        proc = PlayerProcess.spawn(argv, env, None)
         server.unity_proc = proc._popen
+        # FifoServer opens its pipes when it first uses them, with blocking opens that wait forever for a
+        # player that died before opening its end: open them for it (the same file objects it would make).
+        rfd = os.open(server.server_pipe_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        server.server_pipe = os.fdopen(rfd, "rb")
+        wait_readable(rfd, proc, START_TIMEOUT, "the player")
+        os.set_blocking(rfd, True)
         server.receive()
+        server.client_pipe = os.fdopen(open_writer(server.client_pipe_path, proc, START_TIMEOUT, "the player"), "wb")
         pin.running(proc.pid)
         step = ai2thor_stepper(server, case)
         step()
         rate, _ = timed(step, duration)
         check_ai2thor_event(server, case)
+    except Exception as exc:
+        if proc is not None and not isinstance(exc, PeerGone) and proc.exited():
+            raise peer_gone(proc, f"the player exited under AI2-THOR's FifoServer ({exc})") from exc
+        raise
     finally:
         for pipe in (server.client_pipe, server.server_pipe):
             if pipe is not None:
-                pipe.close()
-        proc.stop(1.0)
+                try:
+                    pipe.close()
+                except BrokenPipeError:  # a buffered writer flushing into a pipe the player has left
+                    pass
+        if proc is not None:
+            proc.stop(1.0)
         server.tmp_dir.cleanup()
     return Result(rate, 0)
 
 
 # -- the table -------------------------------------------------------------------------------------------
+
+
+#: Each column's header, for the notes.
+COLUMNS = {
+    "raw": "raw lockstep",
+    "kept": "raw, frame kept",
+    "bare": "renderd, bare writer",
+    "ceiling": "raw reader, player",
+    "renderd": "renderd",
+    "ai2thor": "AI2-THOR FifoServer",
+}
+
+
+def first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [""])[0]
 
 
 def cpu_model() -> str:
@@ -464,7 +566,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=1.0, help="seconds measured per run (default 1)")
     p.add_argument("--repeat", type=int, default=3, help="runs per cell, interleaved; the median is reported")
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated: {', '.join(CASES)}")
-    p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
+    p.add_argument("--placements", default=",".join(PLACEMENTS),
+                   help="comma-separated: same (one CPU), different (two CPUs); default both")
     p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
     p.add_argument("--json", action="store_true", help="print the results as JSON as well")
     p.add_argument("--kept", action="store_true",
@@ -475,8 +578,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     player_executable = args.player
 
-    cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    for key in keys:
+        if key not in CASES:
+            p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")
+    for placement in placements:
+        if placement not in PLACEMENTS:  # cpus_for() would measure any other word as "different"
+            p.error(f"unknown placement {placement!r}; expected {' or '.join(PLACEMENTS)}")
+    cases = [CASES[k] for k in keys]
     with_ai2thor = not args.no_ai2thor and ai2thor_available()
     print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
     print(f"# renderd {renderd.__version__}; pipe {DEFAULT_PIPE_SIZE // 1024} KiB; median of {args.repeat} interleaved"
@@ -495,8 +605,15 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     loads = [os.getloadavg()[0]]
     notes: list[str] = []
+    failed = False
     for case in cases:
-        payload = capture_answer(case)
+        try:
+            payload = capture_answer(case)
+        except Exception as exc:
+            # The player could not even answer one step: no column of this case can run.
+            print(f"{case.label:<26} {'-':<9} (skipped: the player failed: {first_line(exc)})", flush=True)
+            failed = True
+            continue
         for placement in placements:
             cpus = cpus_for(placement)
             if cpus is None:
@@ -520,10 +637,17 @@ def main(argv: list[str] | None = None) -> int:
                         if run is not None:
                             try:
                                 result = run()
-                            except NoCeiling as exc:
-                                notes.append(f"# {case.label.strip()}, {placement}: no ceiling column: {exc}")
+                            except Exception as exc:
+                                # One column's failure (a crashed player, a timeout) costs that cell only.
+                                if isinstance(exc, NoCeiling):
+                                    notes.append(f"# {case.label.strip()}, {placement}: no ceiling column: {exc}")
+                                else:
+                                    failed = True
+                                    notes.append(f"# {case.label.strip()}, {placement}: column {COLUMNS[name]!r}"
+                                                 f" failed: {type(exc).__name__}: {first_line(exc)}")
                                 runners[name] = None  # for the rest of this row
                                 rates[name].clear()
+                                faults[name].clear()
                                 continue
                             rates[name].append(result.steps_per_s)
                             if result.faults_per_step is not None:
@@ -564,7 +688,7 @@ def main(argv: list[str] | None = None) -> int:
         print(note)
     if args.json:
         print(json.dumps(rows, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
