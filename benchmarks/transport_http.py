@@ -6,15 +6,17 @@ Run on demand (not part of the test suite)::
     python benchmarks/transport_http.py --duration 1 --repeat 1 --cases rgb300 --placements different
     python benchmarks/transport_http.py --parsers          # the multipart splitter vs the multipart package
 
-For each case the same reference player (``renderd-player --static-frame``) answers "Pass" actions, and
-three clients are measured in lockstep (send an action, receive the whole answer as an event):
+For each case the same reference player (``renderd-player --static-frame``, with RGB at 3 bytes per pixel
+in every column: ``RENDERD_PLATFORM=Linux64``, as in ``benchmarks/transport.py``) answers "Pass" actions,
+and three clients are measured in lockstep (send an action, receive the whole answer as an event):
 
 * ``HTTP``: ``renderd.launch(transport="http")`` and ``Session.step("Pass")``: the player posts
   multipart frames to renderd's waitress server, the bridge hands them to the session in memory;
 * ``FIFO``: ``renderd.launch()`` (named pipes), the same session code;
 * ``waitress`` / ``cheroot`` (with ``--waitress`` / ``--cheroot``): renderd's HTTP application and
-  bridge served by plain waitress (``waitress.create_server``) or cheroot (``cheroot.wsgi.Server``, if
-  installed) instead of renderd's own server: the measurement behind that choice;
+  bridge served by plain waitress (``waitress.create_server``) or cheroot (``cheroot.wsgi.Server``; the
+  column is skipped, with a note, when cheroot is not installed) instead of renderd's own server: the
+  measurement behind that choice;
 * ``AI2-THOR``: AI2-THOR's own ``WsgiServer`` (``send`` + ``receive``, as its controller uses it), the
   same player posting to it; the column is skipped when ``ai2thor`` is not importable.
 
@@ -24,6 +26,9 @@ the median is reported, so that load from other processes hits all columns alike
 second, each cell gives the CPU time per step (user + system) of the client process (all its threads:
 for HTTP that includes the server) and of the player: on a busy machine these vary far less than
 wall-clock rates, and in lockstep their sum bounds the rate (the "(CPU)" column compares the sums).
+
+A column that fails in a cell (its player crashed or timed out) is left out of that row with a note under
+the table, the other columns go on, and the exit status is 1.
 """
 
 from __future__ import annotations
@@ -49,6 +54,7 @@ from benchmarks.transport import (  # noqa: E402
     ACTION,
     CASES,
     PLACEMENTS,
+    PLAYER_ENV,
     START_TIMEOUT,
     STEP_TIMEOUT,
     WARMUP_STEPS,
@@ -127,6 +133,7 @@ def run_session(case: Case, pin: Pinned, duration: float, transport: str) -> Cel
         height=case.height,
         transport=transport,
         args=case.player_args(),
+        env=PLAYER_ENV,
         start_timeout=START_TIMEOUT,
         step_timeout=STEP_TIMEOUT,
     ) as session:
@@ -148,7 +155,7 @@ def _measure_on(registry: Any, port: int, case: Case, pin: Pinned, duration: flo
     bridge = registry.register()
     endpoint = player_env({}, server_type="WSGI", host="127.0.0.1", port=port, token=bridge.token)
     with launch_player(bridge, endpoint, width=case.width, height=case.height, args=case.player_args(),
-                       start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
+                       env=PLAYER_ENV, start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
         _pin_self(pin, session.pid)
         setup_session(session, case)
         cell = measure(lambda: session.step(ACTION), duration, session.pid)
@@ -217,7 +224,7 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
     server.client_token = "benchmark-token"
     server.start()
     host, port = server.wsgi_server.socket.getsockname()[:2]
-    env = player_env(None, server_type="WSGI", host=host, port=port, token=server.client_token)
+    env = player_env(None, server_type="WSGI", host=host, port=port, token=server.client_token, extra=PLAYER_ENV)
     argv = player_argv("renderd-player", width=case.width, height=case.height, extra_args=case.player_args())
     proc = PlayerProcess.spawn(argv, env, None)
     try:
@@ -299,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--duration", type=float, default=2.0, help="seconds measured per run (default 2)")
     p.add_argument("--repeat", type=int, default=3, help="interleaved runs per cell; the median is reported")
     p.add_argument("--cases", default=",".join(DEFAULT_CASES), help=f"comma-separated: {', '.join(CASES)}")
-    p.add_argument("--placements", default=",".join(PLACEMENTS), help="same, different, or both")
+    p.add_argument("--placements", default=",".join(PLACEMENTS),
+                   help="comma-separated: same (one CPU), different (two CPUs); default both")
     p.add_argument("--no-ai2thor", action="store_true", help="skip the AI2-THOR column")
     p.add_argument("--waitress", action="store_true", help="add the column: renderd's app served by waitress")
     p.add_argument("--cheroot", action="store_true", help="add the column: renderd's app served by cheroot")
@@ -311,23 +319,36 @@ def main(argv: list[str] | None = None) -> int:
         parsers()
         return 0
 
-    cases = [CASES[k.strip()] for k in args.cases.split(",") if k.strip()]
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    for key in keys:
+        if key not in CASES:
+            p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")
+    for placement in placements:
+        if placement not in PLACEMENTS:  # cpus_for() would measure any other word as "different"
+            p.error(f"unknown placement {placement!r}; expected {' or '.join(PLACEMENTS)}")
+    cases = [CASES[k] for k in keys]
     with_ai2thor = not args.no_ai2thor and ai2thor_available()
+    # cheroot is not a renderd dependency: its column is skipped, with a note, when it is not installed.
+    with_cheroot = args.cheroot and fifo_ai2thor_available("cheroot.wsgi")
     import platform
 
     print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
     print(f"# renderd {renderd.__version__}; {args.duration:g} s per run, median of {args.repeat} interleaved runs;"
-          f" action {ACTION!r} on renderd-player --static-frame;"
+          f" action {ACTION!r} on renderd-player --static-frame, RGB 3 bytes per pixel;"
           " cells: steps/s, CPU us/step of the client process (all threads) + of the player")
     if not with_ai2thor:
         print("# ai2thor not importable (or --no-ai2thor): AI2-THOR column skipped")
+    if args.cheroot and not with_cheroot:
+        print("# cheroot not importable (pip install cheroot): its column skipped")
     header = (f"{'case':<20} {'CPUs':<9} {TITLES['http']:>22} {TITLES['fifo']:>22} {TITLES['ai2thor']:>22}"
               f" {'HTTP/AI2-THOR':>13} {'(CPU)':>6}" + (f" {TITLES['waitress']:>22}" if args.waitress else "")
               + (f" {TITLES['cheroot']:>22}" if args.cheroot else ""))
     print(header)
     print("-" * len(header))
     rows = []
+    notes: list[str] = []
+    failed = False
     for case in cases:
         for placement in placements:
             cpus = cpus_for(placement)
@@ -341,12 +362,24 @@ def main(argv: list[str] | None = None) -> int:
                 "fifo": lambda: run_session(case, pin, args.duration, "fifo"),
                 "ai2thor": (lambda: run_ai2thor(case, pin, args.duration)) if with_ai2thor else None,
                 "waitress": (lambda: run_waitress(case, pin, args.duration)) if args.waitress else None,
-                "cheroot": (lambda: run_cheroot(case, pin, args.duration)) if args.cheroot else None,
+                "cheroot": (lambda: run_cheroot(case, pin, args.duration)) if with_cheroot else None,
             }
-            for _ in range(args.repeat):
-                for name, run in runners.items():
-                    if run is not None:
-                        runs[name].append(run())
+            try:
+                for _ in range(args.repeat):
+                    for name, run in runners.items():
+                        if run is not None:
+                            try:
+                                runs[name].append(run())
+                            except Exception as exc:
+                                # One column's failure (a crashed player, a timeout) costs that cell only.
+                                failed = True
+                                text = (str(exc).strip().splitlines() or [""])[0]
+                                notes.append(f"# {case.label.strip()}, {placement}: column {TITLES[name]!r} failed:"
+                                             f" {type(exc).__name__}: {text}")
+                                runners[name] = None  # for the rest of this row
+                                runs[name].clear()
+            finally:
+                pin.restore()
             cells: dict[str, Cell | None] = {}
             for name, results in runs.items():
                 if not results:
@@ -371,9 +404,11 @@ def main(argv: list[str] | None = None) -> int:
                 **{f"{k}_player_cpu_us_per_step": (v.player_cpu_us_per_step if v else None) for k, v in cells.items()},
                 **{f"{k}_runs": (v.runs if v else None) for k, v in cells.items()},
             })
+    for note in notes:
+        print(note)
     if args.json:
         print(json.dumps(rows, indent=2))
-    return 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
