@@ -91,6 +91,14 @@ def count_fifos(root: str) -> int:
     return n
 
 
+def running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie, or a process gone meanwhile, does not)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def process_figures(proc: psutil.Process, *, exclude: set[int] = frozenset()) -> dict[str, Any]:
     children = [c for c in proc.children(recursive=True) if c.pid not in exclude]
     zombies = 0
@@ -183,16 +191,22 @@ class Soak:
         players = [c.pid for c in self.proc.children(recursive=True)]
         self.daemon.send_signal(signal.SIGTERM)
         code = self.daemon.wait(STOP_TIMEOUT)
-        left = [pid for pid in players if psutil.pid_exists(pid)
-                and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+        left = [pid for pid in players if running(pid)]
         self.log.close()
         return {"exit_code": code, "processes_left": left, "socket_left": os.path.exists(self.socket),
                 "runtime_dir_left": os.path.exists(self.runtime_dir)}
 
     def kill(self) -> None:
+        """Stop the daemon after a failure: SIGTERM first, so that it stops its player and removes its socket,
+        FIFOs and runtime directory (SIGKILL would leave them all in the soak directory); SIGKILL only if it
+        has not exited within ``STOP_TIMEOUT``."""
         if self.daemon.poll() is None:
-            self.daemon.kill()
-            self.daemon.wait(STOP_TIMEOUT)
+            self.daemon.send_signal(signal.SIGTERM)
+            try:
+                self.daemon.wait(STOP_TIMEOUT)
+            except subprocess.TimeoutExpired:
+                self.daemon.kill()
+                self.daemon.wait(STOP_TIMEOUT)
         if not self.log.closed:
             self.log.close()
 
@@ -217,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rss-slack", type=float, default=8.0, help="RSS growth (MiB) still called stable")
     parser.add_argument("--json", metavar="PATH", help="also write every figure as JSON")
     args = parser.parse_args(argv)
+    if args.every < 1 or args.cycles < 0 or args.warmup < 0:
+        parser.error("--every must be at least 1, --cycles and --warmup at least 0")
 
     directory = tempfile.mkdtemp(prefix="renderd-soak-")
     soak = Soak(directory)
