@@ -301,6 +301,12 @@ class _HttpPlayers:
         host, port = self.address
         return {"host": host, "port": port, "token": bridge.token}
 
+    def expect_end(self, player: Player) -> None:
+        """``player`` is being stopped on purpose: its pump logs the end of its stream as information."""
+        pump = self._pumps.get(id(player))
+        if pump is not None:
+            pump.expect_end()
+
     def unregister(self, player: Player) -> None:
         """Close the player's bridge and stop its pump (which closes its pipe ends)."""
         pump = self._pumps.pop(id(player), None)

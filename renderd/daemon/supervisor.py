@@ -1267,6 +1267,8 @@ class Supervisor:
     def _begin_stop(self, p: Player, stop: _Stop) -> None:
         """Stop ``p``'s process in a helper thread (SIGTERM, grace, SIGKILL, reap); the loop continues."""
         p.state = State.STOPPING  # first: ending the lease below must not recycle the player again
+        if p.http_token is not None and self.http is not None:
+            self.http.expect_end(p)  # its HTTP stream ends next: not a failure worth a warning
         if p.lease is not None:
             self._end_lease(p.lease, LeaseEnd.STOPPED, stop.reason)
         p.stop = stop

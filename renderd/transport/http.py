@@ -1579,6 +1579,7 @@ class FifoPump:
         self.on_done = on_done
         self.decoder = Decoder(max_body_size=MAX_ACTION_SIZE)
         self._stop = threading.Event()
+        self._expected_end = False
         self._thread: threading.Thread | None = None
         self._wfd: int | None = None
         self._rfd: int | None = None
@@ -1610,6 +1611,11 @@ class FifoPump:
                 logger.warning("%s: the FIFO pump did not stop within %.1f s", self.bridge.name, timeout)
 
     close = stop
+
+    def expect_end(self) -> None:
+        """The player is being stopped on purpose: its stream ending from now on is logged as information,
+        not as a warning (its connection closing, a frame it never sends)."""
+        self._expected_end = True
 
     # -- the loop --------------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -1644,7 +1650,7 @@ class FifoPump:
                     setattr(self, attr, None)
                     os.close(fd)
             self.reason, self.error = reason, error
-            level = logging.INFO if error is None else logging.WARNING
+            level = logging.INFO if error is None or self._expected_end else logging.WARNING
             logger.log(level, "%s: FIFO pump ended after %d frame(s): %s", self.bridge.name, self.frames, reason)
             if self.on_done is not None:
                 try:

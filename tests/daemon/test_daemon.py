@@ -357,6 +357,10 @@ def test_http_players_are_leased_like_fifo_players(daemon):
                               what="a restarted HTTP player")
     with connect("demo", socket=d.socket) as session:
         assert session.step("Pass").sequence_id == 1
+    # Removing the environment stops its player on purpose: the end of its HTTP stream is no warning.
+    assert d.client.request("DELETE", "/v1/environments/demo")[0] == 202
+    wait_for(lambda: "FIFO pump ended" in d.output() and not d.environments(), 20, "the pump to end")
+    assert "WARNING renderd.transport.http: demo" not in d.output(), d.output()
 
 
 def test_demo_serves_on_a_machine_without_any_platform(daemon):
