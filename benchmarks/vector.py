@@ -193,13 +193,8 @@ class _Client:
 
 
 def _failure(exc: BaseException) -> str:
-    """``Type: first line`` of ``exc``. AsyncVectorEnv re-raises a worker's error as ``type(error)(error)``,
-    whose ``str()`` a renderd error cannot make (its message is then the error itself): use the inner one."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = str(exc.args[0]) if exc.args else repr(exc)
-    return f"{type(exc).__name__}: {(text.strip().splitlines() or [''])[0]}"
+    """``Type: first line`` of ``exc``."""
+    return f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0]}"
 
 
 def run(ns: list[int], frames_list: list[str], clients: list[str], duration: float, rounds: int,

@@ -34,6 +34,9 @@ class RenderdError(Exception):
     """Base class of every error renderd raises on purpose."""
 
     def __init__(self, message: str) -> None:
+        # str(): a copy made as ``type(error)(error)`` (Gymnasium's AsyncVectorEnv re-raises a worker's error
+        # that way) passes the error itself, and __str__ must still return a string.
+        message = str(message)
         super().__init__(message)
         self.message = message
 
@@ -89,7 +92,7 @@ class PlayerCrashed(RenderdError):
         log_tail: str = "",
         log_path: str | None = None,
     ) -> None:
-        text = message
+        text = message = str(message)
         if returncode is not None:
             text = f"{message}: {describe_exit(returncode)}.{_exit_hint(returncode)}"
         if log_path:

@@ -48,3 +48,13 @@ def test_round_trip_by_allow_list_only():
 def test_os_error_message_names_errno():
     msg = os_error_message(OSError(errno.ENXIO, "No such device", "/tmp/x.pipe"), "opening client.pipe")
     assert "opening client.pipe (/tmp/x.pipe)" in msg and "ENXIO" in msg and "no process" in msg
+
+
+def test_an_error_copied_from_itself_still_reads_as_text():
+    # Gymnasium's AsyncVectorEnv re-raises a worker's error as type(error)(error).
+    from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
+
+    for error in (RenderdError("x went wrong"), ProtocolError("bad bytes", offset=7),
+                  PlayerCrashed("it died", returncode=-9, log_tail="last line\n"), PlayerTimeout("slow")):
+        copy = type(error)(error)
+        assert str(copy) == str(error) and isinstance(copy.message, str)
