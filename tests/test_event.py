@@ -213,3 +213,28 @@ def test_changes_to_an_events_metadata_reach_no_later_event():
     assert ev3.last_action == "MoveAhead" and not ev3
     assert ev1.metadata["lastAction"] == "Edited" and len(ev1.metadata["objects"]) == 2  # each keeps its own
     assert ev2.metadata["errorMessage"] == "edited" and ev2.metadata["objects"] == []
+
+
+def test_a_patched_events_metadata_is_an_exact_copy_for_every_agent():
+    # After a METADATA_PATCH each event gets its own copy of the merged map: equal to it in every value and
+    # type msgpack decodes (bytes stay bytes, int keys stay ints, extension types stay), several agents each
+    # keeping theirs, and nothing a user changes reaching the other agent's event or a later one.
+    import msgpack
+
+    odd = {"blob": b"\x00\xff", 7: [1.5, None, True, -3], "ext": msgpack.ExtType(5, b"xy"), "text": "é"}
+    md = {"agents": [agent(odd=odd, objects=[{"objectId": "A"}]), agent(odd=odd, objects=[{"objectId": "B"}])],
+          "sequenceId": 1, "activeAgentId": 0}
+    fa = FrameAssembler()
+    fa.event(message([(FieldType.METADATA, msgpack.packb(md))]), 1)
+    ev = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 1, "lastAction": "Jump"}))]), 2)
+    a0, a1 = ev.events
+    assert ev is a1 and a1.metadata["lastAction"] == "Jump" and a0.metadata["lastAction"] == "Pass"
+    for got in (a0.metadata["odd"], a1.metadata["odd"]):
+        assert got == odd and type(got["blob"]) is bytes and list(got) == ["blob", 7, "ext", "text"]
+    a0.metadata["objects"].append("junk")
+    a1.metadata["odd"][7].append("junk")
+    assert a1.metadata["objects"] == [{"objectId": "B"}] and a0.metadata["odd"] == odd
+    later = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0, "lastAction": "Sit"}))]), 3)
+    b0, b1 = later.events
+    assert b0.metadata["objects"] == [{"objectId": "A"}] and b1.metadata["odd"] == odd
+    assert b0.metadata["lastAction"] == "Sit" and b1.metadata["lastAction"] == "Jump"
