@@ -30,6 +30,7 @@ from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from renderd.config import check_seconds
 from renderd.errors import CallOrderError, RenderdError
 from renderd.event import Event
 
@@ -388,7 +389,8 @@ class RenderdVectorEnv(VectorEnv):
     """``num_envs`` renderd players as a ``gymnasium.vector.VectorEnv`` over a :class:`renderd.VectorSession`.
 
     Arguments as :class:`RenderdEnv`, plus: ``environment`` (lease players of that daemon environment
-    with :func:`renderd.connect_many`, ``socket`` and ``timeout`` as there) instead of launching them,
+    with :func:`renderd.connect_many`, ``socket``, ``timeout`` and ``step_timeout`` as there; no other
+    launch argument applies) instead of launching them,
     or ``vector_session`` (an open :class:`renderd.VectorSession` to use and close; if the constructor
     raises, it is left open: it is still the caller's). ``replace_on_crash``
     (default True): a crashed player is replaced and its episode ends with ``truncated=True`` and the
@@ -457,11 +459,14 @@ class RenderdVectorEnv(VectorEnv):
             self._spec = spec(first.width, first.height)
             vs = vector_session
         elif environment is not None:
+            step_timeout = launch_kwargs.pop("step_timeout", None)
             if launch_kwargs:
                 raise ValueError(f"launch arguments {sorted(launch_kwargs)} do not apply to leased players")
+            if step_timeout is not None:
+                step_timeout = check_seconds(step_timeout, "step_timeout")
             spec(1, 1)  # the other arguments, before anything is leased
             vs = connect_many(environment, 1 if num_envs is None else num_envs, replace_on_crash=replace_on_crash,
-                              socket=socket, timeout=timeout)
+                              socket=socket, timeout=timeout, step_timeout=step_timeout)
             try:
                 first = vs.sessions[0]
                 if not first.width or not first.height:

@@ -1,0 +1,38 @@
+"""Gymnasium conformance of renderd/Unity-v0 beyond the checker: the envs over leased players, and the
+behaviours a training loop relies on (arguments, recovery, wrappers). Real players on real FIFOs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+gymnasium = pytest.importorskip("gymnasium")
+
+import renderd.gym as rgym
+from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
+
+#: Small frames: each test stays well under a few seconds.
+W, H = 32, 24
+
+
+def _rendering_config(instances: int = 1) -> str:
+    # fast_config's players run headless (no images); a Gymnasium env needs frames.
+    return fast_config(instances=instances, extra=f"width = {W}\n    height = {H}").replace(
+        'platform = "headless"', 'platform = "auto"'
+    )
+
+
+def test_vector_env_over_leased_players_takes_step_timeout(no_leaks, daemon):
+    # connect_many takes step_timeout; the env refused it as a "launch argument" that does not apply.
+    d = daemon(_rendering_config())
+    envs = rgym.RenderdVectorEnv(1, environment="demo", socket=d.socket, timeout=15, step_timeout=2.5)
+    try:
+        assert [s.step_timeout for s in envs.vector_session.sessions] == [2.5]
+        obs, _ = envs.reset(seed=0)
+        assert obs["rgb"].shape == (1, H, W, 3) and obs in envs.observation_space
+    finally:
+        envs.close()
+    with pytest.raises(ValueError, match="step_timeout"):
+        rgym.RenderdVectorEnv(1, environment="demo", socket=d.socket, timeout=15, step_timeout=-1)
+    with pytest.raises(ValueError, match=r"\['width'\] do not apply"):
+        rgym.RenderdVectorEnv(1, environment="demo", socket=d.socket, timeout=15, width=W)
