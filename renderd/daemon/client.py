@@ -291,7 +291,12 @@ def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple
             return player_exit["returncode"], None
         if status.get("ended") == "stopped":
             reason = status.get("ended_reason")
-            return None, reason if isinstance(reason, str) and reason else "the daemon ended the lease"
+            if isinstance(reason, str) and reason:
+                return None, reason
+            if "ended_reason" not in status:  # a daemon that does not tell why
+                return None, "the daemon ended the lease"
+            # (None: the daemon tells why once it has reaped the player; a player that died of something
+            # else first gets its exit status instead)
         if remaining <= 0:
             return None, None
         time.sleep(min(EXIT_STATUS_POLL, remaining))

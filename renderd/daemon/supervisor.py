@@ -118,6 +118,11 @@ class _Stop:
     then: str  # "respawn" (at once), "backoff", "remove" (slot goes away), "none" (nothing: shutdown)
     boot_failure: bool = False
     lease: Lease | None = None  # the lease whose end recycles the player
+    #: The stop follows a failure that the player's own death can cause (its HTTP connection closed as it
+    #: died): a lease it ends is told why (``ended_reason``) only once the player is reaped and the stop is
+    #: what ended it; a player that died of something else first is a crash under that lease.
+    after_failure: bool = False
+    ended: Lease | None = None  # (set by _begin_stop, with after_failure) the lease this stop ended
 
 
 class Player:
@@ -689,7 +694,7 @@ class Supervisor:
             else:
                 log.error("%s[%d] pid %s failed: %s", player.environment.name, player.index, player.pid, reason)
                 player.reason = reason
-                self._begin_stop(player, _Stop(reason, "backoff"))
+                self._begin_stop(player, _Stop(reason, "backoff", after_failure=True))
 
     # -- the loop ----------------------------------------------------------------------------------------
     def request_stop(self) -> None:
@@ -1270,7 +1275,9 @@ class Supervisor:
         if p.http_token is not None and self.http is not None:
             self.http.expect_end(p)  # its HTTP stream ends next: not a failure worth a warning
         if p.lease is not None:
-            self._end_lease(p.lease, LeaseEnd.STOPPED, stop.reason)
+            if stop.after_failure:
+                stop.ended = p.lease  # told why once the player is reaped (_after_stop)
+            self._end_lease(p.lease, LeaseEnd.STOPPED, None if stop.after_failure else stop.reason)
         p.stop = stop
         p.stop_done.clear()
         proc = p.proc
@@ -1312,6 +1319,15 @@ class Supervisor:
             self._after_exit(p, p.returncode, reason, False)
             self.changed.notify_all()
             return
+        if stop.ended is not None:
+            if p.proc is not None and p.returncode is not None and not p.proc.ended_by_stop():
+                # It died of something else before the stop reached it (a crash, a SIGKILL from outside,
+                # whose closed connection was the failure): its holder is told that exit, not a stop.
+                reason = self._classify_exit(p, p.returncode, stop.ended)
+                self._after_exit(p, p.returncode, reason, False)
+                self.changed.notify_all()
+                return
+            stop.ended.ended_reason = stop.reason
         if stop.boot_failure:
             self._count_boot_failure(p, stop.reason)
         elif stop.then == "remove" or p.retire or env.removing:

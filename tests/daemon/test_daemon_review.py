@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
-from renderd.daemon.client import ControlClient
-from renderd.errors import LeaseError, RenderdError
+import pytest
+
+from renderd.daemon.client import ControlClient, connect
+from renderd.errors import LeaseError, PlayerCrashed, RenderdError
 from tests.daemon.conftest import fast_config, wait_for
 
 DEADLINE = 20.0
@@ -125,3 +128,35 @@ def test_a_start_that_fails_after_binding_the_socket_says_why_and_leaves_nothing
     assert "operation not permitted" in out.lower(), out
     assert "Traceback" not in out and "RuntimeError" not in out, out
     assert not os.path.lexists(d.socket) and not os.path.lexists(d.runtime_dir), os.listdir(d.base)
+
+
+#: Run in the daemon's process first: a leased HTTP player's closed connection reaches the loop before its
+#: exit does (the kernel closes a dying process's sockets before its pidfd reports it).
+STREAM_FAILURE_FIRST = """
+import time
+from renderd.daemon import supervisor as _s
+_reap = _s.Supervisor._reap
+def _reap_after_failure(self, p):
+    deadline = time.monotonic() + 2.0
+    while not self._failures and time.monotonic() < deadline:
+        time.sleep(0.01)
+    self._handle_failures()
+    return _reap(self, p)
+_s.Supervisor._reap = _reap_after_failure
+"""
+
+
+def test_a_leased_http_player_that_dies_is_not_said_to_be_stopped_by_the_daemon(daemon):
+    """An HTTP player dies (SIGKILL from outside) under its lease; its closed connection fails its stream,
+    and the daemon stops what is left of it. Its client must learn how it died (SIGKILL), not be told
+    that "the daemon stopped it" because its HTTP stream failed."""
+    d = daemon(fast_config(instances=1, extra='transport = "http"', daemon='http = "127.0.0.1:0"'),
+               preamble=STREAM_FAILURE_FIRST)
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        assert session.step("Pass").sequence_id == 1
+        os.kill(session.pid, signal.SIGKILL)
+        with pytest.raises(PlayerCrashed) as info:
+            session.step("Pass")
+    assert "the daemon stopped it" not in str(info.value), info.value
+    assert info.value.returncode == -signal.SIGKILL, info.value
+    assert "killed by SIGKILL" in str(info.value)
