@@ -25,7 +25,11 @@ horizontal one follows from the aspect ratio. Pixel centres are sampled (``(col 
 The scene's parts (:meth:`Scene.parts`) are drawn with their ``color``, lit per face (``FACE_SHADE``
 by the face's normal axis, with a checker pattern on the floor); exact shading is a renderer's choice,
 but the ids image must use ``id_color`` exactly, since the player's ``colors`` metadata maps those
-colours to object ids.
+colours to object ids. Every face is one-sided: a room surface is seen only from inside the room (a
+camera above the room sees its floor through the ceiling, one outside a wall sees in through it), a box
+face only from outside the box. Nothing is cut off by a near or far plane. A ray that meets no surface
+(only a camera outside the room has such rays) gives the background: RGB and ids ``(0, 0, 0)``, which is
+no part's ``id_color``, and depth 0.
 
 :func:`make_renderer` picks one by name: ``numpy`` (:class:`NumpyRenderer`, here) or ``gl``
 (``renderd.player.gl.GLRenderer``, constructed with ``device_index=``).
@@ -42,7 +46,10 @@ import numpy as np
 
 from renderd.player.scene import SURFACES, Scene
 
-__all__ = ["RenderState", "Renderer", "NumpyRenderer", "make_renderer", "RENDERERS", "FACE_SHADE", "FLOOR_TILE"]
+__all__ = [
+    "RenderState", "Renderer", "NumpyRenderer", "make_renderer", "RENDERERS", "FACE_SHADE", "FLOOR_TILE",
+    "BACKGROUND_COLOR", "BACKGROUND_ID_COLOR", "BACKGROUND_DEPTH",
+]
 
 #: Light falling on a face, by the axis of its normal (x, y, z).
 FACE_SHADE = (0.78, 1.0, 0.9)
@@ -55,6 +62,15 @@ FRAME_CACHE_SIZE = 8
 RAY_CACHE_SIZE = 4
 
 RENDERERS = ("numpy", "gl")
+
+#: What a pixel whose ray meets no surface holds (only a camera outside the room has such rays: the
+#: room's surfaces face inwards, and one seen from outside is not drawn): black RGB, the ids colour
+#: (0, 0, 0), which is no part's ``id_color``, and depth 0.
+BACKGROUND_COLOR = (0, 0, 0)
+BACKGROUND_ID_COLOR = (0, 0, 0)
+BACKGROUND_DEPTH = 0.0
+#: The part index of the background in NumpyRenderer (the palettes' last entry).
+BACKGROUND = -1
 
 
 @dataclass(frozen=True)
@@ -126,8 +142,9 @@ class NumpyRenderer:
         pal = self._palettes.get(scene)
         if pal is None:
             parts = scene.parts()
-            albedo = np.array([p.color for p in parts], dtype=np.float32)
-            ids = np.array([p.id_color for p in parts], dtype=np.uint8)
+            # The last entry is the background's (index BACKGROUND, -1).
+            albedo = np.array([p.color for p in parts] + [BACKGROUND_COLOR], dtype=np.float32)
+            ids = np.array([p.id_color for p in parts] + [BACKGROUND_ID_COLOR], dtype=np.uint8)
             pal = (albedo, ids)
             self._palettes[scene] = pal
         return pal
@@ -159,11 +176,16 @@ class NumpyRenderer:
         sx, sy, sz = state.scene.size
         with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
             ix, iy, iz = f32(1.0) / dx, f32(1.0) / dy, f32(1.0) / dz
-            # Leaving the room: the nearest boundary plane ahead on each axis.
-            # From inside, the exit is the larger of the two slab parameters (+inf for a parallel ray).
-            tx = np.maximum(f32(sx / 2 - ox) * ix, f32(-sx / 2 - ox) * ix)
-            ty = np.maximum(f32(sy - oy) * iy, f32(-oy) * iy)
-            tz = np.maximum(f32(sz / 2 - oz) * iz, f32(-sz / 2 - oz) * iz)
+            # Leaving the room: the nearest boundary plane ahead on each axis (the room's surfaces face
+            # inwards, so a ray sees the one where it leaves the room's box). Per axis the exit is the
+            # larger of the two slab parameters (+inf for a parallel ray inside the slab), the entry the
+            # smaller; fmax/fmin ignore the NaN of a parallel ray starting on a boundary plane.
+            ax_, bx_ = f32(sx / 2 - ox) * ix, f32(-sx / 2 - ox) * ix
+            ay_, by_ = f32(sy - oy) * iy, f32(-oy) * iy
+            az_, bz_ = f32(sz / 2 - oz) * iz, f32(-sz / 2 - oz) * iz
+            tx = np.fmax(ax_, bx_)
+            ty = np.fmax(ay_, by_)
+            tz = np.fmax(az_, bz_)
             # Surface indices follow SURFACES: 0 floor, 1 ceiling, 2 west, 3 east, 4 south, 5 north.
             part = np.where(dx > 0, np.int16(3), np.int16(2))
             axis = np.zeros(dx.shape, dtype=np.int8)
@@ -176,7 +198,16 @@ class NumpyRenderer:
             best = np.where(closer, tz, best)
             part = np.where(closer, np.where(dz > 0, np.int16(5), np.int16(4)), part)
             axis[closer] = 2
-            # Boxes: slab test per box; the camera is never inside one (collisions keep it out).
+            # A camera outside the room (a third-party camera may be anywhere): a ray that never crosses
+            # the room's box, or crosses it behind the camera, sees no surface (BACKGROUND, below).
+            if not (-sx / 2 < ox < sx / 2 and 0.0 < oy < sy and -sz / 2 < oz < sz / 2):
+                entry = np.fmax(np.fmax(np.fmin(ax_, bx_), np.fmin(ay_, by_)), np.fmin(az_, bz_))
+                missed = (entry > best) | ~(best > 0)
+                if missed.any():
+                    best = np.where(missed, np.float32(np.inf), best)
+                    part[missed] = BACKGROUND
+            # Boxes: slab test per box. A camera inside a box (only a third-party camera can be) does not
+            # see it: its faces are seen from outside only (near > 0).
             for k, box in enumerate(state.scene.box_parts(), start=len(SURFACES)):
                 (lx, ly, lz), (hx, hy, hz) = box.lo, box.hi
                 ax = f32(lx - ox) * ix
@@ -200,6 +231,9 @@ class NumpyRenderer:
                 part[hit] = k
                 hn = near[hit]
                 axis[hit] = np.where(nx[hit] == hn, 0, np.where(ny[hit] == hn, 1, 2))
+        background = part == BACKGROUND
+        if background.any():
+            best = np.where(background, np.float32(BACKGROUND_DEPTH), best)
         depth = best.astype(np.float32, copy=False)
         albedo, id_palette = self._palette(state.scene)
         shade = np.asarray(FACE_SHADE, dtype=np.float32)[axis]
