@@ -282,7 +282,7 @@ class RenderdEnv(gymnasium.Env):
 
     ``reset`` and ``step`` raise what :meth:`renderd.Session.step` raises (a crashed player is a
     :class:`renderd.PlayerCrashed`), ``ValueError`` for a reset the player refuses (an unknown scene)
-    or an action outside the action space.
+    or an action outside the action space. A ``reset`` after the player failed launches a new one.
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": RENDER_FPS}
@@ -336,6 +336,10 @@ class RenderdEnv(gymnasium.Env):
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         scene = self._spec.choose_scene(self.np_random, options)
+        if self.session is not None and (self.session.closed or self.session.error is not None):
+            # The player failed (crashed, timed out, sent malformed bytes): this episode gets a new one.
+            broken, self.session, self.last_event = self.session, None, None
+            broken.close()
         if self.session is None:
             from renderd.client import launch
 

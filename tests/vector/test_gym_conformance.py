@@ -8,6 +8,7 @@ import pytest
 
 gymnasium = pytest.importorskip("gymnasium")
 
+import renderd
 import renderd.gym as rgym
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
 
@@ -36,3 +37,20 @@ def test_vector_env_over_leased_players_takes_step_timeout(no_leaks, daemon):
         rgym.RenderdVectorEnv(1, environment="demo", socket=d.socket, timeout=15, step_timeout=-1)
     with pytest.raises(ValueError, match=r"\['width'\] do not apply"):
         rgym.RenderdVectorEnv(1, environment="demo", socket=d.socket, timeout=15, width=W)
+
+
+def test_reset_after_a_crashed_player_starts_a_new_one(no_leaks):
+    # reset() is how an episode loop recovers; on the dead player's session it raised CallOrderError forever.
+    env = rgym.RenderdEnv(actions=["Pass", {"action": "RenderdFault", "fault": "segfault"}], width=W, height=H,
+                          start_timeout=30, step_timeout=20)
+    try:
+        env.reset(seed=0)
+        crashed = env.session.pid
+        with pytest.raises(renderd.PlayerCrashed):
+            env.step(1)
+        obs, info = env.reset()
+        assert env.session.pid != crashed and obs in env.observation_space
+        assert info == {"last_action_success": True, "error_message": ""}
+        assert env.step(0)[4]["last_action_success"] is True
+    finally:
+        env.close()
