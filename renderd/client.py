@@ -23,6 +23,7 @@ import logging
 import numbers
 import os
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,6 +81,27 @@ class SessionState(enum.Enum):
     PENDING = "pending"  # an action was sent; its answer has not been received
     BROKEN = "broken"  # a crash, timeout or protocol error: the stream cannot be trusted
     CLOSED = "closed"
+
+
+#: Sessions of this process, for :func:`_after_fork_in_child`.
+_sessions: weakref.WeakSet[Session] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: its copies of the parent's sessions may not talk to the parent's players (an
+    action written from here would share the parent's pipes with it, and one of the two would read the
+    other's answer). Each copy is broken with an error that says so; its close() only marks it closed."""
+    for session in list(_sessions):
+        if session._state is not SessionState.CLOSED and session._owner_pid != os.getpid():
+            session._state = SessionState.BROKEN
+            session._pending = None
+            session._error = CallOrderError(
+                f"this session was inherited over fork from process {session._owner_pid}, which owns its "
+                "player and pipes; in this process, launch or connect a session of its own"
+            )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_sequence_id(seq: Any) -> int:
@@ -151,6 +173,7 @@ class Session:
         self._pending: tuple[int, str, float] | None = None  # (sequence id, action name, deadline)
         self._init_params: dict[str, Any] = {}
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
+        _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
     @property

@@ -46,6 +46,24 @@ def test_a_session_inherited_over_fork_is_left_to_the_parent():
     assert session.process.poll() is not None and not os.path.exists(directory)
 
 
+def test_a_session_inherited_over_fork_cannot_step_the_parents_player():
+    # The copy shares the parent's pipes: an action written from the child would interleave with the parent's
+    # own, and either process could read the other's answer. The child's step is refused, naming the fork.
+    session = renderd.launch(peer_argv(), start_timeout=START)
+    try:
+        session.step("Pass")
+
+        def child_steps() -> None:
+            with pytest.raises(renderd.CallOrderError, match="inherited over fork from process"):
+                session.step("Pass")
+            session.close()
+
+        assert _in_child(child_steps) == 0
+        assert session.step("Pass").sequence_id == 2 and session.step("Pass").sequence_id == 3
+    finally:
+        session.close()
+
+
 def test_a_player_process_inherited_over_fork_is_not_stopped_by_the_child():
     from renderd.process import PlayerProcess
 
