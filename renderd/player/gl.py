@@ -22,6 +22,10 @@ therefore keeps a second, idle connection to ``$DISPLAY`` (python-xlib) and poll
 loss and raises :class:`GLDisplayLost`, which ends the player with a non-zero exit code and the reason
 in its log.
 
+Faces are one-sided as in the numpy renderer (back faces culled), nothing is clipped by a near or far
+plane (``GL_DEPTH_CLAMP``; the depth test compares the eye depth the fragment shader writes), and the
+framebuffer is cleared to the background (all zero: black, ids ``(0, 0, 0)``, depth 0).
+
 One frame is three colour attachments of one framebuffer, read back with ``glReadPixels`` (bottom row
 first, returned as top-row-first views)::
 
@@ -48,9 +52,15 @@ __all__ = ["GLRenderer", "GLUnavailable", "GLDisplayLost", "DEPTH_FALLOFF"]
 
 #: Light falls off with depth as ``1 / (1 + DEPTH_FALLOFF * depth)`` (the numpy renderer's constant).
 DEPTH_FALLOFF = 0.03
-#: Clip planes in metres: nearer than any pose gets to a surface, farther than any room is deep.
+#: Planes of the projection's clip-space z, in metres. They cut nothing off (DEPTH_CLAMP is on, and the
+#: depth test uses the eye depth the fragment shader writes), so a surface nearer than NEAR_PLANE (a wide
+#: frame's edge, a wide field of view) or farther than FAR_PLANE is drawn, as the numpy renderer draws it.
 NEAR_PLANE = 0.01
 FAR_PLANE = 200.0
+#: GL_DEPTH_CLAMP (core since 3.2): no near or far clipping; the depth test uses gl_FragDepth.
+GL_DEPTH_CLAMP = 0x864F
+#: The winding of a triangle's visible side in window coordinates (see _scene_vertices).
+FRONT_FACE = "cw"
 #: The OpenGL version the shaders need (3.3 core).
 GL_VERSION = 330
 
@@ -113,6 +123,9 @@ void main() {
     out_rgb = vec4(floor(v_color * shade) / 255.0, 1.0);
     out_id = vec4(v_id / 255.0, 1.0);
     out_depth = v_depth;
+    // The depth test compares eye depth itself, mapped monotonically onto [0, 1): no near or far plane
+    // (DEPTH_CLAMP is on) cuts off a surface however close or far it is, as the numpy renderer's rays.
+    gl_FragDepth = v_depth / (v_depth + 1.0);
 }
 """
 
@@ -208,23 +221,34 @@ def _create_context(platform: str | None, device_index: int | None):  # -> moder
 
 
 def _scene_vertices(scene: Scene) -> np.ndarray:
-    """Two triangles per visible face, interleaved: position(3), colour(3), id colour(3), shade, floor."""
+    """Two triangles per visible face, interleaved: position(3), colour(3), id colour(3), shade, floor.
+
+    Every face is one-sided, as in the numpy renderer: a room surface is seen only from inside the room,
+    a box face only from outside the box. Each triangle is wound so that its front (FRONT_FACE) is the
+    side it is seen from, and back faces are culled.
+    """
     rows: list[list[float]] = []
+    room_middle = (0.0, scene.size[1] / 2, 0.0)
     for index, part in enumerate(scene.parts()):
         lo, hi = part.lo, part.hi
         color = [float(c) for c in part.color]
         id_color = [float(c) for c in part.id_color]
         is_floor = 1.0 if index == 0 else 0.0
         flat_axes = [a for a in range(3) if part.size[a] == 0.0]
-        faces = [(a, lo[a]) for a in flat_axes] if flat_axes else [(a, c) for a in range(3) for c in (lo[a], hi[a])]
-        for axis, value in faces:
+        if flat_axes:  # a room surface: it faces the middle of the room
+            faces = [(a, lo[a], 1.0 if lo[a] < room_middle[a] else -1.0) for a in flat_axes]
+        else:  # a box: each face looks away from the box
+            faces = [(a, c, sign) for a in range(3) for c, sign in ((lo[a], -1.0), (hi[a], 1.0))]
+        for axis, value, sign in faces:
             b, d = [x for x in range(3) if x != axis]
             corners = []
             for cb, cd in ((lo[b], lo[d]), (hi[b], lo[d]), (hi[b], hi[d]), (lo[b], hi[d])):
                 p = [0.0, 0.0, 0.0]
                 p[axis], p[b], p[d] = value, cb, cd
                 corners.append(p)
-            for k in (0, 1, 2, 0, 2, 3):
+            normal = np.cross(np.subtract(corners[1], corners[0]), np.subtract(corners[2], corners[0]))
+            order = (0, 1, 2, 0, 2, 3) if normal[axis] * sign > 0 else (0, 2, 1, 0, 3, 2)
+            for k in order:
                 rows.append(corners[k] + color + id_color + [FACE_SHADE[axis], is_floor])
     return np.asarray(rows, dtype="f4")
 
@@ -325,7 +349,10 @@ class GLRenderer:
         fbo = self._framebuffer(w, h)
         fbo.use()
         self.ctx.viewport = (0, 0, w, h)
-        self.ctx.enable_only(self.ctx.DEPTH_TEST)
+        self.ctx.enable_only(self.ctx.DEPTH_TEST | self.ctx.CULL_FACE)
+        self.ctx.enable_direct(GL_DEPTH_CLAMP)
+        self.ctx.front_face = FRONT_FACE
+        self.ctx.cull_face = "back"
         fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
         right, up, forward = camera_basis(state.yaw, state.pitch)
         tan_half = math.tan(math.radians(state.fov) / 2)
