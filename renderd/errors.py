@@ -137,6 +137,7 @@ class ConfigError(RenderdError):
     """A configuration is wrong: which file, which key, and why."""
 
     def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        message = str(message)  # (a copy made as ``type(error)(error)``, see RenderdError)
         prefix = ""
         if path and key:
             prefix = f"{path}: {key}: "

@@ -54,7 +54,12 @@ def test_an_error_copied_from_itself_still_reads_as_text():
     # Gymnasium's AsyncVectorEnv re-raises a worker's error as type(error)(error).
     from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
 
+    from renderd.config import ArgumentError
+    from renderd.errors import ConfigError
+
     for error in (RenderdError("x went wrong"), ProtocolError("bad bytes", offset=7),
-                  PlayerCrashed("it died", returncode=-9, log_tail="last line\n"), PlayerTimeout("slow")):
+                  PlayerCrashed("it died", returncode=-9, log_tail="last line\n"), PlayerTimeout("slow"),
+                  ConfigError("must be positive", path="/etc/renderd.toml", key="width"),
+                  ArgumentError("must be positive", key="width")):
         copy = type(error)(error)
         assert str(copy) == str(error) and isinstance(copy.message, str)
