@@ -10,10 +10,12 @@ this process did not spawn (one leased from the daemon).
 Dying with the owner: by default the player is started with ``PR_SET_PDEATHSIG = SIGKILL`` so that if the
 owning process is SIGKILLed the player dies too. Linux delivers that signal when the *thread* that forked
 the player exits, so spawn long-lived players from a long-lived thread (the main thread, or the daemon's
-supervisor loop). The flag is set by a ``preexec_fn`` that only calls ``prctl`` and ``getppid``; Python
-documents ``preexec_fn`` as unsafe in the presence of threads because arbitrary code could need a lock
-another thread held at fork time. This one takes no lock, but pass ``die_with_parent=False`` if that
-matters more to you than orphan protection.
+supervisor loop). The flag is set by a ``preexec_fn`` that only calls ``prctl``, ``signal`` (SIGCHLD back
+to its default, see :func:`die_with_parent`) and ``getppid``; Python documents ``preexec_fn`` as unsafe in
+the presence of threads because arbitrary code could need a lock another thread held at fork time. This
+one takes no lock, but pass ``die_with_parent=False`` if that matters more to you than orphan protection:
+there is then no ``preexec_fn`` at all, and the player also keeps this process's SIGCHLD disposition (an
+ignored SIGCHLD stays ignored in it).
 """
 
 from __future__ import annotations
