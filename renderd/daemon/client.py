@@ -74,9 +74,11 @@ def _check_shared_default_directory(path: str) -> None:
     if uid == 0 or os.path.dirname(os.path.abspath(path)) != directory:
         return
     try:
-        st = os.lstat(directory)
-    except FileNotFoundError:
-        return  # the connection fails with "no such file" as usual
+        # (followed, as renderd start follows it: a symlink the user made to a directory of theirs is theirs;
+        # one to someone else's directory is that someone's)
+        st = os.stat(directory)
+    except OSError:
+        return  # the connection fails as usual ("no such file", "permission denied")
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
         what = "is not a directory" if not stat.S_ISDIR(st.st_mode) else f"belongs to uid {st.st_uid}"
         raise _NotOurDirectory(

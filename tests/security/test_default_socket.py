@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import socket
+import tempfile
 import threading
 
 import pytest
@@ -86,3 +87,64 @@ def test_a_default_socket_directory_made_by_another_user_is_refused() -> None:
             thread.join(5)
         server.close()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def _health_as_nobody() -> str:
+    """``ControlClient().health()`` in a child running as user nobody without XDG_RUNTIME_DIR or
+    RENDERD_SOCKET (the default socket /tmp/renderd-65534/renderd.sock): "answered: ..." or "refused: ..."."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            os.environ.pop("XDG_RUNTIME_DIR", None)
+            os.environ.pop("RENDERD_SOCKET", None)
+            os.setgroups([])
+            os.setresgid(NOBODY, NOBODY, NOBODY)
+            os.setresuid(NOBODY, NOBODY, NOBODY)
+            try:
+                answer = f"answered: {ControlClient(timeout=5).health()}"
+            except RenderdError as exc:
+                answer = f"refused: {exc}"
+            os.write(w, answer.encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return b"".join(chunks).decode()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
+def test_a_default_socket_directory_that_is_the_users_own_symlink_to_their_own_directory_is_used() -> None:
+    # /tmp/renderd-UID as a symlink the user made to a directory of theirs: the daemon runs there (it checks
+    # the directory the path leads to), so the client must talk to it, not call it someone else's.
+    directory = f"/tmp/renderd-{NOBODY}"
+    if os.path.lexists(directory):
+        pytest.skip(f"{directory} exists already")
+    target = tempfile.mkdtemp(prefix="renderd-test-own-")  # 0700, reachable from /tmp
+    os.chown(target, NOBODY, NOBODY)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stop = threading.Event()
+    thread = None
+    try:
+        os.symlink(target, directory)
+        os.lchown(directory, NOBODY, NOBODY)
+        server.bind(os.path.join(target, "renderd.sock"))
+        os.chown(os.path.join(target, "renderd.sock"), NOBODY, NOBODY)
+        server.listen(4)
+        thread = threading.Thread(target=_serve_fake_daemon, args=(server, stop), daemon=True)
+        thread.start()
+        answer = _health_as_nobody()
+        assert answer.startswith("answered: "), answer
+    finally:
+        stop.set()
+        if thread is not None:
+            thread.join(5)
+        server.close()
+        if os.path.islink(directory):
+            os.unlink(directory)
+        shutil.rmtree(target, ignore_errors=True)
