@@ -54,3 +54,28 @@ def test_reset_after_a_crashed_player_starts_a_new_one(no_leaks):
         assert env.step(0)[4]["last_action_success"] is True
     finally:
         env.close()
+
+
+def test_a_player_failing_in_an_autoreset_step_starts_the_new_episode(no_leaks):
+    # The player answers the fault action (which ends the episode), then dies: the autoreset hits a dead player.
+    fault_after = {"action": "RenderdFault", "fault": "segfault", "when": "after"}
+    envs = rgym.RenderdVectorEnv(2, actions=["Pass", fault_after], width=W, height=H, render_mode="rgb_array",
+                                 start_timeout=30, step_timeout=20,
+                                 terminated_fn=lambda ev: ev.last_action == "RenderdFault")
+    try:
+        envs.reset(seed=0)
+        crashed = envs.vector_session.pids[1]
+        _, _, terminated, truncated, _ = envs.step(np.array([0, 1]))
+        assert terminated.tolist() == [False, True] and not truncated.any()
+        obs, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert envs.vector_session.pids[1] != crashed
+        assert rewards[1] == 0.0 and not terminated.any() and not truncated.any()
+        assert infos["_error"].tolist() == [False, True] and isinstance(infos["error"][1], renderd.PlayerCrashed)
+        assert infos["replaced"].tolist() == [False, True] and infos["last_action_success"].tolist() == [True, False]
+        assert obs in envs.observation_space and np.array_equal(obs["rgb"][1], envs.render()[1])
+        # The new episode goes on.
+        _, rewards, terminated, truncated, infos = envs.step(np.array([0, 0]))
+        assert rewards.tolist() == [pytest.approx(rgym.STEP_REWARD)] * 2 and not (terminated | truncated).any()
+        assert infos["last_action_success"].tolist() == [True, True]
+    finally:
+        envs.close()
