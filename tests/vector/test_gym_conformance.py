@@ -79,3 +79,48 @@ def test_a_player_failing_in_an_autoreset_step_starts_the_new_episode(no_leaks):
         assert infos["last_action_success"].tolist() == [True, True]
     finally:
         envs.close()
+
+
+def _assert_same(a, b, where):
+    if isinstance(a, tuple):
+        assert isinstance(b, tuple) and len(a) == len(b), where
+        for k, (x, y) in enumerate(zip(a, b)):
+            _assert_same(x, y, f"{where}[{k}]")
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), (where, sorted(a), sorted(b))
+        for key in a:
+            _assert_same(a[key], b[key], f"{where}.{key}")
+    else:
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.shape == b.shape, (where, a.shape, b.shape)
+        assert a.dtype == b.dtype or object in (a.dtype, b.dtype), (where, a.dtype, b.dtype)
+        assert np.array_equal(a, b), (where, a, b)
+
+
+def test_vector_env_behaves_as_gymnasiums_sync_vector_env(no_leaks):
+    # Gymnasium's own next-step autoreset (SyncVectorEnv over RenderdEnvs, each in a TimeLimit) is the
+    # reference: same seeds and actions, same observations, rewards, flags and infos, step by step, across
+    # terminations, truncations, autoresets and a partial reset.
+    kw = dict(width=W, height=H, start_timeout=30, step_timeout=20, depth=True, max_episode_steps=3,
+              scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"],
+              actions=["MoveAhead", "RotateLeft", {"action": "LookUp", "degrees": 90}],
+              terminated_fn=lambda ev: not ev)
+    ours = gymnasium.make_vec(rgym.ENV_ID, num_envs=2, **kw)
+    try:
+        ref = gymnasium.make_vec(rgym.ENV_ID, num_envs=2, vectorization_mode="sync", **kw)
+        try:
+            assert isinstance(ours.unwrapped, rgym.RenderdVectorEnv)
+            assert ours.metadata["autoreset_mode"] == ref.metadata["autoreset_mode"]
+            assert ours.observation_space == ref.observation_space and ours.action_space == ref.action_space
+            _assert_same(ours.reset(seed=11), ref.reset(seed=11), "reset")
+            actions = np.random.default_rng(0).integers(0, 3, (16, 2))
+            for step, action in enumerate(actions):
+                _assert_same(ours.step(action), ref.step(action), f"step {step}")
+                if step == 8:
+                    mask = np.array([False, True])
+                    _assert_same(ours.reset(seed=[None, 5], options={"reset_mask": mask.copy()}),
+                                 ref.reset(seed=[None, 5], options={"reset_mask": mask.copy()}), "partial reset")
+        finally:
+            ref.close()
+    finally:
+        ours.close()
