@@ -44,6 +44,7 @@ import os
 import secrets
 import select
 import signal
+import sys
 import threading
 import time
 from collections import deque
@@ -968,7 +969,7 @@ class VectorSession:
             except Exception as exc:
                 if first is None:
                     first = exc
-                else:
+                elif not sys.is_finalizing():  # (at interpreter exit, from __del__: builtins may be gone)
                     log.warning("closing a session failed too: %s", exc)
         executor, self._executor = self._executor, None
         while executor is not None:
