@@ -60,6 +60,8 @@ FLOOR_DARK = 0.82
 FRAME_CACHE_SIZE = 8
 #: How many ray-direction tables (one per width, height, field of view) a NumpyRenderer keeps.
 RAY_CACHE_SIZE = 4
+#: A larger frame is traced this many rays at a time, so its temporaries stay small (tens of MB).
+CHUNK_RAYS = 1 << 18
 
 RENDERERS = ("numpy", "gl")
 
@@ -166,6 +168,25 @@ class NumpyRenderer:
     def _render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         w, h = state.width, state.height
         u, v = self._camera_rays(w, h, state.fov)
+        n = w * h
+        if n <= CHUNK_RAYS:
+            rgb, depth, ids = self._trace(state, u, v)
+        else:  # in chunks: tracing needs ~150 bytes per ray, 2.5 GB at once for 4096 x 4096
+            rgb = np.empty((n, 3), dtype=np.uint8)
+            depth = np.empty(n, dtype=np.float32)
+            ids = np.empty((n, 3), dtype=np.uint8)
+            for start in range(0, n, CHUNK_RAYS):
+                chunk = slice(start, start + CHUNK_RAYS)
+                rgb[chunk], depth[chunk], ids[chunk] = self._trace(state, u[chunk], v[chunk])
+        out = []
+        for a in (rgb.reshape(h, w, 3), depth.reshape(h, w), ids.reshape(h, w, 3)):
+            a.flags.writeable = False
+            out.append(a[::-1])
+        return out[0], out[1], out[2]
+
+    def _trace(self, state: RenderState, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(rgb (n, 3) uint8, depth (n,) float32, ids (n, 3) uint8) of the rays with these camera-space
+        directions (u right, v up, 1 forward)."""
         right, up, forward = camera_basis(state.yaw, state.pitch)
         f32 = np.float32
         # World-space directions, one component array each (forward component 1 in camera space).
@@ -247,14 +268,7 @@ class NumpyRenderer:
         shade *= f32(1.0) / (f32(1.0) + f32(0.03) * depth)
         rgb = albedo[part]
         rgb *= shade[:, None]
-        rgb = rgb.astype(np.uint8).reshape(h, w, 3)
-        ids = id_palette[part].reshape(h, w, 3)
-        depth = depth.reshape(h, w)
-        out = []
-        for a in (rgb, depth, ids):
-            a.flags.writeable = False
-            out.append(a[::-1])
-        return out[0], out[1], out[2]
+        return rgb.astype(np.uint8), depth, id_palette[part]
 
 
 def make_renderer(name: str = "numpy", *, device_index: int | None = None) -> Renderer:
