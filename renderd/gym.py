@@ -604,16 +604,20 @@ class RenderdVectorEnv(VectorEnv):
         flat, batch = spec.new_batch(n)
         filled = np.zeros(n, dtype=np.bool_)
 
+        previous = vs.on_event  # a callback of the caller's (on a vector session it passed in) still runs
+
         def on_event(i: int, event: Event) -> None:
             spec.check(event)
             spec.fill(flat, batch, i, event)
             filled[i] = True
+            if previous is not None:
+                previous(i, event)
 
         vs.on_event = on_event
         try:
             result = vs.step(messages, wait_resets=True)
         finally:
-            vs.on_event = None
+            vs.on_event = previous
         rewards = np.zeros(n, dtype=np.float64)
         terminated = np.zeros(n, dtype=np.bool_)
         truncated = np.zeros(n, dtype=np.bool_)

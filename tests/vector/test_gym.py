@@ -237,12 +237,18 @@ def test_vector_env_over_an_existing_vector_session(no_leaks):
         with pytest.raises((ValueError, TypeError)):
             rgym.RenderdVectorEnv(vector_session=vs, **bad)
         assert not vs.closed, bad
+    seen = []
+    vs.on_event = lambda i, event: seen.append((i, event.sequence_id))  # the caller's own callback
     envs = rgym.RenderdVectorEnv(vector_session=vs, depth=True)
     try:
         obs, _ = envs.reset()
         assert obs["depth"].shape == (2, SIZE, SIZE)
         with pytest.raises(ValueError, match="slots"):
             rgym.RenderdVectorEnv(3, vector_session=vs)
+        seen.clear()
+        for _ in range(2):  # it keeps running for every event of every step, and stays set
+            envs.step(np.array([0, 0]))
+        assert sorted(i for i, _ in seen) == [0, 0, 1, 1] and vs.on_event is not None
     finally:
         envs.close()
     assert vs.closed
