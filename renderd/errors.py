@@ -19,6 +19,7 @@ __all__ = [
     "PlatformError",
     "ConfigError",
     "LeaseError",
+    "LeaseBusyError",
     "CallOrderError",
     "AlreadyPendingCallError",
     "NoPendingCallError",
@@ -155,6 +156,12 @@ class LeaseError(RenderdError):
     """A lease could not be granted, or was used after it ended."""
 
 
+class LeaseBusyError(LeaseError):
+    """The daemon could not take a lease request in now (as many requests wait for a player already as its
+    control socket can hold): a request sent again shortly may wait. ``ControlClient.lease`` and
+    ``renderd.connect`` do that until their own deadline."""
+
+
 class CallOrderError(RenderdError):
     """A method was called in a state that does not allow it (for example ``step`` after ``close``)."""
 
@@ -179,6 +186,7 @@ ERROR_TYPES: dict[str, type[RenderdError]] = {
         PlatformError,
         ConfigError,
         LeaseError,
+        LeaseBusyError,
         CallOrderError,
         AlreadyPendingCallError,
         NoPendingCallError,

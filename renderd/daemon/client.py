@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from renderd.config import default_socket_path
-from renderd.errors import LeaseError, RenderdError, error_from_dict, os_error_message
+from renderd.errors import LeaseBusyError, LeaseError, RenderdError, error_from_dict, os_error_message
 
 __all__ = ["ControlClient", "connect", "socket_path", "DEFAULT_LEASE_TIMEOUT", "SOCKET_ENV_VAR"]
 
@@ -45,6 +45,9 @@ REQUEST_SLACK = 10.0
 #: this long to come back. A lease granted after its client gave up would keep its player LEASED to a
 #: lease nobody knows for as long as this process lives.
 LEASE_ANSWER_MARGIN = 5.0
+#: Pause before a lease request refused with LeaseBusyError (the daemon holds as many waiting requests as it
+#: can) is sent again, within the request's own timeout.
+LEASE_BUSY_RETRY = 0.5
 #: Seconds for requests that do not wait for anything (status, release).
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: Seconds a client whose leased player died waits for the daemon to have reaped it, to learn its exit
@@ -190,16 +193,28 @@ class ControlClient:
         before this client gives up waiting for the answer: the daemon grants no lease after it, even if the
         request waited in its queue (every control API thread busy) for longer than ``timeout``.
 
+        A request the daemon cannot take in now (:class:`LeaseBusyError`: as many requests wait for a player
+        already as its control socket holds) is sent again every :data:`LEASE_BUSY_RETRY` seconds within
+        ``timeout``.
+
         Raises LeaseError when none can be had, RenderdError for an unknown environment."""
         from renderd.daemon.leases import MAX_LEASE_TIMEOUT
 
         timeout = min(timeout, MAX_LEASE_TIMEOUT)  # the daemon waits at most this long for a player anyway
         slack = REQUEST_SLACK
-        deadline = time.monotonic() + timeout + max(0.0, slack - LEASE_ANSWER_MARGIN)
-        body = {"client_pid": os.getpid(), "timeout": timeout, "deadline": deadline}
-        return self.request(
-            "POST", f"/v1/environments/{environment}/leases", body, timeout=timeout + slack
-        )[1]
+        until = time.monotonic() + timeout
+        while True:
+            remaining = max(0.0, until - time.monotonic())
+            deadline = time.monotonic() + remaining + max(0.0, slack - LEASE_ANSWER_MARGIN)
+            body = {"client_pid": os.getpid(), "timeout": remaining, "deadline": deadline}
+            try:
+                return self.request(
+                    "POST", f"/v1/environments/{environment}/leases", body, timeout=remaining + slack
+                )[1]
+            except LeaseBusyError:
+                if until - time.monotonic() <= LEASE_BUSY_RETRY:
+                    raise
+                time.sleep(LEASE_BUSY_RETRY)
 
     def lease_status(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:
         """How a lease stands: ``ended`` (None while it runs) and ``player_exit`` (``{"returncode",

@@ -38,7 +38,7 @@ from typing import Any
 from renderd.config import Config, EnvironmentConfig, load, parse_http_address
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.daemon.supervisor import Player, Supervisor
-from renderd.errors import ConfigError, LeaseError, RenderdError, os_error_message
+from renderd.errors import ConfigError, LeaseBusyError, RenderdError, os_error_message
 from renderd.process import poll_readable
 
 __all__ = ["Daemon", "DaemonError", "LOCK_NAME"]
@@ -370,7 +370,7 @@ class _ControlServer:
     long as it waits (``renderd.lease_waiting`` in its environ, for :meth:`Supervisor.acquire`), so that
     however many clients wait, releases (which serve them) and status requests are never queued behind
     them. Waiting requests leave API_CONNECTION_HEADROOM of the socket's connections (waitress's
-    ``connection_limit``) free for the same reason: one more is refused (LeaseError) instead of waiting.
+    ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until their deadline) instead of waiting.
     """
 
     def __init__(self, app: Any, path: str, threads: int) -> None:
@@ -415,9 +415,10 @@ class _ControlServer:
     def _set_threads(self, waiting: int) -> None:
         with self._count_lock:
             if waiting > 0:
-                limit = max(1, self.server.adj.connection_limit - API_CONNECTION_HEADROOM)
+                # (waitress counts its listening socket and its wake-up trigger among its connections)
+                limit = max(1, self.server.adj.connection_limit - 2 - API_CONNECTION_HEADROOM)
                 if self._waiting >= limit:
-                    raise LeaseError(
+                    raise LeaseBusyError(
                         f"{self._waiting} lease requests wait for a player already, as many as the control socket "
                         f"{self.path} takes while keeping connections free for releases; retry shortly"
                     )
@@ -427,7 +428,7 @@ class _ControlServer:
 
     def _lease_waiting(self) -> Any:
         """A lease request begins to wait: a thread more until the function returned is called. Raises
-        LeaseError when as many requests wait already as the socket's connections allow."""
+        LeaseBusyError when as many requests wait already as the socket's connections allow."""
         self._set_threads(1)
         done = threading.Event()  # (once, whatever calls it)
 

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from renderd.daemon.client import ControlClient, connect
-from renderd.errors import LeaseError, PlayerCrashed, RenderdError
+from renderd.errors import LeaseBusyError, LeaseError, PlayerCrashed, RenderdError
 from tests.daemon.conftest import fast_config, wait_for
 
 DEADLINE = 20.0
@@ -76,8 +76,10 @@ def test_waiting_lease_requests_never_take_every_connection_of_the_control_socke
     results: dict[int, object] = {}
 
     def wait_for_lease(i: int) -> None:
+        # The request as such (ControlClient.lease would send a refused one again until its timeout).
+        body = {"client_pid": os.getpid(), "timeout": 2, "deadline": time.monotonic() + 7}
         try:
-            results[i] = ControlClient(d.socket).lease("demo", timeout=2)
+            results[i] = ControlClient(d.socket).request("POST", "/v1/environments/demo/leases", body, timeout=12)[1]
         except RenderdError as exc:
             results[i] = exc
 
@@ -88,6 +90,7 @@ def test_waiting_lease_requests_never_take_every_connection_of_the_control_socke
         refused = wait_for(lambda: [r for r in results.values() if isinstance(r, LeaseError)], DEADLINE,
                            "lease requests over the bound refused")
         assert "lease requests wait for a player already" in str(refused[0]) and refused[0].status == 503
+        assert isinstance(refused[0], LeaseBusyError)
         quick = ControlClient(d.socket, timeout=2.0)
         started = time.monotonic()
         assert quick.health()["status"] == "ready"
@@ -160,3 +163,63 @@ def test_a_leased_http_player_that_dies_is_not_said_to_be_stopped_by_the_daemon(
     assert "the daemon stopped it" not in str(info.value), info.value
     assert info.value.returncode == -signal.SIGKILL, info.value
     assert "killed by SIGKILL" in str(info.value)
+
+
+def test_a_lease_request_the_daemon_is_too_busy_to_take_is_sent_again_within_its_timeout(tmp_path):
+    """LeaseBusyError (as many requests wait already as the control socket holds) means "ask again": the
+    client does, until its own timeout, and only then gives up with it."""
+    import json
+    import socket
+
+    path = str(tmp_path / "control.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(10)
+    busy = json.dumps({"error": {"type": "LeaseBusyError", "message": "92 lease requests wait already"}}).encode()
+    granted = json.dumps({"lease": "x" * 32, "pid": 1, "environment": "demo"}).encode()
+    plan = [(503, busy), (503, busy), (201, granted)]
+    seen: list[bytes] = []
+
+    def serve(n: int) -> None:
+        for status, payload in plan[:n]:
+            conn, _ = listener.accept()
+            with conn:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    data += conn.recv(65536)
+                head, _, rest = data.partition(b"\r\n\r\n")
+                length = int([line.split(b":")[1] for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length")][0])
+                while len(rest) < length:
+                    rest += conn.recv(65536)
+                seen.append(rest)
+                conn.sendall(b"HTTP/1.1 %d X\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                             b"Connection: close\r\n\r\n%s" % (status, len(payload), payload))
+
+    server = threading.Thread(target=serve, args=(3,))
+    server.start()
+    try:
+        assert ControlClient(path).lease("demo", timeout=10)["environment"] == "demo"
+    finally:
+        server.join(20)
+        listener.close()
+    assert len(seen) == 3  # asked again twice
+    timeouts = [json.loads(body)["timeout"] for body in seen]
+    assert timeouts == sorted(timeouts, reverse=True) and timeouts[0] <= 10  # within the one timeout
+
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    os.unlink(path)
+    listener.bind(path)
+    listener.listen(8)
+    listener.settimeout(10)
+    plan[:] = [(503, busy)] * 3
+    seen.clear()
+    server = threading.Thread(target=serve, args=(1,))
+    server.start()
+    try:
+        with pytest.raises(LeaseBusyError, match="wait already"):
+            ControlClient(path).lease("demo", timeout=0.2)  # no time to ask again
+    finally:
+        server.join(20)
+        listener.close()
