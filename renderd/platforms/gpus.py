@@ -276,7 +276,7 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
             timeout=GPU_TOOL_TIMEOUT,
             stdin=subprocess.DEVNULL,
             # A tool stuck in a wedged driver must not outlive the daemon that ran it.
-            preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl and getppid run in the child)
+            preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl, signal and getppid run in the child)
         )
         output = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
         if output is None:

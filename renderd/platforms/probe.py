@@ -69,7 +69,7 @@ def run_probe(
         env=dict(env),
         process_group=0,
         close_fds=True,
-        preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl and getppid run in the child)
+        preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl, signal and getppid run in the child)
     )
     try:
         if on_start is not None:
