@@ -94,8 +94,8 @@ DEFAULT_VISIBILITY_DISTANCE = 1.5
 MAX_LOOK_UP = 30.0
 MAX_LOOK_DOWN = 60.0
 MAX_THIRD_PARTY_CAMERAS = 8
-#: Width of the small ids render used to decide which objects are visible.
-VISIBILITY_RENDER_WIDTH = 64
+#: Longer side of the small ids render used to decide which objects are visible (the frame's shape kept).
+VISIBILITY_RENDER_SIZE = 64
 #: How many wire-layout frames (keyed by camera state) a Player keeps, so an unchanged view costs nothing.
 WIRE_CACHE_SIZE = 4
 #: How many metadata views (keyed by everything but the action's own fields) a Player keeps: an action that
@@ -705,8 +705,12 @@ class Player:
         return RenderState(self.scene, width, height, self._camera_position(), self.yaw, self.horizon, self.fov)
 
     def _visible_ids(self) -> set[tuple[int, int, int]]:
-        vw = VISIBILITY_RENDER_WIDTH
-        vh = max(1, round(vw * self.height / self.width))
+        # Scaled by the longer side: a tall frame (1 x 4096) would otherwise give a 64 x 262144 render per view.
+        side = VISIBILITY_RENDER_SIZE
+        if self.width >= self.height:
+            vw, vh = side, max(1, round(side * self.height / self.width))
+        else:
+            vw, vh = max(1, round(side * self.width / self.height)), side
         _, _, ids = self._probe.render(self._state(vw, vh))
         packed = np.unique(
             (ids[..., 0].astype(np.uint32) << 16) | (ids[..., 1].astype(np.uint32) << 8) | ids[..., 2]

@@ -322,3 +322,21 @@ def test_player_uses_any_renderer_with_the_interface():
     state = r.states[-1]
     assert (state.width, state.height, state.fov, state.pitch) == (6, 4, 90.0, 0.0)
     assert state.position == (0.0, CAM_Y, -2.0)
+
+
+@pytest.mark.parametrize("width,height", [(1, 4096), (4096, 1), (300, 300), (320, 200), (200, 320)])
+def test_the_visibility_render_is_small_whatever_the_frame_shape(width, height):
+    # Visibility is judged on a small render of the frame's shape; a tall frame made it 64 pixels wide and
+    # up to 262,144 high (seconds per new view).
+    player = Player(width=width, height=height, platform="headless")
+    sizes = []
+    render = player._probe.render
+
+    def recording(state):
+        sizes.append((state.width, state.height))
+        return render(state)
+
+    player._probe.render = recording
+    player.answer({"action": "MoveAhead"})
+    small = [(w, h) for w, h in sizes if (w, h) != (width, height)]  # (the frame itself may come from it too)
+    assert small and all(max(w, h) == 64 and min(w, h) >= 1 for w, h in small), sizes
