@@ -89,9 +89,10 @@ def _copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     """A deep copy of decoded metadata, made by packing and unpacking it: it holds only what msgpack
     decodes, which comes back equal, and this costs about a full decode where ``copy.deepcopy`` costs
     several (a step that reads ``event.metadata`` after a METADATA_PATCH pays it). Anything msgpack cannot
-    pack (set by hand through :attr:`FrameAssembler.metadata`) is copied with ``copy.deepcopy``."""
+    pack as the exact type it decodes to (set by hand through :attr:`FrameAssembler.metadata`: a tuple, a
+    dict subclass) is copied with ``copy.deepcopy``."""
     try:
-        packed = msgpack.packb(metadata)
+        packed = msgpack.packb(metadata, strict_types=True)
     except (TypeError, ValueError, OverflowError):
         return copy.deepcopy(metadata)
     return decode_metadata(packed)

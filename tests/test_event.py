@@ -238,3 +238,14 @@ def test_a_patched_events_metadata_is_an_exact_copy_for_every_agent():
     b0, b1 = later.events
     assert b0.metadata["objects"] == [{"objectId": "A"}] and b1.metadata["odd"] == odd
     assert b0.metadata["lastAction"] == "Sit" and b1.metadata["lastAction"] == "Jump"
+
+
+def test_metadata_set_on_the_assembler_by_hand_is_copied_as_it_is():
+    # Metadata given to FrameAssembler.metadata by hand may hold what msgpack does not decode to: a tuple
+    # (as a value or as a key). A patched event's copy keeps it as it is; it must not become a list, nor
+    # make reading event.metadata fail as if the player had sent malformed msgpack.
+    fa = FrameAssembler()
+    fa.metadata = {"agents": [agent(pose=(1, 2), grid={(0, 1): "wall"})], "sequenceId": 1, "activeAgentId": 0}
+    ev = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0, "lastAction": "Jump"}))]), 2)
+    assert ev.metadata["lastAction"] == "Jump"
+    assert ev.metadata["pose"] == (1, 2) and ev.metadata["grid"] == {(0, 1): "wall"}
