@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import sys
 from typing import Any
 
@@ -119,12 +120,22 @@ def _duration(seconds: float | None) -> str:
     return f"{s // 86400}d{s % 86400 // 3600:02d}h"
 
 
+# Control characters but newline (a platform error's reason has several lines): a player's last log line
+# is quoted in its reason, and escape sequences in it must reach the operator's terminal as text.
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def _shown(text: Any) -> str:
+    """``text`` as printable characters: each control character written as its escape (``\\x1b``)."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
 def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) -> str:
     """The table ``renderd status`` prints."""
-    lines = [
+    lines = [_shown(
         f"renderd {health.get('version', '?')} pid {health.get('pid')} {health.get('status')}, "
         f"up {_duration(health.get('uptime'))}"
-    ]
+    )]
     header = ("ENVIRONMENT", "PLAYER", "STATE", "PID", "UPTIME", "RESTARTS", "LEASE")
     rows: list[tuple[str, ...]] = []
     notes: list[str] = []
@@ -140,10 +151,11 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
                 str(p["restarts"]), lease_text,
             ))
             if p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
-                notes.append(f"{env['name']}[{p['index']}] {p['state']}: {p['reason']}")
+                notes.append(_shown(f"{env['name']}[{p['index']}] {p['state']}: {p['reason']}"))
     if not environments:
         lines.append("no environments")
         return "\n".join(lines)
+    rows = [tuple(_shown(cell) for cell in row) for row in rows]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     for row in [header, *rows]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
@@ -173,5 +185,13 @@ def status(socket: str | None, as_json: bool) -> None:
         raise click.ClickException(str(exc)) from None
     if as_json:
         click.echo(json.dumps({"daemon": health, "environments": environments}, indent=2))
-    else:
-        click.echo(format_status(health, environments))
+        return
+    try:
+        text = format_status(health, environments)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:  # a daemon of another version, or not renderd
+        raise click.ClickException(
+            f"{client.socket} answered GET /v1/environments with entries renderd status cannot read "
+            f"({type(exc).__name__}: {exc}): not a renderd daemon of this version (is --socket or RENDERD_SOCKET "
+            "the right path? `renderd status --json` prints the answer as it is)"
+        ) from None
+    click.echo(text)
