@@ -23,6 +23,10 @@ EXIT_USAGE = 2
 EXIT_INTERNAL_ERROR = 3
 #: Seconds to sleep at most in --start-delay.
 MAX_START_DELAY = 3600.0
+#: Most --metadata-objects: about 15 MB of metadata, within the 16 MiB the player's answer-size budget keeps
+#: for metadata (Player.limit_answer_size). Many more would be built for minutes, or until memory runs out,
+#: before the pipes are opened, only to make answers a client refuses.
+MAX_METADATA_OBJECTS = 16384
 
 ENV_SERVER_TYPE = "AI2THOR_SERVER_TYPE"
 ENV_SERVER_PIPE = "AI2THOR_FIFO_SERVER_PIPE_PATH"
@@ -112,7 +116,8 @@ def build_parser() -> argparse.ArgumentParser:
     own.add_argument("--static-frame", action="store_true",
                      help="skip rendering: send one precomputed frame every step (transport benchmarks)")
     own.add_argument("--metadata-objects", type=int, default=0, metavar="N",
-                     help="add N synthetic objects (~0.9 KB of metadata each) to every message")
+                     help=f"add N synthetic objects (~0.9 KB of metadata each) to every message "
+                     f"(0..{MAX_METADATA_OBJECTS})")
     own.add_argument("--fault-at-start", choices=START_FAULTS, default=os.environ.get(ENV_FAULT_AT_START) or None,
                      metavar="KIND",
                      help="misbehave at startup: " + ", ".join(START_FAULTS)
@@ -218,8 +223,8 @@ def _main(argv: Sequence[str] | None) -> int:
     if not (0 < args.screen_width <= MAX_RESOLUTION and 0 < args.screen_height <= MAX_RESOLUTION):
         return _usage_error(f"-screen-width/-screen-height must be 1..{MAX_RESOLUTION}, "
                             f"got {args.screen_width} x {args.screen_height}")
-    if args.metadata_objects < 0:
-        return _usage_error("--metadata-objects must be >= 0")
+    if not 0 <= args.metadata_objects <= MAX_METADATA_OBJECTS:
+        return _usage_error(f"--metadata-objects must be 0..{MAX_METADATA_OBJECTS}, got {args.metadata_objects}")
     if not 0 <= args.start_delay <= MAX_START_DELAY:
         return _usage_error(f"--start-delay must be 0..{MAX_START_DELAY:g} seconds")
     if server_type not in ("FIFO", "WSGI"):

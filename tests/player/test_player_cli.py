@@ -62,8 +62,11 @@ def test_wsgi_without_http_link_fails_clearly():
     assert "renderd.player.http_link" in result.stderr
 
 
-@pytest.mark.parametrize("args", [["-screen-width", "0"], ["-screen-height", "5000"], ["--metadata-objects", "-1"]])
+@pytest.mark.parametrize("args", [["-screen-width", "0"], ["-screen-height", "5000"], ["--metadata-objects", "-1"],
+                                  ["--metadata-objects", "100000000"]])
 def test_bad_values_are_usage_errors(args):
+    # (10^8 synthetic objects would be built for many minutes, or until memory runs out, before the pipes
+    # are even opened: the most that fits a message is refused at once instead.)
     result = run_player(args, env_extra={"AI2THOR_FIFO_SERVER_PIPE_PATH": "/nonexistent/s",
                                          "AI2THOR_FIFO_CLIENT_PIPE_PATH": "/nonexistent/c"})
     assert result.returncode == 2
