@@ -25,6 +25,7 @@ import os
 import socket as _socket
 import stat
 import time
+import weakref
 from typing import Any
 
 from renderd.config import default_socket_path
@@ -239,7 +240,9 @@ def connect(
     ``socket``: the daemon's socket (else ``$RENDERD_SOCKET``, else the default path). ``timeout``:
     seconds to wait for a ready player. ``step_timeout``: per step (default: the environment's).
     The session's ``last_event`` is ``None`` until the first step. Closing the session releases the
-    lease: cleanly when its last step completed, else the daemon recycles the player.
+    lease: cleanly when its last step completed, else the daemon recycles the player. A session whose
+    screen size was changed (``reset(width=..., height=...)``) has its player recycled as well, so the
+    next client gets the environment's size.
 
     Both are finite numbers of seconds, at most :data:`renderd.config.MAX_SECONDS` (``timeout`` may be 0:
     only a player that is ready now; the daemon waits at most an hour for one).
@@ -273,13 +276,20 @@ def connect(
             raise LeaseError(f"lease of {environment!r} granted, but its pipes could not be opened: {exc}") from exc
         raise
 
+    leased_size = (answer.get("width"), answer.get("height"))
+    sessions: list[weakref.ReferenceType[Session]] = []  # weak: a forgotten session is still freed at once
+
     def on_close(error: BaseException | None) -> None:
+        # A player whose screen the client changed (reset(width=..., height=...)) would keep that size and
+        # hand the next client frames of another size than its lease says: it is recycled instead.
+        session = sessions[0]() if sessions else None
+        resized = session is not None and (session.width, session.height) != leased_size
         try:
-            _release(control, lease_id, clean=error is None)
+            _release(control, lease_id, clean=error is None and not resized)
         finally:
             watch.close()
 
-    return Session(
+    session = Session(
         channel,
         on_close=on_close,
         width=answer.get("width"),
@@ -288,6 +298,8 @@ def connect(
         sequence_id=0,
         pid=int(answer["pid"]),
     )
+    sessions.append(weakref.ref(session))
+    return session
 
 
 def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple[int | None, str | None]:
