@@ -136,9 +136,21 @@ class ControlClient:
             except _NotOurDirectory as exc:
                 raise RenderdError(str(exc)) from None
             except (FileNotFoundError, ConnectionRefusedError) as exc:
+                try:
+                    mode = os.stat(self.socket).st_mode
+                except OSError:
+                    mode = None
+                if mode is not None and not stat.S_ISSOCK(mode):
+                    raise RenderdError(
+                        f"cannot reach the renderd daemon at {self.socket}: that path is not a socket "
+                        f"(a {_kind(mode)}); pass the control socket with --socket or $RENDERD_SOCKET"
+                    ) from exc
+                if isinstance(exc, ConnectionRefusedError):
+                    what = f"cannot reach the renderd daemon at {self.socket}: nothing listens on it [ECONNREFUSED]"
+                else:
+                    what = os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")
                 raise RenderdError(
-                    os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")
-                    + ". Is `renderd start` running? (pass --socket or set $RENDERD_SOCKET for another socket)"
+                    what + ". Is `renderd start` running? (pass --socket or set $RENDERD_SOCKET for another socket)"
                 ) from exc
             except _socket.timeout as exc:
                 raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {path} in time") from exc
@@ -300,6 +312,17 @@ def connect(
     )
     sessions.append(weakref.ref(session))
     return session
+
+
+def _kind(mode: int) -> str:
+    """What a non-socket path is, for an error message."""
+    if stat.S_ISDIR(mode):
+        return "directory"
+    if stat.S_ISFIFO(mode):
+        return "named pipe"
+    if stat.S_ISREG(mode):
+        return "regular file"
+    return "special file"
 
 
 def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple[int | None, str | None]:

@@ -236,3 +236,19 @@ def test_start_with_an_empty_socket_or_runtime_dir_is_refused(tmp_path, option):
                          capture_output=True, text=True, timeout=30)
     assert out.returncode == 2 and option in out.stderr and "empty" in out.stderr, out
     assert "listening" not in out.stderr
+
+
+def test_a_control_socket_path_that_is_not_a_socket_says_so(tmp_path):
+    # A directory or a file given as --socket is named as such, not "connection refused: is the daemon running?".
+    (tmp_path / "file").write_text("")
+    for path, kind in ((tmp_path, "directory"), (tmp_path / "file", "regular file")):
+        with pytest.raises(RenderdError, match=f"that path is not a socket \\(a {kind}\\)"):
+            ControlClient(str(path)).health()
+    dead = tmp_path / "dead.sock"
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(dead))  # a socket nothing listens on
+    with pytest.raises(RenderdError, match="nothing listens on it") as info:
+        ControlClient(str(dead)).health()
+    assert "is the daemon running?" not in str(info.value)  # (asked once, not twice)
