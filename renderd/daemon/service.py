@@ -499,7 +499,9 @@ class Daemon:
         self.supervisor: Supervisor | None = None
 
     # -- directories and the lock ------------------------------------------------------------------------
-    def _make_private_dir(self, path: str, *, must_own: bool = True, group: int | None = None) -> None:
+    def _make_private_dir(
+        self, path: str, *, must_own: bool = True, group: int | None = None, key: str = ""
+    ) -> None:
         """Create ``path`` (and missing parents) with mode 0700, remembering what was created; with
         ``group`` (a group id: ``socket_group``), mode 0750 and that group instead.
 
@@ -518,7 +520,8 @@ class Daemon:
             except FileExistsError:
                 continue
             except OSError as exc:
-                raise DaemonError(os_error_message(exc, "cannot create the directory")) from exc
+                for_what = f" for {key}" if key else ""
+                raise DaemonError(os_error_message(exc, f"cannot create the directory{for_what}")) from exc
             self._created.append(d)
             try:
                 if group is not None:
@@ -693,8 +696,8 @@ class Daemon:
         finally:
             probe.close()
         raise DaemonError(
-            f"another renderd is already serving on {path}; stop it first (`systemctl stop renderd`, or "
-            f"SIGTERM to its pid from `renderd status --socket {path}`), or choose another --socket"
+            f"a process already listens on {path} (another renderd?); stop it first (`systemctl stop renderd`, "
+            f"or SIGTERM to its pid from `renderd status --socket {path}`), or choose another --socket"
         )
 
     # -- signals, systemd --------------------------------------------------------------------------------
@@ -812,7 +815,7 @@ class Daemon:
         self._hold_signals()
         try:
             group = _group_id(cfg.socket_group)
-            self._make_private_dir(cfg.runtime_dir, group=group)
+            self._make_private_dir(cfg.runtime_dir, group=group, key="runtime_dir (--runtime-dir)")
             left_by_renderd = os.path.lexists(os.path.join(cfg.runtime_dir, LOCK_NAME))  # by one that was killed
             self._took_over = left_by_renderd
             self._lock(cfg.runtime_dir, group)
@@ -823,12 +826,13 @@ class Daemon:
             if cfg.log_dir:
                 log_dir = cfg.log_dir
                 created = len(self._created)
-                self._make_private_dir(log_dir, group=group)
+                self._make_private_dir(log_dir, group=group, key="log_dir")
                 del self._created[created:]  # a configured log directory is kept after the daemon stops
             else:
                 log_dir = os.path.join(cfg.runtime_dir, "logs")
                 self._own_dir(log_dir, group, clear=False, left_by_renderd=left_by_renderd)
-            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group)
+            self._make_private_dir(os.path.dirname(cfg.socket), must_own=False, group=group,
+                                   key="the control socket (socket, --socket)")
             socket_dir_fd = self._lock_socket_dir(os.path.dirname(cfg.socket))
             self._check_socket(cfg.socket)
             if cfg.http:

@@ -179,7 +179,7 @@ def test_second_daemon_on_the_same_socket_refuses(daemon, tmp_path):
         capture_output=True, text=True, timeout=30,
     )
     assert out.returncode == 1
-    assert "already serving on" in out.stderr and d.socket in out.stderr
+    assert "already listens on" in out.stderr and d.socket in out.stderr
     out = subprocess.run(
         [*RENDERD, "start", "--socket", str(tmp_path / "other.sock"), "--runtime-dir", d.runtime_dir,
          "-c", d.config_path],

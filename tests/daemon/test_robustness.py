@@ -112,7 +112,7 @@ def test_two_daemons_started_at_once_on_one_socket_one_refuses(daemon, tmp_path)
     wait_for(marker.exists, DEADLINE, "the first daemon to check its socket path")
     second = daemon(fast_config(), ready=False, socket=first.socket)
     assert second.wait_exit() == 1
-    assert "already serving on" in second.output()
+    assert "already listens on" in second.output()
     first.wait_ready()
     first.signal(signal.SIGTERM)
     assert first.wait_exit() == 0 and not os.path.exists(first.socket)
@@ -195,7 +195,7 @@ def test_a_failed_start_after_a_killed_daemon_leaves_the_next_start_possible(dae
     why = log.read_text()
     other = daemon(fast_config(), socket=killed.socket, runtime_dir=str(tmp_path / "other-run"))
     failed = daemon(fast_config(), ready=False, socket=killed.socket, runtime_dir=killed.runtime_dir)
-    assert failed.wait_exit() == 1 and "already serving" in failed.output()
+    assert failed.wait_exit() == 1 and "already listens on" in failed.output()
     assert log.read_text() == why  # the killed daemon's player log is still there to read
     other.signal(signal.SIGTERM)
     assert other.wait_exit() == 0

@@ -252,3 +252,12 @@ def test_a_control_socket_path_that_is_not_a_socket_says_so(tmp_path):
     with pytest.raises(RenderdError, match="nothing listens on it") as info:
         ControlClient(str(dead)).health()
     assert "is the daemon running?" not in str(info.value)  # (asked once, not twice)
+
+
+def test_a_runtime_dir_that_cannot_be_made_names_the_key(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    out = subprocess.run([*RENDERD, "start", "--socket", str(tmp_path / "s" / "r.sock"),
+                          "--runtime-dir", str(blocker / "rt")], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1, out.stderr
+    assert "cannot create the directory for runtime_dir (--runtime-dir)" in out.stderr and "ENOTDIR" in out.stderr
