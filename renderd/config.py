@@ -1003,12 +1003,14 @@ def describe(config: Config) -> list[str]:
 
 
 @click.command("validate")
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.argument("config_path", metavar="CONFIG", type=str)
 def validate_command(config_path: str) -> None:
     """Check a configuration file: every key, type and value, and that executables exist.
 
     Exits 0 and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
     """
+    if config_path == "":  # an unset variable in `renderd validate ${CONFIG}`
+        raise click.BadParameter("an empty path", param_hint="CONFIG")
     try:
         config = load(config_path)
     except ConfigError as exc:

@@ -264,6 +264,19 @@ def test_validate_command(tmp_path):
     assert f"{bad}: environments.demo.restart: expected a string, got integer 1" in result.output
 
 
+def test_a_config_path_that_is_a_directory_is_a_bad_config_not_a_usage_error(tmp_path):
+    # Exit 1 naming the file, as for any configuration that does not load (click's own check said 2).
+    from renderd.daemon.commands import start
+
+    result = CliRunner().invoke(validate_command, [str(tmp_path)])
+    assert result.exit_code == 1 and f"{tmp_path}: not a regular file (a directory)" in result.output
+    result = CliRunner().invoke(start, ["-c", str(tmp_path), "--socket", str(tmp_path / "s.sock"),
+                                        "--runtime-dir", str(tmp_path / "rt")])
+    assert result.exit_code == 1 and f"{tmp_path}: not a regular file (a directory)" in result.output
+    result = CliRunner().invoke(validate_command, [""])
+    assert result.exit_code == 2 and "an empty path" in result.output
+
+
 def test_docs_key_tables_are_generated_from_the_definitions():
     text = DOCS.read_text()
     assert cfg.update_document(text) == text, "run: python -m renderd.config --write docs/configuration.md"

@@ -68,7 +68,7 @@ def _abspath(value: str | None) -> str | None:
 
 
 @click.command("start")
-@click.option("-c", "--config", "config_path", metavar="CONFIG", type=click.Path(dir_okay=False),
+@click.option("-c", "--config", "config_path", metavar="CONFIG", type=str,
               help="TOML configuration (docs/configuration.md). Without it: environment `demo` on renderd-player.")
 @click.option("--socket", metavar="PATH", help="Control socket (overrides [daemon] socket).")
 @click.option("--runtime-dir", metavar="DIR", help="Directory for pipes, logs and the lock (overrides [daemon] runtime_dir).")
