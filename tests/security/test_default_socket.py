@@ -53,32 +53,9 @@ def test_a_default_socket_directory_made_by_another_user_is_refused() -> None:
         server.bind(os.path.join(directory, "renderd.sock"))
         os.chmod(os.path.join(directory, "renderd.sock"), 0o666)
         server.listen(4)
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the victim: user nobody, no XDG_RUNTIME_DIR, no RENDERD_SOCKET
-            try:
-                os.close(r)
-                os.environ.pop("XDG_RUNTIME_DIR", None)
-                os.environ.pop("RENDERD_SOCKET", None)
-                os.setgroups([])
-                os.setresgid(NOBODY, NOBODY, NOBODY)
-                os.setresuid(NOBODY, NOBODY, NOBODY)
-                try:
-                    answer = f"answered: {ControlClient(timeout=5).health()}"
-                except RenderdError as exc:
-                    answer = f"refused: {exc}"
-                os.write(w, answer.encode())
-            finally:
-                os._exit(0)
-        os.close(w)
         thread = threading.Thread(target=_serve_fake_daemon, args=(server, stop), daemon=True)
         thread.start()
-        chunks = []
-        while chunk := os.read(r, 65536):  # until the child exits (it writes once, then exits)
-            chunks.append(chunk)
-        os.close(r)
-        os.waitpid(pid, 0)
-        answer = b"".join(chunks).decode()
+        answer = _health_as_nobody()  # the victim: user nobody, no XDG_RUNTIME_DIR, no RENDERD_SOCKET
         assert answer.startswith("refused: "), answer
         assert directory in answer and f"uid {OTHER_UID}" in answer and "RENDERD_SOCKET" in answer, answer
     finally:
