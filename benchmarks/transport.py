@@ -560,6 +560,19 @@ def fmt(result: Result | None) -> str:
     return f"{result.steps_per_s:8.0f} /s {result.mb_per_s:7.0f} MB/s"
 
 
+def parse_cases_and_placements(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Case], list[str]]:
+    """The ``--cases`` and ``--placements`` of ``args`` (comma-separated), refusing unknown ones through ``p``."""
+    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
+    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    for key in keys:
+        if key not in CASES:
+            p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")
+    for placement in placements:
+        if placement not in PLACEMENTS:  # cpus_for() would measure any other word as "different"
+            p.error(f"unknown placement {placement!r}; expected {' or '.join(PLACEMENTS)}")
+    return [CASES[k] for k in keys], placements
+
+
 def main(argv: list[str] | None = None) -> int:
     global player_executable  # noqa: PLW0603 - one setting read by every column's runner
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -578,15 +591,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     player_executable = args.player
 
-    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
-    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
-    for key in keys:
-        if key not in CASES:
-            p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")
-    for placement in placements:
-        if placement not in PLACEMENTS:  # cpus_for() would measure any other word as "different"
-            p.error(f"unknown placement {placement!r}; expected {' or '.join(PLACEMENTS)}")
-    cases = [CASES[k] for k in keys]
+    cases, placements = parse_cases_and_placements(p, args)
     with_ai2thor = not args.no_ai2thor and ai2thor_available()
     print(f"# {cpu_model()}; {os.cpu_count()} CPUs; Linux {platform.release()}; Python {platform.python_version()}")
     print(f"# renderd {renderd.__version__}; pipe {DEFAULT_PIPE_SIZE // 1024} KiB; median of {args.repeat} interleaved"

@@ -63,6 +63,7 @@ from benchmarks.transport import (  # noqa: E402
     ai2thor_stepper,
     check_ai2thor_event,
     cpu_model,
+    parse_cases_and_placements,
     cpus_for,
     pin_all_threads,
     setup_session,
@@ -319,15 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         parsers()
         return 0
 
-    keys = [k.strip() for k in args.cases.split(",") if k.strip()]
-    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
-    for key in keys:
-        if key not in CASES:
-            p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")
-    for placement in placements:
-        if placement not in PLACEMENTS:  # cpus_for() would measure any other word as "different"
-            p.error(f"unknown placement {placement!r}; expected {' or '.join(PLACEMENTS)}")
-    cases = [CASES[k] for k in keys]
+    cases, placements = parse_cases_and_placements(p, args)
     with_ai2thor = not args.no_ai2thor and ai2thor_available()
     # cheroot is not a renderd dependency: its column is skipped, with a note, when it is not installed.
     with_cheroot = args.cheroot and fifo_ai2thor_available("cheroot.wsgi")
