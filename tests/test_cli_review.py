@@ -6,38 +6,24 @@ import json
 import socket
 import subprocess
 import sys
-import threading
 
 from renderd.daemon.commands import format_status
+from tests.helpers.http_util import json_response, serving
 
 RENDERD = [sys.executable, "-c", "from renderd.cli import main; main()"]
 
 
-def _serve_json(path: str, answers: dict[str, object]) -> tuple[threading.Event, threading.Thread, socket.socket]:
+def _serve_json(path: str, answers: dict[str, object]):
     """A unix socket answering ``GET <path>`` with 200 and ``answers[path]`` as JSON (else {})."""
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
-    server.settimeout(0.05)
-    done = threading.Event()
 
-    def serve() -> None:
-        while not done.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(5)
-                request = conn.recv(65536).decode("latin-1")
-                target = request.split(" ")[1] if " " in request else ""
-                body = json.dumps(answers.get(target, {})).encode()
-                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
-                             b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    def answer(request: bytes) -> bytes:
+        text = request.decode("latin-1")
+        return json_response(answers.get(text.split(" ")[1] if " " in text else "", {}))
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    return done, thread, server
+    return serving(server, answer)
 
 
 def _status(path: str, *extra: str) -> subprocess.CompletedProcess:
@@ -50,14 +36,9 @@ HEALTH = {"version": "9.9", "status": "ready", "pid": 1, "uptime": 1.0, "environ
 def test_status_of_an_answer_with_missing_fields_is_an_error_not_a_traceback(tmp_path):
     # (A daemon of another version, or another program answering the same paths with other JSON.)
     path = str(tmp_path / "other.sock")
-    done, thread, server = _serve_json(path, {"/v1/health": HEALTH, "/v1/environments": {"environments": [{"name": "x"}]}})
-    try:
+    with _serve_json(path, {"/v1/health": HEALTH, "/v1/environments": {"environments": [{"name": "x"}]}}):
         out = _status(path)
         as_json = _status(path, "--json")
-    finally:
-        done.set()
-        thread.join(10)
-        server.close()
     assert out.returncode == 1, out
     assert "Traceback" not in out.stderr, out.stderr
     assert path in out.stderr and "not a renderd daemon" in out.stderr and "'players'" in out.stderr, out.stderr

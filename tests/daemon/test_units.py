@@ -17,6 +17,7 @@ from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.errors import RenderdError
 
 from tests.daemon.conftest import RENDERD, wait_for
+from tests.helpers.http_util import serving
 
 
 def _receiver(address: str) -> socket.socket:
@@ -172,28 +173,9 @@ def test_status_of_a_socket_that_is_not_renderd_is_a_clear_error(tmp_path, answe
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(8)
-    server.settimeout(0.05)
-    done = threading.Event()
-
-    def serve() -> None:  # answers every request 200 with something that is not renderd's
-        while not done.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            with conn:
-                conn.settimeout(10)
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + answer)
-
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    try:
+    # Every request is answered 200 with something that is not renderd's.
+    with serving(server, lambda request: b"HTTP/1.1 200 OK\r\nConnection: close\r\n" + answer):
         out = subprocess.run([*RENDERD, "status", "--socket", path], capture_output=True, text=True, timeout=30)
-    finally:
-        done.set()
-        thread.join(10)
-        server.close()
     assert out.returncode == 1, out
     assert "not a renderd daemon" in out.stderr and "Traceback" not in out.stderr, out.stderr
 

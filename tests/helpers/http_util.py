@@ -3,10 +3,12 @@ player processes. Every wait has a deadline. (The fixtures are in tests/http_pla
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import sys
-from typing import Any, Iterable, Sequence
+import threading
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from renderd.process import PlayerProcess, player_env
 
@@ -132,3 +134,41 @@ def spawn_player(port: int, token: str | None, args: Sequence[str] = (), log_pat
     if log_path is not None:
         argv += ["-logFile", log_path]
     return PlayerProcess.spawn(argv, env, log_path)
+
+
+@contextlib.contextmanager
+def serving(server: socket.socket, answer: Callable[[bytes], bytes]) -> Iterator[None]:
+    """Serve the bound, listening ``server`` on a thread while the block runs: each connection's request
+    (its first read) gets ``answer(request)``, the whole HTTP response, and is closed. The thread is joined
+    and the socket closed at the end of the block."""
+    server.settimeout(0.05)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.settimeout(5)
+                try:
+                    conn.sendall(answer(conn.recv(65536)))
+                except OSError:
+                    pass
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(10)
+        server.close()
+
+
+def json_response(value: Any) -> bytes:
+    """A 200 answer carrying ``value`` as JSON, closing the connection."""
+    body = json.dumps(value).encode()
+    return (b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n" % len(body) + body)

@@ -5,38 +5,23 @@ directory is the user's own."""
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import socket
 import tempfile
-import threading
 
 import pytest
 
 from renderd.daemon.client import ControlClient
 from renderd.errors import RenderdError
+from tests.helpers.http_util import json_response, serving
 
 NOBODY = 65534
 OTHER_UID = 12345  # someone else, who made the directory first
 
 
-def _serve_fake_daemon(server: socket.socket, stop: threading.Event) -> None:
-    body = json.dumps({"version": "9", "status": "ready", "pid": 1, "uptime": 1.0, "environments": {}}).encode()
-    server.settimeout(0.1)
-    while not stop.is_set():
-        try:
-            conn, _ = server.accept()
-        except TimeoutError:
-            continue
-        with conn:
-            conn.settimeout(5)
-            try:
-                conn.recv(65536)
-                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                             + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
-            except OSError:
-                pass
+#: What the fake daemon answers every request with.
+FAKE_HEALTH = json_response({"version": "9", "status": "ready", "pid": 1, "uptime": 1.0, "environments": {}})
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
@@ -46,22 +31,16 @@ def test_a_default_socket_directory_made_by_another_user_is_refused() -> None:
         pytest.skip(f"{directory} exists already")
     os.mkdir(directory, 0o755)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stop = threading.Event()
-    thread = None
     try:
         os.chown(directory, OTHER_UID, OTHER_UID)
         server.bind(os.path.join(directory, "renderd.sock"))
         os.chmod(os.path.join(directory, "renderd.sock"), 0o666)
         server.listen(4)
-        thread = threading.Thread(target=_serve_fake_daemon, args=(server, stop), daemon=True)
-        thread.start()
-        answer = _health_as_nobody()  # the victim: user nobody, no XDG_RUNTIME_DIR, no RENDERD_SOCKET
+        with serving(server, lambda request: FAKE_HEALTH):
+            answer = _health_as_nobody()  # the victim: user nobody, no XDG_RUNTIME_DIR, no RENDERD_SOCKET
         assert answer.startswith("refused: "), answer
         assert directory in answer and f"uid {OTHER_UID}" in answer and "RENDERD_SOCKET" in answer, answer
     finally:
-        stop.set()
-        if thread is not None:
-            thread.join(5)
         server.close()
         shutil.rmtree(directory, ignore_errors=True)
 
@@ -105,22 +84,16 @@ def test_a_default_socket_directory_that_is_the_users_own_symlink_to_their_own_d
     target = tempfile.mkdtemp(prefix="renderd-test-own-")  # 0700, reachable from /tmp
     os.chown(target, NOBODY, NOBODY)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    stop = threading.Event()
-    thread = None
     try:
         os.symlink(target, directory)
         os.lchown(directory, NOBODY, NOBODY)
         server.bind(os.path.join(target, "renderd.sock"))
         os.chown(os.path.join(target, "renderd.sock"), NOBODY, NOBODY)
         server.listen(4)
-        thread = threading.Thread(target=_serve_fake_daemon, args=(server, stop), daemon=True)
-        thread.start()
-        answer = _health_as_nobody()
+        with serving(server, lambda request: FAKE_HEALTH):
+            answer = _health_as_nobody()
         assert answer.startswith("answered: "), answer
     finally:
-        stop.set()
-        if thread is not None:
-            thread.join(5)
         server.close()
         if os.path.islink(directory):
             os.unlink(directory)
