@@ -99,14 +99,6 @@ class Fault:
         return self.kind in STREAM_FAULTS
 
 
-#: Longest client-provided text a log line quotes.
-MAX_LOGGED_TEXT = 500
-
-
-def _clip_log(text: str) -> str:
-    return text if len(text) <= MAX_LOGGED_TEXT else text[: MAX_LOGGED_TEXT - 3] + "..."
-
-
 def parse_fault(action: dict) -> Fault | None:
     """The fault an action asks for, or ``None`` if it is not a RenderdFault action.
 
@@ -199,8 +191,10 @@ def serve_action(player: Any, action: dict, answer: Callable[[Any], _T],
     try:
         fault = parse_fault(action)
     except FaultError as exc:
-        # Cut: the message quotes the client's values, and a log line must not grow with them.
-        logger.warning("rejected fault action: %s", _clip_log(str(exc)))
+        from renderd.player.core import MAX_ERROR_MESSAGE, _clip  # (core imports this module)
+
+        # Cut as the answer's errorMessage is: the message quotes the client's values.
+        logger.warning("rejected fault action: %s", _clip(str(exc), MAX_ERROR_MESSAGE))
         return answer(player.rejected_answer(action, str(exc), "InvalidArgument"))
     if fault is None:
         return answer(player.answer(action))
