@@ -150,7 +150,9 @@ class Player:
         self.spawns = 0
         self.restarts = 0
         self.boot_failures = 0  # consecutive
-        self.backoff_failures = 0  # consecutive exits used for the backoff delay
+        self.backoff_failures = 0  # consecutive exits used for the backoff delay (see _schedule_restart)
+        self.served = False  # leased at least once since its last spawn
+        self.backoff_delay = 0.0  # the wait before its latest restart
         self.reason = ""
         self.returncode: int | None = None
         self.lease: Lease | None = None
@@ -502,6 +504,7 @@ class Supervisor:
                                 pidfd = None
                                 player.state = State.LEASED
                                 player.lease = lease
+                                player.served = True
                                 self.leases[lease.id] = lease
                                 waited = now - started
                                 self.metrics.leases.labels(name).inc()
@@ -988,6 +991,7 @@ class Supervisor:
         p.state = State.STARTING
         p.started_at = time.monotonic()
         p.ready_at = None
+        p.served = False
         p.deadline = p.started_at + cfg.start_timeout
         p.next_open = 0.0
         p.assembler = FrameAssembler()
@@ -1255,8 +1259,7 @@ class Supervisor:
         p.state = State.READY
         p.ready_at = time.monotonic()
         p.deadline = None
-        p.boot_failures = 0
-        p.backoff_failures = 0
+        p.boot_failures = 0  # (backoff_failures is not reset here: see _schedule_restart)
         p.reason = ""
         log.info(
             "%s[%d] pid %d ready after %.3f s", p.environment.name, p.index, p.pid, p.ready_at - (p.started_at or 0)
@@ -1428,9 +1431,15 @@ class Supervisor:
 
     def _schedule_restart(self, p: Player) -> None:
         cfg = self.daemon_config
+        if p.ready_at is not None and (p.served or time.monotonic() - p.ready_at >= cfg.backoff_max):
+            # It ran: it served a lease, or stayed up at least as long as the longest wait. Its exit starts a
+            # new series at backoff_initial. A player that exits soon after every start, before serving
+            # anybody, is a crash loop however quickly it became ready: its waits keep doubling.
+            p.backoff_failures = 0
         # (The exponent is capped: 2 ** 1024 is beyond a float, and a long run of failures must not end the loop.)
         delay = min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(p.backoff_failures, 64))
         p.backoff_failures += 1
+        p.backoff_delay = delay
         p.state = State.BACKOFF
         p.deadline = time.monotonic() + delay
         p.restarts += 1

@@ -359,11 +359,13 @@ def test_backoff_stays_at_its_maximum_after_any_number_of_failures(supervisor_wi
     wait_for(lambda: _demo_ready(sup), DEADLINE, "the demo player READY")
     with sup.lock:
         (p,) = sup.environments["demo"].players
-        saved = (p.state, p.deadline, p.restarts, p.backoff_failures)
+        saved = (p.state, p.deadline, p.restarts, p.backoff_failures, p.ready_at)
         p.backoff_failures = 5000  # 2 ** 5000 is beyond a float
+        p.ready_at = None  # as after a failed boot: the series goes on
         sup._schedule_restart(p)
         delay = p.deadline - time.monotonic()
-        p.state, p.deadline, p.restarts, p.backoff_failures = saved
+        assert p.backoff_failures == 5001
+        p.state, p.deadline, p.restarts, p.backoff_failures, p.ready_at = saved
     assert 0 < delay <= sup.daemon_config.backoff_max
 
 
