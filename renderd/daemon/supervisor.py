@@ -496,7 +496,9 @@ class Supervisor:
                             # An up-to-date player first; while a changed configuration is rolled out one
                             # player at a time, an idle one of the previous configuration serves rather than
                             # nobody (the answer gives its width and height; it is replaced after the lease).
-                            ready = [p for p in env.players if p.state == State.READY and not p.retire]
+                            ready = [
+                                p for p in env.players if p.state == State.READY and not p.retire and p.eof_reason is None
+                            ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
                                 lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd,
@@ -505,6 +507,8 @@ class Supervisor:
                                 player.state = State.LEASED
                                 player.lease = lease
                                 player.served = True
+                                if player.holder is not None and not player.holder.closed:
+                                    self._unwatch(player.holder.fileno())  # its client reads server.pipe now
                                 self.leases[lease.id] = lease
                                 waited = now - started
                                 self.metrics.leases.labels(name).inc()
@@ -743,6 +747,8 @@ class Supervisor:
                         signals += self._drain_wake()
                     elif kind == "ready":
                         self._read_first_frame(obj)
+                    elif kind == "idle":
+                        self._idle_output(obj)
                     elif kind == "exit":
                         self._reap(obj)
                     elif kind == "display":
@@ -797,7 +803,7 @@ class Supervisor:
         with self.lock:
             for env in self.environments.values():
                 for p in env.players:
-                    if p.state in (State.STARTING, State.BACKOFF) and p.deadline is not None:
+                    if p.state in (State.STARTING, State.BACKOFF, State.READY) and p.deadline is not None:
                         due = min(due, p.deadline)
                     if p.state == State.STARTING and p.next_open:
                         due = min(due, p.next_open)
@@ -845,6 +851,11 @@ class Supervisor:
                         self._open_client_pipe(p)
                 elif p.state in (State.READY, State.LEASED) and p.proc is not None and p.proc.poll() is not None:
                     self._reap(p)
+                elif p.state == State.READY and p.eof_reason is not None:
+                    if p.deadline is not None and now >= p.deadline:
+                        self._idle_failed(p, f"{p.eof_reason} (and it did not exit)")
+                elif p.state == State.READY and p.holder is not None and not p.holder.closed:
+                    self._watch(p.holder.fileno(), ("idle", p))
                 elif p.state == State.BACKOFF and not self._stopping and (p.deadline is None or now >= p.deadline):
                     if not env.removing and not p.retire:
                         self._spawn(p)
@@ -1244,6 +1255,41 @@ class Supervisor:
             p.environment.name, p.index, event.screen_width, event.screen_height, event.sequence_id,
         )
         self._open_client_pipe(p)
+
+    def _idle_output(self, p: Player) -> None:
+        """``server.pipe`` of an idle player became readable (lock held). Nobody sent it an action, so it must
+        be silent: what it wrote would be taken by its next client as the answer to that client's first action,
+        and a pipe it closed would fail that step. Either way it is not leased again."""
+        holder = p.holder
+        if holder is None or holder.closed:
+            return
+        fd = holder.fileno()
+        self._unwatch(fd)
+        if p.state != State.READY:
+            return  # leased meanwhile (its client reads the pipe now) or being stopped
+        if p.proc is not None and p.proc.poll() is not None:
+            self._reap(p)  # it exited: the exit is the news
+            return
+        pending = _pending_bytes(fd)
+        if pending:
+            # Most often the answer to an action its last client sent and then released the lease without
+            # reading: not this player's failure, but its pipes no longer line up with the next client's.
+            why = f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)"
+            self.metrics.recycles.labels(p.environment.name).inc()
+            log.warning("recycling %s[%d] (pid %s): %s", p.environment.name, p.index, p.pid, why)
+            self._begin_stop(p, _Stop(why, "respawn"))
+            self.changed.notify_all()
+            return
+        # End of file: every writer closed it. Usually the player is dying and its pidfd wakes the loop, which
+        # classifies the exit; if it lives on, the tick stops it at this deadline.
+        p.eof_reason = "closed server.pipe while idle"
+        p.deadline = time.monotonic() + EOF_EXIT_WAIT
+
+    def _idle_failed(self, p: Player, why: str) -> None:
+        log.error("%s[%d] pid %s %s", p.environment.name, p.index, p.pid, why)
+        p.reason = why
+        self._begin_stop(p, _Stop(why, "backoff", after_failure=True))
+        self.changed.notify_all()
 
     def _open_client_pipe(self, p: Player) -> None:
         assert p.pair is not None

@@ -3,6 +3,9 @@
 then waits to be stopped (at most a minute, so it never outlives a test).
 
     python tests/daemon/odd_player.py
+
+``ODD_PLAYER_IDLE`` in its environment makes it misbehave once it is ready, while nobody sends it an action:
+``close`` closes its end of ``server.pipe`` (and lives on), ``chatter`` writes one more message to it.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import sys
 from renderd.protocol import FieldType, encode_message, encode_metadata
 
 LIFETIME = 60.0
+ENV_IDLE = "ODD_PLAYER_IDLE"
 
 
 def main() -> int:
@@ -28,9 +32,16 @@ def main() -> int:
     server = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
     os.writev(server, encode_message([(FieldType.METADATA, metadata)]))
     client = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+    idle = os.environ.get(ENV_IDLE, "")
+    if idle == "close":
+        os.close(server)
+        server = -1
+    elif idle == "chatter":
+        os.writev(server, encode_message([(FieldType.METADATA, metadata)]))
     select.select([], [], [], LIFETIME)  # until SIGTERM (or the lifetime) ends it
     os.close(client)
-    os.close(server)
+    if server >= 0:
+        os.close(server)
     return 0
 
 
