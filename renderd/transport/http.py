@@ -1398,18 +1398,26 @@ class PlayerHttpServer:
             sock = socket.socket(family, socktype, proto)
         except OSError as exc:
             raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
+        wake: tuple[int, int] | None = None
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             sock.bind(address)
             sock.listen(LISTEN_BACKLOG)
-        except OSError as exc:
+            bound = sock.getsockname()[:2]
+            wake = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+            thread = threading.Thread(target=self._accept_loop, name=f"renderd-http-{bound[1]}", daemon=True)
+            self._sock, self._bound, (self._wake_r, self._wake_w) = sock, bound, wake
+            thread.start()
+            self._thread = thread
+        except (OSError, RuntimeError) as exc:  # RuntimeError: no thread can be started
+            # Nothing of a failed start stays open, and stop() after it has nothing to do.
+            self._sock = self._bound = self._wake_r = self._wake_w = None
+            for fd in wake or ():
+                os.close(fd)
             sock.close()
-            raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
-        self._sock = sock
-        self._bound = sock.getsockname()[:2]
-        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
-        self._thread = threading.Thread(target=self._accept_loop, name=f"renderd-http-{self.port}", daemon=True)
-        self._thread.start()
+            if isinstance(exc, OSError):
+                raise OSError(exc.errno, os_error_message(exc, f"cannot listen on {self._host}:{self._port}")) from exc
+            raise
         logger.info("serving HTTP players on %s:%d", self.host, self.port)
         return self
 
