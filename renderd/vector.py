@@ -93,6 +93,9 @@ MAX_SLOTS = 1024
 TAG_VARIABLE = "RENDERD_VECTOR_TAG"
 #: How often :meth:`VectorSession.close` looks for a booting replacement to stop while it waits for one.
 CANCEL_POLL = 0.05
+#: Most sessions closed at the same time (one thread each): players that ignore SIGTERM cost one stop grace
+#: per this many slots, not one per slot.
+CLOSE_THREADS = 64
 
 _READ_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
 
@@ -248,6 +251,46 @@ def _channel_fds(session: Any) -> tuple[int, ...] | None:
     player = getattr(channel, "player", None)
     pidfd = player.fileno() if player is not None and hasattr(player, "fileno") else None
     return (fd,) if pidfd is None else (fd, pidfd)
+
+
+def _close_sessions(sessions: Sequence[Any]) -> tuple[list[BaseException | None], KeyboardInterrupt | None]:
+    """Close ``sessions`` at the same time (up to :data:`CLOSE_THREADS` threads), so that players which must
+    be stopped (SIGTERM, grace, SIGKILL) take one grace between them, not one each. Returns each session's
+    close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting (every
+    session is closed by then)."""
+    errors: list[BaseException | None] = [None] * len(sessions)
+    workers = min(len(sessions), CLOSE_THREADS)
+
+    def close_every(first: int) -> None:
+        for k in range(first, len(sessions), workers):
+            try:
+                sessions[k].close()
+            except BaseException as exc:
+                errors[k] = exc
+
+    if not sessions:
+        return errors, None
+    started: list[threading.Thread] = []
+    for w in range(1, workers):
+        thread = threading.Thread(target=close_every, args=(w,), name="renderd-vector-close", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # no new thread at interpreter exit (from __del__): close those here
+            close_every(w)
+            continue
+        started.append(thread)
+    close_every(0)  # (a Ctrl-C here is kept as that session's error; the others are still closed)
+    interrupt: KeyboardInterrupt | None = None
+    for thread in started:
+        while thread.is_alive():
+            try:
+                thread.join()
+            except KeyboardInterrupt as exc:  # finish closing first
+                interrupt = interrupt or exc
+    for k, exc in enumerate(errors):
+        if isinstance(exc, KeyboardInterrupt):
+            interrupt, errors[k] = interrupt or exc, None
+    return errors, interrupt
 
 
 def _indent(text: str) -> str:
@@ -879,12 +922,14 @@ class VectorSession:
         raise err from unreplaced[0][1]
 
     def _close_failed(self) -> None:
-        for slot in self._slots:
-            if slot.state is SlotState.FAILED and slot.session is not None:
-                try:
-                    slot.session.close()
-                except Exception as exc:
-                    log.warning("closing slot %d's session failed: %s", slot.index, exc)
+        # All at once, as close() does: hung players are stopped within one stop grace.
+        failed = [s for s in self._slots if s.state is SlotState.FAILED and s.session is not None]
+        errors, interrupt = _close_sessions([s.session for s in failed])
+        for slot, exc in zip(failed, errors):
+            if exc is not None:
+                log.warning("closing slot %d's session failed: %s", slot.index, exc)
+        if interrupt is not None:
+            raise interrupt
 
     def _finish(self, rnd: _Round) -> VectorStep:
         self._raise_unreplaced()
@@ -961,16 +1006,16 @@ class VectorSession:
                     interrupt = interrupt or exc
                 except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
-        for session in sessions:
-            try:
-                session.close()
-            except KeyboardInterrupt as exc:
-                interrupt = interrupt or exc
-            except Exception as exc:
-                if first is None:
-                    first = exc
-                elif not sys.is_finalizing():  # (at interpreter exit, from __del__: builtins may be gone)
-                    log.warning("closing a session failed too: %s", exc)
+        # All at once: players that ignore SIGTERM (hung) take one stop grace between them, not one each.
+        errors, stopped = _close_sessions(sessions)
+        interrupt = interrupt or stopped
+        for exc in errors:
+            if exc is None:
+                continue
+            if first is None:
+                first = exc
+            elif not sys.is_finalizing():  # (at interpreter exit, from __del__: builtins may be gone)
+                log.warning("closing a session failed too: %s", exc)
         executor, self._executor = self._executor, None
         while executor is not None:
             try:
