@@ -1271,7 +1271,7 @@ class Supervisor:
             self._reap(p)  # it exited: the exit is the news
             return
         pending = _pending_bytes(fd)
-        if pending:
+        if pending and p.served:
             # Most often the answer to an action its last client sent and then released the lease without
             # reading: not this player's failure, but its pipes no longer line up with the next client's.
             why = f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)"
@@ -1279,6 +1279,9 @@ class Supervisor:
             log.warning("recycling %s[%d] (pid %s): %s", p.environment.name, p.index, p.pid, why)
             self._begin_stop(p, _Stop(why, "respawn"))
             self.changed.notify_all()
+            return
+        if pending:  # nobody ever sent it an action: its own failure, restarted with backoff
+            self._idle_failed(p, f"wrote {pending} byte(s) on server.pipe while idle, before any action was sent")
             return
         # End of file: every writer closed it. Usually the player is dying and its pidfd wakes the loop, which
         # classifies the exit; if it lives on, the tick stops it at this deadline.

@@ -4,10 +4,13 @@ an action nobody sent): the daemon notices at once, stops it and starts another.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 
+import renderd
+from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 
 DEADLINE = 15.0
@@ -28,10 +31,33 @@ def test_an_idle_player_that_closes_server_pipe_is_stopped_and_restarted(daemon)
     assert "Traceback" not in d.output()
 
 
-def test_an_idle_player_that_writes_unasked_is_recycled(daemon):
+def test_an_idle_player_that_writes_before_any_action_is_restarted_with_backoff(daemon):
     d = daemon(_odd_config("chatter"), ready=False)
-    recycled = re.compile(r"recycling demo\[0\] \(pid (\d+)\): it wrote \d+ byte\(s\) on server.pipe while idle")
-    pids = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(set(recycled.findall(d.output()))),
-                    DEADLINE, "two players recycled in turn")
+    failed = re.compile(r"demo\[0\] pid (\d+) wrote \d+ byte\(s\) on server.pipe while idle, before any action was sent")
+    pids = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(set(failed.findall(d.output()))),
+                    DEADLINE, "two players restarted in turn")
     assert len(pids) >= 2
+    assert "restarting in" in d.output() and "Traceback" not in d.output()
+
+
+def test_an_answer_nobody_waited_for_gets_the_player_recycled(daemon):
+    """A client sends an action and releases its lease without reading the answer: the answer lands in an idle
+    player's pipe. The player is recycled at once (it served a lease: no backoff), and the next client's first
+    step gets its own answer."""
+    d = daemon(fast_config())
+    lease = d.client.lease("demo", timeout=DEADLINE)
+    fd = os.open(lease["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        # (The player answers 0.5 s later, after the release.)
+        os.write(fd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 0.5,
+                                             "sequenceId": 1})))
+    finally:
+        os.close(fd)
+    d.client.release(lease["lease"])
+    assert "unread" not in d.output()  # (the release found nothing to recycle the player for)
+    wait_for(lambda: re.search(r"recycling demo\[0\] \(pid \d+\): it wrote \d+ byte\(s\) on server.pipe while idle "
+                               r"\(an answer nobody waited for\?\)", d.output()), DEADLINE, "the player recycled")
+    with renderd.connect("demo", socket=d.socket, timeout=DEADLINE) as session:
+        event = session.step("Pass")
+        assert event.metadata["lastAction"] == "Pass" and event.metadata["lastActionSuccess"]
     assert "Traceback" not in d.output()
