@@ -61,8 +61,16 @@ SOCKET_DIR_LOCK_TIMEOUT = 30.0
 API_STOP_TIMEOUT = 5.0
 #: Worker threads of the HTTP player listener at least (one per player waiting for an action).
 HTTP_MIN_THREADS = 8
-#: Seconds waitress keeps an idle control connection open.
-API_CHANNEL_TIMEOUT = 60
+#: Seconds a control connection has to send a whole request: from when it is accepted, or its previous answer was
+#: handed over, until the request's last byte (bytes trickling in do not extend it). One that is not being served
+#: then (idle, half a request, an answer it does not read) is closed, so that idle or slow clients never hold the
+#: socket's connections (waitress's ``connection_limit``) for long: a client sends its request at once. Well under
+#: the control client's own timeout (``renderd.daemon.client.DEFAULT_REQUEST_TIMEOUT``), so that a socket whose
+#: every connection is held answers ``renderd status`` still. A request being served (a lease request waiting for
+#: a player) is never cut.
+API_READ_TIMEOUT = 5
+#: Seconds between two checks of the control connections' read deadlines.
+API_CLEANUP_INTERVAL = 1
 #: Connections of the control socket that lease requests waiting for a player never take: however many clients
 #: wait, releases (which serve them) and status requests can connect. A lease request that would wait when
 #: only these are left is refused at once (503).
@@ -336,9 +344,10 @@ def _alive(player: Player) -> bool:
     return not poll_readable(fd, 0)  # poll, not select: a daemon with many descriptors has pidfds over 1023
 
 
-def _json_error_channel() -> type:
-    """A waitress channel class whose own error answers (malformed HTTP, an oversize body: answered before
-    the application runs) carry the API's JSON error form instead of waitress's text/plain page."""
+def _control_channel() -> type:
+    """A waitress channel class for the control socket: its own error answers (malformed HTTP, an oversize body:
+    answered before the application runs) carry the API's JSON error form instead of waitress's text/plain
+    page, and it remembers since when it waits for a request (``waiting_since``, for the read deadline)."""
     from waitress.channel import HTTPChannel
     from waitress.task import ErrorTask
 
@@ -357,10 +366,41 @@ def _json_error_channel() -> type:
             self.content_length = len(body)
             self.write(body)
 
-    class JsonErrorChannel(HTTPChannel):
+    class ControlChannel(HTTPChannel):
         error_task_class = JsonErrorTask
 
-    return JsonErrorChannel
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            self.waiting_since = time.monotonic()
+            self.serving = False  # a worker runs one of its requests (which it takes off ``requests`` on the way)
+            super().__init__(*args, **kwargs)
+
+        def service(self) -> None:
+            self.serving = True
+            try:
+                super().service()
+            finally:
+                self.waiting_since = time.monotonic()  # the next request's deadline runs from its answer
+                self.serving = False
+
+    return ControlChannel
+
+
+def _close_overdue_channels(server: Any) -> None:
+    """Replace ``server``'s maintenance (waitress closes a channel silent for ``channel_timeout``, however slowly
+    its request trickles in) with the read deadline: a channel that serves no request and has not sent a whole
+    one within API_READ_TIMEOUT of waiting for it is closed; one whose answer is still being written keeps
+    going while the client reads it."""
+
+    def maintenance(now: float) -> None:
+        monotonic = time.monotonic()
+        for channel in list(server.active_channels.values()):
+            if channel.serving or channel.requests or monotonic - channel.waiting_since < API_READ_TIMEOUT:
+                continue
+            if channel.total_outbufs_len and now - channel.last_activity < API_READ_TIMEOUT:
+                continue  # an answer the client is reading
+            channel.will_close = True
+
+    server.maintenance = maintenance
 
 
 class _ControlServer:
@@ -394,7 +434,7 @@ class _ControlServer:
             unix_socket_perms="600",
             threads=threads,
             ident="renderd",
-            channel_timeout=API_CHANNEL_TIMEOUT,
+            cleanup_interval=API_CLEANUP_INTERVAL,  # (the read deadlines: see _close_overdue_channels)
             # Refuse an oversize body from its Content-Length (413) before reading any of it; waitress
             # refuses lengths >= its limit, the API those > MAX_BODY_SIZE.
             max_request_body_size=MAX_BODY_SIZE + 1,
@@ -406,7 +446,8 @@ class _ControlServer:
             # up is seen as such (waitress.client_disconnected) and granted nothing.
             channel_request_lookahead=1,
         )
-        self.server.channel_class = _json_error_channel()
+        self.server.channel_class = _control_channel()
+        _close_overdue_channels(self.server)
         self.thread = threading.Thread(target=self._run, name="renderd-api", daemon=True)
 
     def start(self) -> None:

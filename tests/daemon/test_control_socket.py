@@ -1,0 +1,126 @@
+"""The control socket's server (renderd.daemon.service._ControlServer) against clients that hold connections:
+idle ones, ones that trickle a request in, ones that never read their answer. Real unix sockets, in-process."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from typing import Any, Iterator
+
+import pytest
+
+from renderd.daemon import service
+from renderd.daemon.client import ControlClient
+
+from tests.daemon.conftest import wait_for
+
+#: The read deadline these tests give the server (seconds), instead of the daemon's.
+READ_TIMEOUT = 1
+
+
+def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    if environ["PATH_INFO"] == "/slow":  # a request served for longer than the read deadline (a lease that waits)
+        time.sleep(READ_TIMEOUT * 2.5)
+    body = json.dumps({"status": "ready", "path": environ["PATH_INFO"]}).encode()
+    start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+@pytest.fixture
+def control_server(tmp_path, monkeypatch) -> Iterator[service._ControlServer]:
+    monkeypatch.setattr(service, "API_READ_TIMEOUT", READ_TIMEOUT, raising=False)
+    server = service._ControlServer(_app, str(tmp_path / "renderd.sock"), 2)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def _connect(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    return sock
+
+
+def _closed_by_server(sock: socket.socket) -> bool:
+    sock.setblocking(False)
+    try:
+        return sock.recv(4096) == b""
+    except BlockingIOError:
+        return False
+    except ConnectionResetError:
+        return True
+    finally:
+        sock.setblocking(True)
+
+
+def test_idle_and_trickling_connections_never_keep_the_control_socket_from_answering(control_server):
+    # Every connection the socket takes, held by clients that send nothing, half a request, or a request one
+    # byte at a time (which keeps a connection "active" for ever when only silence counts): the server drops
+    # each once it has had the read deadline to send a whole request, so `renderd status` gets in.
+    path = control_server.path
+    limit = control_server.server.adj.connection_limit - 2  # (its listening socket and wake-up trigger count)
+    held: list[socket.socket] = []
+    trickling: list[socket.socket] = []
+    stop = threading.Event()
+    try:
+        for i in range(limit):
+            sock = _connect(path)
+            held.append(sock)
+            if i % 3 == 1:
+                sock.sendall(b"POST /v1/environments/demo/leases HTTP/1.1\r\nHost: x\r\nContent-Length: 50\r\n\r\n{")
+            elif i % 3 == 2:
+                trickling.append(sock)
+
+        def trickle() -> None:
+            request = b"GET /v1/health HTTP/1.1\r\nHost: localhost\r\nX-Padding: " + b"a" * 4000
+            for i in range(len(request)):
+                for sock in trickling:
+                    try:
+                        sock.send(request[i:i + 1])
+                    except OSError:
+                        pass
+                if stop.wait(0.1):
+                    return
+
+        threading.Thread(target=trickle, daemon=True).start()
+        started = time.monotonic()
+        health = ControlClient(path, timeout=READ_TIMEOUT + 4).health()
+        assert health["status"] == "ready"
+        assert time.monotonic() - started < READ_TIMEOUT + 4
+        wait_for(lambda: all(_closed_by_server(s) for s in held), 5, "every held connection to be closed")
+    finally:
+        stop.set()
+        for sock in held:
+            sock.close()
+
+
+def test_a_request_being_served_is_never_cut_by_the_read_deadline(control_server):
+    # A lease request waits for a player for as long as its timeout: its connection is served, not idle.
+    with _connect(control_server.path) as sock:
+        sock.sendall(b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b'"/slow"' not in data:
+            chunk = sock.recv(4096)
+            assert chunk, f"the server closed a connection whose request it was serving: {data!r}"
+            data += chunk
+        assert data.startswith(b"HTTP/1.1 200")
+
+
+def test_a_keep_alive_connection_serves_requests_then_is_closed_once_idle(control_server):
+    with _connect(control_server.path) as sock:
+        for _ in range(2):
+            sock.sendall(b"GET /v1/health HTTP/1.1\r\nHost: x\r\n\r\n")
+            data = b""
+            while b'"ready"' not in data:
+                chunk = sock.recv(4096)
+                assert chunk
+                data += chunk
+        started = time.monotonic()
+        sock.settimeout(READ_TIMEOUT + 4)
+        assert sock.recv(4096) == b""  # end of file: closed once idle for the read deadline
+        assert time.monotonic() - started < READ_TIMEOUT + 3
