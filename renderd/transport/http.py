@@ -36,6 +36,7 @@ import collections
 import errno
 import hashlib
 import hmac
+import inspect
 import json
 import logging
 import os
@@ -1764,6 +1765,12 @@ def launch_http(
 
     kwargs.pop("transport", None)
     kwargs.pop("pipe_size", None)
+    try:  # a misspelt keyword fails here, before there is a listener, a thread or a directory to leave behind
+        inspect.signature(launch_player).bind(
+            None, {}, executable=executable, log_path=log_path, keep_log=False, cleanup=(), **kwargs
+        )
+    except TypeError as exc:
+        raise TypeError(f"launch_http(): {exc}") from None
     for key in ("start_timeout", "step_timeout"):  # finite, > 0, at most MAX_SECONDS: ArgumentError otherwise
         if kwargs.get(key) is not None:
             kwargs[key] = check_seconds(kwargs[key], key)

@@ -6,11 +6,12 @@ from __future__ import annotations
 import contextlib
 import os
 import resource
+import tempfile
 from typing import Iterator
 
 import pytest
 
-from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, launch_http
 
 
 @contextlib.contextmanager
@@ -44,3 +45,13 @@ def test_a_start_that_fails_after_binding_leaves_nothing_open_and_stop_still_wor
     assert "too many open files" in str(info.value).lower()
     server.stop()  # what a caller's cleanup does after a failed start; it raised TypeError
     server.stop()
+
+
+def test_launch_http_with_an_unknown_keyword_starts_nothing(no_leaks, tmp_path, monkeypatch):
+    # A misspelt keyword is a TypeError, raised before the listener, its thread and the private
+    # directory exist (they were left running, and the directory on disk, by a TypeError from the call
+    # that would have owned them).
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    with pytest.raises(TypeError, match="widht"):
+        launch_http("renderd-player", widht=64)
+    assert list(tmp_path.iterdir()) == []
