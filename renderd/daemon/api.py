@@ -236,6 +236,12 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
     router.add("/metrics", GET=metrics)
 
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        body = answer(environ, start_response)
+        # HEAD: the GET's status and headers (Content-Length included), never its body, which the client
+        # would read as the start of the next answer on the connection.
+        return [] if environ.get("REQUEST_METHOD") == "HEAD" else body
+
+    def answer(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "") or "/"
         try:

@@ -260,3 +260,23 @@ def test_a_lease_tells_its_holder_how_its_player_exited(daemon):
         c.lease_status("0" * 32)  # only the holder knows the id
     with pytest.raises(LeaseError):
         c.release(answer["lease"])  # ended already
+
+
+def test_a_head_request_is_answered_without_a_body(daemon):
+    # HEAD is GET's head only: a body after it would be read as the start of the next answer on the connection.
+    d = daemon(fast_config())
+    for path, status in [("/v1/health", 200), ("/metrics", 200), ("/v1/environments/nope", 404), ("/nope", 404)]:
+        got, headers, body = raw_request(d.socket, f"HEAD {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        assert (got, body) == (status, b""), path
+        assert int(headers["content-length"]) > 0  # the length of the GET's body, as HEAD should say
+    # On one connection: the answer to the HEAD, then the GET's whole answer.
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(10)
+        s.connect(d.socket)
+        s.sendall(b"HEAD /v1/health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/environments/nope HTTP/1.1\r\nHost: x\r\n"
+                  b"Connection: close\r\n\r\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    first, _, rest = data.partition(b"\r\n\r\n")
+    assert first.startswith(b"HTTP/1.1 200") and rest.startswith(b"HTTP/1.1 404"), data
