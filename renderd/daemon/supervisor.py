@@ -1250,6 +1250,9 @@ class Supervisor:
             return
         self._unwatch(fd)
         p.assembler = None
+        # The first frame's body buffers would stay in the decoder's pool for as long as the player lives
+        # (megabytes per player at large sizes): the daemon reads no more frames from it.
+        decoder.release_pool()
         log.debug(
             "%s[%d] first frame: %sx%s, sequenceId %s",
             p.environment.name, p.index, event.screen_width, event.screen_height, event.sequence_id,

@@ -6,6 +6,7 @@ then waits to be stopped (at most a minute, so it never outlives a test).
 
 ``ODD_PLAYER_IDLE`` in its environment makes it misbehave once it is ready, while nobody sends it an action:
 ``close`` closes its end of ``server.pipe`` (and lives on), ``chatter`` writes one more message to it.
+``ODD_PLAYER_IMAGE`` set: its first frame carries an RGB image (a body of 120,000 bytes).
 """
 
 from __future__ import annotations
@@ -19,18 +20,24 @@ from renderd.protocol import FieldType, encode_message, encode_metadata
 
 LIFETIME = 60.0
 ENV_IDLE = "ODD_PLAYER_IDLE"
+ENV_IMAGE = "ODD_PLAYER_IMAGE"  # set: its first frame carries a black RGB image of IMAGE_SIZE x IMAGE_SIZE
+IMAGE_SIZE = 200
 
 
 def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    size = IMAGE_SIZE if os.environ.get(ENV_IMAGE) else 2
     metadata = encode_metadata({
-        "agents": [{"screenWidth": 2, "screenHeight": 2, "lastAction": "", "lastActionSuccess": True,
+        "agents": [{"screenWidth": size, "screenHeight": size, "lastAction": "", "lastActionSuccess": True,
                     "renderdTestFault": True}],
         "sequenceId": 0,
         "activeAgentId": 0,
     })
+    fields = [(FieldType.METADATA, metadata)]
+    if os.environ.get(ENV_IMAGE):
+        fields.append((FieldType.RGB_IMAGE, bytes(size * size * 3)))
     server = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
-    os.writev(server, encode_message([(FieldType.METADATA, metadata)]))
+    os.writev(server, encode_message(fields))
     client = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
     idle = os.environ.get(ENV_IDLE, "")
     if idle == "close":

@@ -12,6 +12,7 @@ from pathlib import Path
 import renderd
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 15.0
 ODD_PLAYER = str(Path(__file__).with_name("odd_player.py"))
@@ -61,3 +62,18 @@ def test_an_answer_nobody_waited_for_gets_the_player_recycled(daemon):
         event = session.step("Pass")
         assert event.metadata["lastAction"] == "Pass" and event.metadata["lastActionSuccess"]
     assert "Traceback" not in d.output()
+
+
+def test_an_idle_player_costs_the_daemon_no_frame_buffer(supervisor_with):
+    """The daemon reads a player's first frame and no other: that frame's body buffers are not kept (they
+    would be megabytes per player at large sizes, for as long as the player lives)."""
+    sup = supervisor_with(fast_config(executable=f'["{sys.executable}", "{ODD_PLAYER}"]',
+                                      extra='env = {ODD_PLAYER_IMAGE = "1"}'))
+
+    def holder():
+        with sup.lock:
+            (p,) = sup.environments["demo"].players or (None,)
+            return p.holder if p is not None and p.state.value == "READY" else None
+
+    decoder = wait_for(holder, DEADLINE, "the demo player READY").decoder
+    assert decoder.pooled_bytes == 0
