@@ -18,7 +18,8 @@ messages (:class:`Decoder`). The decoder is fed either by copying bytes in (:met
 or, on the fast path, by letting the transport read straight into the decoder's buffers
 (:meth:`Decoder.get_buffers` / :meth:`Decoder.buffers_updated`): a large body is read directly into the
 buffer that becomes its numpy array, never assembled with ``bytes + bytes``. It never touches a file
-descriptor, a clock or a logger. After a :class:`~renderd.errors.ProtocolError` the decoder stays failed.
+descriptor, a clock or a logger. After a :class:`~renderd.errors.ProtocolError` the decoder stays failed
+(whole messages decoded before the malformed bytes are handed out first).
 """
 
 from __future__ import annotations
@@ -457,7 +458,9 @@ class Decoder:
 
     ``next_message()`` returns a :class:`Message` or :data:`NEED_DATA`. ``end_of_input()`` says the
     stream ended; it raises :class:`ProtocolError` if that happened inside a message. Errors leave the
-    decoder failed: every later call raises the same error. Limits, each a :class:`ProtocolError` from a
+    decoder failed: every later call raises the same error, except that whole messages decoded before the
+    malformed bytes (read together with them) are still handed out by ``next_message()`` first; the call
+    that fed those bytes then returns without raising. Limits, each a :class:`ProtocolError` from a
     field's header alone: ``max_body_size`` per body, ``max_fields`` per message, and ``max_message_size``
     for a whole message (default: :data:`MESSAGE_SIZE_IN_BODIES` times ``max_body_size``).
 
@@ -528,17 +531,23 @@ class Decoder:
         self._check()
         if nbytes < 0:
             raise ValueError("nbytes must be >= 0")
-        if self._body is not None:
-            want = self._body_view.nbytes - self._body_filled
-            take = min(want, nbytes)
-            self._body_filled += take
-            nbytes -= take
-            if self._body_filled == self._body_view.nbytes:
-                self._finish_body()
-        self._end += nbytes
-        if self._end > len(self._scratch):
-            raise ValueError("buffers_updated() was told of more bytes than get_buffers() offered")
-        self._parse()
+        try:
+            if self._body is not None:
+                want = self._body_view.nbytes - self._body_filled
+                take = min(want, nbytes)
+                self._body_filled += take
+                nbytes -= take
+                if self._body_filled == self._body_view.nbytes:
+                    self._finish_body()
+            self._end += nbytes
+            if self._end > len(self._scratch):
+                raise ValueError("buffers_updated() was told of more bytes than get_buffers() offered")
+            self._parse()
+        except ProtocolError:
+            if not self._ready:
+                raise
+            # Whole messages came before the malformed bytes: they are handed out first, and the error is
+            # raised by the first call after the last of them is taken (the decoder is failed already).
 
     def receive_data(self, data: bytes | bytearray | memoryview) -> None:
         """Copy ``data`` into the decoder (the general path; every byte is accepted)."""
@@ -548,7 +557,7 @@ class Decoder:
         view = memoryview(data).cast("B")
         pos = 0
         total = view.nbytes
-        while pos < total:
+        while pos < total and self._error is None:  # (the rest of the bytes after an error is of no use)
             # Fill the first offered buffer, then ask again: the layout changes once a body completes.
             first = self.get_buffers()[0]
             n = min(first.nbytes, total - pos)
@@ -613,10 +622,11 @@ class Decoder:
 
     # -- output ------------------------------------------------------------------------------------
     def next_message(self) -> Message | _NeedData:
-        """The next whole message, or :data:`NEED_DATA`."""
-        self._check()
+        """The next whole message, or :data:`NEED_DATA`; raises the decoder's error once every message
+        completed before it has been taken."""
         if self._ready:
             return self._ready.pop(0)
+        self._check()
         return NEED_DATA
 
     # -- internals ---------------------------------------------------------------------------------

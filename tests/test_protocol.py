@@ -560,3 +560,29 @@ def test_drop_written_leaves_exactly_the_unwritten_bytes(buffers, writes):
         drop_written(views, n)
         done += n
         assert b"".join(bytes(v) for v in views) == data[done:]
+
+
+@pytest.mark.parametrize("mode", ["receive_data", "readv"])
+@pytest.mark.parametrize("bad", [b"\x63\x00\x00\x00\x00", b"\xff\x00\x00\x00\x01", b"\x01\xff\xff\xff\xff"])
+def test_whole_messages_before_malformed_bytes_are_handed_out_first(mode, bad):
+    # Bytes read together: one whole message, then a malformed header. The message is not lost: it comes
+    # out first, and the error is raised by the call after it (as a reader of one message at a time sees it).
+    good = join(encode_message([(FieldType.METADATA, encode_metadata({"sequenceId": 1})),
+                                (FieldType.RGB_IMAGE, b"\x07" * (SMALL_BODY + 10))]))
+    d = Decoder()
+    if mode == "receive_data":
+        d.receive_data(good + bad)
+    else:
+        feed_readv(d, good + bad, len(good) + len(bad))
+    assert d.has_message
+    m = d.next_message()
+    assert decode_metadata(m.first(FieldType.METADATA)) == {"sequenceId": 1}
+    assert bytes(m.first(FieldType.RGB_IMAGE)) == b"\x07" * (SMALL_BODY + 10)
+    with pytest.raises(ProtocolError) as first:
+        d.next_message()
+    assert first.value.offset == len(good)
+    assert d.failed is first.value
+    for call in (d.next_message, d.get_buffers, d.end_of_input, lambda: d.receive_data(b"\xff")):
+        with pytest.raises(ProtocolError) as again:
+            call()
+        assert again.value is first.value

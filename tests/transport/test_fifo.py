@@ -377,3 +377,25 @@ def test_an_action_is_never_written_into_a_client_path_that_is_not_a_named_pipe(
         finally:
             channel.close()
         assert victim.read_bytes() == b"precious"
+
+
+def test_an_answer_read_together_with_malformed_bytes_is_returned_before_the_error(tmp_path):
+    """The player's whole answer and bad bytes after it arrive in one read: recv returns the answer, and the
+    next recv raises the ProtocolError (the answer used to be dropped with the error)."""
+    from renderd.protocol import encode_message, encode_metadata
+
+    answer = b"".join(
+        bytes(memoryview(b).cast("B"))
+        for b in encode_message([(FieldType.METADATA, encode_metadata({"sequenceId": 1}))])
+    )
+    with FifoPair.create(tmp_path) as pair, FifoChannel(pair.server_path, pair.client_path) as channel:
+        wfd = os.open(pair.server_path, os.O_WRONLY)
+        try:
+            os.write(wfd, answer + b"\x63\x00\x00\x00\x00")
+            message = channel.recv(time.monotonic() + 5)
+            assert message.first(FieldType.METADATA) is not None
+            with pytest.raises(ProtocolError, match="unknown field type 99"):
+                channel.recv(time.monotonic() + 5)
+            assert channel.ready() is True
+        finally:
+            os.close(wfd)
