@@ -12,6 +12,14 @@ skips everything else without building it; ``event.metadata`` decodes the whole 
 msgpack structure, so malformed framing is still a :class:`ProtocolError` from ``event()``; only what a
 structural scan cannot see (invalid UTF-8 inside a string, an unhashable map key) surfaces as a
 :class:`ProtocolError` on first access of ``event.metadata``.
+
+Depth is converted to metres from the agent's ``depthFormat`` as AI2-THOR's ``Event`` converts it (with
+``Normalized`` scaled by the agent's ``cameraFarPlane - cameraNearPlane``, 20 - 0.1 when the metadata has
+none; AI2-THOR takes the planes from ``Initialize``'s answer, with the same defaults). A legacy 3-byte
+depth pixel ``(r, g, b)`` is ``(r + g/256 + b/256^2) / 256`` of the unit, as AI2-THOR reads it. Without
+``depthFormat`` AI2-THOR assumes ``Normalized``, which is what the old builds that send no depthFormat send
+(3-byte depth); renderd does so for 3-byte depth, but takes float32 depth without ``depthFormat`` as metres,
+what players other than AI2-THOR builds send.
 """
 
 from __future__ import annotations
@@ -30,6 +38,9 @@ __all__ = ["Event", "FrameAssembler", "build_events"]
 
 # Depth units a player may declare, in metres per unit ("Normalized" is scaled by the far-near range).
 _DEPTH_SCALE = {"Meters": 1.0, "Millimeters": 0.001}
+# A legacy 3-byte depth pixel (r, g, b) is (r + g/256 + b/256^2) / 256 of its format's unit, as AI2-THOR
+# reads it; builds that sent it sent no depthFormat, and their depth is Normalized (AI2-THOR's default).
+_LEGACY_DEPTH_SCALE = np.float32(1 / 256)
 
 
 #: Agent keys read when an event is built (by :func:`build_events` and ``Event.__bool__``/``__repr__``).
@@ -266,9 +277,9 @@ def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *,
     if depth:
         if n == pixels * 4:
             return arr.view("<f4").reshape(height, width)[::-1]
-        if n == pixels * 3:  # legacy 24-bit depth: 1/256 precision in three bytes
+        if n == pixels * 3:  # legacy 24-bit depth: a fraction of the full scale, 1/256 precision per byte
             a = arr.reshape(height, width, 3)[::-1].astype(np.float32)
-            return a[..., 0] + a[..., 1] / np.float32(256) + a[..., 2] / np.float32(256 * 256)
+            return (a[..., 0] + a[..., 1] / np.float32(256) + a[..., 2] / np.float32(256 * 256)) * _LEGACY_DEPTH_SCALE
         raise ProtocolError(
             f"{ftype.name} body is {n} bytes, but screenWidth x screenHeight = {width} x {height} "
             f"needs {pixels * 4} bytes (float32 per pixel)",
@@ -285,6 +296,17 @@ def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *,
         offset=offset,
         field_type=ftype,
     )
+
+
+def _depth(body: Any, ftype: FieldType, width: int, height: int, offset: int, agent: dict[str, Any]) -> np.ndarray:
+    """A depth field's image in metres. Without ``depthFormat`` float32 depth is taken as metres, legacy
+    3-byte depth as Normalized (see the module docstring)."""
+    arr = body if isinstance(body, np.ndarray) else np.frombuffer(body, dtype=np.uint8)
+    depth = _image(arr, ftype, width, height, offset, depth=True)
+    fmt = agent.get("depthFormat")
+    if fmt is None and arr.nbytes == width * height * 3:
+        fmt = "Normalized"
+    return _depth_to_metres(depth, fmt, agent, ftype, offset)
 
 
 def _depth_to_metres(
@@ -365,8 +387,7 @@ def build_events(
             elif ftype == FieldType.DEPTH_IMAGE:
                 if i < len(items):
                     body, off = items[i]
-                    depth = _image(body, ftype, width, height, off, depth=True)
-                    ev.depth_frame = _depth_to_metres(depth, agent.get("depthFormat"), agent, ftype, off)
+                    ev.depth_frame = _depth(body, ftype, width, height, off, agent)
             else:  # a third-party camera's image
                 if cameras is None:
                     cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
@@ -375,8 +396,7 @@ def build_events(
                 if ftype == FieldType.THIRD_PARTY_DEPTH:
                     frames = ev.third_party_depth_frames
                     for body, off in items[:count]:
-                        d = _image(body, ftype, width, height, off, depth=True)
-                        frames.append(_depth_to_metres(d, agent.get("depthFormat"), agent, ftype, off))
+                        frames.append(_depth(body, ftype, width, height, off, agent))
                 else:
                     frames = getattr(ev, _THIRD_PARTY_LISTS[ftype])
                     for body, off in items[:count]:

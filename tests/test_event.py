@@ -249,3 +249,45 @@ def test_metadata_set_on_the_assembler_by_hand_is_copied_as_it_is():
     ev = fa.event(message([(FieldType.METADATA_PATCH, encode_metadata({"agentId": 0, "lastAction": "Jump"}))]), 2)
     assert ev.metadata["lastAction"] == "Jump"
     assert ev.metadata["pose"] == (1, 2) and ev.metadata["grid"] == {(0, 1): "wall"}
+
+
+def thor_events(raw: bytes, sequence_ids):
+    """AI2-THOR's own events for ``raw`` (one or more whole messages), from its FifoServer and create_event."""
+    import io
+
+    fifo_server = pytest.importorskip("ai2thor.fifo_server")
+    server = fifo_server.FifoServer(width=W, height=H, timeout=None)
+    try:
+        server.server_pipe = io.BytesIO(raw)
+        events = []
+        for seq in sequence_ids:
+            server.sequence_id = seq
+            events.append(server.receive())
+        return events
+    finally:
+        server.tmp_dir.cleanup()
+
+
+def raw_message(fields) -> bytes:
+    return b"".join(bytes(memoryview(b).cast("B")) for b in encode_message(fields))
+
+
+@pytest.mark.parametrize("depth_format", [None, "Normalized", "Meters", "Millimeters"])
+def test_legacy_three_byte_depth_is_scaled_as_ai2thor_scales_it(depth_format):
+    # A 3-byte depth pixel is a/256 + b/256^2 + c/256^3 of the format's full scale (AI2-THOR divides the
+    # sum by 256); builds old enough to send it did not send depthFormat, and their depth is Normalized.
+    fields = {} if depth_format is None else {"depthFormat": depth_format}
+    a = agent(**fields)
+    if depth_format is None:
+        del a["depthFormat"]
+    md = {"agents": [a], "sequenceId": 0}
+    rng = np.random.default_rng(1)
+    depth = rng.integers(0, 256, (H, W, 3), dtype=np.uint8)
+    raw = raw_message([(FieldType.METADATA, encode_metadata(md)), (FieldType.DEPTH_IMAGE, depth.reshape(-1))])
+    d = Decoder()
+    d.receive_data(raw)
+    ours = FrameAssembler().event(d.next_message()).depth_frame
+    (theirs,) = thor_events(raw, [0])
+    assert ours.dtype == theirs.depth_frame.dtype == np.float32 and ours.shape == (H, W)
+    np.testing.assert_allclose(ours, theirs.depth_frame, rtol=1e-6)
+    assert 0 <= ours.max() < {None: 19.9, "Normalized": 19.9, "Meters": 1, "Millimeters": 0.001}[depth_format]
