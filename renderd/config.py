@@ -472,7 +472,11 @@ class DaemonConfig:
     )
     backoff_initial: float = setting(
         0.5,
-        help="Seconds before the first restart of a crashed player; doubles with each consecutive failure.",
+        help="Seconds before the first restart of a crashed player; doubles with each consecutive failure. "
+        "Failures stay consecutive across a start that reached readiness: a player that exits soon after every "
+        "start, before any lease, is a crash loop and its restarts keep slowing down. A series ends, and the next "
+        "exit waits `backoff_initial` again, once a player has served a lease or stayed up `backoff_max` seconds "
+        "after becoming ready.",
         check=_positive_seconds,
     )
     backoff_max: float = setting(
