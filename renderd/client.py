@@ -233,13 +233,19 @@ class Session:
 
         Raises :class:`PlayerTimeout` (naming ``deadline_name``) when it does not come within
         ``timeout`` seconds, :class:`PlayerCrashed` if the player exits first, :class:`ProtocolError` if the
-        message is malformed, :class:`CallOrderError` if the session is not idle. Any of the first three
-        breaks the session.
+        message is malformed, :class:`CallOrderError` if the session is not idle, or once the first frame
+        or any later answer has been received (:func:`launch` waits for the first frame itself). Any of the
+        first three breaks the session.
         """
         self._check_open("wait_ready()")
         timeout = check_seconds(timeout, "timeout")
         if self._state is SessionState.PENDING:
             raise AlreadyPendingCallError("wait_ready() while an action is pending; call recv() first")
+        if self.last_event is not None:  # (set by every answer received, the first frame's too)
+            raise CallOrderError(
+                "wait_ready() after the player's first frame was received (launch() waits for it; it is "
+                "last_event): the player sends no other first frame"
+            )
         self._pending = (self._sequence_id, "(first frame)", time.monotonic() + timeout)
         self._state = SessionState.PENDING
         return self._receive(deadline_name, timeout)

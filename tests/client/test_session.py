@@ -158,6 +158,16 @@ class TestCallOrder:
         with pytest.raises(CallOrderError):
             session.recv()
 
+    def test_wait_ready_after_the_first_frame_is_a_call_order_error(self):
+        # It used to wait start_timeout for a first frame that had come already, then break the session.
+        with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
+            for _ in range(2):  # right after launch, and after a step
+                with Timer() as t, pytest.raises(CallOrderError, match="first frame"):
+                    session.wait_ready(5.0)
+                assert t.elapsed < 1.0
+                assert session.state is SessionState.READY
+                assert session.step("Pass").sequence_id == session.sequence_id
+
     def test_a_broken_session_says_why(self):
         with renderd.launch(**SMALL, start_timeout=START, step_timeout=10) as session:
             with pytest.raises(ProtocolError) as first:
