@@ -552,6 +552,15 @@ class EnvironmentConfig:
         help="Seconds a client waits for the answer to one step; at most 604800 (7 days).",
         check=_positive_seconds,
     )
+    health_interval: float = setting(
+        0.0,
+        help="Seconds between health checks of an idle (READY) player on the `fifo` transport: the daemon sends it "
+        "the action `Pass` and expects a whole answer, echoing its `sequenceId`, within `step_timeout`. One that "
+        "does not answer in time is hung: it is stopped and restarted with backoff (and a managed X display it "
+        "runs on is checked as well). A lease request waits for a check under way (one step). 0: no checks, and "
+        "a player that hangs while idle is noticed only by its next client's `step_timeout`.",
+        check=_non_negative_seconds,
+    )
     restart: str = setting(
         "on-failure",
         help="Restart a player that exited: `always`, `on-failure` (not after exit code 0) or `never`. "
@@ -590,8 +599,8 @@ class EnvironmentConfig:
 
     def replaces_players(self, other: EnvironmentConfig) -> bool:
         """Whether moving from ``other`` to this configuration needs new player processes (anything but
-        ``instances`` and the client-side timeouts changed)."""
-        keep = {"instances", "step_timeout", "restart"}
+        ``instances``, the client-side timeouts, the restart policy and the health checks changed)."""
+        keep = {"instances", "step_timeout", "restart", "health_interval"}
         return any(
             getattr(self, f.name) != getattr(other, f.name) for f in settings(EnvironmentConfig) if f.name not in keep
         )

@@ -60,7 +60,7 @@ from renderd.errors import (
 )
 from renderd.event import FrameAssembler
 from renderd.process import PlayerProcess, player_argv, player_env
-from renderd.protocol import NEED_DATA
+from renderd.protocol import NEED_DATA, FieldType, decode_metadata, encode_action
 from renderd.transport.fifo import FifoChannel, FifoPair
 
 __all__ = ["State", "Player", "Environment", "Supervisor", "NotFound"]
@@ -71,6 +71,8 @@ log = logging.getLogger(__name__)
 LOOP_IDLE = 1.0
 #: Pause between attempts to open ``client.pipe`` while the player has not opened its reading end.
 CLIENT_PIPE_RETRY = 0.01
+#: The action a health check sends an idle player (``health_interval``): it changes nothing in a scene.
+HEALTH_CHECK_ACTION = "Pass"
 #: Extra seconds, beyond ``stop_grace``, that a graceful stop of the whole daemon waits for reaping.
 SHUTDOWN_SLACK = 5.0
 #: Log lines of a player quoted in its failure reason.
@@ -153,6 +155,9 @@ class Player:
         self.backoff_failures = 0  # consecutive exits used for the backoff delay (see _schedule_restart)
         self.served = False  # leased at least once since its last spawn
         self.backoff_delay = 0.0  # the wait before its latest restart
+        self.check_due: float | None = None  # READY: when its next health check is sent (set by the tick)
+        self.check_deadline: float | None = None  # a health check under way: when its answer is due
+        self.checks = 0  # health checks sent to it (each one's sequenceId)
         self.reason = ""
         self.returncode: int | None = None
         self.lease: Lease | None = None
@@ -497,7 +502,9 @@ class Supervisor:
                             # player at a time, an idle one of the previous configuration serves rather than
                             # nobody (the answer gives its width and height; it is replaced after the lease).
                             ready = [
-                                p for p in env.players if p.state == State.READY and not p.retire and p.eof_reason is None
+                                p for p in env.players
+                                if p.state == State.READY and not p.retire and p.eof_reason is None
+                                and p.check_deadline is None  # (a health check under way: one step at most)
                             ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
@@ -681,6 +688,7 @@ class Supervisor:
                 self._begin_stop(p, _Stop("scaled down", "remove"))
             else:
                 p.state = State.READY
+                p.check_due = None  # the next health check is due health_interval from now
                 log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
         self.changed.notify_all()
         return recycle
@@ -807,6 +815,10 @@ class Supervisor:
                         due = min(due, p.deadline)
                     if p.state == State.STARTING and p.next_open:
                         due = min(due, p.next_open)
+                    if p.state == State.READY:
+                        for t in (p.check_due, p.check_deadline):
+                            if t is not None:
+                                due = min(due, t)
         return max(0.0, due - now)
 
     def _watch(self, fd: int | None, data: tuple[str, Any]) -> None:
@@ -856,6 +868,7 @@ class Supervisor:
                         self._idle_failed(p, f"{p.eof_reason} (and it did not exit)")
                 elif p.state == State.READY and p.holder is not None and not p.holder.closed:
                     self._watch(p.holder.fileno(), ("idle", p))
+                    self._health_tick(p, now)
                 elif p.state == State.BACKOFF and not self._stopping and (p.deadline is None or now >= p.deadline):
                     if not env.removing and not p.retire:
                         self._spawn(p)
@@ -1003,6 +1016,8 @@ class Supervisor:
         p.started_at = time.monotonic()
         p.ready_at = None
         p.served = False
+        p.check_due = p.check_deadline = None
+        p.checks = 0
         p.deadline = p.started_at + cfg.start_timeout
         p.next_open = 0.0
         p.assembler = FrameAssembler()
@@ -1267,6 +1282,9 @@ class Supervisor:
         if holder is None or holder.closed:
             return
         fd = holder.fileno()
+        if p.state == State.READY and p.check_deadline is not None and p.eof_reason is None:
+            self._read_check_answer(p)
+            return
         self._unwatch(fd)
         if p.state != State.READY:
             return  # leased meanwhile (its client reads the pipe now) or being stopped
@@ -1290,6 +1308,97 @@ class Supervisor:
         # classifies the exit; if it lives on, the tick stops it at this deadline.
         p.eof_reason = "closed server.pipe while idle"
         p.deadline = time.monotonic() + EOF_EXIT_WAIT
+
+    # -- health checks of idle players (loop thread, lock held) ------------------------------------------
+    def _health_tick(self, p: Player, now: float) -> None:
+        interval = p.environment.config.health_interval
+        if p.writer_fd is None or p.eof_reason is not None:
+            return
+        if p.check_deadline is not None:
+            if now >= p.check_deadline:
+                p.check_deadline = None
+                self._check_display(p.display)  # (a hung X server would explain it)
+                self._idle_failed(
+                    p, f"did not answer a health check ({HEALTH_CHECK_ACTION}) within step_timeout "
+                    f"({p.environment.config.step_timeout:g} s): hung",
+                )
+        elif interval <= 0:
+            p.check_due = None
+        elif p.check_due is None:
+            p.check_due = now + interval
+        elif now >= p.check_due:
+            self._send_check(p, now)
+
+    def _send_check(self, p: Player, now: float) -> None:
+        assert p.writer_fd is not None
+        p.checks += 1
+        data = b"".join(encode_action({"action": HEALTH_CHECK_ACTION, "sequenceId": p.checks}))
+        try:
+            # Small enough (under PIPE_BUF) to be written whole or not at all.
+            os.write(p.writer_fd, data)
+        except BlockingIOError:
+            self._idle_failed(p, "its client.pipe is full while idle: it reads no actions (hung)")
+            return
+        except OSError as exc:
+            self._idle_failed(p, os_error_message(exc, "cannot send a health check on client.pipe"))
+            return
+        p.check_due = None
+        p.check_deadline = now + p.environment.config.step_timeout
+
+    def _read_check_answer(self, p: Player) -> None:
+        """Read what an idle player sent while a health check is under way: its answer, possibly in parts."""
+        holder = p.holder
+        assert holder is not None
+        decoder = holder.decoder
+        fd = holder.fileno()
+        try:
+            while True:
+                try:
+                    n = os.readv(fd, decoder.get_buffers())
+                except BlockingIOError:
+                    return  # the rest comes later (still watched)
+                if n == 0:
+                    self._unwatch(fd)
+                    p.check_deadline = None
+                    if p.proc is not None and p.proc.poll() is not None:
+                        self._reap(p)
+                    else:
+                        p.eof_reason = "closed server.pipe while answering a health check"
+                        p.deadline = time.monotonic() + EOF_EXIT_WAIT
+                    return
+                decoder.buffers_updated(n)
+                message = decoder.next_message()
+                if message is not NEED_DATA:
+                    break
+            ftype = FieldType.METADATA if message.first(FieldType.METADATA) is not None else FieldType.METADATA_PATCH
+            body = message.first(ftype)
+            if body is None:
+                raise ProtocolError("its answer to a health check has no metadata")
+            seq = decode_metadata(body, ftype=ftype).get("sequenceId")
+        except ProtocolError as exc:
+            self._unwatch(fd)
+            p.check_deadline = None
+            self._idle_failed(p, f"answered a health check with bytes that do not decode: {exc}")
+            return
+        except OSError as exc:
+            self._unwatch(fd)
+            p.check_deadline = None
+            self._idle_failed(p, os_error_message(exc, "cannot read server.pipe"))
+            return
+        finally:
+            message = None
+        decoder.release_pool()  # (no frame of it is kept: see _read_first_frame)
+        p.check_deadline = None
+        if seq != p.checks:
+            self._unwatch(fd)
+            self._idle_failed(p, f"answered health check {p.checks} with sequenceId {seq!r}")
+            return
+        if decoder.in_message or decoder.has_message:
+            self._unwatch(fd)
+            self._idle_failed(p, "sent more than its answer to a health check")
+            return
+        log.debug("%s[%d] pid %s answered health check %d", p.environment.name, p.index, p.pid, p.checks)
+        self.changed.notify_all()  # (a lease request may be waiting for it)
 
     def _idle_failed(self, p: Player, why: str) -> None:
         log.error("%s[%d] pid %s %s", p.environment.name, p.index, p.pid, why)

@@ -1,0 +1,109 @@
+"""Health checks of idle players (``health_interval``): an idle player is sent ``Pass`` now and then and must
+answer within ``step_timeout``; one that does not (stopped, wedged) is replaced before any client gets it."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+import pytest
+
+from renderd.daemon.supervisor import State, Supervisor
+from renderd.errors import LeaseError
+from renderd.protocol import Decoder, FieldType, decode_metadata, encode_action
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+DEADLINE = 20.0
+
+
+def _config(interval: float, step_timeout: float = 20.0) -> str:
+    return fast_config(extra=f"health_interval = {interval}").replace(
+        "step_timeout = 20.0", f"step_timeout = {step_timeout}"
+    )
+
+
+def _player(sup: Supervisor):
+    with sup.lock:
+        players = sup.environments["demo"].players
+        return players[0] if players else None
+
+
+def _ready(sup: Supervisor):
+    def ready():
+        p = _player(sup)
+        return p if p is not None and p.state == State.READY else None
+
+    return wait_for(ready, DEADLINE, "the demo player READY")
+
+
+def _step(answer: dict, seq: int) -> int:
+    """As a leased client: send ``Pass`` with ``seq`` on the lease's pipes; the sequenceId of the answer."""
+    rfd = os.open(answer["server_pipe"], os.O_RDONLY | os.O_NONBLOCK)
+    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "Pass", "sequenceId": seq})))
+        decoder = Decoder()
+        deadline = time.monotonic() + DEADLINE
+        while not decoder.has_message:
+            assert select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))[0], "no answer in time"
+            data = os.read(rfd, 1 << 20)
+            assert data, "end of file"
+            decoder.receive_data(data)
+        message = decoder.next_message()
+        return decode_metadata(message.first(FieldType.METADATA))["sequenceId"]
+    finally:
+        os.close(wfd)
+        os.close(rfd)
+
+
+def test_a_healthy_idle_player_answers_its_checks_and_serves_its_next_client(supervisor_with):
+    sup = supervisor_with(_config(interval=0.1))
+    p = _ready(sup)
+    pid = p.pid
+    wait_for(lambda: p.checks >= 3 and p.check_deadline is None, DEADLINE, "three health checks answered")
+    assert p.state == State.READY and p.pid == pid and p.restarts == 0 and p.reason == ""
+    lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
+    try:
+        # The client's own first step is answered with its own sequenceId: the checks left nothing behind.
+        assert _step(answer, 1) == 1
+    finally:
+        sup.release(lease.id)
+    assert p.pid == pid and p.state == State.READY  # a clean release: nothing was left in the pipes
+
+
+def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
+    sup = supervisor_with(_config(interval=0.1, step_timeout=1.0))
+    p = _ready(sup)
+    pid = p.pid
+    os.kill(pid, signal.SIGSTOP)  # alive, never answering
+    wait_for(lambda: "health check" in p.reason and p.restarts >= 1, DEADLINE, "the hung player replaced")
+    assert "did not answer a health check (Pass) within step_timeout (1 s): hung" in p.reason
+    new = _ready(sup)
+    assert new.pid != pid
+
+
+def test_a_lease_request_waits_for_a_check_under_way(supervisor_with):
+    sup = supervisor_with(_config(interval=0.1, step_timeout=10.0))
+    p = _ready(sup)
+    os.kill(p.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")
+        with pytest.raises(LeaseError, match="no ready player"):
+            sup.acquire("demo", client_pid=os.getpid(), timeout=0.3)
+    finally:
+        os.kill(p.pid, signal.SIGCONT)
+    lease, _ = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
+    assert lease.player is p and p.check_deadline is None
+    sup.release(lease.id)
+
+
+def test_checks_are_off_by_default(supervisor_with):
+    sup = supervisor_with(fast_config())
+    p = _ready(sup)
+    assert sup.environments["demo"].config.health_interval == 0
+    with sup.lock:
+        sup._tick()
+    assert p.checks == 0 and p.check_due is None
