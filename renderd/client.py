@@ -105,10 +105,11 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def check_sequence_id(seq: Any) -> int:
-    """An action's own ``sequenceId``: an integer (not a bool) of at most 64 bits, as a player echoes it in
-    its msgpack metadata; ``ValueError`` otherwise."""
-    if isinstance(seq, bool) or not isinstance(seq, int):
+    """An action's own ``sequenceId`` as an int: an integer (numpy's too; not a bool) of at most 64 bits, as
+    a player echoes it in its msgpack metadata; ``ValueError`` otherwise."""
+    if isinstance(seq, bool) or not isinstance(seq, numbers.Integral):
         raise ValueError(f"sequenceId must be an integer, got {seq!r}")
+    seq = int(seq)
     if not -(2**63) <= seq < 2**64:
         raise ValueError(f"sequenceId must fit in 64 bits, got {seq}")
     return seq
@@ -268,7 +269,7 @@ class Session:
             seq = self._sequence_id + 1
             message["sequenceId"] = seq
         else:
-            check_sequence_id(seq)
+            seq = message["sequenceId"] = check_sequence_id(seq)
         buffers = encode_action(message)
         deadline = time.monotonic() + self.step_timeout
         try:

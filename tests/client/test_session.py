@@ -100,6 +100,18 @@ class TestSteps:
             assert (session.width, session.height) == (32, 24)
             assert isinstance(session.pid, int) and psutil.pid_exists(session.pid)
 
+    def test_a_numpy_integer_sequence_id_is_taken_as_an_int(self):
+        # AI2-THOR sends any integer (numpy's too); renderd refused numpy's with ValueError.
+        with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
+            for seq in (np.int64(5), np.uint32(6), np.int8(7)):
+                assert session.step({"action": "Pass", "sequenceId": seq}).sequence_id == int(seq)
+                assert session.sequence_id == int(seq) and type(session.sequence_id) is int
+            assert session.step("Pass").sequence_id == 8
+            for bad in (np.bool_(True), np.float64(9.0), True, 2**64):
+                with pytest.raises(ValueError, match="sequenceId"):
+                    session.step("Pass", sequenceId=bad)
+            assert session.step("Pass").sequence_id == 9
+
     def test_split_send_and_recv(self):
         with renderd.launch(peer_argv(), platform="headless", start_timeout=START) as session:
             seq = session.send("Pass")
