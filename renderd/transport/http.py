@@ -950,6 +950,10 @@ MIN_BODY_RATE = 64 * 1024.0
 STOP_TIMEOUT = 5.0
 #: Backlog of the listening socket.
 LISTEN_BACKLOG = 64
+#: While connections cannot be accepted (no descriptor or memory left), how long the server waits before
+#: trying again (seconds), and how often it logs that it cannot (a count of the failures not logged follows).
+ACCEPT_RETRY_INTERVAL = 0.1
+ACCEPT_ERROR_LOG_INTERVAL = 10.0
 #: Bytes of a request head read at a time (what follows the head in the same read is copied into the
 #: body buffer; the rest of the body is received directly into it).
 HEAD_READ_SIZE = 16 * 1024
@@ -1436,6 +1440,7 @@ class PlayerHttpServer:
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
+        next_log, quiet = 0.0, 0  # accept failures are logged once per ACCEPT_ERROR_LOG_INTERVAL
         while not self.stopping:
             events = poller.poll()
             if self.stopping or any(fd == self._wake_r for fd, _ in events):
@@ -1444,8 +1449,14 @@ class PlayerHttpServer:
                 conn, addr = self._sock.accept()
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    logger.error("%s", os_error_message(exc, "cannot accept an HTTP connection"))
-                    time.sleep(0.1)  # let connections close; polling again at once would spin
+                    now = time.monotonic()
+                    if now >= next_log:
+                        more = f" ({quiet} more failed accepts since the last report)" if quiet else ""
+                        logger.error("%s%s", os_error_message(exc, "cannot accept an HTTP connection"), more)
+                        next_log, quiet = now + ACCEPT_ERROR_LOG_INTERVAL, 0
+                    else:
+                        quiet += 1
+                    time.sleep(ACCEPT_RETRY_INTERVAL)  # let connections close; polling again at once would spin
                 continue
             try:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -4,14 +4,21 @@ behind then. Real sockets, pipes and descriptor limits; every wait has a deadlin
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import resource
+import socket
 import tempfile
+import time
 from typing import Iterator
 
 import pytest
 
+from renderd.transport import http as http_transport
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, launch_http
+
+from tests.helpers.http_util import DEADLINE
+from tests.helpers.leaks import wait_for
 
 
 @contextlib.contextmanager
@@ -55,3 +62,27 @@ def test_launch_http_with_an_unknown_keyword_starts_nothing(no_leaks, tmp_path, 
     with pytest.raises(TypeError, match="widht"):
         launch_http("renderd-player", widht=64)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_running_out_of_descriptors_is_logged_once_not_at_every_retry(caplog, no_leaks):
+    # The pending connection keeps the listening socket readable, so the accept loop retries every
+    # ACCEPT_RETRY_INTERVAL for as long as no descriptor is free: it logged an error at every retry (ten
+    # lines a second). Once descriptors are free again, the waiting connection is served.
+    caplog.set_level(logging.ERROR, logger="renderd.transport.http")
+    with PlayerHttpServer(PlayerBridgeRegistry()) as server:
+        with one_free_descriptor():
+            client = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # the last descriptor
+            try:
+                client.settimeout(DEADLINE)
+                client.connect(("127.0.0.1", server.port))
+                wait_for(lambda: any("cannot accept" in r.getMessage() for r in caplog.records), DEADLINE, "a failed accept")
+                time.sleep(6 * http_transport.ACCEPT_RETRY_INTERVAL)  # the retries to count
+            except BaseException:
+                client.close()
+                raise
+        with client:
+            failures = [r for r in caplog.records if "cannot accept" in r.getMessage()]
+            assert len(failures) == 1, [r.getMessage() for r in failures]
+            assert "too many open files" in failures[0].getMessage()
+            client.sendall(b"GET /ping HTTP/1.1\r\n\r\n")
+            assert client.recv(1000).endswith(b"pong")
