@@ -586,6 +586,9 @@ class Supervisor:
         busy = sum(1 for s in states if s == State.LEASED)
         parts = [f"{busy} of {env.config.instances} leased"]
         parts += [f"{s.value}: {states.count(s)}" for s in State if s in states and s != State.LEASED]
+        checking = sum(1 for p in env.players if p.state == State.READY and p.check_deadline is not None)
+        if checking:
+            parts.append(f"{checking} READY under a health check (ends within step_timeout)")
         return (
             f"{base}: " + ", ".join(parts)
             + (f"; {len(env.waiters) - 1} other client(s) waiting" if len(env.waiters) > 1 else "")
@@ -1384,6 +1387,13 @@ class Supervisor:
             self._unwatch(fd)
             p.check_deadline = None
             self._idle_failed(p, os_error_message(exc, "cannot read server.pipe"))
+            return
+        except Exception as exc:  # a bug these bytes triggered: this player's failure, never the daemon's
+            log.exception("%s[%d] pid %s: unexpected %s reading its answer to a health check",
+                          p.environment.name, p.index, p.pid, type(exc).__name__)
+            self._unwatch(fd)
+            p.check_deadline = None
+            self._idle_failed(p, f"unusable answer to a health check: {type(exc).__name__}: {exc}")
             return
         finally:
             message = None
