@@ -59,6 +59,8 @@ LOCK_ATTEMPTS = 10
 SOCKET_DIR_LOCK_TIMEOUT = 30.0
 #: Seconds the control API's threads get to finish their requests at stop.
 API_STOP_TIMEOUT = 5.0
+#: Seconds between two looks, at stop, at whether the control API's requests under way are answered.
+API_STOP_POLL = 0.01
 #: Worker threads of the HTTP player listener at least (one per player waiting for an action).
 HTTP_MIN_THREADS = 8
 #: Seconds a control connection has to send a whole request: from when it is accepted, or its previous answer was
@@ -486,6 +488,19 @@ class _ControlServer:
         except Exception:
             log.exception("the control API server stopped on an error")
 
+    def _finish_requests(self) -> None:
+        """Take no new connection, and give the requests under way (lease requests that wait are answered "the
+        daemon is stopping") up to API_STOP_TIMEOUT to be answered and their answers to be handed over: closing
+        the connections at once would cut those answers, and their clients would see a broken connection."""
+        server = self.server
+        server.accepting = False  # (read by the loop: the listening socket is no longer polled)
+        server.pull_trigger()
+        deadline = time.monotonic() + API_STOP_TIMEOUT
+        while time.monotonic() < deadline and self.thread.is_alive():
+            if not any(c.serving or c.requests or c.total_outbufs_len for c in list(server.active_channels.values())):
+                return
+            time.sleep(API_STOP_POLL)
+
     def stop(self) -> None:
         import waitress.wasyncore
 
@@ -501,6 +516,7 @@ class _ControlServer:
         if not self.thread.is_alive() and self.thread.ident is None:
             close_all()  # never started (a start-up that failed after the bind): no loop to hand it to
         else:
+            self._finish_requests()
             try:
                 server.trigger.pull_trigger(close_all)
             except OSError:

@@ -124,3 +124,34 @@ def test_a_keep_alive_connection_serves_requests_then_is_closed_once_idle(contro
         sock.settimeout(READ_TIMEOUT + 4)
         assert sock.recv(4096) == b""  # end of file: closed once idle for the read deadline
         assert time.monotonic() - started < READ_TIMEOUT + 3
+
+
+def test_lease_requests_waiting_when_the_daemon_stops_get_its_answer_not_a_cut_connection(daemon):
+    # The daemon answers each waiting request "the daemon is stopping" (503): the control socket's server must
+    # hand those answers over before it closes the connections, not drop them half-sent.
+    import signal
+
+    from renderd.errors import LeaseError, RenderdError
+
+    from tests.daemon.conftest import fast_config
+
+    d = daemon(fast_config(instances=0))
+    errors: list[BaseException] = []
+    waiting = 8
+
+    def lease() -> None:
+        try:
+            d.client.lease("demo", timeout=20)
+        except RenderdError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=lease, daemon=True) for _ in range(waiting)]
+    for t in threads:
+        t.start()
+    wait_for(lambda: d.client.environments()[0]["waiting_clients"] == waiting, 10, "every request to wait")
+    d.signal(signal.SIGTERM)
+    for t in threads:
+        t.join(15)
+    assert d.wait_exit() == 0
+    assert [type(e) for e in errors] == [LeaseError] * waiting, errors
+    assert all("the daemon is stopping" in str(e) for e in errors), errors
