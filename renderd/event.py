@@ -20,13 +20,25 @@ depth pixel ``(r, g, b)`` is ``(r + g/256 + b/256^2) / 256`` of the unit, as AI2
 ``depthFormat`` AI2-THOR assumes ``Normalized``, which is what the old builds that send no depthFormat send
 (3-byte depth); renderd does so for 3-byte depth, but takes float32 depth without ``depthFormat`` as metres,
 what players other than AI2-THOR builds send.
+
+An :class:`Event` gives what AI2-THOR's ``ai2thor.server.Event`` gives for the same message (same shapes,
+dtypes and values), plus ``instance_masks``, ``class_masks``, ``instance_detections2D``,
+``class_detections2D``, their third-party lists, ``cv2img``, ``get_object``, ``objects_by_type``, ``pose``
+and ``pose_discrete``, all computed on first use. Where AI2-THOR is inconsistent renderd keeps to one rule:
+every colour image is (H, W, 3), where AI2-THOR leaves third-party RGB and normals at the 4 bytes per pixel
+of CloudRendering; a flow image is ``flow_frame`` (AI2-THOR's Event declares it but stores the image in
+``flows_frame``), and ``third_party_flows_frames`` is the same list as ``third_party_flow_frames`` (AI2-THOR's
+FIFO reader never fills its own); ``cls in event.class_detections2D`` asks about that type (AI2-THOR's asks
+``instance_masks``); masks of a 1-pixel-high or -wide image keep their (H, W) shape; ``metadata`` is a plain
+dict (no alias of ``reachablePositions`` to ``actionReturn``).
 """
 
 from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Iterator
 
 import msgpack
 import numpy as np
@@ -34,7 +46,15 @@ import numpy as np
 from renderd.errors import ProtocolError
 from renderd.protocol import IMAGE_FIELDS, FieldType, Message, decode_metadata
 
-__all__ = ["Event", "FrameAssembler", "build_events"]
+__all__ = [
+    "ClassDetections2D",
+    "ClassMasks",
+    "Event",
+    "FrameAssembler",
+    "InstanceDetections2D",
+    "InstanceMasks",
+    "build_events",
+]
 
 # Depth units a player may declare, in metres per unit ("Normalized" is scaled by the far-near range).
 _DEPTH_SCALE = {"Meters": 1.0, "Millimeters": 0.001}
@@ -143,6 +163,242 @@ def _scan_metadata(body: Any) -> dict[str, Any] | None:
     return summary
 
 
+def _color_key(color: Any, alpha: int) -> int | None:
+    """The 32-bit key of an RGB colour with ``alpha``, as an instance segmentation pixel's bytes read as a
+    little-endian uint32; ``None`` for a colour that is not three bytes."""
+    try:
+        r, g, b = (int(v) for v in color[:3])
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if len(color) < 3 or not all(0 <= v <= 255 for v in (r, g, b)):
+        return None
+    return r | g << 8 | b << 16 | alpha << 24
+
+
+def _mask_bounding_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
+    rows = np.flatnonzero(mask.any(axis=1))
+    if not len(rows):
+        return None
+    cols = np.flatnonzero(mask.any(axis=0))
+    return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
+
+
+class InstanceMasks(Mapping):
+    """``event.instance_masks``: object id -> (H, W) bool mask of its pixels, for the objects the instance
+    segmentation image shows (AI2-THOR's ``LazyInstanceSegmentationMasks``). Only ``colors`` entries whose
+    name holds ``|`` (object ids) are instances. Masks are computed on first use of each key; iterating
+    computes those of every object in view."""
+
+    def __init__(self, ids: np.ndarray, colors: Any) -> None:
+        # ids: (H, W, 4) RGBA or (H, W, 3) RGB uint8, top row first. A 4-byte pixel matches a colour only
+        # with alpha 255 (what Unity writes); a 3-byte one is read with alpha 0, as AI2-THOR reads it.
+        self._ids = ids
+        self._alpha = 255 if ids.shape[2] == 4 else 0
+        self._keys: np.ndarray | None = None
+        self._unique: set[int] | None = None
+        self._masks: dict[str, np.ndarray] = {}
+        self._loaded = False
+        self.instance_colors: dict[str, Any] = {}
+        self.class_colors: dict[str, list[Any]] = {}
+        for entry in colors if isinstance(colors, list) else ():
+            try:
+                name, color = entry["name"], entry["color"]
+            except (TypeError, KeyError):
+                continue
+            if not isinstance(name, str):
+                continue
+            cls = name
+            if "|" in name:
+                self.instance_colors[name] = color
+                cls = name.split("|")[0]
+            self.class_colors.setdefault(cls, []).append(color)
+
+    @property
+    def keys_image(self) -> np.ndarray:
+        """(H, W) uint32: each pixel's bytes (RGBA, alpha as above) as a little-endian integer."""
+        if self._keys is None:
+            ids = self._ids
+            if ids.shape[2] == 4:
+                self._keys = ids.view("<u4")[..., 0]
+            else:
+                self._keys = ids[..., 0].astype("<u4") | ids[..., 1].astype("<u4") << 8 | ids[..., 2].astype("<u4") << 16
+        return self._keys
+
+    @property
+    def unique_keys(self) -> set[int]:
+        if self._unique is None:
+            self._unique = {int(k) for k in np.unique(self.keys_image)}
+        return self._unique
+
+    def color_key(self, color: Any) -> int | None:
+        return _color_key(color, self._alpha)
+
+    def color_mask(self, color: Any) -> np.ndarray | None:
+        key = self.color_key(color)
+        return None if key is None else self.keys_image == np.uint32(key)
+
+    def mask(self, key: str, default: np.ndarray | None = None) -> np.ndarray | None:
+        if key in self._masks:
+            return self._masks[key]
+        color = self.instance_colors.get(key) if isinstance(key, str) else None
+        if color is None:
+            return default
+        m = self.color_mask(color)
+        if m is None or not m.any():
+            return default
+        self._masks[key] = m
+        return m
+
+    def _load_all(self) -> None:
+        if not self._loaded:
+            present = self.unique_keys
+            for name, color in self.instance_colors.items():
+                if self.color_key(color) in present:
+                    self.mask(name)
+            self._loaded = True
+
+    def __contains__(self, key: object) -> bool:
+        return self.mask(key) is not None  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        m = self.mask(key)
+        if m is None:
+            raise KeyError(key)
+        return m
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self._masks)
+
+
+class ClassMasks(Mapping):
+    """``event.class_masks``: object type -> (H, W) bool mask (AI2-THOR's ``LazyClassSegmentationMasks``).
+    A type is the part of an object id before its first ``|``, or a ``colors`` name without one. The key
+    ``"background"`` (not listed when iterating) masks the pixels of colours ``colors`` does not list."""
+
+    def __init__(self, instance_masks: InstanceMasks) -> None:
+        self.instance_masks = instance_masks
+        self._masks: dict[str, np.ndarray] = {}
+        self._loaded = False
+
+    def mask(self, key: str, default: np.ndarray | None = None) -> np.ndarray | None:
+        if key in self._masks:
+            return self._masks[key]
+        im = self.instance_masks
+        if not isinstance(key, str):
+            return default
+        class_mask = None
+        if key == "background":
+            listed = {im.color_key(c) for colors in im.class_colors.values() for c in colors}
+            for k in im.unique_keys - listed:
+                m = im.keys_image == np.uint32(k)
+                class_mask = m if class_mask is None else class_mask | m
+        elif "|" not in key:
+            for color in im.class_colors.get(key, ()):
+                m = im.color_mask(color)
+                if m is not None:
+                    class_mask = m if class_mask is None else class_mask | m
+        if class_mask is None or not class_mask.any():
+            return default
+        self._masks[key] = class_mask
+        return class_mask
+
+    def _load_all(self) -> None:
+        if not self._loaded:
+            im = self.instance_masks
+            present = im.unique_keys
+            for cls, colors in im.class_colors.items():
+                if any(im.color_key(c) in present for c in colors):
+                    self.mask(cls)
+            self._loaded = True
+
+    def __contains__(self, key: object) -> bool:
+        return self.mask(key) is not None  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        m = self.mask(key)
+        if m is None:
+            raise KeyError(key)
+        return m
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self._masks)
+
+
+class InstanceDetections2D(Mapping):
+    """``event.instance_detections2D``: object id -> its pixels' bounding box ``(x_min, y_min, x_max,
+    y_max)``, inclusive, for the objects in view."""
+
+    def __init__(self, instance_masks: InstanceMasks) -> None:
+        self.instance_masks = instance_masks
+        self._boxes: dict[str, tuple[int, int, int, int] | None] = {}
+
+    def __getitem__(self, key: str) -> tuple[int, int, int, int] | None:
+        if key not in self._boxes:
+            self._boxes[key] = _mask_bounding_box(self.instance_masks[key])
+        return self._boxes[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.instance_masks
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.instance_masks)
+
+    def __len__(self) -> int:
+        return len(self.instance_masks)
+
+
+class ClassDetections2D(Mapping):
+    """``event.class_detections2D``: object type -> a tuple of bounding boxes, one per instance colour of
+    that type in view."""
+
+    def __init__(self, instance_masks: InstanceMasks) -> None:
+        self.instance_masks = instance_masks
+        self._boxes: dict[str, tuple[tuple[int, int, int, int], ...]] = {}
+        self._loaded = False
+
+    def __getitem__(self, cls: str) -> tuple[tuple[int, int, int, int], ...]:
+        if cls in self._boxes:
+            return self._boxes[cls]
+        im = self.instance_masks
+        boxes = []
+        for color in im.class_colors.get(cls, ()) if isinstance(cls, str) else ():
+            m = im.color_mask(color)
+            box = None if m is None else _mask_bounding_box(m)
+            if box:
+                boxes.append(box)
+        if not boxes:
+            raise KeyError(cls)
+        self._boxes[cls] = tuple(boxes)
+        return self._boxes[cls]
+
+    def _load_all(self) -> None:
+        if not self._loaded:
+            im = self.instance_masks
+            present = im.unique_keys
+            for cls, colors in im.class_colors.items():
+                if any(im.color_key(c) in present for c in colors):
+                    self[cls]
+            self._loaded = True
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(self._boxes)
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self._boxes)
+
+
 class Event:
     """One agent's view of one step.
 
@@ -150,7 +406,8 @@ class Event:
     ``instance_segmentation_frame``, ``semantic_segmentation_frame``, ``normals_frame`` and
     ``flow_frame`` (H, W, 3) uint8. Any of them is ``None`` when the player did not send it.
     ``bool(event)`` is the agent's ``lastActionSuccess``. ``events`` lists every agent's event
-    (``[self]`` with one agent).
+    (``[self]`` with one agent). ``instance_masks`` and ``class_masks`` map object ids and types to
+    (H, W) bool masks of the instance segmentation image, as AI2-THOR's do (see the module docstring).
     """
 
     __slots__ = (
@@ -173,6 +430,9 @@ class Event:
         "third_party_flow_frames",
         "third_party_instance_segmentation_frames",
         "third_party_semantic_segmentation_frames",
+        "_ids",
+        "_third_party_ids",
+        "_derived",
         "_events",
         "__weakref__",
     )
@@ -198,6 +458,11 @@ class Event:
         self.third_party_flow_frames: list[np.ndarray] = []
         self.third_party_instance_segmentation_frames: list[np.ndarray] = []
         self.third_party_semantic_segmentation_frames: list[np.ndarray] = []
+        # The instance segmentation images with all their channels (alpha included), for the masks.
+        self._ids: np.ndarray | None = None
+        self._third_party_ids: list[np.ndarray] = []
+        # What is computed from the metadata and images on first use (colour maps, masks), by name.
+        self._derived: dict[str, Any] | None = None
         # None stands for [self]: a single-agent event must not reference itself, or it (and the frame
         # buffers it holds) could only be freed by the cyclic garbage collector, long after the client
         # dropped it; at 1024x1024 that costs page faults on every step.
@@ -221,6 +486,7 @@ class Event:
     def metadata(self, metadata: dict[str, Any]) -> None:
         self._metadata = self._summary = metadata
         self._lazy = None
+        self._derived = None
 
     def _defer_metadata(self, lazy: _LazyMetadata, index: int) -> None:
         """Drop the summary-only metadata: the full map comes from ``lazy`` (agent ``index``) on first use."""
@@ -252,13 +518,121 @@ class Event:
         value = self._summary.get("errorMessage")
         return value if isinstance(value, str) else ""
 
+    def _get_derived(self, name: str) -> Any:
+        derived = self._derived
+        if derived is None:
+            derived = self._derived = {}
+        value = derived.get(name)
+        if value is None:
+            value = derived[name] = getattr(self, "_make" + name)()
+        return value
+
+    def _make_color_maps(self) -> tuple[dict[tuple[int, ...], str], dict[str, tuple[int, ...]]]:
+        to_id: dict[tuple[int, ...], str] = {}
+        to_color: dict[str, tuple[int, ...]] = {}
+        for c in self.metadata.get("colors") or ():
+            key = tuple(c["color"])
+            to_id[key] = c["name"]
+            to_color[c["name"]] = key
+        return to_id, to_color
+
     @property
     def color_to_object_id(self) -> dict[tuple[int, ...], str]:
-        return {tuple(c["color"]): c["name"] for c in self.metadata.get("colors") or ()}
+        """Segmentation colour ``(r, g, b)`` -> the name ``colors`` gives it (an object id or a type);
+        built once per event."""
+        return self._get_derived("_color_maps")[0]
 
     @property
     def object_id_to_color(self) -> dict[str, tuple[int, ...]]:
-        return {c["name"]: tuple(c["color"]) for c in self.metadata.get("colors") or ()}
+        """The reverse of :attr:`color_to_object_id`; built once per event."""
+        return self._get_derived("_color_maps")[1]
+
+    def _make_masks(self) -> tuple[Any, ...]:
+        if self._ids is None:
+            return {}, {}, None, {}
+        instances = InstanceMasks(self._ids, self.metadata.get("colors"))
+        return instances, ClassMasks(instances), InstanceDetections2D(instances), ClassDetections2D(instances)
+
+    @property
+    def instance_masks(self) -> InstanceMasks | dict:
+        """Object id -> (H, W) bool mask, from the instance segmentation image (``{}`` without one)."""
+        return self._get_derived("_masks")[0]
+
+    @property
+    def class_masks(self) -> ClassMasks | dict:
+        """Object type -> (H, W) bool mask, from the instance segmentation image (``{}`` without one)."""
+        return self._get_derived("_masks")[1]
+
+    @property
+    def instance_detections2D(self) -> InstanceDetections2D | None:  # noqa: N802 (AI2-THOR's name)
+        """Object id -> bounding box ``(x_min, y_min, x_max, y_max)`` (``None`` without segmentation)."""
+        return self._get_derived("_masks")[2]
+
+    @property
+    def class_detections2D(self) -> ClassDetections2D | dict:  # noqa: N802 (AI2-THOR's name)
+        """Object type -> tuple of bounding boxes (``{}`` without segmentation)."""
+        return self._get_derived("_masks")[3]
+
+    def _make_third_party_masks(self) -> tuple[list[InstanceMasks], list[ClassMasks]]:
+        colors = self.metadata.get("colors") if self._third_party_ids else None
+        instances = [InstanceMasks(ids, colors) for ids in self._third_party_ids]
+        return instances, [ClassMasks(m) for m in instances]
+
+    @property
+    def third_party_instance_masks(self) -> list[InstanceMasks]:
+        """One :attr:`instance_masks` per third-party camera that sent a segmentation image."""
+        return self._get_derived("_third_party_masks")[0]
+
+    @property
+    def third_party_class_masks(self) -> list[ClassMasks]:
+        """One :attr:`class_masks` per third-party camera that sent a segmentation image."""
+        return self._get_derived("_third_party_masks")[1]
+
+    @property
+    def third_party_flows_frames(self) -> list[np.ndarray]:
+        """AI2-THOR's name for :attr:`third_party_flow_frames`."""
+        return self.third_party_flow_frames
+
+    @property
+    def cv2img(self) -> np.ndarray | None:
+        """:attr:`frame` in BGR order, for OpenCV (a view, not a copy)."""
+        return None if self.frame is None else self.frame[..., ::-1]
+
+    def get_object(self, object_id: str) -> dict[str, Any] | None:
+        """The ``objects`` entry with this ``objectId``, or ``None``."""
+        for obj in self.metadata.get("objects") or ():
+            if obj.get("objectId") == object_id:
+                return obj
+        return None
+
+    def objects_by_type(self, object_type: str) -> list[dict[str, Any]]:
+        """The ``objects`` entries of this ``objectType``."""
+        return [obj for obj in self.metadata.get("objects") or () if obj.get("objectType") == object_type]
+
+    @property
+    def pose(self) -> tuple[int, int, int, int]:
+        """The agent's ``(x, z, yaw, horizon)``, each in thousandths, rounded (as AI2-THOR's)."""
+        agent = self.metadata["agent"]
+        loc = agent["position"]
+        return (
+            round(loc["x"] * 1000),
+            round(loc["z"] * 1000),
+            round(agent["rotation"]["y"] * 1000),
+            round(agent["cameraHorizon"] * 1000),
+        )
+
+    @property
+    def pose_discrete(self) -> tuple[int, int, int, int]:
+        """The agent's pose on a 0.25 m grid in 90-degree steps, as AI2-THOR's ``pose_discrete``."""
+        agent = self.metadata["agent"]
+        loc = agent["position"]
+        step = 0.25
+        return (
+            int(loc["x"] / step),
+            int(loc["z"] / step),
+            int(agent["rotation"]["y"] / 90.0),
+            int(round(agent["cameraHorizon"])),
+        )
 
     def __repr__(self) -> str:
         md = self._summary
@@ -270,7 +644,11 @@ class Event:
         )
 
 
-def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *, depth: bool = False) -> np.ndarray:
+def _image(
+    body: Any, ftype: FieldType, width: int, height: int, offset: int, *, depth: bool = False, alpha: bool = False
+) -> np.ndarray:
+    """The field's image, top row first: depth as float32; colour as (H, W, 3) uint8, or with ``alpha``
+    (H, W, 3|4) with all the channels the player sent."""
     arr = body if isinstance(body, np.ndarray) else np.frombuffer(body, dtype=np.uint8)
     pixels = width * height
     n = arr.nbytes
@@ -289,7 +667,7 @@ def _image(body: Any, ftype: FieldType, width: int, height: int, offset: int, *,
     if n == pixels * 3:
         return arr.reshape(height, width, 3)[::-1]
     if n == pixels * 4:
-        return arr.reshape(height, width, 4)[::-1, :, :3]
+        return arr.reshape(height, width, 4)[::-1] if alpha else arr.reshape(height, width, 4)[::-1, :, :3]
     raise ProtocolError(
         f"{ftype.name} body is {n} bytes, but screenWidth x screenHeight = {width} x {height} "
         f"needs {pixels * 3} (RGB) or {pixels * 4} (RGBA) bytes",
@@ -380,7 +758,12 @@ def build_events(
         # Only the image types the message holds (usually one or two of the seventeen).
         for ftype, items in images.items():
             attr = _AGENT_SETTERS.get(ftype)
-            if attr is not None:
+            if ftype == FieldType.IDS_IMAGE:
+                if i < len(items):
+                    body, off = items[i]
+                    ids = ev._ids = _image(body, ftype, width, height, off, alpha=True)
+                    ev.instance_segmentation_frame = ids[..., :3]
+            elif attr is not None:
                 if i < len(items):
                     body, off = items[i]
                     setattr(ev, attr, _image(body, ftype, width, height, off))
@@ -397,6 +780,12 @@ def build_events(
                     frames = ev.third_party_depth_frames
                     for body, off in items[:count]:
                         frames.append(_depth(body, ftype, width, height, off, agent))
+                elif ftype == FieldType.THIRD_PARTY_IMAGE_IDS:
+                    frames = ev.third_party_instance_segmentation_frames
+                    for body, off in items[:count]:
+                        ids = _image(body, ftype, width, height, off, alpha=True)
+                        ev._third_party_ids.append(ids)
+                        frames.append(ids[..., :3])
                 else:
                     frames = getattr(ev, _THIRD_PARTY_LISTS[ftype])
                     for body, off in items[:count]:

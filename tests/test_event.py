@@ -291,3 +291,66 @@ def test_legacy_three_byte_depth_is_scaled_as_ai2thor_scales_it(depth_format):
     assert ours.dtype == theirs.depth_frame.dtype == np.float32 and ours.shape == (H, W)
     np.testing.assert_allclose(ours, theirs.depth_frame, rtol=1e-6)
     assert 0 <= ours.max() < {None: 19.9, "Normalized": 19.9, "Meters": 1, "Millimeters": 0.001}[depth_format]
+
+
+@pytest.mark.parametrize("channels", [4, 3])
+def test_masks_and_detections_are_ai2thors(channels):
+    # Segmentation as AI2-THOR's Event reads it from the same bytes: instances are the colours whose name
+    # holds '|', types gather every colour of the type (and a colour named by type alone), "background" is
+    # the colours `colors` does not list, and a 4-byte pixel matches only with alpha 255.
+    colors = [
+        {"name": "Mug|1", "color": [10, 0, 0]},
+        {"name": "Mug|2", "color": [20, 0, 0]},
+        {"name": "Table|1", "color": [0, 30, 0]},
+        {"name": "Floor", "color": [0, 0, 40]},
+        {"name": "Lamp|9", "color": [1, 1, 1]},  # not in view
+    ]
+    ids = np.zeros((H, W, channels), np.uint8)
+    if channels == 4:
+        ids[..., 3] = 255
+    ids[0, 0, :3] = [10, 0, 0]
+    ids[1:3, 1:4, :3] = [20, 0, 0]
+    ids[3, :, :3] = [0, 30, 0]
+    ids[2, 4, :3] = [0, 0, 40]
+    ids[0, 4, :3] = [9, 9, 9]  # unlisted: background (so is black)
+    if channels == 4:
+        ids[1, 0] = [10, 0, 0, 7]  # Mug|1's colour, but not alpha 255
+    md = {"agents": [agent(colors=colors, objects=[])], "sequenceId": 0}
+    raw = raw_message([(FieldType.METADATA, encode_metadata(md)), (FieldType.IDS_IMAGE, bottom_up(ids).reshape(-1))])
+    d = Decoder()
+    d.receive_data(raw)
+    ours = FrameAssembler().event(d.next_message())
+    (theirs,) = thor_events(raw, [0])
+    assert np.array_equal(ours.instance_segmentation_frame, theirs.instance_segmentation_frame)
+    assert sorted(ours.instance_masks) == sorted(theirs.instance_masks) == ["Mug|1", "Mug|2", "Table|1"]
+    assert sorted(ours.class_masks) == sorted(theirs.class_masks) == ["Floor", "Mug", "Table"]
+    for key in ["Mug|1", "Mug|2", "Table|1", "Lamp|9", "Floor", "Mug", "nothing", "background"]:
+        for m_ours, m_theirs in ((ours.instance_masks, theirs.instance_masks), (ours.class_masks, theirs.class_masks)):
+            assert (key in m_ours) == (key in m_theirs), key
+            if key in m_theirs:
+                assert m_ours[key].dtype == bool and np.array_equal(m_ours[key], m_theirs[key]), key
+            else:
+                with pytest.raises(KeyError):
+                    m_ours[key]
+    assert ours.class_masks["background"][0, 4]
+    # Both list the masks in the order they were first made (here: by the loops above).
+    assert list(ours.class_masks) == list(theirs.class_masks) and list(ours.instance_masks) == list(theirs.instance_masks)
+    assert dict(ours.instance_detections2D.items()) == dict(theirs.instance_detections2D.items())
+    assert ours.instance_detections2D["Mug|2"] == (1, 1, 3, 2)
+    assert dict(ours.class_detections2D.items()) == dict(theirs.class_detections2D.items())
+    assert ours.class_detections2D["Mug"] == theirs.class_detections2D["Mug"] == ((0, 0, 0, 0), (1, 1, 3, 2))
+    assert ours.color_to_object_id == theirs.color_to_object_id
+    assert ours.color_to_object_id is ours.color_to_object_id  # built once
+
+
+def test_an_event_without_segmentation_has_ai2thors_empty_masks():
+    md = {"agents": [agent(colors=[{"name": "Mug|1", "color": [1, 2, 3]}])], "sequenceId": 0}
+    raw = raw_message([(FieldType.METADATA, encode_metadata(md)), (FieldType.RGB_IMAGE, bottom_up(rgb_image()).reshape(-1))])
+    d = Decoder()
+    d.receive_data(raw)
+    ours = FrameAssembler().event(d.next_message())
+    (theirs,) = thor_events(raw, [0])
+    for attr in ("instance_masks", "class_masks", "instance_detections2D", "class_detections2D",
+                 "third_party_instance_masks", "third_party_class_masks", "third_party_flows_frames"):
+        assert getattr(ours, attr) == getattr(theirs, attr), attr
+    assert np.array_equal(ours.cv2img, theirs.cv2img) and ours.cv2img[0, 0, 2] == 255

@@ -5,12 +5,16 @@ Skips when ``ai2thor`` is not installed (``pip install ai2thor``).
 
 from __future__ import annotations
 
+import io
 import os
+import select
 import subprocess
+import time
 
 import numpy as np
 import pytest
 
+from renderd.protocol import NEED_DATA
 from tests.helpers.fifo_driver import PlayerProcess, player_command
 
 ai2thor_fifo = pytest.importorskip("ai2thor.fifo_server")
@@ -105,3 +109,146 @@ def test_unknown_action_is_an_error_ai2thor_understands(thor):
     thor.send({"action": "GetScenesInBuild"})
     ev = thor.receive(timeout=TIMEOUT)
     assert "FloorPlan1_physics" in ev.metadata["actionReturn"]
+
+
+class RecordingPlayer(PlayerProcess):
+    """A PlayerProcess that keeps every byte the player sent, to feed the same bytes to AI2-THOR."""
+
+    def __init__(self, *args, **kwargs):
+        self.raw = bytearray()
+        super().__init__(*args, **kwargs)
+
+    def recv_message(self, timeout=TIMEOUT):
+        self.open_server()
+        deadline = time.monotonic() + timeout
+        while True:
+            message = self.decoder.next_message()
+            if message is not NEED_DATA:
+                return message
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"no complete message from the player within {timeout} s")
+            readable, _, _ = select.select([self.server_fd], [], [], remaining)
+            if not readable:
+                continue
+            try:
+                data = os.read(self.server_fd, 1 << 20)
+            except BlockingIOError:
+                continue
+            if not data:
+                raise AssertionError("end of input on server.pipe")
+            self.raw += data
+            self.decoder.receive_data(data)
+
+
+class ThorReader:
+    """AI2-THOR's FifoServer reading a recorded stream, one message per ``receive``."""
+
+    def __init__(self):
+        self.server = ai2thor_fifo.FifoServer(width=WIDTH, height=HEIGHT, timeout=None)
+        self.stream = io.BytesIO()
+        self.server.server_pipe = self.stream
+
+    def receive(self, data: bytes, sequence_id: int):
+        pos = self.stream.tell()
+        self.stream.seek(0, io.SEEK_END)
+        self.stream.write(data)
+        self.stream.seek(pos)
+        self.server.sequence_id = sequence_id
+        return self.server.receive()
+
+    def close(self):
+        self.server.tmp_dir.cleanup()
+
+
+def _same_array(ours, theirs, what):
+    if theirs is None:
+        assert ours is None, what
+        return
+    assert ours is not None, what
+    assert ours.shape == theirs.shape and ours.dtype == theirs.dtype, (what, ours.shape, theirs.shape)
+    assert np.array_equal(ours, theirs), what
+
+
+def _same_masks(ours, theirs, what, absent):
+    if isinstance(theirs, dict):
+        assert ours == theirs == {}, what
+        return
+    # (the order of the keys is that in which they were first asked for, in both)
+    assert sorted(ours) == sorted(theirs) and len(ours) == len(theirs), what
+    for key in theirs:
+        _same_array(ours[key], theirs[key], f"{what}[{key!r}]")
+    for key in absent:
+        assert (key in ours) == (key in theirs), (what, key)
+        assert ours.get(key) is None if theirs.get(key) is None else np.array_equal(ours.get(key), theirs.get(key))
+
+
+def assert_same_event(ours, theirs):
+    """renderd's Event gives what AI2-THOR's gives, attribute by attribute (documented differences aside)."""
+    assert ours.metadata == theirs.metadata
+    assert (ours.screen_width, ours.screen_height) == (theirs.screen_width, theirs.screen_height)
+    assert bool(ours) == bool(theirs)
+    assert len(ours.events) == len(theirs.events) == 1
+    for attr in ("frame", "depth_frame", "instance_segmentation_frame", "semantic_segmentation_frame",
+                 "normals_frame", "cv2img"):
+        _same_array(getattr(ours, attr), getattr(theirs, attr) if theirs.frame is not None or attr != "cv2img"
+                    else None, attr)
+    # AI2-THOR leaves third-party RGB at the bytes per pixel the player sent (RGBA from CloudRendering);
+    # renderd gives RGB for every camera, as for the agent's own frame.
+    assert len(ours.third_party_camera_frames) == len(theirs.third_party_camera_frames)
+    for a, b in zip(ours.third_party_camera_frames, theirs.third_party_camera_frames):
+        _same_array(a, b[..., :3], "third_party_camera_frames")
+    for attr in ("third_party_depth_frames", "third_party_instance_segmentation_frames",
+                 "third_party_semantic_segmentation_frames", "third_party_normals_frames",
+                 "third_party_flows_frames"):
+        assert len(getattr(ours, attr)) == len(getattr(theirs, attr)), attr
+        for a, b in zip(getattr(ours, attr), getattr(theirs, attr)):
+            _same_array(a, b, attr)
+    assert ours.color_to_object_id == theirs.color_to_object_id
+    assert ours.object_id_to_color == theirs.object_id_to_color
+    absent = ["Fridge|nowhere", "Sofa", "NoSuchType", "background", ""]
+    _same_masks(ours.instance_masks, theirs.instance_masks, "instance_masks", absent + list(ours.object_id_to_color))
+    _same_masks(ours.class_masks, theirs.class_masks, "class_masks", absent)
+    if theirs.instance_detections2D is None:
+        assert ours.instance_detections2D is None
+    else:
+        assert dict(ours.instance_detections2D.items()) == dict(theirs.instance_detections2D.items())
+    assert dict(ours.class_detections2D.items()) == dict(theirs.class_detections2D.items())
+    assert len(ours.third_party_instance_masks) == len(theirs.third_party_instance_masks)
+    for a, b in zip(ours.third_party_instance_masks, theirs.third_party_instance_masks):
+        _same_masks(a, b, "third_party_instance_masks", absent)
+    for a, b in zip(ours.third_party_class_masks, theirs.third_party_class_masks):
+        _same_masks(a, b, "third_party_class_masks", absent)
+    fridge = next((o["objectId"] for o in theirs.metadata["objects"] if o["objectType"] == "Fridge"), None)
+    assert ours.get_object(fridge) == theirs.get_object(fridge) and ours.get_object("nothing") is None
+    assert ours.objects_by_type("Fridge") == theirs.objects_by_type("Fridge")
+    assert ours.pose == theirs.pose and ours.pose_discrete == theirs.pose_discrete
+
+
+@pytest.mark.parametrize("platform", ["Linux64", "CloudRendering"])
+def test_the_same_player_bytes_give_the_same_events_in_ai2thor(tmp_path, platform):
+    # A real player's stream, read by renderd's decoder and by AI2-THOR's FifoServer + create_event.
+    actions = [
+        {"action": "Initialize", "renderDepthImage": True, "renderInstanceSegmentation": True},
+        {"action": "MoveAhead"},
+        {"action": "RotateRight", "degrees": 45},
+        {"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2.4, "z": 0}, "rotation": {"x": 90, "y": 0, "z": 0}},
+        {"action": "LookDown"},
+        {"action": "MoveAhead", "renderInstanceSegmentation": False},
+        {"action": "NoSuchAction"},
+        {"action": "Pass", "renderImage": False},
+    ]
+    thor = ThorReader()
+    p = RecordingPlayer(tmp_path, ["-screen-width", str(WIDTH), "-screen-height", str(HEIGHT)], platform=platform)
+    try:
+        events = [p.start_session()]
+        for action in actions:
+            events.append(p.step(dict(action)))
+        assert len(events[4].third_party_instance_masks) == 1 and "Fridge" in events[1].class_masks
+        assert events[6].instance_masks == {} and events[8].frame is None
+        theirs = [thor.receive(bytes(p.raw) if i == 0 else b"", ev.sequence_id) for i, ev in enumerate(events)]
+        for ours, t in zip(events, theirs):
+            assert_same_event(ours, t)
+    finally:
+        p.close()
+        thor.close()
