@@ -259,7 +259,9 @@ def _close_sessions(sessions: Sequence[Any]) -> tuple[list[BaseException | None]
     close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting (every
     session is closed by then)."""
     errors: list[BaseException | None] = [None] * len(sessions)
-    workers = min(len(sessions), CLOSE_THREADS)
+    # At interpreter exit (from __del__) a new thread never runs (start() would wait for it forever): one
+    # after another then.
+    workers = 1 if sys.is_finalizing() else min(len(sessions), CLOSE_THREADS)
 
     def close_every(first: int) -> None:
         for k in range(first, len(sessions), workers):
@@ -275,7 +277,7 @@ def _close_sessions(sessions: Sequence[Any]) -> tuple[list[BaseException | None]
         thread = threading.Thread(target=close_every, args=(w,), name="renderd-vector-close", daemon=True)
         try:
             thread.start()
-        except RuntimeError:  # no new thread at interpreter exit (from __del__): close those here
+        except RuntimeError:  # no thread can be started: close those here
             close_every(w)
             continue
         started.append(thread)

@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 
+import psutil
 import pytest
 
 import renderd
 from renderd.errors import PlayerTimeout
-from tests.vector.conftest import player_kwargs
+from tests.vector.conftest import START_TIMEOUT, player_kwargs
 
 N = 4
 #: Each session's SIGTERM grace in these tests (the default is 5 s).
 GRACE = 1.0
 #: Stopping N hung players one after another takes N x GRACE; together, GRACE and some scheduling.
 TOGETHER_WITHIN = GRACE + 1.5
+#: How long a script that leaves two players running may take to exit.
+EXIT_WITHIN = 30.0
 
 
 def _stopped_players() -> renderd.VectorSession:
@@ -52,3 +57,25 @@ def test_a_recv_timeout_stops_hung_players_together(no_leaks):
     finally:
         vs.close()
     assert took < 0.2 + TOGETHER_WITHIN, f"step(timeout=0.2) took {took:.2f} s for {N} hung players"
+
+
+def test_a_vector_session_left_open_is_closed_at_interpreter_exit(no_leaks):
+    # __del__ at interpreter exit closes the slots one after another: a thread started then never runs.
+    script = (
+        "import renderd\n"
+        f"vs = renderd.launch_many(2, width=32, height=32, args=['--static-frame'], start_timeout={START_TIMEOUT})\n"
+        "vs.step(['Pass', 'Pass'])\n"
+        "print(*vs.pids, flush=True)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=EXIT_WITHIN)
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2, done.stdout
+
+    def running(pid):
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    assert not any(running(p) for p in pids), pids
