@@ -354,3 +354,46 @@ def test_an_event_without_segmentation_has_ai2thors_empty_masks():
                  "third_party_instance_masks", "third_party_class_masks", "third_party_flows_frames"):
         assert getattr(ours, attr) == getattr(theirs, attr), attr
     assert np.array_equal(ours.cv2img, theirs.cv2img) and ours.cv2img[0, 0, 2] == 255
+
+
+def test_several_agents_and_patches_give_ai2thors_events():
+    # Two agents, each with its images, one third-party camera (its frames in every agent's event), then a
+    # METADATA_PATCH for agent 1: the same events as AI2-THOR's MultiAgentEvent lists.
+    colors = [{"name": "Mug|1", "color": [10, 0, 0]}]
+    cams = [{"id": 0}]
+    md = {"agents": [agent(x=0, colors=colors, thirdPartyCameras=cams), agent(x=1, colors=colors, thirdPartyCameras=cams)],
+          "sequenceId": 4, "activeAgentId": 1, "thirdPartyCameras": cams}
+    rng = np.random.default_rng(2)
+    rgb = [rng.integers(0, 256, (H, W, 3), dtype=np.uint8) for _ in range(3)]
+    depth = [rng.random((H, W), dtype=np.float32) for _ in range(3)]
+    ids = [np.zeros((H, W, 4), np.uint8) for _ in range(3)]
+    for i, a in enumerate(ids):
+        a[..., 3] = 255
+        a[i, :, 0] = 10
+    fields = [(FieldType.METADATA, encode_metadata(md)), (FieldType.THIRD_PARTY_IMAGE, rgb[2].reshape(-1)),
+              (FieldType.THIRD_PARTY_DEPTH, depth[2].view(np.uint8).reshape(-1)),
+              (FieldType.THIRD_PARTY_IMAGE_IDS, ids[2].reshape(-1))]
+    for i in range(2):
+        fields += [(FieldType.RGB_IMAGE, rgb[i].reshape(-1)), (FieldType.DEPTH_IMAGE, depth[i].view(np.uint8).reshape(-1)),
+                   (FieldType.IDS_IMAGE, ids[i].reshape(-1))]
+    patch = {"agentId": 0, "lastAction": "Jump", "lastActionSuccess": False}
+    raw = raw_message(fields) + raw_message([(FieldType.METADATA_PATCH, encode_metadata(patch))])
+    d = Decoder()
+    d.receive_data(raw)
+    fa = FrameAssembler()
+    ours = [fa.event(d.next_message()), fa.event(d.next_message(), sequence_id=5)]
+    theirs = thor_events(raw, [4, 5])
+    for o, t in zip(ours, theirs):
+        assert o.metadata == t.metadata and bool(o) == bool(t) and len(o.events) == len(t.events) == 2
+        for oe, te in zip(o.events, t.events):
+            assert oe.metadata == te.metadata and bool(oe) == bool(te)
+            for attr in ("frame", "depth_frame", "instance_segmentation_frame"):
+                assert np.array_equal(getattr(oe, attr), getattr(te, attr)), attr
+            for attr in ("third_party_camera_frames", "third_party_depth_frames",
+                         "third_party_instance_segmentation_frames"):
+                assert len(getattr(oe, attr)) == len(getattr(te, attr)) == 1, attr
+                assert np.array_equal(getattr(oe, attr)[0], getattr(te, attr)[0]), attr
+            assert sorted(oe.instance_masks) == sorted(te.instance_masks) == ["Mug|1"]
+            assert np.array_equal(oe.instance_masks["Mug|1"], te.instance_masks["Mug|1"])
+            assert np.array_equal(oe.third_party_instance_masks[0]["Mug|1"], te.third_party_instance_masks[0]["Mug|1"])
+    assert ours[0].metadata["x"] == 1 and ours[1].metadata["x"] == 0 and not ours[1]
