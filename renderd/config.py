@@ -554,7 +554,7 @@ class EnvironmentConfig:
     )
     health_interval: float = setting(
         0.0,
-        help="Seconds between health checks of an idle (READY) player on the `fifo` transport: the daemon sends it "
+        help="Seconds between health checks of an idle (READY) player, on either transport: the daemon sends it "
         "the action `Pass` and expects a whole answer, echoing its `sequenceId`, within `step_timeout`. One that "
         "does not answer in time is hung: it is stopped and restarted with backoff (and a managed X display it "
         "runs on is checked as well). A lease request waits for a check under way (one step). 0: no checks, and "
