@@ -1151,9 +1151,13 @@ class _Connection:
         if not method or not set(method.encode("latin-1")) <= _TOKEN_CHARS:
             raise _HttpError(400, f"malformed request method {method[:40]!r}")
         if version not in _HTTP_VERSIONS:
-            if version.startswith("HTTP/"):
+            if len(version) == 8 and version.startswith("HTTP/1.") and version[7] in "0123456789":
+                # RFC 9110 6.2: a later HTTP/1 minor version is served as the highest this server speaks.
+                version = "HTTP/1.1"
+            elif version.startswith("HTTP/"):
                 raise _HttpError(505, f"{version} is not supported (use HTTP/1.1)")
-            raise _HttpError(400, f"malformed request line {lines[0][:100]!r}")
+            else:
+                raise _HttpError(400, f"malformed request line {lines[0][:100]!r}")
         headers: dict[str, str] = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")

@@ -17,7 +17,7 @@ import pytest
 from renderd.transport import http as http_transport
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, launch_http
 
-from tests.helpers.http_util import DEADLINE
+from tests.helpers.http_util import DEADLINE, connect
 from tests.helpers.leaks import wait_for
 
 
@@ -86,3 +86,16 @@ def test_running_out_of_descriptors_is_logged_once_not_at_every_retry(caplog, no
             assert "too many open files" in failures[0].getMessage()
             client.sendall(b"GET /ping HTTP/1.1\r\n\r\n")
             assert client.recv(1000).endswith(b"pong")
+
+
+@pytest.mark.parametrize("version", ["HTTP/1.2", "HTTP/1.9"])
+def test_a_later_http_1_minor_version_is_served_as_http_1_1(served, version):
+    # docs/http.md: 505 is for what is not HTTP/1.x; RFC 9110 6.2 serves a later minor version as the
+    # highest one the server speaks (it was answered 505 and the connection closed).
+    client = connect(served)
+    for _ in range(2):  # kept alive, as HTTP/1.1
+        client.send(f"GET /ping {version}\r\n\r\n".encode())
+        response = client.response()
+        assert (response.status, response.body) == (200, b"pong")
+    client.send(b"GET /ping HTTP/1.10\r\n\r\n")  # not HTTP-version syntax (one digit each side)
+    assert client.response().status == 505
