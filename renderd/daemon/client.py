@@ -92,15 +92,50 @@ def _check_shared_default_directory(path: str) -> None:
         )
 
 
+class _DeadlineSocket(_socket.socket):
+    """A socket whose every send and receive ends by ``deadline`` (``time.monotonic()``): a socket timeout
+    bounds each call only, so an answer arriving a byte at a time would keep a request going for ever."""
+
+    deadline: float | None = None
+
+    def _arm(self) -> None:
+        if self.deadline is not None:
+            remaining = self.deadline - time.monotonic()
+            if remaining <= 0:
+                raise _socket.timeout("timed out")
+            self.settimeout(remaining)
+
+    def recv_into(self, *args: Any) -> int:  # (what http.client's reads come down to)
+        self._arm()
+        return super().recv_into(*args)
+
+    def recv(self, *args: Any) -> bytes:
+        self._arm()
+        return super().recv(*args)
+
+    def sendall(self, *args: Any) -> None:
+        self._arm()
+        return super().sendall(*args)
+
+    def send(self, *args: Any) -> int:
+        self._arm()
+        return super().send(*args)
+
+
 class _UnixConnection(http.client.HTTPConnection):
-    def __init__(self, path: str, timeout: float) -> None:
+    """HTTP over the unix socket at ``path``; ``timeout`` (seconds, or None) bounds the whole exchange, from the
+    connection to the answer's last byte."""
+
+    def __init__(self, path: str, timeout: float | None) -> None:
         super().__init__("localhost", timeout=timeout)
         self._path = path
+        self._deadline = None if timeout is None else time.monotonic() + timeout
 
     def connect(self) -> None:
         _check_shared_default_directory(self._path)
-        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
+        sock = _DeadlineSocket(_socket.AF_UNIX, _socket.SOCK_STREAM | _socket.SOCK_CLOEXEC)
         try:
+            sock.deadline = self._deadline
             sock.settimeout(self.timeout)
             sock.connect(self._path)
         except BaseException:
@@ -110,7 +145,8 @@ class _UnixConnection(http.client.HTTPConnection):
 
 
 class ControlClient:
-    """JSON requests to the daemon's control API over its unix socket.
+    """JSON requests to the daemon's control API over its unix socket. ``timeout`` (seconds) bounds each request
+    as a whole, from connecting to the answer's last byte.
 
     Every method raises :class:`RenderdError` when the daemon cannot be reached (saying which socket
     and what to check), and the error the daemon answered with (rebuilt by allow-list) otherwise.

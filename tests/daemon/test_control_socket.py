@@ -155,3 +155,57 @@ def test_lease_requests_waiting_when_the_daemon_stops_get_its_answer_not_a_cut_c
     assert d.wait_exit() == 0
     assert [type(e) for e in errors] == [LeaseError] * waiting, errors
     assert all("the daemon is stopping" in str(e) for e in errors), errors
+
+
+def test_a_control_request_gives_up_at_its_timeout_however_slowly_the_answer_trickles_in(tmp_path):
+    # Something on the socket that sends its answer a byte now and then (a daemon stuck half-way, or not
+    # renderd) must not hold the client past its timeout: the timeout bounds the whole request, not each read.
+    from renderd.errors import RenderdError
+
+    path = str(tmp_path / "slow.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(4)
+    server.settimeout(5)
+    stop = threading.Event()
+
+    def trickle() -> None:
+        try:
+            conn, _ = server.accept()
+        except OSError:
+            return
+        with conn:
+            conn.recv(65536)
+            answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"
+            answer += b" " * 100000
+            for i in range(len(answer)):
+                if stop.wait(0.05):
+                    return
+                try:
+                    conn.send(answer[i:i + 1])
+                except OSError:
+                    return
+
+    serving = threading.Thread(target=trickle, daemon=True)
+    serving.start()
+    result: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            ControlClient(path, timeout=1).health()
+        except BaseException as exc:  # noqa: BLE001 (reported below)
+            result.append(exc)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    started = time.monotonic()
+    asking.start()
+    try:
+        asking.join(5)
+        assert not asking.is_alive(), "the request outlived its 1 s timeout by far"
+        assert time.monotonic() - started < 3
+        assert len(result) == 1 and isinstance(result[0], RenderdError), result
+        assert "did not answer GET /v1/health in time" in str(result[0])
+    finally:
+        stop.set()
+        serving.join(5)
+        server.close()
