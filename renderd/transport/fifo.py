@@ -290,7 +290,7 @@ class FifoChannel:
             if started is None:
                 started = now
             remaining = deadline - now
-            if remaining <= 0:
+            if not remaining > 0:  # (also a NaN deadline, which would never compare as passed)
                 # Past the deadline: take what is already in the pipe without waiting (an answer that
                 # arrived just in time is not a timeout), and give up as soon as the pipe is empty.
                 expired = True
@@ -434,7 +434,7 @@ class FifoChannel:
         started = time.monotonic()
         while pending:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN deadline too)
                 raise PlayerTimeout(
                     f"the player did not read its action within {deadline_name} "
                     f"(client.pipe stayed full for {time.monotonic() - started:.3g} s)",
@@ -487,7 +487,7 @@ class FifoChannel:
                 self._wfd = fd
                 return
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN deadline too)
                 raise PlayerTimeout(
                     f"the player did not open client.pipe within {deadline_name} "
                     f"(waited {time.monotonic() - started:.3g} s)",

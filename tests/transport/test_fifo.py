@@ -399,3 +399,41 @@ def test_an_answer_read_together_with_malformed_bytes_is_returned_before_the_err
             assert channel.ready() is True
         finally:
             os.close(wfd)
+
+
+@pytest.mark.parametrize("call", ["recv", "open", "write"])
+def test_a_nan_deadline_is_a_timeout_not_an_endless_loop(tmp_path, call):
+    """A deadline computed from a NaN timeout (``session.step_timeout = float("nan")``) compares as never
+    passed: recv, the open of client.pipe and a write into a full pipe used to spin forever. It is a deadline
+    already passed. (Run in a child process, which the test can kill if it spins.)"""
+    code = f"""
+import os, sys, time
+sys.path.insert(0, {os.getcwd()!r})
+from renderd.errors import PlayerTimeout
+from renderd.protocol import encode_action
+from renderd.transport.fifo import FifoChannel, FifoPair
+pair = FifoPair.create({str(tmp_path)!r})
+channel = FifoChannel(pair.server_path, pair.client_path, pipe_size=4096)
+wfd = os.open(pair.server_path, os.O_WRONLY)  # a writer that never writes
+if {call!r} == "write":
+    rfd = os.open(pair.client_path, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
+    channel.send(encode_action({{"action": "Pass"}}), time.monotonic() + 5)
+    action = encode_action({{"action": "Pass", "blob": "x" * (1 << 20)}})
+try:
+    if {call!r} == "recv":
+        channel.recv(float("nan"))
+    else:
+        channel.send(action if {call!r} == "write" else encode_action({{"action": "Pass"}}), float("nan"))
+except PlayerTimeout as exc:
+    print("timeout:", exc)
+"""
+    import subprocess
+
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"{call} with a NaN deadline did not return within 5 s")
+    assert "timeout:" in out, out
