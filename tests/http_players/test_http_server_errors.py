@@ -1,5 +1,6 @@
-"""PlayerHttpServer and the bridge on their error paths: a start that fails part-way, and what is left
-behind then. Real sockets, pipes and descriptor limits; every wait has a deadline."""
+"""PlayerHttpServer and launch_http on their error paths (a start that fails part-way, a misspelt
+keyword, no descriptor left to accept with) and request versions at the edge of HTTP/1. Real sockets,
+pipes and descriptor limits; every wait has a deadline."""
 
 from __future__ import annotations
 
