@@ -81,6 +81,8 @@ def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
         body = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise HTTPError(400, RenderdError(f"request body is not UTF-8 JSON: {exc}")) from None
+    except RecursionError:  # (arrays or objects nested some thousand deep: no request of the API's has that)
+        raise HTTPError(400, RenderdError("request body is JSON nested too deep to read")) from None
     if not isinstance(body, dict):
         raise HTTPError(400, RenderdError(f"request body must be a JSON object, got {type(body).__name__}"))
     return body

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -280,3 +281,17 @@ def test_a_head_request_is_answered_without_a_body(daemon):
             data += chunk
     first, _, rest = data.partition(b"\r\n\r\n")
     assert first.startswith(b"HTTP/1.1 200") and rest.startswith(b"HTTP/1.1 404"), data
+
+
+def test_a_body_nested_too_deep_for_the_json_parser_is_a_400(daemon):
+    d = daemon(fast_config())
+    for body in (b"[" * 100000 + b"]" * 100000, b'{"a":' * 50000 + b"1" + b"}" * 50000):
+        for method, path in (("PUT", "/v1/environments/deep"), ("POST", "/v1/environments/demo/leases"),
+                             ("DELETE", "/v1/leases/x")):
+            status, headers, answer = raw_request(
+                d.socket, f"{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                          f"Connection: close\r\n\r\n".encode() + body)
+            error = json.loads(answer)["error"]
+            assert (status, error["type"]) == (400, "RenderdError"), (method, path, answer)
+            assert "nested too deep" in error["message"]
+    assert "Traceback" not in d.output()
