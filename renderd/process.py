@@ -512,7 +512,7 @@ class PlayerProcess:
             if code is not None:
                 return code
             remaining = PID_POLL_INTERVAL if deadline is None else deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN timeout too)
                 return None
             if self.pidfd is not None:
                 poll_readable(self.pidfd, remaining)
@@ -615,7 +615,7 @@ class PlayerProcess:
             return False
         while self._group_running():
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN timeout too)
                 return False
             time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
@@ -745,7 +745,7 @@ class LeasedPlayer:
         deadline = time.monotonic() + timeout
         while not self.exited():
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN timeout too)
                 return False
             if self.pidfd is not None:
                 poll_readable(self.pidfd, remaining)
@@ -843,7 +843,7 @@ class PlayerOnDisplay:
         deadline = time.monotonic() + timeout
         while not self.exited():
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if not remaining > 0:  # (a NaN timeout too)
                 return False
             if self._epoll is not None:
                 self._epoll.poll(min(remaining, MAX_POLL_MS / 1000))

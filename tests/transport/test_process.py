@@ -271,3 +271,33 @@ class TestStop:
             if owner.poll() is None:
                 owner.kill()
                 owner.wait()
+
+
+@pytest.mark.parametrize("call", ["wait", "stop"])
+def test_a_nan_timeout_or_grace_does_not_wait_forever(tmp_path, call):
+    """wait(nan), and stop(nan) of a player that ignores SIGTERM, spun forever: a NaN deadline never
+    compares as passed. Now NaN is no time at all. (In a child process, which the test kills if it spins.)"""
+    code = f"""
+import signal, sys
+sys.path.insert(0, {os.getcwd()!r})
+from renderd.process import PlayerProcess
+ignore_term = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(60)"
+proc = PlayerProcess.spawn([sys.executable, "-c", ignore_term], None, {str(tmp_path / "p.log")!r})
+import time
+while "up" not in open({str(tmp_path / "p.log")!r}).read():
+    time.sleep(0.01)
+if {call!r} == "wait":
+    print("wait:", proc.wait(float("nan")))
+    proc.stop(0.1)
+else:
+    print("stop:", proc.stop(float("nan")))
+"""
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=5)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the child and the player it started
+        proc.communicate()
+        pytest.fail(f"{call} with NaN did not return within 5 s")
+    assert (f"{call}: None" if call == "wait" else "stop: -9") in out, out
