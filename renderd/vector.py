@@ -153,6 +153,7 @@ class _Slot:
         "sent_at",
         "session",
         "state",
+        "superseded",
     )
 
     def __init__(self, index: int, session: Any) -> None:
@@ -170,6 +171,7 @@ class _Slot:
         self.resolution: tuple[int | None, int | None] | None = None  # asked for by a reset
         self.reset_requested = False
         self.reset_errors: list[str] = []
+        self.superseded = False  # the reset action in flight belongs to a reset that was started over
         self.future: Future | None = None  # the replacement on its way
 
 
@@ -642,6 +644,8 @@ class VectorSession:
         slot.state = SlotState.RESETTING
         if slot.in_flight is None:
             self._send_next_reset(slot)
+        else:  # its answer is taken first, and is not this reset's
+            slot.superseded = True
 
     def _send_next_reset(self, slot: _Slot) -> None:
         self._send(slot, slot.reset_queue.popleft(), "reset")
@@ -666,6 +670,7 @@ class VectorSession:
                 self._fd_slots[fd] = slot
 
     def _done_waiting(self, slot: _Slot) -> None:
+        slot.superseded = False  # (the answer in flight, if any, is taken or given up)
         for fd in slot.fds:
             try:
                 self._poller.unregister(fd)
@@ -678,7 +683,7 @@ class VectorSession:
     def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None, *, late: bool = False) -> None:
         """Take the answer of the slot's action in flight (its data is there, or its deadline passed: with
         ``late``, a PlayerTimeout is reported as :meth:`_timeout_error` words it)."""
-        kind = slot.in_flight
+        kind, superseded = slot.in_flight, slot.superseded
         try:
             event = slot.session.recv(timeout)
         except PlayerTimeout as exc:
@@ -699,7 +704,7 @@ class VectorSession:
             if self.on_event is not None:
                 self.on_event(i, event)
             return
-        if not event:
+        if not event and not superseded:  # (a reset started over reports only its own actions' failures)
             # From the event's summary: a full decode here could raise for a part nothing needs. Players
             # usually name the action themselves ("Reset: no scene named ...").
             name, why = event.last_action or "reset", event.error_message or "failed"

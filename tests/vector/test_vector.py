@@ -504,3 +504,17 @@ def test_ctrl_c_during_close_is_raised_once_everything_is_closed(no_leaks):
         vs.close()
     # The replacement that arrived after the interrupt was closed too (no_leaks: its player is gone).
     assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
+
+
+def test_a_reset_started_over_reports_only_its_own_errors(no_leaks, launch):
+    # The first reset's Reset is in flight when a second reset is asked for: its refusal is not the second's.
+    vs = launch(2)
+    vs.reset_async([0], scene="NoSuchScene")
+    result = vs.reset([0], scene="FloorPlan2")
+    assert result.observations[0].metadata["sceneName"] == "FloorPlan2"
+    assert result.infos[0]["reset_complete"] is True and "reset_error" not in result.infos[0], result.infos[0]
+    # A reset that is refused itself still says so.
+    vs.reset_async([0], scene="FloorPlan3")
+    result = vs.reset([0], scene="NoSuchScene")
+    assert "no scene named 'NoSuchScene'" in result.infos[0]["reset_error"]
+    assert result.infos[0]["reset_error"].count("Reset:") == 1
