@@ -29,14 +29,16 @@ every colour image is (H, W, 3), where AI2-THOR leaves third-party RGB and norma
 of CloudRendering; a flow image is ``flow_frame`` (AI2-THOR's Event declares it but stores the image in
 ``flows_frame``), and ``third_party_flows_frames`` is the same list as ``third_party_flow_frames`` (AI2-THOR's
 FIFO reader never fills its own); ``cls in event.class_detections2D`` asks about that type (AI2-THOR's asks
-``instance_masks``); masks of a 1-pixel-high or -wide image keep their (H, W) shape; ``metadata`` is a plain
-dict (no alias of ``reachablePositions`` to ``actionReturn``).
+``instance_masks``); masks of a 1-pixel-high or -wide image keep their (H, W) shape. ``metadata`` is an
+:class:`AgentMetadata`, a dict that, like AI2-THOR's ``MetadataWrapper``, answers the deprecated keys
+``reachablePositions`` and ``hand`` (only when the player did not send them itself).
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, Iterator
 
@@ -47,6 +49,7 @@ from renderd.errors import ProtocolError
 from renderd.protocol import IMAGE_FIELDS, FieldType, Message, decode_metadata
 
 __all__ = [
+    "AgentMetadata",
     "ClassDetections2D",
     "ClassMasks",
     "Event",
@@ -161,6 +164,40 @@ def _scan_metadata(body: Any) -> dict[str, Any] | None:
     except Exception:  # msgpack raises several unrelated types for malformed input; decode in full instead
         return None
     return summary
+
+
+class _NoReachablePositions(KeyError, IndexError):
+    """``reachablePositions`` asked for after another action: a KeyError, and the IndexError AI2-THOR raises."""
+
+
+class AgentMetadata(dict):
+    """An agent's metadata map as ``event.metadata`` gives it: a plain dict, plus AI2-THOR's aliases of two
+    deprecated keys, looked up only when the key is missing (a present key costs nothing extra):
+    ``reachablePositions`` is ``actionReturn`` after ``GetReachablePositions`` (or ``GetSceneBounds``), and
+    ``hand`` is ``heldObjectPose``; each warns as AI2-THOR does."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: Any) -> Any:
+        if key == "reachablePositions":
+            if self.get("lastAction") in ("GetReachablePositions", "GetSceneBounds"):
+                warnings.warn(
+                    'The key event.metadata["reachablePositions"] is deprecated and has been remapped to '
+                    'event.metadata["actionReturn"].',
+                    stacklevel=2,
+                )
+                return self["actionReturn"]
+            raise _NoReachablePositions(
+                "event.metadata['reachablePositions'] is there only after step(action='GetReachablePositions'); "
+                "the key is deprecated in favor of event.metadata['actionReturn']"
+            )
+        if key == "hand":
+            warnings.warn(
+                'The key event.metadata["hand"] is deprecated and has been remapped to event.metadata["heldObjectPose"].',
+                stacklevel=2,
+            )
+            return self["heldObjectPose"]
+        raise KeyError(key)
 
 
 def _color_key(color: Any, alpha: int) -> int | None:
@@ -478,6 +515,8 @@ class Event:
         if metadata is None:
             assert self._lazy is not None
             metadata = self._lazy.value()["agents"][self._index]
+            if type(metadata) is dict:
+                metadata = AgentMetadata(metadata)
             self._metadata = self._summary = metadata
             self._lazy = None
         return metadata

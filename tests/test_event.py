@@ -397,3 +397,31 @@ def test_several_agents_and_patches_give_ai2thors_events():
             assert np.array_equal(oe.instance_masks["Mug|1"], te.instance_masks["Mug|1"])
             assert np.array_equal(oe.third_party_instance_masks[0]["Mug|1"], te.third_party_instance_masks[0]["Mug|1"])
     assert ours[0].metadata["x"] == 1 and ours[1].metadata["x"] == 0 and not ours[1]
+
+
+def test_deprecated_metadata_keys_are_answered_as_ai2thor_answers_them():
+    msgs = [
+        {"agents": [agent(lastAction="GetReachablePositions", actionReturn=[{"x": 1.0}], heldObjectPose={"p": 1})],
+         "sequenceId": 0},
+        {"agents": [agent(lastAction="MoveAhead", actionReturn=None)], "sequenceId": 1},
+    ]
+    raw = b"".join(raw_message([(FieldType.METADATA, encode_metadata(md))]) for md in msgs)
+    d = Decoder()
+    d.receive_data(raw)
+    fa = FrameAssembler()
+    ours = [fa.event(d.next_message()), fa.event(d.next_message())]
+    theirs = thor_events(raw, [0, 1])
+    with pytest.warns(UserWarning, match="reachablePositions"):
+        assert ours[0].metadata["reachablePositions"] == theirs[0].metadata["reachablePositions"] == [{"x": 1.0}]
+    with pytest.warns(UserWarning, match="heldObjectPose"):
+        assert ours[0].metadata["hand"] == theirs[0].metadata["hand"] == {"p": 1}
+    with pytest.raises(IndexError, match="GetReachablePositions"):
+        ours[1].metadata["reachablePositions"]
+    with pytest.raises(KeyError, match="GetReachablePositions"):
+        ours[1].metadata["reachablePositions"]
+    with pytest.raises(IndexError):
+        theirs[1].metadata["reachablePositions"]
+    with pytest.raises(KeyError, match="nothing"):
+        ours[1].metadata["nothing"]
+    assert "reachablePositions" not in ours[0].metadata and ours[0].metadata.get("hand") is None
+    assert ours[1].metadata == msgs[1]["agents"][0] and isinstance(ours[1].metadata, dict)

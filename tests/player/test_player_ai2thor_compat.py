@@ -223,6 +223,9 @@ def assert_same_event(ours, theirs):
     assert ours.get_object(fridge) == theirs.get_object(fridge) and ours.get_object("nothing") is None
     assert ours.objects_by_type("Fridge") == theirs.objects_by_type("Fridge")
     assert ours.pose == theirs.pose and ours.pose_discrete == theirs.pose_discrete
+    if theirs.metadata["lastAction"] == "GetReachablePositions":
+        with pytest.warns(UserWarning):
+            assert ours.metadata["reachablePositions"] == theirs.metadata["reachablePositions"]
 
 
 @pytest.mark.parametrize("platform", ["Linux64", "CloudRendering"])
@@ -237,6 +240,7 @@ def test_the_same_player_bytes_give_the_same_events_in_ai2thor(tmp_path, platfor
         {"action": "MoveAhead", "renderInstanceSegmentation": False},
         {"action": "NoSuchAction"},
         {"action": "Pass", "renderImage": False},
+        {"action": "GetReachablePositions"},
     ]
     thor = ThorReader()
     p = RecordingPlayer(tmp_path, ["-screen-width", str(WIDTH), "-screen-height", str(HEIGHT)], platform=platform)
