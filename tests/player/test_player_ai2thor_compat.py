@@ -256,3 +256,33 @@ def test_the_same_player_bytes_give_the_same_events_in_ai2thor(tmp_path, platfor
     finally:
         p.close()
         thor.close()
+
+
+# The Controller opens its build's log file twice and never closes it (a ResourceWarning of its own).
+@pytest.mark.filterwarnings("ignore::ResourceWarning", "ignore::pytest.PytestUnraisableExceptionWarning")
+def test_ai2thors_controller_drives_the_player(tmp_path, monkeypatch):
+    # AI2-THOR's Controller, end to end: it launches the player as a local build, asks for the scenes,
+    # resets (ChangeResolution, Initialize) and steps; failures of the player's own kind raise as they do
+    # with a Unity build.
+    controller_module = pytest.importorskip("ai2thor.controller")
+    monkeypatch.setenv("HOME", str(tmp_path))  # its log and lock directories
+    executable = tmp_path / "player.sh"
+    executable.write_text(f"#!/bin/sh\nexec {' '.join(player_command())} \"$@\"\n")
+    executable.chmod(0o755)
+    controller = controller_module.Controller(
+        local_executable_path=str(executable), x_display=":0", width=WIDTH, height=HEIGHT, server_timeout=TIMEOUT,
+        server_start_timeout=TIMEOUT, renderInstanceSegmentation=True,
+    )
+    try:
+        assert controller.last_event.frame.shape == (HEIGHT, WIDTH, 3) and controller.last_event.instance_masks
+        ev = controller.reset("FloorPlan2", width=32, height=24, renderDepthImage=True)
+        assert ev.metadata["sceneName"] == "FloorPlan2_physics" and ev.frame.shape == (24, 32, 3)
+        assert ev.depth_frame.shape == (24, 32) and "Television" in ev.class_masks
+        ev = controller.step("RotateLeft")
+        assert ev and ev.metadata["agent"]["rotation"]["y"] == 270
+        with pytest.raises(ValueError, match="Bogus"):
+            controller.step("Bogus")
+    finally:
+        controller.stop()
+        if controller.server is not None and controller.server.unity_proc is not None:
+            controller.server.unity_proc.wait(timeout=TIMEOUT)
