@@ -564,7 +564,7 @@ class PlayerBridge:
                 if self._closed:
                     raise CallOrderError(f"{self.name}: recv() on a closed channel")
                 remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._woken:
+                if not remaining > 0 or self._woken:  # (a NaN deadline too, which never compares as passed)
                     return None
                 if watched:
                     if self._exited():

@@ -10,11 +10,13 @@ import os
 import resource
 import socket
 import tempfile
+import threading
 import time
 from typing import Iterator
 
 import pytest
 
+from renderd.errors import PlayerTimeout
 from renderd.transport import http as http_transport
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, launch_http
 
@@ -100,3 +102,26 @@ def test_a_later_http_1_minor_version_is_served_as_http_1_1(served, version):
         assert (response.status, response.body) == (200, b"pong")
     client.send(b"GET /ping HTTP/1.10\r\n\r\n")  # not HTTP-version syntax (one digit each side)
     assert client.response().status == 505
+
+
+@pytest.mark.parametrize("watched", [False, True])
+def test_a_nan_deadline_counts_as_passed(served, watched):
+    # session.step_timeout = nan makes the deadline NaN, which never compares as passed: recv waited for
+    # ever (Condition.wait(nan) never returns). As on the FIFO transport, it is a PlayerTimeout at once.
+    registry, _, _ = served
+    bridge = registry.register(alive=(lambda: True) if watched else None)
+    outcome: list = []
+
+    def receive() -> None:
+        try:
+            bridge.recv(float("nan"))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    thread.join(2.0)
+    if thread.is_alive():
+        bridge.close()  # ends the wait (CallOrderError), so the thread does not outlive the test
+        thread.join(DEADLINE)
+    assert outcome and isinstance(outcome[0], PlayerTimeout), outcome
