@@ -286,3 +286,31 @@ def test_ai2thors_controller_drives_the_player(tmp_path, monkeypatch):
         controller.stop()
         if controller.server is not None and controller.server.unity_proc is not None:
             controller.server.unity_proc.wait(timeout=TIMEOUT)
+
+
+def test_ai2thors_wsgi_server_reads_the_players_http_posts():
+    wsgi = pytest.importorskip("ai2thor.wsgi_server")
+    server = wsgi.WsgiServer(host="127.0.0.1", port=0, width=WIDTH, height=HEIGHT, timeout=TIMEOUT)
+    server.start()
+    server.client_token = "token"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AI2THOR_", "RENDERD_"))}
+    env.update(AI2THOR_CLIENT_TOKEN="token", AI2THOR_SERVER_TYPE=server.server_type,
+               AI2THOR_SERVER_SIDE_SCREENSHOT="True")
+    for key, value in server.unity_params().items():
+        env["AI2THOR_" + key.upper()] = str(value)
+    argv = player_command(["-screen-width", str(WIDTH), "-screen-height", str(HEIGHT)])
+    server.unity_proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        assert server.receive().frame.shape == (HEIGHT, WIDTH, 3)
+        server.send({"action": "Initialize", "renderDepthImage": True, "renderInstanceSegmentation": True})
+        ev = server.receive()
+        assert ev and ev.depth_frame.shape == (HEIGHT, WIDTH) and ev.instance_masks
+        server.send({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0},
+                     "rotation": {"x": 90, "y": 0, "z": 0}})
+        ev = server.receive()
+        assert len(ev.third_party_camera_frames) == len(ev.third_party_instance_masks) == 1
+    finally:
+        server.stop()
+        server.unity_proc.terminate()
+        server.unity_proc.wait(timeout=TIMEOUT)
