@@ -16,7 +16,8 @@
 No call blocks without a deadline. Every wait polls the pipe together with the player's pidfd, so a player
 that exits (before opening its pipe, or mid-message) is reported at once as
 :class:`~renderd.errors.PlayerCrashed` with its exit status, never as a timeout. End of file on
-``server.pipe`` is a crash too. Reads go straight into the buffers the decoder offers
+``server.pipe`` is a crash too, and so is a player that closes ``client.pipe`` while its answer is awaited
+(after :data:`EOF_CLASSIFY_TIMEOUT` for an answer already on its way). Reads go straight into the buffers the decoder offers
 (:meth:`renderd.protocol.Decoder.get_buffers`), so an image body lands in the numpy array that the event
 will hold. A note on Linux FIFOs: a reader opened with O_NONBLOCK before any writer sees ``read() == 0``
 but *no* POLLHUP until a writer has come and gone, which is why every read here follows a poll.
@@ -285,6 +286,7 @@ class FifoChannel:
         monotonic = time.monotonic
         started: float | None = None
         expired = False
+        input_closed = False  # the player closed client.pipe: its answer is awaited a short while only
         while True:
             now = monotonic()
             if started is None:
@@ -304,6 +306,8 @@ class FifoChannel:
                 if self._player is not None and self._pidfd is None and self._player.exited():
                     raise self._crash_on_exit(deadline_name)
                 if expired:
+                    if input_closed:
+                        raise self._crash_on_closed_input(deadline_name)
                     raise self._timeout(deadline_name, started)
                 continue
             readable = False
@@ -311,6 +315,14 @@ class FifoChannel:
                 if efd == fd:
                     readable = True
             if not readable:
+                if self._wfd is not None and not input_closed and all(efd != self._pidfd for efd, _ in events):
+                    # Only client.pipe fired (POLLERR: no reader left): the player closed its end and will
+                    # read no other action. Its answer may still come (an answer already on its way is
+                    # taken), so wait for it or its exit EOF_CLASSIFY_TIMEOUT at most, not the deadline.
+                    input_closed = True
+                    self._poller.unregister(self._wfd)
+                    deadline = min(deadline, monotonic() + EOF_CLASSIFY_TIMEOUT)
+                    continue
                 # Only the pidfd fired: the player exited. Whatever it wrote before exiting is still read
                 # (its pipe would also report readable then), so this is a crash with nothing pending.
                 raise self._crash_on_exit(deadline_name)
@@ -379,6 +391,12 @@ class FifoChannel:
         assert self._player is not None
         self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
         return self._player.crashed(f"the player exited while renderd waited for its answer ({deadline_name})")
+
+    def _crash_on_closed_input(self, deadline_name: str) -> PlayerCrashed:
+        context = f"the player closed client.pipe and sent no answer while renderd waited for it ({deadline_name})"
+        if self._player is None:
+            return PlayerCrashed(context)
+        return self._player.crashed(context)
 
     def _crash_on_eof(self, deadline_name: str) -> PlayerCrashed:
         partial: ProtocolError | None = None
@@ -485,6 +503,9 @@ class FifoChannel:
                     os.close(fd)
                     raise RenderdError(f"{self.client_path} is not a named pipe: no action is written to it")
                 self._wfd = fd
+                # With no events asked: poll reports POLLERR on it once the player's end is closed, which
+                # ends a wait for an answer that cannot come (recv).
+                self._poller.register(fd, 0)
                 return
             remaining = deadline - time.monotonic()
             if not remaining > 0:  # (a NaN deadline too)

@@ -295,6 +295,37 @@ class TestEndOfFile:
             # EOF is noticed at once; classifying the exit waits at most EOF_CLASSIFY_TIMEOUT.
             assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
 
+    @pytest.mark.parametrize("exits", [False, True])
+    def test_a_player_that_closes_client_pipe_while_an_answer_is_awaited_is_a_crash_at_once(self, tmp_path, exits):
+        """The player reads the action, closes client.pipe (it will never read another) and sends nothing,
+        keeping server.pipe open: the wait for its answer used to last the whole deadline."""
+        code = (
+            "import os, struct, sys, time\n"
+            "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
+            "md = bytes([0x81, 0xaa]) + b'sequenceId' + bytes([0])\n"
+            "os.write(fd, struct.pack('!BI', 1, len(md)) + md + struct.pack('!BI', 255, 0))\n"
+            "inp = os.open(os.environ['AI2THOR_FIFO_CLIENT_PIPE_PATH'], os.O_RDONLY)\n"
+            "data = b''\n"
+            "while not data.endswith(struct.pack('!BI', 255, 0)):\n"
+            "    data += os.read(inp, 4096)\n"
+            "os.close(inp)\n"
+            "print('closed client.pipe', flush=True)\n"
+            f"time.sleep(0.2 if {exits} else 60)\n"
+            "sys.exit(3)\n"
+        )
+        with attached_channel(tmp_path, python(code)) as (channel, proc):
+            channel.recv(time.monotonic() + 30, "start_timeout")
+            channel.send(encode_action({"action": "Pass", "sequenceId": 1}), time.monotonic() + 30)
+            started = time.monotonic()
+            with pytest.raises(PlayerCrashed, match="closed client.pipe") as info:
+                channel.recv(time.monotonic() + 4)
+            assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
+            if exits:
+                assert info.value.returncode == 3
+            else:
+                assert "still running" in str(info.value) and proc.poll() is None
+            assert "closed client.pipe" in info.value.log_tail
+
     def test_malformed_bytes_are_a_protocol_error(self, tmp_path):
         code = (
             "import os, struct, time\n"
