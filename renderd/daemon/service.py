@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import shutil
 import signal
 import socket
@@ -374,6 +375,7 @@ def _control_channel() -> type:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.waiting_since = time.monotonic()
             self.serving = False  # a worker runs one of its requests (which it takes off ``requests`` on the way)
+            self.read_closed = False  # the client shut its sending side and reads on
             super().__init__(*args, **kwargs)
 
         def service(self) -> None:
@@ -383,6 +385,47 @@ def _control_channel() -> type:
             finally:
                 self.waiting_since = time.monotonic()  # the next request's deadline runs from its answer
                 self.serving = False
+                if self.read_closed:
+                    self._close_when_answered()
+
+        def readable(self) -> bool:
+            return not self.read_closed and super().readable()
+
+        def handle_read(self) -> None:
+            # waitress takes end of file for a client gone and closes the connection at once; a client that
+            # only shut its sending side (`socat`, `nc -N`, a script done writing) reads on, and gets its answers.
+            try:
+                data = self.socket.recv(self.adj.recv_bytes)
+            except OSError:
+                self.handle_close()
+                return
+            if data:
+                self.last_activity = time.time()
+                self.received(data)
+            elif self._peer_gone():
+                self.handle_close()
+            else:
+                self.read_closed = True
+                self._close_when_answered()
+
+        def _close_when_answered(self) -> None:
+            """No more requests can come: close once those under way are answered (a half-sent one never is)."""
+            with self.requests_lock:
+                if not (self.requests or self.serving):
+                    self.close_when_flushed = True
+            self.server.pull_trigger()
+
+        def _peer_gone(self) -> bool:
+            """Whether the client closed its end altogether (POLLHUP on a unix socket), not just its sending side."""
+            fd = self.socket.fileno() if self.socket is not None else -1
+            if fd < 0:
+                return True
+            poller = select.poll()
+            poller.register(fd, 0)  # (POLLHUP and POLLERR are always reported)
+            return any(flags & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, flags in poller.poll(0))
+
+        def check_client_disconnected(self) -> bool:  # waitress.client_disconnected: a waiting lease request's
+            return not self.connected or (self.read_closed and self._peer_gone())
 
     return ControlChannel
 

@@ -209,3 +209,58 @@ def test_a_control_request_gives_up_at_its_timeout_however_slowly_the_answer_tri
         stop.set()
         serving.join(5)
         server.close()
+
+
+def _half_closed_exchange(path: str, request: bytes, timeout: float = 10) -> bytes:
+    """Send ``request``, shut the sending side (as `socat`, `nc -N` or `curl --data @-`-style scripts do at the
+    end of their input), and read the answer to the end."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(timeout)
+        sock.connect(path)
+        sock.sendall(request)
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+        return data
+
+
+def _lease_request(body: bytes) -> bytes:
+    return (b"POST /v1/environments/demo/leases HTTP/1.1\r\nHost: renderd\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+
+
+def test_a_client_that_shuts_its_sending_side_still_gets_its_answer(daemon):
+    # Half a close is not a hang-up: the client reads on. waitress took end of file for a client gone and
+    # dropped the answer (most of the time: whenever the end of file was read before the answer was written).
+    import os
+
+    from tests.daemon.conftest import fast_config
+
+    d = daemon(fast_config(instances=0))
+    for request in (b"GET /v1/health HTTP/1.0\r\n\r\n", b"GET /v1/environments HTTP/1.1\r\nHost: x\r\n\r\n",
+                    b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"):
+        for _ in range(20):
+            answer = _half_closed_exchange(d.socket, request)
+            assert answer.startswith((b"HTTP/1.0 200", b"HTTP/1.1 200", b"HTTP/1.1 404")), (request, answer)
+            assert answer.rstrip().endswith(b"}"), answer  # the whole body
+    # A lease request that waits (no player: it waits its timeout out, then is answered 503).
+    answer = _half_closed_exchange(d.socket, _lease_request(b'{"client_pid": %d, "timeout": 0.5}' % os.getpid()))
+    assert answer.startswith(b"HTTP/1.1 503") and b"no ready player" in answer, answer
+    assert "hung up" not in d.output()
+
+
+def test_a_half_closed_client_that_then_closes_while_its_lease_request_waits_is_granted_nothing(daemon):
+    import os
+
+    from tests.daemon.conftest import fast_config
+
+    d = daemon(fast_config(instances=0))
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(d.socket)
+        sock.sendall(_lease_request(b'{"client_pid": %d, "timeout": 60}' % os.getpid()))
+        sock.shutdown(socket.SHUT_WR)
+        wait_for(lambda: d.client.get("/v1/environments/demo")["waiting_clients"] == 1, 5, "the request to wait")
+    wait_for(lambda: d.client.get("/v1/environments/demo")["waiting_clients"] == 0, 5,
+             "the abandoned request to stop waiting")
+    wait_for(lambda: "hung up" in d.output(), 5, "the hang-up to be logged")
