@@ -125,6 +125,9 @@ DISCONNECT_POLL_INTERVAL = 0.25
 EXIT_POLL_INTERVAL = 0.05
 #: After the player hung up or exited, how long recv waits for its exit status, to report it (s).
 EXIT_CLASSIFY_TIMEOUT = 1.0
+#: Longest single wait of :meth:`PlayerBridge.recv` (s): a later deadline, or an infinite one, is waited
+#: for in turns of this length (a lock takes no timeout beyond ``threading.TIMEOUT_MAX``).
+RECV_WAIT_SLICE = 3600.0
 #: Form names some AI2-THOR versions use besides :data:`renderd.protocol.FORM_FIELD_NAMES`.
 FORM_FIELD_ALIASES: dict[str, FieldType] = {"image_thirdParty_flows": FieldType.THIRD_PARTY_FLOW}
 
@@ -572,7 +575,7 @@ class PlayerBridge:
                         self._update_ready()
                         break
                     remaining = min(remaining, EXIT_POLL_INTERVAL)
-                self._cond.wait(remaining)
+                self._cond.wait(min(remaining, RECV_WAIT_SLICE))
         if isinstance(error, PlayerCrashed) and self._player is not None and error.returncode is None:
             # Say how the player ended (exit code or signal, and the tail of its log).
             raise self._crashed(f"{error} while renderd waited for its next frame ({deadline_name})") from None

@@ -17,10 +17,11 @@ from typing import Iterator
 import pytest
 
 from renderd.errors import PlayerTimeout
+from renderd.protocol import Message
 from renderd.transport import http as http_transport
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, launch_http
 
-from tests.helpers.http_util import DEADLINE, connect
+from tests.helpers.http_util import DEADLINE, connect, frame_body, request_bytes
 from tests.helpers.leaks import wait_for
 
 
@@ -125,3 +126,27 @@ def test_a_nan_deadline_counts_as_passed(served, watched):
         bridge.close()  # ends the wait (CallOrderError), so the thread does not outlive the test
         thread.join(DEADLINE)
     assert outcome and isinstance(outcome[0], PlayerTimeout), outcome
+
+
+def test_an_infinite_deadline_waits_for_the_frame(served):
+    # A caller with no deadline passes inf (or one far off): recv raised OverflowError at once (a lock
+    # takes no timeout that large) instead of waiting for the player's frame.
+    registry, _, _ = served
+    bridge = registry.register()
+    outcome: list = []
+
+    def receive() -> None:
+        try:
+            outcome.append(bridge.recv(float("inf")))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    wait_for(lambda: outcome or thread.is_alive(), DEADLINE, "recv to start")
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    thread.join(DEADLINE)
+    assert outcome and isinstance(outcome[0], Message), outcome
+    bridge.close()  # the post waiting for its action is answered 410
+    assert client.response().status == 410
