@@ -1134,6 +1134,17 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
     for i, future in enumerate(futures):
         try:
             sessions.append(future.result())
+        except KeyboardInterrupt:
+            # Ctrl-C while waiting: the launches still on their way are closed as they finish (in their
+            # launch thread), and those that finished already now; nothing is kept for the traceback.
+            for pending in futures[i:]:
+                pending.add_done_callback(_close_result)
+            for session in sessions:
+                try:
+                    session.close()
+                except Exception as exc:
+                    log.warning("closing a session after an interrupted start: %s", exc)
+            raise
         except BaseException as exc:
             failures.append((i, exc))
     if not failures:
@@ -1162,6 +1173,16 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
     err.failures = dict(failures)  # type: ignore[attr-defined]
     err.slots = [i for i, _ in failures]  # type: ignore[attr-defined]
     raise err from first
+
+
+def _close_result(future: Future) -> None:
+    """Close the session ``future`` made, if it made one (a start nobody waits for any more)."""
+    if future.cancelled() or future.exception() is not None:
+        return
+    try:
+        future.result().close()
+    except Exception as exc:
+        log.warning("closing a session after an interrupted start: %s", exc)
 
 
 def _check_n(n: int) -> int:

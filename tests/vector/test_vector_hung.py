@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import psutil
@@ -14,7 +15,8 @@ import pytest
 
 import renderd
 from renderd.errors import PlayerTimeout
-from tests.vector.conftest import START_TIMEOUT, player_kwargs
+from renderd.vector import _build
+from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
 
 N = 4
 #: Each session's SIGTERM grace in these tests (the default is 5 s).
@@ -23,6 +25,8 @@ GRACE = 1.0
 TOGETHER_WITHIN = GRACE + 1.5
 #: How long a script that leaves two players running may take to exit.
 EXIT_WITHIN = 30.0
+#: Seconds the Ctrl-C test waits for each thing it waits for.
+STEP = 20.0
 
 
 def _stopped_players() -> renderd.VectorSession:
@@ -79,3 +83,44 @@ def test_a_vector_session_left_open_is_closed_at_interpreter_exit(no_leaks):
             return False
 
     assert not any(running(p) for p in pids), pids
+
+
+def test_ctrl_c_while_players_start_closes_every_one(no_leaks):
+    # Ctrl-C while launch_many waits for slot 0: slot 1's player and slot 0's (started after the interrupt)
+    # are closed too, not kept by the KeyboardInterrupt's traceback.
+    entered, release = threading.Event(), threading.Event()
+    made = []
+
+    def factory(slot):
+        if slot == 0:
+            entered.set()
+            release.wait(STEP)
+        session = renderd.launch(**player_kwargs())
+        made.append(session)
+        return session
+
+    handled = []
+
+    def on_sigint(signum, frame):
+        handled.append(signum)
+        raise KeyboardInterrupt
+
+    def interrupt():
+        assert entered.wait(STEP)
+        wait_for(lambda: len(made) == 1, STEP, "slot 1's player to start")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        wait_for(lambda: handled, STEP, "the SIGINT to be handled")
+        release.set()
+
+    helper = threading.Thread(target=interrupt)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        helper.start()
+        with pytest.raises(KeyboardInterrupt) as info:
+            _build(2, factory, "started", replace_on_crash=False, reward_fn=None, done_fn=None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        release.set()
+        helper.join()
+    assert len(made) == 2 and all(s.closed for s in made), made
+    del info
