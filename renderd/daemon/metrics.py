@@ -66,8 +66,16 @@ class Metrics:
         )
         self.recycles = Counter(
             "renderd_player_recycles",
-            "Players replaced because their lease ended uncleanly.",
+            "Players replaced because a lease left their pipes out of step (an unclean end, bytes left in them, "
+            "an answer that came after the release).",
             labels,
+            registry=self.registry,
+        )
+        self.idle_failures = Counter(
+            "renderd_player_idle_failures",
+            "Idle players stopped and restarted, by how: health_check (no answer in time, or a wrong one), "
+            "closed_pipe (it closed server.pipe), unasked_output (it wrote before any action was sent).",
+            labels + ["how"],
             registry=self.registry,
         )
         self.leases = Counter("renderd_leases", "Leases granted.", labels, registry=self.registry)

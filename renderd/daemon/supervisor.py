@@ -868,7 +868,7 @@ class Supervisor:
                     self._reap(p)
                 elif p.state == State.READY and p.eof_reason is not None:
                     if p.deadline is not None and now >= p.deadline:
-                        self._idle_failed(p, f"{p.eof_reason} (and it did not exit)")
+                        self._idle_failed(p, f"{p.eof_reason} (and it did not exit)", "closed_pipe")
                 elif p.state == State.READY and p.holder is not None and not p.holder.closed:
                     self._watch(p.holder.fileno(), ("idle", p))
                     self._health_tick(p, now)
@@ -1305,7 +1305,9 @@ class Supervisor:
             self.changed.notify_all()
             return
         if pending:  # nobody ever sent it an action: its own failure, restarted with backoff
-            self._idle_failed(p, f"wrote {pending} byte(s) on server.pipe while idle, before any action was sent")
+            self._idle_failed(
+                p, f"wrote {pending} byte(s) on server.pipe while idle, before any action was sent", "unasked_output"
+            )
             return
         # End of file: every writer closed it. Usually the player is dying and its pidfd wakes the loop, which
         # classifies the exit; if it lives on, the tick stops it at this deadline.
@@ -1410,7 +1412,10 @@ class Supervisor:
         log.debug("%s[%d] pid %s answered health check %d", p.environment.name, p.index, p.pid, p.checks)
         self.changed.notify_all()  # (a lease request may be waiting for it)
 
-    def _idle_failed(self, p: Player, why: str) -> None:
+    def _idle_failed(self, p: Player, why: str, how: str = "health_check") -> None:
+        """Stop an idle player that failed (``how``: health_check, closed_pipe, unasked_output); it is restarted
+        with backoff."""
+        self.metrics.idle_failures.labels(p.environment.name, how).inc()
         log.error("%s[%d] pid %s %s", p.environment.name, p.index, p.pid, why)
         p.reason = why
         self._begin_stop(p, _Stop(why, "backoff", after_failure=True))

@@ -84,6 +84,7 @@ def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
     assert "did not answer a health check (Pass) within step_timeout (1 s): hung" in p.reason
     new = _ready(sup)
     assert new.pid != pid
+    assert 'renderd_player_idle_failures_total{environment="demo",how="health_check"} 1.0' in sup.metrics.render().decode()
 
 
 def test_a_lease_request_waits_for_a_check_under_way(supervisor_with):

@@ -18,6 +18,10 @@ DEADLINE = 15.0
 ODD_PLAYER = str(Path(__file__).with_name("odd_player.py"))
 
 
+def _metrics(d) -> str:
+    return d.client.request("GET", "/metrics")[1]
+
+
 def _odd_config(idle: str) -> str:
     return fast_config(executable=f'["{sys.executable}", "{ODD_PLAYER}"]', extra=f'env = {{ODD_PLAYER_IDLE = "{idle}"}}')
 
@@ -29,6 +33,7 @@ def test_an_idle_player_that_closes_server_pipe_is_stopped_and_restarted(daemon)
     wait_for(lambda: "restarting in" in d.output(), DEADLINE, "a restart")
     (p,) = d.players()
     assert p["restarts"] >= 1, p
+    assert 'renderd_player_idle_failures_total{environment="demo",how="closed_pipe"}' in _metrics(d)
     assert "Traceback" not in d.output()
 
 
@@ -38,6 +43,7 @@ def test_an_idle_player_that_writes_before_any_action_is_restarted_with_backoff(
     pids = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(set(failed.findall(d.output()))),
                     DEADLINE, "two players restarted in turn")
     assert len(pids) >= 2
+    assert 'renderd_player_idle_failures_total{environment="demo",how="unasked_output"}' in _metrics(d)
     assert "restarting in" in d.output() and "Traceback" not in d.output()
 
 
