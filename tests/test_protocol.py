@@ -586,3 +586,37 @@ def test_whole_messages_before_malformed_bytes_are_handed_out_first(mode, bad):
         with pytest.raises(ProtocolError) as again:
             call()
         assert again.value is first.value
+
+
+@settings(max_examples=60, deadline=None)
+@given(cuts=st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=8), readv=st.booleans(),
+       take_early=st.booleans())
+def test_a_message_before_malformed_bytes_survives_any_chunking(cuts, readv, take_early):
+    good = join(encode_message([(FieldType.METADATA, encode_metadata({"n": 1})), (FieldType.DEPTH_IMAGE, b"d" * 9)]))
+    data = good + b"\x63\x00\x00\x00\x00" + good
+    d = Decoder()
+    got, error, pos, i = [], None, 0, 0
+    while pos < len(data) and error is None:
+        chunk = data[pos : pos + cuts[i % len(cuts)]]
+        i += 1
+        pos += len(chunk)
+        try:
+            if readv:
+                feed_readv(d, chunk, len(chunk))
+            else:
+                d.receive_data(chunk)
+        except ProtocolError as exc:
+            error = exc
+        if take_early or error is not None:
+            try:
+                while m := d.next_message():
+                    got.append(m)
+            except ProtocolError as exc:
+                error = exc
+    if error is None:  # the bad bytes came in the last call: the message is handed out, then the error
+        got.append(d.next_message())
+        with pytest.raises(ProtocolError) as info:
+            d.next_message()
+        error = info.value
+    assert len(got) == 1 and bytes(got[0].first(FieldType.DEPTH_IMAGE)) == b"d" * 9
+    assert "unknown field type 99" in str(error) and error.offset == len(good)
