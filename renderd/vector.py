@@ -255,15 +255,17 @@ def _channel_fds(session: Any) -> tuple[int, ...] | None:
     return (fd,) if pidfd is None else (fd, pidfd)
 
 
-def _close_sessions(sessions: Sequence[Any]) -> tuple[list[BaseException | None], KeyboardInterrupt | None]:
+def _close_sessions(
+    sessions: Sequence[Any], *, together: bool = True
+) -> tuple[list[BaseException | None], KeyboardInterrupt | None]:
     """Close ``sessions`` at the same time (up to :data:`CLOSE_THREADS` threads), so that players which must
-    be stopped (SIGTERM, grace, SIGKILL) take one grace between them, not one each. Returns each session's
-    close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting (every
-    session is closed by then)."""
+    be stopped (SIGTERM, grace, SIGKILL) take one grace between them, not one each; one after another when
+    not ``together`` (from ``__del__``, which may run wherever the garbage collector does). Returns each
+    session's close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting
+    (every session is closed by then)."""
     errors: list[BaseException | None] = [None] * len(sessions)
-    # At interpreter exit (from __del__) a new thread never runs (start() would wait for it forever): one
-    # after another then.
-    workers = 1 if sys.is_finalizing() else min(len(sessions), CLOSE_THREADS)
+    # At interpreter exit a new thread never runs (start() would wait for it forever): one after another.
+    workers = 1 if not together or sys.is_finalizing() else min(len(sessions), CLOSE_THREADS)
 
     def close_every(first: int) -> None:
         for k in range(first, len(sessions), workers):
@@ -985,6 +987,9 @@ class VectorSession:
         was closed. A ``KeyboardInterrupt`` (Ctrl-C) while it works does not stop it half-way: it is raised
         once everything is closed.
         """
+        self._close(together=True)
+
+    def _close(self, *, together: bool) -> None:
         if self._state is _VectorState.CLOSED:
             return
         self._state = _VectorState.CLOSED
@@ -1014,7 +1019,7 @@ class VectorSession:
                 except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
         # All at once: players that ignore SIGTERM (hung) take one stop grace between them, not one each.
-        errors, stopped = _close_sessions(sessions)
+        errors, stopped = _close_sessions(sessions, together=together)
         interrupt = interrupt or stopped
         for exc in errors:
             if exc is None:
@@ -1084,7 +1089,7 @@ class VectorSession:
     def __del__(self) -> None:
         if getattr(self, "_state", _VectorState.CLOSED) is not _VectorState.CLOSED:
             try:
-                self.close()
+                self._close(together=False)  # (no threads started from the garbage collector)
             except Exception:
                 pass
 

@@ -1,8 +1,11 @@
-"""Players that do not answer and do not exit on SIGTERM (stopped with SIGSTOP here, as a player stuck in a
-driver is): the vector session stops them all together, so a call takes one stop grace, not one per slot."""
+"""Closing many players: those that do not answer and do not exit on SIGTERM (stopped with SIGSTOP here, as a
+player stuck in a driver is) are stopped all together, so a call takes one stop grace, not one per slot; a
+vector session left open is closed at interpreter exit and by the garbage collector (one slot after
+another there); a Ctrl-C while players start closes every one of them."""
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import subprocess
@@ -124,3 +127,23 @@ def test_ctrl_c_while_players_start_closes_every_one(no_leaks):
         helper.join()
     assert len(made) == 2 and all(s.closed for s in made), made
     del info
+
+
+def test_a_vector_session_collected_as_garbage_closes_without_threads(no_leaks, monkeypatch):
+    # __del__ runs wherever the garbage collector does (maybe inside threading's own locks): it starts no
+    # thread, and still closes every slot.
+    vs = renderd.launch_many(2, **player_kwargs())
+    sessions = vs.sessions
+    vs.cycle = vs  # only the cycle collector frees it
+    started = []
+    real_start = threading.Thread.start
+
+    def start(thread):
+        started.append(thread.name)
+        real_start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    del vs
+    gc.collect()
+    monkeypatch.undo()
+    assert started == [] and all(s.closed for s in sessions), (started, sessions)
