@@ -21,11 +21,11 @@ from renderd.errors import PlayerTimeout
 from renderd.vector import _build
 from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
 
-N = 4
+N = 5
 #: Each session's SIGTERM grace in these tests (the default is 5 s).
 GRACE = 1.0
 #: Stopping N hung players one after another takes N x GRACE; together, GRACE and some scheduling.
-TOGETHER_WITHIN = GRACE + 1.5
+TOGETHER_WITHIN = GRACE + 2.0
 #: How long a script that leaves two players running may take to exit.
 EXIT_WITHIN = 30.0
 #: Seconds the Ctrl-C test waits for each thing it waits for.
