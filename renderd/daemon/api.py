@@ -117,6 +117,15 @@ def _deadline(body: dict[str, Any]) -> float | None:
     return number
 
 
+def _path_text(path: str) -> str:
+    """A WSGI ``PATH_INFO`` (its bytes as latin-1 characters, PEP 3333) as the text the client percent-encoded
+    in UTF-8, so that an error names the environment as the client wrote it."""
+    try:
+        return path.encode("latin-1").decode("utf-8")
+    except UnicodeError:  # not UTF-8 (or not bytes as latin-1): as it came
+        return path
+
+
 class _Router:
     """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405."""
 
@@ -245,7 +254,7 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
 
     def answer(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
-        path = environ.get("PATH_INFO", "") or "/"
+        path = _path_text(environ.get("PATH_INFO", "") or "/")
         try:
             handler, params = router.match(method, path)
             return handler(environ, start_response, **params)

@@ -25,6 +25,7 @@ import os
 import socket as _socket
 import stat
 import time
+import urllib.parse
 import weakref
 from typing import Any
 
@@ -258,7 +259,7 @@ class ControlClient:
             body = {"client_pid": os.getpid(), "timeout": remaining, "deadline": deadline}
             try:
                 return self.request(
-                    "POST", f"/v1/environments/{environment}/leases", body, timeout=remaining + slack
+                    "POST", f"/v1/environments/{_segment(environment)}/leases", body, timeout=remaining + slack
                 )[1]
             except LeaseBusyError:
                 if until - time.monotonic() <= LEASE_BUSY_RETRY:
@@ -269,11 +270,11 @@ class ControlClient:
         """How a lease stands: ``ended`` (None while it runs) and ``player_exit`` (``{"returncode",
         "description"}`` once the daemon reaped a player that died under it). Raises LeaseError for an
         unknown lease."""
-        return self.request("GET", f"/v1/leases/{lease_id}", timeout=timeout)[1]
+        return self.request("GET", f"/v1/leases/{_segment(lease_id)}", timeout=timeout)[1]
 
     def release(self, lease_id: str, *, clean: bool = True) -> dict[str, Any]:
         """End a lease; ``clean=False`` has the player recycled. Raises LeaseError for an unknown lease."""
-        return self.request("DELETE", f"/v1/leases/{lease_id}", {"clean": clean})[1]
+        return self.request("DELETE", f"/v1/leases/{_segment(lease_id)}", {"clean": clean})[1]
 
 
 def connect(
@@ -348,6 +349,12 @@ def connect(
     )
     sessions.append(weakref.ref(session))
     return session
+
+
+def _segment(name: str) -> str:
+    """``name`` as one segment of a request's path, percent-encoded (UTF-8): a "?", "#", space or non-ASCII
+    character in it reaches the daemon as part of the name."""
+    return urllib.parse.quote(str(name), safe="")
 
 
 def _kind(mode: int) -> str:

@@ -295,3 +295,14 @@ def test_a_body_nested_too_deep_for_the_json_parser_is_a_400(daemon):
             assert (status, error["type"]) == (400, "RenderdError"), (method, path, answer)
             assert "nested too deep" in error["message"]
     assert "Traceback" not in d.output()
+
+
+@pytest.mark.parametrize("name", ["démo", "x?y", "a#b", "a b", "%2e%2e"])
+def test_an_environment_name_reaches_the_daemon_as_given(daemon, name):
+    # The name is a path segment of the request: sent as it was written, a "?" cut it short, "%2e%2e" asked
+    # for "..", and a non-ASCII or space in it broke the request in the client (UnicodeEncodeError, InvalidURL).
+    d = daemon(fast_config())
+    with pytest.raises(RenderdError) as info:
+        connect(name, socket=d.socket, timeout=1)
+    assert type(info.value) is RenderdError and info.value.status == 404
+    assert f"no environment named {name!r}" in str(info.value)
