@@ -17,9 +17,9 @@ No call blocks without a deadline. Every wait polls the pipe together with the p
 that exits (before opening its pipe, or mid-message) is reported at once as
 :class:`~renderd.errors.PlayerCrashed` with its exit status, never as a timeout. End of file on
 ``server.pipe`` is a crash too, and so is a player that closes ``client.pipe`` while its answer is awaited
-(after :data:`EOF_CLASSIFY_TIMEOUT` for an answer already on its way). Reads go straight into the buffers the decoder offers
-(:meth:`renderd.protocol.Decoder.get_buffers`), so an image body lands in the numpy array that the event
-will hold. A note on Linux FIFOs: a reader opened with O_NONBLOCK before any writer sees ``read() == 0``
+(after :data:`EOF_CLASSIFY_TIMEOUT` for an answer already on its way). Reads go straight into the buffers
+the decoder offers (:meth:`renderd.protocol.Decoder.get_buffers`), so an image body lands in the numpy
+array that the event will hold. A note on Linux FIFOs: a reader opened with O_NONBLOCK before any writer sees ``read() == 0``
 but *no* POLLHUP until a writer has come and gone, which is why every read here follows a poll.
 """
 
