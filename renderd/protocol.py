@@ -632,7 +632,10 @@ class Decoder:
     # -- internals ---------------------------------------------------------------------------------
     def _check(self) -> None:
         if self._error is not None:
-            raise self._error
+            # The same error, with only this call's frames: raised as it is, each raise would prepend its
+            # frames to the traceback of the last one (growing, and keeping every frame alive, for a
+            # reader that keeps asking a failed decoder).
+            raise self._error.with_traceback(None)
 
     def _fail(self, message: str, offset: int | None, ftype: int | None = None) -> None:
         self._error = ProtocolError(message, offset=offset, field_type=ftype)

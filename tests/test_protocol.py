@@ -620,3 +620,19 @@ def test_a_message_before_malformed_bytes_survives_any_chunking(cuts, readv, tak
         error = info.value
     assert len(got) == 1 and bytes(got[0].first(FieldType.DEPTH_IMAGE)) == b"d" * 9
     assert "unknown field type 99" in str(error) and error.offset == len(good)
+
+
+def test_a_failed_decoder_asked_again_and_again_does_not_grow_its_error():
+    # Raising the one stored error again prepended the new frames to its traceback every time: a reader
+    # polling a failed decoder built a traceback (and kept every frame on it alive) without bound.
+    d = Decoder()
+    with pytest.raises(ProtocolError):
+        d.receive_data(b"\x63\x00\x00\x00\x00")
+    for _ in range(200):
+        for call in (d.next_message, d.get_buffers, lambda: d.buffers_updated(0)):
+            with pytest.raises(ProtocolError) as info:
+                call()
+    depth, tb = 0, info.value.__traceback__
+    while tb is not None:
+        depth, tb = depth + 1, tb.tb_next
+    assert depth < 10
