@@ -820,9 +820,13 @@ class PlayerOnDisplay:
         self._epoll: Any = None
         player_fd = process.fileno()
         if player_fd is not None and self._display_pidfd is not None:
-            self._epoll = select.epoll(2, select.EPOLL_CLOEXEC)
-            self._epoll.register(player_fd, select.EPOLLIN)
-            self._epoll.register(self._display_pidfd, select.EPOLLIN)
+            try:
+                self._epoll = select.epoll(2, select.EPOLL_CLOEXEC)
+                self._epoll.register(player_fd, select.EPOLLIN)
+                self._epoll.register(self._display_pidfd, select.EPOLLIN)
+            except BaseException:  # (out of descriptors): nothing of it is left open
+                self.close()
+                raise
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.process, name)

@@ -301,3 +301,36 @@ else:
         proc.communicate()
         pytest.fail(f"{call} with NaN did not return within 5 s")
     assert (f"{call}: None" if call == "wait" else "stop: -9") in out, out
+
+
+def test_a_player_on_display_that_cannot_be_watched_leaves_no_descriptor(tmp_path):
+    """PlayerOnDisplay opens the display's pidfd, then an epoll: when the epoll cannot be made (out of file
+    descriptors) the error goes through and the pidfd was left open. (In a child whose descriptor limit
+    leaves room for exactly one more.)"""
+    code = """
+import os, resource, subprocess, sys
+from renderd.process import PlayerOnDisplay, PlayerProcess
+sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+player = PlayerProcess.spawn(sleeper, None, None)
+display = subprocess.Popen(sleeper)
+class Display:
+    pid, name, returncode = display.pid, ":99", None
+    def alive(self):
+        return True
+free = os.open(os.devnull, os.O_RDONLY)  # the lowest free descriptor: no lower one is free
+os.close(free)
+soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (free + 1, hard))
+try:
+    PlayerOnDisplay(player, Display())
+except OSError as exc:
+    print("raised", exc.errno)
+resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+print("leaked" if os.path.exists(f"/proc/self/fd/{free}") else "clean")
+player.stop(0.1)
+display.kill()
+display.wait()
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20, cwd=os.getcwd())
+    assert "raised" in out.stdout, out.stdout + out.stderr
+    assert "clean" in out.stdout, out.stdout + out.stderr
