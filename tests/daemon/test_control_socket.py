@@ -1,9 +1,12 @@
-"""The control socket's server (renderd.daemon.service._ControlServer) against clients that hold connections:
-idle ones, ones that trickle a request in, ones that never read their answer. Real unix sockets, in-process."""
+"""The control socket's server (renderd.daemon.service._ControlServer) and client (ControlClient) against peers that
+hold connections: idle ones, ones that trickle a request or an answer in, ones that shut their sending side, and
+the daemon stopping under waiting requests. Real unix sockets: the server in-process, or a real daemon."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import threading
 import time
@@ -13,8 +16,9 @@ import pytest
 
 from renderd.daemon import service
 from renderd.daemon.client import ControlClient
+from renderd.errors import LeaseError, RenderdError
 
-from tests.daemon.conftest import wait_for
+from tests.daemon.conftest import fast_config, wait_for
 
 #: The read deadline these tests give the server (seconds), instead of the daemon's.
 READ_TIMEOUT = 1
@@ -129,12 +133,6 @@ def test_a_keep_alive_connection_serves_requests_then_is_closed_once_idle(contro
 def test_lease_requests_waiting_when_the_daemon_stops_get_its_answer_not_a_cut_connection(daemon):
     # The daemon answers each waiting request "the daemon is stopping" (503): the control socket's server must
     # hand those answers over before it closes the connections, not drop them half-sent.
-    import signal
-
-    from renderd.errors import LeaseError, RenderdError
-
-    from tests.daemon.conftest import fast_config
-
     d = daemon(fast_config(instances=0))
     errors: list[BaseException] = []
     waiting = 8
@@ -160,8 +158,6 @@ def test_lease_requests_waiting_when_the_daemon_stops_get_its_answer_not_a_cut_c
 def test_a_control_request_gives_up_at_its_timeout_however_slowly_the_answer_trickles_in(tmp_path):
     # Something on the socket that sends its answer a byte now and then (a daemon stuck half-way, or not
     # renderd) must not hold the client past its timeout: the timeout bounds the whole request, not each read.
-    from renderd.errors import RenderdError
-
     path = str(tmp_path / "slow.sock")
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
@@ -233,10 +229,6 @@ def _lease_request(body: bytes) -> bytes:
 def test_a_client_that_shuts_its_sending_side_still_gets_its_answer(daemon):
     # Half a close is not a hang-up: the client reads on. waitress took end of file for a client gone and
     # dropped the answer (most of the time: whenever the end of file was read before the answer was written).
-    import os
-
-    from tests.daemon.conftest import fast_config
-
     d = daemon(fast_config(instances=0))
     for request in (b"GET /v1/health HTTP/1.0\r\n\r\n", b"GET /v1/environments HTTP/1.1\r\nHost: x\r\n\r\n",
                     b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"):
@@ -251,10 +243,6 @@ def test_a_client_that_shuts_its_sending_side_still_gets_its_answer(daemon):
 
 
 def test_a_half_closed_client_that_then_closes_while_its_lease_request_waits_is_granted_nothing(daemon):
-    import os
-
-    from tests.daemon.conftest import fast_config
-
     d = daemon(fast_config(instances=0))
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(d.socket)
