@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: How much of a probe's stderr is kept for a reason (the tail, in characters).
 STDERR_TAIL_CHARS = 600
+#: Seconds to read what a killed probe left in its pipes. A helper a driver started in a session of its
+#: own survives the kill of the probe's process group and may hold the pipes open; they are closed then.
+PROBE_DRAIN_TIMEOUT = 1.0
 
 
 @dataclass
@@ -77,7 +80,7 @@ def run_probe(
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        stdout, stderr = proc.communicate()
+        stdout, stderr = _drain(proc)
         return ProbeOutcome(
             None,
             f"the probe did not finish within {timeout:g} s (a hung driver or server?)",
@@ -101,6 +104,19 @@ def run_probe(
             return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text)
         return ProbeOutcome(None, "the probe printed no answer", err_text)
     return ProbeOutcome(answer, None, err_text)
+
+
+def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:
+    """Read what a killed probe left in its pipes within :data:`PROBE_DRAIN_TIMEOUT`, close them and reap it."""
+    try:
+        stdout, stderr = proc.communicate(timeout=PROBE_DRAIN_TIMEOUT)
+    except subprocess.TimeoutExpired as exc:
+        stdout, stderr = exc.stdout, exc.stderr
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+    return stdout, stderr
 
 
 def kill_probe(proc: subprocess.Popen[bytes]) -> None:

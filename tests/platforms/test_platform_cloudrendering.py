@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
 
 import pytest
@@ -135,3 +137,48 @@ def test_a_malformed_or_broken_icd_manifest_is_named(tmp_path):
         (reason,) = report.reasons
         assert expected in reason, reason
         assert "fix: correct or remove" in reason, reason
+
+
+def _run_probe_in_thread(script: str, timeout: float, join: float) -> tuple[threading.Thread, list]:
+    results: list = []
+    thread = threading.Thread(
+        target=lambda: results.append(run_probe(script, [], marker="M", env=os.environ, timeout=timeout)),
+        daemon=True,
+    )
+    thread.start()
+    thread.join(join)
+    return thread, results
+
+
+def _kill_pid_in(path, deadline: float = 5.0) -> None:
+    end = time.monotonic() + deadline
+    while not path.exists() or not path.read_text().strip():
+        if time.monotonic() > end:
+            return
+        time.sleep(0.02)
+    try:
+        os.kill(int(path.read_text()), signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def test_probe_runner_is_not_held_by_a_helper_that_left_its_process_group(tmp_path):
+    # A driver that starts a helper in a session of its own (out of reach of the probe's process-group
+    # kill) which inherits the probe's stdout: the pipe never reaches EOF while the helper runs.
+    pid_file = tmp_path / "helper.pid"
+    script = _script(
+        tmp_path,
+        "import subprocess, sys, time\n"
+        "helper = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'], start_new_session=True)\n"
+        f"open({str(pid_file)!r}, 'w').write(str(helper.pid))\n"
+        "time.sleep(60)\n",
+    )
+    try:
+        started = time.monotonic()
+        thread, results = _run_probe_in_thread(script, timeout=0.5, join=5)
+        assert not thread.is_alive(), "run_probe blocked past its deadline on a helper holding its stdout"
+        assert time.monotonic() - started < 5
+        assert results[0].answer is None and "did not finish within 0.5 s" in results[0].failure
+    finally:
+        _kill_pid_in(pid_file)
+        thread.join(5)
