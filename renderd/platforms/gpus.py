@@ -19,12 +19,14 @@ import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from renderd.errors import describe_exit
 from renderd.platforms.vulkan import VulkanDevice, loader_env_key
 from renderd.process import die_with_parent
 
@@ -32,6 +34,8 @@ log = logging.getLogger(__name__)
 
 #: Deadline for ``nvidia-smi -L`` and ``vulkaninfo --summary``.
 GPU_TOOL_TIMEOUT = 10.0
+#: Seconds to read what a timed-out tool left in its pipes once its process group is killed.
+GPU_TOOL_DRAIN_TIMEOUT = 1.0
 #: How long the output of ``nvidia-smi -L`` is reused.
 GPU_TOOL_CACHE_SECONDS = 300.0
 
@@ -269,28 +273,61 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
         if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:
             return cached[1]
     try:
-        done = subprocess.run(
-            [binary, *argv[1:]],
-            capture_output=True,
-            env=dict(env),
-            timeout=GPU_TOOL_TIMEOUT,
-            stdin=subprocess.DEVNULL,
-            # A tool stuck in a wedged driver must not outlive the daemon that ran it.
-            preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl, signal and getppid run in the child)
-        )
-        output = done.stdout.decode("utf-8", "replace") if done.returncode == 0 else None
-        if output is None:
-            stderr = done.stderr.decode(errors="replace")[-300:]
-            log.warning("%s failed (exit code %d): %s", argv[0], done.returncode, stderr)
+        returncode, stdout, stderr = _run_bounded([binary, *argv[1:]], env)
     except subprocess.TimeoutExpired:
         log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
         output = None
     except OSError as exc:
         log.warning("cannot run %s: %s", argv[0], exc)
         output = None
+    else:
+        output = stdout.decode("utf-8", "replace") if returncode == 0 else None
+        if output is None:
+            log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), stderr.decode(errors="replace")[-300:])
     with _tool_lock:
         _tool_cache[key] = (time.monotonic(), output)
     return output
+
+
+def _run_bounded(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes, bytes]:
+    """(exit status, stdout, stderr) of a tool run in a process group of its own. Raises
+    ``subprocess.TimeoutExpired`` after :data:`GPU_TOOL_TIMEOUT`, once the whole group is killed (a wrapper's
+    or driver's helper included) and the pipes are closed: a helper out of the group that holds them is not
+    waited for longer than :data:`GPU_TOOL_DRAIN_TIMEOUT`."""
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=dict(env),
+        process_group=0,
+        # A tool stuck in a wedged driver must not outlive the daemon that ran it.
+        preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl, signal and getppid run in the child)
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=GPU_TOOL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc)
+        try:
+            proc.communicate(timeout=GPU_TOOL_DRAIN_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            pass
+        raise
+    finally:
+        if proc.poll() is None:
+            _kill_group(proc)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        proc.wait()
+    return proc.returncode, stdout, stderr
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 
 
 def nvidia_devices(env: Mapping[str, str]) -> list[CudaDevice]:

@@ -321,3 +321,27 @@ def test_tool_cache_is_keyed_on_the_loader_variables(tmp_path):
         assert names == ["dev-for-/a.json-none", "dev-for-/b.json-none", "dev-for-none-/x"]
     finally:
         gpus.clear_cache()
+
+
+@pytest.mark.parametrize("tool", ["nvidia-smi", "vulkaninfo"])
+def test_a_gpu_tool_that_times_out_leaves_no_process_behind(tmp_path, monkeypatch, tool):
+    # A tool that hangs in a helper of its own (a wrapper script, a driver helper): the deadline kills
+    # the whole tool, not only the process renderd started, and does not wait for the helper.
+    pid_file = tmp_path / "helper.pid"
+    fake = tmp_path / tool
+    fake.write_text(f"#!/bin/sh\nsleep 600 &\necho $! > {pid_file}.tmp && mv {pid_file}.tmp {pid_file}\nwait\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(gpus, "GPU_TOOL_TIMEOUT", 0.5)
+    call = gpus.nvidia_devices if tool == "nvidia-smi" else gpus.vulkaninfo_devices
+    gpus.clear_cache()
+    helper = None
+    try:
+        started = time.monotonic()
+        assert call({"PATH": str(tmp_path) + os.pathsep + os.environ.get("PATH", "")}) == []
+        assert time.monotonic() - started < FAST
+        helper = int(pid_file.read_text())
+        wait_for(lambda: pid_gone(helper), 3, f"the helper {helper} of the timed-out {tool} to die")
+    finally:
+        gpus.clear_cache()
+        if helper is not None and not pid_gone(helper):
+            os.kill(helper, signal.SIGKILL)
