@@ -140,6 +140,8 @@ class Session:
     ``on_close(error)`` runs last at close, with the error that broke the session or ``None`` when the
     stream is clean (a daemon lease uses it to hand the player on, or to have it recycled).
     ``sequence_id`` is the id of the last message the player sent (0 for a fresh player).
+    ``first_frame_received``: the player's first frame was read by someone else (the daemon, for a lease), so
+    :meth:`wait_ready` has nothing to wait for.
 
     Use :func:`renderd.launch` or :func:`renderd.connect` rather than building one yourself.
     """
@@ -157,6 +159,7 @@ class Session:
         pid: int | None = None,
         stop_grace: float = DEFAULT_STOP_GRACE,
         last_event: Event | None = None,
+        first_frame_received: bool = False,
     ) -> None:
         self.channel = channel
         self.process = process
@@ -173,6 +176,8 @@ class Session:
         self._error: BaseException | None = None
         self._pending: tuple[int, str, float] | None = None  # (sequence id, action name, deadline)
         self._init_params: dict[str, Any] = {}
+        # Whether the player's first frame was taken by someone else (the daemon, for a leased player).
+        self._first_frame_elsewhere = first_frame_received and last_event is None
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
         _sessions.add(self)
 
@@ -246,6 +251,11 @@ class Session:
             raise CallOrderError(
                 "wait_ready() after the player's first frame was received (launch() waits for it; it is "
                 "last_event): the player sends no other first frame"
+            )
+        if self._first_frame_elsewhere:
+            raise CallOrderError(
+                "wait_ready() on a leased player: the daemon received its first frame before leasing it, and the "
+                "player sends no other; it is ready, step it"
             )
         self._pending = (self._sequence_id, "(first frame)", time.monotonic() + timeout)
         self._state = SessionState.PENDING

@@ -346,6 +346,7 @@ def connect(
         step_timeout=float(step_timeout if step_timeout is not None else answer.get("step_timeout", 100.0)),
         sequence_id=0,
         pid=int(answer["pid"]),
+        first_frame_received=True,  # (by the daemon)
     )
     sessions.append(weakref.ref(session))
     return session
