@@ -213,8 +213,12 @@ class DisplayProbes:
         return DisplayFacts(name, False, "the X probe said nothing about it", "probe")
 
 
-def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) -> list[str]:
-    """Why screen ``screen`` of the probed display cannot serve a ``width`` x ``height`` player (empty: it can)."""
+def screen_reasons(
+    facts: DisplayFacts, screen: int, width: int, height: int, *, managed: bool = False
+) -> list[str]:
+    """Why screen ``screen`` of the probed display cannot serve a ``width`` x ``height`` player (empty: it can).
+    ``managed``: the display is an Xvfb renderd started, so the fixes name what to install or ask for, not
+    how to start a server or that renderd could start one."""
     parsed = parse_display_name(facts.name)
     base = parsed.base if parsed else facts.name
     label = parsed.with_screen(screen) if parsed else facts.name
@@ -222,6 +226,8 @@ def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) ->
     # a host is reached over TCP, which an X server does not listen on unless told to.
     server = f":{parsed.number}" if parsed else base
     remote = parsed is not None and parsed.host not in ("", "unix")
+    if managed:
+        return _managed_screen_reasons(facts, screen, width, height, label)
     if not facts.ok:
         if facts.error_kind == "name":
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
@@ -257,4 +263,26 @@ def screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int) ->
             f"screen {label} has colour depth {geometry['depth']}, Unity needs {REQUIRED_DEPTH}; fix: start "
             f"the X server with a 24-bit screen (-screen {screen} {width}x{height}x24), or {MANAGED_FIX}"
         )
+    return reasons
+
+
+def _managed_screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int, label: str) -> list[str]:
+    if not facts.ok:
+        return [f"it is not reachable: {facts.error}; fix: see Xvfb's output"]
+    if screen >= facts.screen_count:
+        return [f"screen {screen} does not exist (it has {facts.screen_count}); fix: see Xvfb's output"]
+    reasons = []
+    if not facts.glx:
+        reasons.append(
+            "it has no GLX extension (Unity needs GLX); fix: install the GL drivers Xvfb's GLX loads: "
+            "apt-get install libgl1-mesa-dri libglx-mesa0"
+        )
+    geometry = facts.screens[screen]
+    if geometry["width"] < width or geometry["height"] < height:
+        reasons.append(
+            f"screen {label} is {geometry['width']}x{geometry['height']}, smaller than the requested "
+            f"{width}x{height}; fix: ask for a size Xvfb can make"
+        )
+    if geometry["depth"] != REQUIRED_DEPTH:
+        reasons.append(f"screen {label} has colour depth {geometry['depth']}, Unity needs {REQUIRED_DEPTH}")
     return reasons

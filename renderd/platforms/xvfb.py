@@ -465,7 +465,7 @@ class DisplayManager:
         if facts.ok and facts.screen_count < server.screens:
             reasons.append(f"it has {facts.screen_count} screens, {server.screens} were asked for")
         for screen in range(min(server.screens, max(facts.screen_count, 1))):
-            reasons += x11.screen_reasons(facts, screen, server.width, server.height)
+            reasons += x11.screen_reasons(facts, screen, server.width, server.height, managed=True)
         if reasons:
             raise PlatformError(
                 f"the managed display {server.name} (Xvfb pid {server.proc.pid}) failed verification: "

@@ -4,6 +4,7 @@ none left behind, even when the owner dies."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -189,3 +190,25 @@ def test_a_selection_replaces_its_dead_display(xvfb):
 def test_managed_without_xvfb_is_invalid():
     with pytest.raises(PlatformError, match="needs Xvfb, which is not installed"):
         select(PlatformRequest(system="Linux", x_display="managed", env={"PATH": "/nonexistent"}))
+
+
+def test_a_managed_display_that_fails_verification_says_what_to_install(tmp_path):
+    # An Xvfb whose GLX does not come up (its GL drivers missing): the fix is to install them; "let
+    # renderd start an Xvfb" would send the user round in a circle, since renderd started this one.
+    real = shutil.which("Xvfb")
+    args = '"$@"'
+    binary = _fake_xvfb(
+        tmp_path,
+        f'for a in {args}; do shift; [ "$a" = "+extension" ] && a="-extension"; set -- "$@" "$a"; done\n'
+        f'exec {real} {args}',
+    )
+    manager = DisplayManager(xvfb=binary)
+    try:
+        with pytest.raises(PlatformError) as info:
+            manager.acquire(64, 64)
+    finally:
+        manager.shutdown()
+    message = str(info.value)
+    assert "failed verification" in message and "no GLX extension" in message
+    assert "libgl1-mesa-dri libglx-mesa0" in message
+    assert 'x_display="managed"' not in message and "let renderd start" not in message
