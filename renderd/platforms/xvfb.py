@@ -273,7 +273,9 @@ class DisplayManager:
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
         self._lock = threading.Lock()
-        self._start_lock = threading.Lock()
+        # One per geometry: a start that takes long (up to start_timeout) holds back only the callers
+        # that want the same geometry, never those sharing a server already running.
+        self._start_locks: dict[tuple[int, int, int], threading.Lock] = {}
         self._servers: dict[tuple[int, int, int], _Server] = {}
         self._closed = False
         _MANAGERS.add(self)
@@ -302,7 +304,9 @@ class DisplayManager:
         if width <= 0 or height <= 0 or screens <= 0:
             raise ValueError(f"invalid managed display geometry {width}x{height}, {screens} screens")
         key = (width, height, screens)
-        with self._start_lock:
+        with self._lock:
+            start_lock = self._start_locks.setdefault(key, threading.Lock())
+        with start_lock:
             with self._lock:
                 self._check_open()
                 server = self._servers.get(key)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import psutil
 import pytest
@@ -212,3 +213,32 @@ def test_a_managed_display_that_fails_verification_says_what_to_install(tmp_path
     assert "failed verification" in message and "no GLX extension" in message
     assert "libgl1-mesa-dri libglx-mesa0" in message
     assert 'x_display="managed"' not in message and "let renderd start" not in message
+
+
+def test_sharing_a_running_display_does_not_wait_for_another_geometry_starting(tmp_path):
+    # A server that hangs on start (it never announces its display) holds back only the callers that
+    # want its geometry, not those that share a display already running.
+    real = shutil.which("Xvfb")
+    binary = _fake_xvfb(tmp_path, f'case "$*" in *11x11x24*) exec sleep 60;; esac\nexec {real} "$@"')
+    manager = DisplayManager(xvfb=binary, start_timeout=3, stop_grace=1.0)
+    try:
+        running = manager.acquire(64, 64)
+        failed: list[BaseException] = []
+
+        def start_hanging() -> None:
+            try:
+                manager.acquire(11, 11).release()
+            except PlatformError as exc:
+                failed.append(exc)
+
+        starter = threading.Thread(target=start_hanging)
+        starter.start()
+        assert wait_until(lambda: any(p.name() == "sleep" for p in psutil.Process().children(recursive=True)), 5)
+        started = time.monotonic()
+        manager.acquire(64, 64).release()
+        assert time.monotonic() - started < 1.0
+        starter.join(10)
+        assert failed and "did not announce its display" in str(failed[0])
+        running.release()
+    finally:
+        manager.shutdown()
