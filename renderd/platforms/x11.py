@@ -232,9 +232,11 @@ def screen_reasons(
         if facts.error_kind == "name":
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
+        # with every screen up to the one asked for: a server with screen 0 only would fail the next check
+        screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
         return [
             f"X display {facts.name} is not reachable: {facts.error}; fix: start an X server there "
-            f"({where} -screen 0 {width}x{height}x24 +extension GLX &), check DISPLAY and XAUTHORITY, "
+            f"({where} {screen_args} +extension GLX &), check DISPLAY and XAUTHORITY, "
             f"or {MANAGED_FIX}"
         ]
     if screen >= facts.screen_count:

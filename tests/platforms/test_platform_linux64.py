@@ -138,3 +138,11 @@ def test_fixes_quote_an_xvfb_command_that_runs_for_any_form_of_the_name(xvfb):
     assert "Xvfb :4093 -listen tcp -screen 0 300x300x24 +extension GLX &" in reason and "on 127.0.0.1" in reason, reason
     report = linux64(PlatformRequest(system="Linux", x_display=":4093"))
     assert "(Xvfb :4093 -screen 0 300x300x24 +extension GLX &)" in report.reasons[0], report.reasons
+
+
+def test_the_fix_for_an_unreachable_display_starts_the_screen_asked_for():
+    # Following the fix must give a server with the screen that was named, not only screen 0.
+    report = linux64(PlatformRequest(system="Linux", x_display=":4093.1"))
+    (reason,) = report.reasons
+    assert "X display :4093 is not reachable" in reason, reason
+    assert "(Xvfb :4093 -screen 0 300x300x24 -screen 1 300x300x24 +extension GLX &)" in reason, reason
