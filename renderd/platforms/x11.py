@@ -35,6 +35,7 @@ REQUIRED_DEPTH = 24
 
 _PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_x11probe.py")
 _PROBE_MARKER = "RENDERD-X11-PROBE"
+_BARE_RE = re.compile(r"^\d+(?:\.\d+)?$")
 _NAME_RE = re.compile(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.(?P<screen>\d+))?$")
 
 MANAGED_FIX = 'let renderd start an Xvfb (x_display="managed"; needs the xvfb package: apt-get install xvfb)'
@@ -61,8 +62,12 @@ class DisplayName:
 
 
 def parse_display_name(name: str) -> DisplayName | None:
-    """Parse ``:1``, ``:1.0``, ``unix:1.0`` or ``host:10.0``; ``None`` when it is not a display name."""
-    match = _NAME_RE.match(name.strip())
+    """Parse ``:1``, ``:1.0``, ``unix:1.0`` or ``host:10.0``; ``None`` when it is not a display name.
+    A number without a colon (``1``, ``0.0``) is taken as AI2-THOR takes ``x_display``: ``:1``, ``:0.0``."""
+    name = name.strip()
+    if ":" not in name and _BARE_RE.match(name):
+        name = ":" + name
+    match = _NAME_RE.match(name)
     if match is None:
         return None
     screen = match.group("screen")

@@ -146,3 +146,13 @@ def test_the_fix_for_an_unreachable_display_starts_the_screen_asked_for():
     (reason,) = report.reasons
     assert "X display :4093 is not reachable" in reason, reason
     assert "(Xvfb :4093 -screen 0 300x300x24 -screen 1 300x300x24 +extension GLX &)" in reason, reason
+
+
+@pytest.mark.parametrize("form", ["{n}", "{n}.0"])
+def test_a_display_number_without_a_colon_is_taken_as_ai2thor_takes_it(xvfb, form):
+    # AI2-THOR's Controller(x_display="0.0") means ":0.0" (it prepends the colon); so does renderd.
+    server = xvfb("-screen", "0", "640x480x24", *GLX)
+    name = form.format(n=server.name.lstrip(":"))
+    with select(PlatformRequest(system="Linux", x_display=name)) as selection:
+        assert selection.name == "Linux64"
+        assert selection.env["DISPLAY"] == f"{server.name}.0"
