@@ -39,6 +39,7 @@ import fcntl
 import logging
 import math
 import os
+import select
 import selectors
 import signal
 import termios
@@ -505,6 +506,7 @@ class Supervisor:
                                 p for p in env.players
                                 if p.state == State.READY and not p.retire and p.eof_reason is None
                                 and p.check_deadline is None  # (a health check under way: one step at most)
+                                and not self._unread_output(p)
                             ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
@@ -545,6 +547,20 @@ class Supervisor:
                 os.close(pidfd)
             if done_waiting is not None:
                 done_waiting()
+
+    def _unread_output(self, p: Player) -> bool:
+        """Whether ``p``'s server.pipe holds bytes or an end of file that the loop has not handled yet (lock
+        held): they came after the loop last looked, and handed on they would be its next client's first
+        answer. The loop, woken, stops or recycles the player; it is not leased meanwhile."""
+        holder = p.holder
+        if holder is None or holder.closed:
+            return False
+        poller = select.poll()
+        poller.register(holder.fileno(), select.POLLIN)
+        if not poller.poll(0):
+            return False
+        self.wake()
+        return True
 
     def _came_late(self, env: Environment, client_pid: int, timeout: float, late: float) -> str:
         """Why a lease request that reached :meth:`acquire` after its client's deadline is refused."""
