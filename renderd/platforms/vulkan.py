@@ -9,6 +9,7 @@ results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECOND
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
@@ -188,7 +189,55 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
             fix = f"correct or remove the manifest named, or point {var} at one in /usr/share/vulkan/icd.d/"
             return f" (no usable Vulkan driver among {var}={value}: {'; '.join(broken)}{note})", fix
         return f" (no usable Vulkan driver among {var}={value}{note})", fix
+    hidden = _filter_hint(env)
+    if hidden is not None:
+        return hidden
     return " (no Vulkan driver (ICD) was found)", DRIVER_FIX
+
+
+#: The loader's driver filters (libvulkan1 1.3.234 and later): comma-separated globs matched against the
+#: file names of the ICD manifests; a driver is kept when SELECT (if set) matches it and DISABLE does not.
+DRIVER_FILTER_VARS = ("VK_LOADER_DRIVERS_SELECT", "VK_LOADER_DRIVERS_DISABLE")
+
+
+def _filter_hint(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(hint, fix) when the loader's driver filters hide every installed driver, else None."""
+    set_vars = [v for v in DRIVER_FILTER_VARS if env.get(v)]
+    installed = _installed_manifests(env)
+    if not set_vars or not installed:
+        return None
+
+    def matches(name: str, globs: str) -> bool:
+        return any(fnmatch.fnmatch(name.lower(), g.strip().lower()) for g in globs.split(",") if g.strip())
+
+    select, disable = (env.get(v) for v in DRIVER_FILTER_VARS)
+    kept = [n for n in installed if (not select or matches(n, select)) and not (disable and matches(n, disable))]
+    if kept:
+        return None
+    named = " and ".join(f"{v}={env[v]!r}" for v in set_vars)
+    verb = "hides" if len(set_vars) == 1 else "hide"
+    hint = f" (no Vulkan driver found: {named} {verb} every installed driver: {', '.join(installed)})"
+    fix = (
+        f"unset {' and '.join(set_vars)}, or make it match the file name of an installed driver's manifest "
+        "(see /usr/share/vulkan/icd.d/)"
+    )
+    return hint, fix
+
+
+def _installed_manifests(env: Mapping[str, str]) -> list[str]:
+    """The file names of the ICD manifests in the loader's system search directories."""
+    config_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep) + ["/etc"]
+    data_dirs = (env.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(os.pathsep)
+    names: list[str] = []
+    for base in [*config_dirs, *data_dirs]:
+        if not base:
+            continue
+        try:
+            entries = sorted(os.listdir(os.path.join(base, "vulkan", "icd.d")))
+        except OSError:
+            continue
+        names += [e for e in entries if e.endswith(".json") and e not in names]
+    return names
 
 
 #: The most of an ICD manifest read to check it (a real one is a few hundred bytes).

@@ -182,3 +182,25 @@ def test_probe_runner_is_not_held_by_a_helper_that_left_its_process_group(tmp_pa
     finally:
         _kill_pid_in(pid_file)
         thread.join(5)
+
+
+@pytest.mark.vulkan
+@pytest.mark.parametrize(
+    "var, value", [("VK_LOADER_DRIVERS_SELECT", "*nvidia*"), ("VK_LOADER_DRIVERS_DISABLE", "*")]
+)
+def test_drivers_hidden_by_the_loader_filters_are_named_not_a_missing_driver(var, value):
+    # The installed drivers are there, but the loader's driver filter hides them all: the fix is the
+    # variable, not installing a driver.
+    require_vulkan()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VK_")}
+    env[var] = value
+    vulkan.clear_cache()
+    try:
+        report = cloud(PlatformRequest(system="Linux", env=env))
+    finally:
+        vulkan.clear_cache()
+    assert not report.valid
+    (reason,) = report.reasons
+    assert f"{var}={value!r}" in reason and "lvp_icd.x86_64.json" in reason, reason
+    assert f"fix: unset {var}" in reason, reason
+    assert "apt-get install" not in reason, reason
