@@ -1451,7 +1451,7 @@ class Supervisor:
         p.state = State.READY
         p.ready_at = time.monotonic()
         p.deadline = None
-        p.boot_failures = 0  # (backoff_failures is not reset here: see _schedule_restart)
+        p.boot_failures = 0  # (backoff_failures is not reset here: see _end_run)
         p.reason = ""
         log.info(
             "%s[%d] pid %d ready after %.3f s", p.environment.name, p.index, p.pid, p.ready_at - (p.started_at or 0)
@@ -1623,11 +1623,7 @@ class Supervisor:
 
     def _schedule_restart(self, p: Player) -> None:
         cfg = self.daemon_config
-        if p.ready_at is not None and (p.served or time.monotonic() - p.ready_at >= cfg.backoff_max):
-            # It ran: it served a lease, or stayed up at least as long as the longest wait. Its exit starts a
-            # new series at backoff_initial. A player that exits soon after every start, before serving
-            # anybody, is a crash loop however quickly it became ready: its waits keep doubling.
-            p.backoff_failures = 0
+        # (backoff_failures was reset when a process that ran ended: see _end_run.)
         # (The exponent is capped: 2 ** 1024 is beyond a float, and a long run of failures must not end the loop.)
         delay = min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(p.backoff_failures, 64))
         p.backoff_failures += 1
@@ -1639,7 +1635,21 @@ class Supervisor:
         log.info("%s[%d] restarting in %.3g s", p.environment.name, p.index, delay)
         self._status_update()
 
+    def _end_run(self, p: Player) -> None:
+        """The process filling ``p`` is gone (lock held). If it ran (it served a lease, or stayed up at least as
+        long as the longest wait), the backoff series ends: the next exit waits backoff_initial, whether that
+        exit is this process's or a replacement's (one recycled after its lease, one that fails to start). A
+        player that exits soon after every start, before serving anybody, is a crash loop however quickly it
+        became ready: its waits keep doubling."""
+        if p.ready_at is not None and (
+            p.served or time.monotonic() - p.ready_at >= self.daemon_config.backoff_max
+        ):
+            p.backoff_failures = 0
+        p.ready_at = None
+        p.served = False
+
     def _close_player_resources(self, p: Player) -> None:
+        self._end_run(p)
         if p.holder is not None:
             if not p.holder.closed:
                 self._unwatch(p.holder.fileno())

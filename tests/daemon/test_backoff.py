@@ -78,3 +78,16 @@ def test_a_player_that_served_a_lease_starts_a_new_series(supervisor_with):
     pid = _ready_pid(sup)
     sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
     assert _crash_and_measure(sup, pid) == 0.05
+
+
+def test_a_player_recycled_after_serving_a_lease_ends_the_series(supervisor_with):
+    # The player served a lease: the series ends there, even though the process that served it was recycled
+    # (an unclean release) and the crash that follows is its replacement's, before any lease of its own.
+    sup = supervisor_with(_config(backoff_max=60.0))
+    delays = [_crash_and_measure(sup, _ready_pid(sup)) for _ in range(2)]
+    assert delays == [0.05, 0.1], delays
+    pid = _ready_pid(sup)
+    lease, _ = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
+    sup.release(lease.id, clean=False)
+    new_pid = wait_for(lambda: _ready_pid(sup) != pid and _ready_pid(sup), DEADLINE, "the recycled player READY")
+    assert _crash_and_measure(sup, new_pid) == 0.05
