@@ -41,6 +41,8 @@ class ProbeOutcome:
     answer: dict[str, Any] | None
     failure: str | None
     stderr: str = ""
+    #: The probe was killed at its deadline (``failure`` says so).
+    timed_out: bool = False
 
 
 def run_probe(
@@ -85,6 +87,7 @@ def run_probe(
             None,
             f"the probe did not finish within {timeout:g} s (a hung driver or server?)",
             _tail(stderr),
+            timed_out=True,
         )
     finally:
         if proc.poll() is None:  # an exception other than the timeout: never leave the child behind

@@ -4,7 +4,8 @@ The probe (:mod:`renderd.platforms._vkprobe`) loads ``libvulkan.so.1``, creates 
 the physical devices with their names, types and UUIDs, in the order ``vkEnumeratePhysicalDevices``
 gives them: the order Unity's ``-force-device-index`` counts in. It runs with the environment the
 player will get (``VK_ICD_FILENAMES``, ``VK_DRIVER_FILES`` and implicit layers change the answer), and
-results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECONDS`.
+results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECONDS` (all but a probe that
+missed its deadline).
 """
 
 from __future__ import annotations
@@ -114,22 +115,25 @@ def probe_vulkan(
             cached = _cache.get(key)
             if cached is not None and now - cached[0] < VULKAN_PROBE_CACHE_SECONDS:
                 return cached[1]
-    result = _run(env, timeout)
-    with _cache_lock:
-        _cache[key] = (time.monotonic(), result)
+    result, cacheable = _run(env, timeout)
+    if cacheable:
+        with _cache_lock:
+            _cache[key] = (time.monotonic(), result)
     return result
 
 
-def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
+def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
+    """The probe's result, and whether it may be cached: a missed deadline (a driver slow once, a loaded
+    machine) is not, so the next check probes again."""
     try:
         outcome = run_probe(_PROBE_SCRIPT, [], marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True)
     except OSError as exc:
-        return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}", fix="check the Python installation")
+        return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}", fix="check the Python installation"), True
     if outcome.answer is None:
         error = f"the Vulkan driver broke the probe: {outcome.failure}"
         if outcome.stderr:
             error += f" (it said: {outcome.stderr.splitlines()[-1]})"
-        return VulkanProbe(False, error=error, fix=DRIVER_BROKEN_FIX)
+        return VulkanProbe(False, error=error, fix=DRIVER_BROKEN_FIX), not outcome.timed_out
     answer = outcome.answer
     if not answer.get("ok"):
         stage = answer.get("stage")
@@ -141,7 +145,7 @@ def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
             error += hint
         else:
             fix = DRIVER_BROKEN_FIX
-        return VulkanProbe(False, error=error, fix=fix, api_version=str(answer.get("api_version", "")), raw=answer)
+        return VulkanProbe(False, error=error, fix=fix, api_version=str(answer.get("api_version", "")), raw=answer), True
     devices = [
         VulkanDevice(int(d["index"]), str(d["name"]), str(d.get("type", "OTHER")), d.get("uuid"))
         for d in answer.get("devices", [])
@@ -150,7 +154,7 @@ def _run(env: Mapping[str, str], timeout: float) -> VulkanProbe:
     if not devices:
         result.fix = DRIVER_FIX
     log.debug("Vulkan probe: %s", ", ".join(d.describe() for d in devices) or "no devices")
-    return result
+    return result, True
 
 
 def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:

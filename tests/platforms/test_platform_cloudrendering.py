@@ -204,3 +204,19 @@ def test_drivers_hidden_by_the_loader_filters_are_named_not_a_missing_driver(var
     assert f"{var}={value!r}" in reason and "lvp_icd.x86_64.json" in reason, reason
     assert f"fix: unset {var}" in reason, reason
     assert "apt-get install" not in reason, reason
+
+
+@pytest.mark.vulkan
+def test_a_probe_that_timed_out_is_not_remembered():
+    # A driver that is slow once (first initialisation after boot, a loaded machine) must not make
+    # Vulkan unusable for the whole cache period: only answers are cached, not a missed deadline.
+    require_vulkan()
+    env = dict(os.environ)
+    vulkan.clear_cache()
+    try:
+        slow = vulkan.probe_vulkan(env, timeout=0.001)
+        assert not slow.ok and "did not finish within" in slow.error
+        again = vulkan.probe_vulkan(env)
+        assert again.ok and again.devices, again.error
+    finally:
+        vulkan.clear_cache()
