@@ -1345,7 +1345,7 @@ class Supervisor:
                 )
         elif interval <= 0:
             p.check_due = None
-        elif p.check_due is None:
+        elif p.check_due is None or p.check_due > now + interval:  # (a reload may have shortened the interval)
             p.check_due = now + interval
         elif now >= p.check_due:
             self._send_check(p, now)

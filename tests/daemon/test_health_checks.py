@@ -3,6 +3,7 @@ answer within ``step_timeout``; one that does not (stopped, wedged) is replaced 
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import select
 import signal
@@ -124,3 +125,15 @@ def test_http_players_are_checked_through_the_bridge(daemon):
     wait_for(lambda: "did not answer a health check (Pass) within step_timeout (2 s): hung" in d.output(), DEADLINE,
              "the hung HTTP player noticed")
     d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"], what="a new player")
+
+
+def test_a_shorter_health_interval_applies_at_once(supervisor_with):
+    # A reload or PUT that shortens health_interval (or turns checks on after a long one) must not wait out the
+    # time the previous interval set for the next check.
+    sup = supervisor_with(_config(interval=3600.0))
+    p = _ready(sup)
+    wait_for(lambda: p.check_due is not None, DEADLINE, "the first check scheduled an hour away")
+    config = dataclasses.replace(sup.environments["demo"].config, health_interval=0.1)
+    sup.put_environment(config, source="file")
+    wait_for(lambda: p.checks >= 2 and p.check_deadline is None, 5.0, "checks at the new interval")
+    assert p.state == State.READY and p.restarts == 0
