@@ -263,7 +263,7 @@ _tool_lock = threading.Lock()
 
 def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
     """stdout of a tool, or None when it is missing, fails or times out. Cached per command, PATH and
-    every variable that changes what the Vulkan loader (and the NVIDIA tools) find."""
+    every variable that changes what the Vulkan loader (and the NVIDIA tools) find; a timeout is not."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
         return None
@@ -276,7 +276,7 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
         returncode, stdout, stderr = _run_bounded([binary, *argv[1:]], env)
     except subprocess.TimeoutExpired:
         log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
-        output = None
+        return None  # not cached: a tool slow once (a driver initialising) is asked again next time
     except OSError as exc:
         log.warning("cannot run %s: %s", argv[0], exc)
         output = None

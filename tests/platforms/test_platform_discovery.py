@@ -345,3 +345,23 @@ def test_a_gpu_tool_that_times_out_leaves_no_process_behind(tmp_path, monkeypatc
         gpus.clear_cache()
         if helper is not None and not pid_gone(helper):
             os.kill(helper, signal.SIGKILL)
+
+
+def test_a_gpu_tool_that_timed_out_is_asked_again(tmp_path, monkeypatch):
+    # nvidia-smi can be slow once (driver initialisation without persistence mode): a missed deadline
+    # must not stand for "no NVIDIA GPU" for the whole cache period.
+    marker = tmp_path / "ran-once"
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text(
+        f"#!/bin/sh\nif [ ! -e {marker} ]; then touch {marker}; exec sleep 600; fi\n"
+        "echo 'GPU 0: NVIDIA A100 (UUID: GPU-5d5ba0d6-1111-2222-3333-444455556666)'\n"
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setattr(gpus, "GPU_TOOL_TIMEOUT", 0.5)
+    env = {"PATH": str(tmp_path) + os.pathsep + os.environ.get("PATH", "")}
+    gpus.clear_cache()
+    try:
+        assert gpus.nvidia_devices(env) == []
+        assert [d.name for d in gpus.nvidia_devices(env)] == ["NVIDIA A100"]
+    finally:
+        gpus.clear_cache()
