@@ -83,6 +83,10 @@ def run_probe(
     except subprocess.TimeoutExpired:
         _kill_group(proc)
         stdout, stderr = _drain(proc)
+        answer = _answer(stdout, marker)
+        if answer is not None:  # complete before the hang (a driver that hangs as the process exits)
+            log.warning("probe %s gave its answer but did not exit within %g s; killed", script, timeout)
+            return ProbeOutcome(answer, None, _tail(stderr))
         return ProbeOutcome(
             None,
             f"the probe did not finish within {timeout:g} s (a hung driver or server?)",
@@ -94,19 +98,25 @@ def run_probe(
             _kill_group(proc)
             proc.wait()
     err_text = _tail(stderr)
-    answer = None
-    prefix = marker.encode() + b" "
-    for line in stdout.splitlines():
-        if line.startswith(prefix):
-            try:
-                answer = json.loads(line[len(prefix) :])
-            except ValueError:
-                answer = None
+    answer = _answer(stdout, marker)
     if answer is None:
         if proc.returncode != 0:
             return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text)
         return ProbeOutcome(None, "the probe printed no answer", err_text)
     return ProbeOutcome(answer, None, err_text)
+
+
+def _answer(stdout: bytes | None, marker: str) -> dict[str, Any] | None:
+    """The JSON after the last ``marker`` of ``stdout``, or None (a line cut short is not valid JSON)."""
+    answer = None
+    prefix = marker.encode() + b" "
+    for line in (stdout or b"").splitlines():
+        if line.startswith(prefix):
+            try:
+                answer = json.loads(line[len(prefix) :])
+            except ValueError:
+                answer = None
+    return answer
 
 
 def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:

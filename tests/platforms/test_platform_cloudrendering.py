@@ -220,3 +220,13 @@ def test_a_probe_that_timed_out_is_not_remembered():
         assert again.ok and again.devices, again.error
     finally:
         vulkan.clear_cache()
+
+
+def test_probe_runner_keeps_an_answer_given_before_a_hang_at_exit(tmp_path):
+    # A driver whose library hangs as the process exits (a destructor waiting on its threads): the
+    # answer was complete; the deadline still bounds the wait and the child is killed.
+    script = _script(tmp_path, "import sys, time\nprint('M {\"ok\": true}', flush=True)\ntime.sleep(60)\n")
+    started = time.monotonic()
+    outcome = run_probe(script, [], marker="M", env=os.environ, timeout=0.5)
+    assert time.monotonic() - started < 5
+    assert outcome.answer == {"ok": True} and outcome.failure is None, outcome
