@@ -270,6 +270,15 @@ class Session:
         for an action that cannot be encoded (the session stays usable), and :class:`PlayerCrashed` or
         :class:`PlayerTimeout` (``step_timeout``) if the player cannot take it (the session breaks).
         """
+        return self._send(action, kwargs, None)
+
+    def _send(
+        self, action: str | Mapping[str, Any] | None, kwargs: Mapping[str, Any], limit: tuple[float, str, float] | None
+    ) -> int:
+        """:meth:`send`; ``limit`` is ``(deadline, name, seconds)``: a ``time.monotonic()`` by which the action
+        must be written when that is earlier than ``step_timeout`` from now (a :class:`VectorSession` shares
+        one deadline between the slots of one send), reported as ``name`` (``seconds`` long) if it passes.
+        The answer's deadline stays ``step_timeout`` from now."""
         self._check_open("send()")
         if self._state is SessionState.PENDING:
             raise AlreadyPendingCallError("send() while an earlier action's answer is pending; call recv() first")
@@ -282,12 +291,15 @@ class Session:
             seq = message["sequenceId"] = check_sequence_id(seq)
         buffers = encode_action(message)
         deadline = time.monotonic() + self.step_timeout
+        write_by, name, seconds = deadline, "step_timeout", self.step_timeout
+        if limit is not None and limit[0] < deadline:
+            write_by, name, seconds = limit
         try:
-            self.channel.send(buffers, deadline, "step_timeout")
+            self.channel.send(buffers, write_by, name)
         except BaseException as exc:
             self._break(exc)
             if isinstance(exc, PlayerTimeout):
-                raise self._timeout_error(message["action"], exc) from exc
+                raise self._timeout_error(message["action"], exc, name, seconds, sending=True) from exc
             raise
         self._sequence_id = seq
         self._pending = (seq, message["action"], deadline)
@@ -348,15 +360,24 @@ class Session:
         return event
 
     def _timeout_error(
-        self, name: str, exc: PlayerTimeout, deadline_name: str = "step_timeout", seconds: float | None = None
+        self,
+        name: str,
+        exc: PlayerTimeout,
+        deadline_name: str = "step_timeout",
+        seconds: float | None = None,
+        *,
+        sending: bool = False,
     ) -> PlayerTimeout:
         if seconds is None:
             seconds = self.step_timeout
         alive = ""
         if self.process is not None:
             alive = " The player is still running (hung, or busy for longer than the deadline allows)."
+        what = f"the player (pid {self._pid}) did not take the action" if sending else (
+            f"no answer from the player (pid {self._pid})"
+        )
         return PlayerTimeout(
-            f"{name}: no answer from the player (pid {self._pid}) within {deadline_name} = {seconds:g} s "
+            f"{name}: {what} within {deadline_name} = {seconds:g} s "
             f"({exc}).{alive} The session is broken: close it and start a new one, or raise {deadline_name}.",
             deadline=deadline_name,
             seconds=seconds,

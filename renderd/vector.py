@@ -54,7 +54,7 @@ from typing import Any, NamedTuple
 
 import psutil
 
-from renderd.client import check_sequence_id
+from renderd.client import Session, check_sequence_id
 from renderd.config import ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
@@ -384,6 +384,11 @@ class VectorSession:
         self._failures: list[tuple[int, BaseException, bool]] = []  # (slot, error, replaced), not yet reported
         self._poller = select.poll()
         self._fd_slots: dict[int, _Slot] = {}
+        # While a call sends: when it started (each slot's action must be written by then + its step_timeout,
+        # one deadline for all of them, not one step_timeout per slot) and the caller's own deadline
+        # (deadline, name, seconds), if any. See _send.
+        self._send_start: float | None = None
+        self._send_limit: tuple[float, str, float] | None = None
         self._wake_fd: int | None = None
         self._wake_lock = threading.Lock()
         # Set by close(): a replacement on its way starts no new attempt (and a booting player is stopped).
@@ -470,11 +475,17 @@ class VectorSession:
     ) -> VectorStep:
         """Send one action per slot, then receive every answer: :meth:`send` then :meth:`recv`.
 
+        ``timeout`` counts from this call and bounds the sends too: a player that does not take its action
+        (it has not opened its pipe, or its pipe is full) by then fails like one whose answer is late.
         Raises what those raise; a bad ``timeout`` before anything is sent.
         """
         _check_timeout(timeout)
-        self.send(actions)
-        return self.recv(timeout, wait_resets=wait_resets)
+        if timeout is None:
+            self.send(actions)
+            return self.recv(wait_resets=wait_resets)
+        overall = time.monotonic() + timeout
+        self._send_actions(actions, (overall, "recv timeout", timeout))
+        return self._recv(timeout, overall, wait_resets)
 
     def send(self, actions: Sequence[str | Mapping[str, Any]]) -> None:
         """Send ``actions[i]`` (a name or a dict, as :meth:`renderd.Session.send` takes) to every running
@@ -483,7 +494,14 @@ class VectorSession:
         Every action is checked before any is sent: ``TypeError``/``ValueError`` for a bad one (nothing is
         sent then). Raises :class:`AlreadyPendingCallError` when a ``recv`` is due, :class:`CallOrderError`
         on a closed or broken vector session. A player that fails here is reported by :meth:`recv`.
+
+        Each action must be written within its session's ``step_timeout``, counted for every slot from this
+        call: players that do not take their action (they have not opened their pipe yet, or a large action
+        meets a full pipe) hold ``send`` up for one ``step_timeout`` between them, not one each.
         """
+        self._send_actions(actions, None)
+
+    def _send_actions(self, actions: Sequence[str | Mapping[str, Any]], limit: tuple[float, str, float] | None) -> None:
         self._check_open("send()")
         if self._state is _VectorState.PENDING:
             raise AlreadyPendingCallError("send() while the answers to an earlier send() are pending; call recv() first")
@@ -496,6 +514,7 @@ class VectorSession:
         rnd = _Round(len(self._slots))
         self._round = rnd
         self._state = _VectorState.PENDING
+        self._send_start, self._send_limit = time.monotonic(), limit
         try:
             # A replacement ready now returns its first frame in this step (reset_complete): the caller's
             # action for it is dropped like a resetting slot's.
@@ -510,6 +529,8 @@ class VectorSession:
         except BaseException as exc:
             self._break(exc)
             raise
+        finally:
+            self._send_start = self._send_limit = None
 
     def recv(self, timeout: float | None = None, *, wait_resets: bool = False) -> VectorStep:
         """Receive the answers to :meth:`send`, one poll over every slot; results in slot order.
@@ -532,9 +553,15 @@ class VectorSession:
         if self._state is not _VectorState.PENDING or self._round is None:
             raise NoPendingCallError("recv() with nothing pending; call send() first")
         _check_timeout(timeout)
+        return self._recv(timeout, None if timeout is None else time.monotonic() + timeout, wait_resets)
+
+    def _recv(self, timeout: float | None, overall: float | None, wait_resets: bool) -> VectorStep:
+        """:meth:`recv` once its arguments are checked; ``overall``: the ``time.monotonic()`` when ``timeout``
+        (counted from the caller's call) ends."""
         rnd = self._round
+        assert rnd is not None
         try:
-            self._collect(rnd, timeout, wait_resets)
+            self._collect(rnd, timeout, wait_resets, overall)
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc)
@@ -560,6 +587,15 @@ class VectorSession:
         or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
         integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
         """
+        self._reset_async(slots, scene, None, init_params)
+
+    def _reset_async(
+        self,
+        slots: int | Sequence[int] | None,
+        scene: str | Sequence[str | None] | None,
+        limit: tuple[float, str, float] | None,
+        init_params: dict[str, Any],
+    ) -> None:
         self._check_open("reset_async()")
         if self._state is _VectorState.PENDING:
             raise AlreadyPendingCallError("reset_async() between send() and recv(); call recv() first")
@@ -577,6 +613,7 @@ class VectorSession:
             encode_action({"action": "Initialize", **params})
         except ValueError as exc:
             raise ValueError(f"reset parameters: {exc}") from exc
+        self._send_start, self._send_limit = time.monotonic(), limit
         try:
             for i, name in zip(indices, scenes):
                 slot = self._slots[i]
@@ -593,6 +630,8 @@ class VectorSession:
         except BaseException as exc:
             self._break(exc)
             raise
+        finally:
+            self._send_start = self._send_limit = None
         self._raise_unreplaced()
 
     def reset(
@@ -610,10 +649,11 @@ class VectorSession:
         :meth:`reset_async` and :meth:`recv` raise.
         """
         _check_timeout(timeout)
-        self.reset_async(slots, scene, **init_params)
+        overall = None if timeout is None else time.monotonic() + timeout
+        self._reset_async(slots, scene, None if overall is None else (overall, "recv timeout", timeout), init_params)
         rnd = _Round(len(self._slots))
         try:
-            self._collect(rnd, timeout, True)
+            self._collect(rnd, timeout, True, overall)
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc)
@@ -655,8 +695,16 @@ class VectorSession:
     # -- I/O ---------------------------------------------------------------------------------------------
     def _send(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
         session = slot.session
+        limit = self._send_limit
+        if self._send_start is not None:  # one call sending to many slots: one step_timeout for all of them
+            own = self._send_start + session.step_timeout
+            if limit is None or own < limit[0]:
+                limit = (own, "step_timeout", session.step_timeout)
         try:
-            session.send(message)
+            if isinstance(session, Session):
+                session._send(message, {}, limit)
+            else:
+                session.send(message)
         except RenderdError as exc:
             self._fail(slot, exc)
             return
@@ -723,10 +771,17 @@ class VectorSession:
             rnd.reset_errors[i] = slot.reset_errors
             slot.reset_errors = []
 
-    def _collect(self, rnd: _Round, timeout: float | None, wait_resets: bool) -> None:
+    def _collect(self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None) -> None:
         """Receive until every slot with a caller's action in flight has answered or failed (and, with
-        ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile."""
-        overall = None if timeout is None else time.monotonic() + timeout
+        ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile; the
+        reset actions sent to them meanwhile must be written by ``overall`` too (when ``timeout`` ends)."""
+        self._send_limit = None if overall is None else (overall, "recv timeout", timeout)  # type: ignore[assignment]
+        try:
+            self._collect_until(rnd, timeout, wait_resets, overall)
+        finally:
+            self._send_limit = None
+
+    def _collect_until(self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None) -> None:
         slots = self._slots
         # Every action was dropped (all slots are resetting): wait for some progress once, so a loop over
         # step() does not spin while players reset or replacements start.

@@ -222,6 +222,16 @@ class TestFaults:
             assert "RenderdFault" in str(err) and "step_timeout = 0.5 s" in str(err)
             assert session.state is SessionState.BROKEN
 
+    def test_a_player_that_never_reads_its_action_is_named_so(self):
+        # The action was never written: the timeout says the player did not take it, not that it did not answer.
+        with renderd.launch(peer_argv("no-client"), start_timeout=START, step_timeout=0.3) as session:
+            with pytest.raises(PlayerTimeout) as info:
+                session.send("Pass")
+            text = str(info.value)
+            assert "Pass: the player (pid" in text and "did not take the action within step_timeout = 0.3 s" in text
+            assert "no answer" not in text and info.value.deadline == "step_timeout"
+            assert session.state is SessionState.BROKEN
+
     def test_a_slow_step_within_the_deadline_is_fine(self):
         with renderd.launch(**SMALL, start_timeout=START, step_timeout=5) as session:
             assert session.step(fault("sleep", seconds=0.2)).sequence_id == 1
