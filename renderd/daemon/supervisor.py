@@ -605,6 +605,9 @@ class Supervisor:
         checking = sum(1 for p in env.players if p.state == State.READY and p.check_deadline is not None)
         if checking:
             parts.append(f"{checking} READY under a health check (ends within step_timeout)")
+        closed = sum(1 for p in env.players if p.state == State.READY and p.eof_reason is not None)
+        if closed:
+            parts.append(f"{closed} READY closed server.pipe while idle (being replaced)")
         return (
             f"{base}: " + ", ".join(parts)
             + (f"; {len(env.waiters) - 1} other client(s) waiting" if len(env.waiters) > 1 else "")

@@ -7,9 +7,13 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from pathlib import Path
 
+import pytest
+
 import renderd
+from renderd.errors import LeaseError
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
@@ -83,3 +87,20 @@ def test_an_idle_player_costs_the_daemon_no_frame_buffer(supervisor_with):
 
     decoder = wait_for(holder, DEADLINE, "the demo player READY").decoder
     assert decoder.pooled_bytes == 0
+
+
+def test_a_lease_refused_while_the_only_idle_player_closed_its_pipe_says_so(supervisor_with):
+    """The READY player that closed server.pipe is not leased (it is stopped once its exit was waited for):
+    the refusal names that, rather than a READY player it did not lease."""
+    sup = supervisor_with(_odd_config("close"))
+
+    def closed():
+        with sup.lock:
+            (p,) = sup.environments["demo"].players or (None,)
+            ok = p is not None and p.state.value == "READY" and p.eof_reason is not None
+            return p if ok and p.deadline - time.monotonic() > 0.6 else None
+
+    wait_for(closed, DEADLINE, "the idle player's end of file noticed")
+    with pytest.raises(LeaseError) as raised:
+        sup.acquire("demo", os.getpid(), 0.2)
+    assert "1 READY closed server.pipe while idle (being replaced)" in str(raised.value)
