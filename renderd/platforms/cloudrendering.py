@@ -32,13 +32,17 @@ class CloudRendering(Platform):
             )
         devices = list(probe.devices)
         cuda_visible = env.get("CUDA_VISIBLE_DEVICES")
-        cuda = gpu_mod.nvidia_devices(env) if (request.gpus or cuda_visible is not None) else []
+        cuda, nvidia_problem = (
+            gpu_mod.nvidia_survey(env) if (request.gpus or cuda_visible is not None) else ([], None)
+        )
         if cuda and any(d.uuid is None for d in devices):
             # A Vulkan 1.0 driver gives no UUIDs to the probe; vulkaninfo may still know them.
             listed = gpu_mod.vulkaninfo_devices(env)
             if len(listed) == len(devices):
                 devices = [d if d.uuid else listed[d.index] for d in devices]
         plan = gpu_mod.plan_vulkan(request.gpus, cuda_visible, cuda, devices)
+        if nvidia_problem is not None:
+            plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as Vulkan device indices, which need not be CUDA's")
         details = {
             "devices": [d.describe() for d in devices],
             "vulkan_devices": [

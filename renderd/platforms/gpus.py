@@ -257,36 +257,44 @@ def plan_screens(
 
 # -- running the tools ------------------------------------------------------------------------------
 
-_tool_cache: dict[tuple[object, ...], tuple[float, str | None]] = {}
+_tool_cache: dict[tuple[object, ...], tuple[float, str | None, str | None]] = {}
 _tool_lock = threading.Lock()
 
 
-def _run_tool(argv: list[str], env: Mapping[str, str]) -> str | None:
-    """stdout of a tool, or None when it is missing, fails or times out. Cached per command, PATH and
-    every variable that changes what the Vulkan loader (and the NVIDIA tools) find; a timeout is not."""
+def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str | None]:
+    """(stdout, None) of a tool, or (None, what went wrong) when it fails or times out; (None, None) when it
+    is not installed. Cached per command, PATH and every variable that changes what the Vulkan loader (and
+    the NVIDIA tools) find; a timeout is not."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
-        return None
+        return None, None
     key = (" ".join(argv), binary, env.get("PATH", ""), env.get("CUDA_VISIBLE_DEVICES"), loader_env_key(env))
     with _tool_lock:
         cached = _tool_cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:
-            return cached[1]
+            return cached[1], cached[2]
+    output: str | None = None
+    problem: str | None = None
     try:
         returncode, stdout, stderr = _run_bounded([binary, *argv[1:]], env)
     except subprocess.TimeoutExpired:
         log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
-        return None  # not cached: a tool slow once (a driver initialising) is asked again next time
+        # not cached: a tool slow once (a driver initialising) is asked again next time
+        return None, f"it did not answer within {GPU_TOOL_TIMEOUT:g} s"
     except OSError as exc:
         log.warning("cannot run %s: %s", argv[0], exc)
-        output = None
+        problem = f"it cannot be run ({exc})"
     else:
-        output = stdout.decode("utf-8", "replace") if returncode == 0 else None
-        if output is None:
-            log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), stderr.decode(errors="replace")[-300:])
+        if returncode == 0:
+            output = stdout.decode("utf-8", "replace")
+        else:
+            # nvidia-smi says what is wrong on stdout ("Failed to initialize NVML: ..."), others on stderr
+            said = (stderr or stdout).decode("utf-8", "replace").strip()[-300:]
+            log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), said)
+            problem = f"it failed ({describe_exit(returncode)}" + (f": {said.splitlines()[-1]})" if said else ")")
     with _tool_lock:
-        _tool_cache[key] = (time.monotonic(), output)
-    return output
+        _tool_cache[key] = (time.monotonic(), output, problem)
+    return output, problem
 
 
 def _run_bounded(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes, bytes]:
@@ -332,13 +340,21 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
 
 def nvidia_devices(env: Mapping[str, str]) -> list[CudaDevice]:
     """The GPUs ``nvidia-smi -L`` lists (empty when it is missing or fails)."""
-    text = _run_tool(["nvidia-smi", "-L"], env)
-    return parse_nvidia_smi(text) if text else []
+    return nvidia_survey(env)[0]
+
+
+def nvidia_survey(env: Mapping[str, str]) -> tuple[list[CudaDevice], str | None]:
+    """The GPUs ``nvidia-smi -L`` lists, and a note when it is installed but did not list them (it failed or
+    timed out: GPU indices cannot be mapped through it), else None."""
+    text, problem = _run_tool(["nvidia-smi", "-L"], env)
+    if problem is not None:
+        return [], f"nvidia-smi is installed but {problem}"
+    return (parse_nvidia_smi(text) if text else []), None
 
 
 def vulkaninfo_devices(env: Mapping[str, str]) -> list[VulkanDevice]:
     """The devices ``vulkaninfo --summary`` lists (empty when it is missing or fails)."""
-    text = _run_tool(["vulkaninfo", "--summary"], env)
+    text, _ = _run_tool(["vulkaninfo", "--summary"], env)
     return parse_vulkaninfo(text) if text else []
 
 

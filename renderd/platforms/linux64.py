@@ -49,8 +49,10 @@ class Linux64(Platform):
                 )
             return self._managed_report(request, xvfb_path, [])
 
-        cuda = gpu_mod.nvidia_devices(env) if request.gpus else []
+        cuda, nvidia_problem = gpu_mod.nvidia_survey(env) if request.gpus else ([], None)
         plan = gpu_mod.plan_screens(request.gpus, env.get("CUDA_VISIBLE_DEVICES"), cuda)
+        if nvidia_problem is not None:
+            plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as X screen numbers")
         if plan.reasons:
             return self.report(request, plan.reasons, notes=plan.notes)
         wanted = plan.slots or None

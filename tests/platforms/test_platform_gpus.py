@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from renderd.platforms import PlatformRequest, gpus, select, vulkan
+from renderd.platforms import PlatformRequest, check, gpus, select, vulkan
 from renderd.platforms.base import Selection
 from renderd.platforms.cloudrendering import CloudRendering
 from renderd.platforms.request import PlatformReport
@@ -191,3 +191,25 @@ def test_select_with_gpus_end_to_end(tmp_path):
         assert "GPU 1 was asked for but 1 GPU(s) are visible" in str(info.value)
     finally:
         gpus.clear_cache()
+
+
+@pytest.mark.vulkan
+def test_a_failing_nvidia_smi_is_said_not_taken_for_no_nvidia_gpu(tmp_path):
+    """nvidia-smi installed but failing (after a driver upgrade without a reboot): gpus cannot be mapped
+    through CUDA indices and are taken as Vulkan indices; the report says so and why, instead of
+    silently counting the GPUs another way."""
+    probe = vulkan.probe_vulkan(dict(os.environ))
+    if not probe.ok or not probe.devices:
+        pytest.skip(f"no Vulkan device here: {probe.error}")
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n")
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    env = {"PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    gpus.clear_cache()
+    try:
+        report = next(r for r in check(PlatformRequest(system="Linux", gpus=(0,), env=env)) if r.name == "CloudRendering")
+    finally:
+        gpus.clear_cache()
+    notes = " ".join(report.details.get("notes", []))
+    assert "nvidia-smi" in notes and "Driver/library version mismatch" in notes, report.details
+    assert "Vulkan device indices" in notes, notes
