@@ -47,6 +47,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -116,6 +117,27 @@ class _VectorState(enum.Enum):
     PENDING = "pending"
     BROKEN = "broken"
     CLOSED = "closed"
+
+
+#: Vector sessions of this process, for :func:`_after_fork_in_child`.
+_vectors: weakref.WeakSet[VectorSession] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: its copies of the parent's vector sessions may not step the parent's players (their
+    sessions are broken too, see :mod:`renderd.client`), nor replace them with players of the child's own.
+    Each copy is broken with an error that says so; its close() only marks it closed."""
+    for vs in list(_vectors):
+        if vs._state is not _VectorState.CLOSED and vs._owner_pid != os.getpid():
+            vs._state = _VectorState.BROKEN
+            vs._round = None
+            vs._error = CallOrderError(
+                f"this VectorSession was inherited over fork from process {vs._owner_pid}, which owns its "
+                "players; in this process, launch or connect a vector session of its own"
+            )
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class VectorStep(NamedTuple):
@@ -396,6 +418,8 @@ class VectorSession:
         # Receive slot by slot (each session's own deadline) instead of one poll over all of them; only
         # for benchmarks/vector.py, which measures both.
         self._sequential_recv = False
+        self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the players alone
+        _vectors.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
     @property
@@ -1049,6 +1073,16 @@ class VectorSession:
             return
         self._state = _VectorState.CLOSED
         self._round = None
+        if os.getpid() != self._owner_pid:
+            # A copy inherited over fork: the players, their pipes, the replacements on their way (in the
+            # parent's threads, which the child does not have) belong to the process that made it.
+            for slot in self._slots:
+                if isinstance(slot.session, Session):
+                    slot.session.close()  # (a session's copy only marks itself closed)
+            wake, self._wake_fd = self._wake_fd, None  # (no lock: the thread that takes it is the parent's)
+            if wake is not None:
+                os.close(wake)  # this process's copy
+            return
         self._cancel.set()
         interrupt: KeyboardInterrupt | None = None
         first: BaseException | None = None
