@@ -1317,11 +1317,7 @@ class Supervisor:
         if pending and p.served:
             # Most often the answer to an action its last client sent and then released the lease without
             # reading: not this player's failure, but its pipes no longer line up with the next client's.
-            why = f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)"
-            self.metrics.recycles.labels(p.environment.name).inc()
-            log.warning("recycling %s[%d] (pid %s): %s", p.environment.name, p.index, p.pid, why)
-            self._begin_stop(p, _Stop(why, "respawn"))
-            self.changed.notify_all()
+            self._recycle_idle(p, f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)")
             return
         if pending:  # nobody ever sent it an action: its own failure, restarted with backoff
             self._idle_failed(
@@ -1332,6 +1328,13 @@ class Supervisor:
         # classifies the exit; if it lives on, the tick stops it at this deadline.
         p.eof_reason = "closed server.pipe while idle"
         p.deadline = time.monotonic() + EOF_EXIT_WAIT
+
+    def _recycle_idle(self, p: Player, why: str) -> None:
+        """Replace an idle player that has served a lease and wrote what nobody asked for (lock held)."""
+        self.metrics.recycles.labels(p.environment.name).inc()
+        log.warning("recycling %s[%d] (pid %s): %s", p.environment.name, p.index, p.pid, why)
+        self._begin_stop(p, _Stop(why, "respawn"))
+        self.changed.notify_all()
 
     # -- health checks of idle players (loop thread, lock held) ------------------------------------------
     def _health_tick(self, p: Player, now: float) -> None:
@@ -1422,7 +1425,15 @@ class Supervisor:
         p.check_deadline = None
         if seq != p.checks:
             self._unwatch(fd)
-            self._idle_failed(p, f"answered health check {p.checks} with sequenceId {seq!r}")
+            if p.served and (isinstance(seq, int) and not isinstance(seq, bool)):
+                # The answer to its last client's action, come after the release (with the check's behind it):
+                # an answer nobody waited for, as without a check under way; not a failure of the player.
+                self._recycle_idle(
+                    p, f"it answered sequenceId {seq} while health check {p.checks} was under way "
+                    "(an answer nobody waited for?)",
+                )
+            else:
+                self._idle_failed(p, f"answered health check {p.checks} with sequenceId {seq!r}")
             return
         if decoder.in_message or decoder.has_message:
             self._unwatch(fd)

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import renderd
-from renderd.daemon.supervisor import State, Supervisor
+from renderd.daemon.supervisor import State, Supervisor, _pending_bytes
 from renderd.errors import LeaseError
 from renderd.protocol import Decoder, FieldType, decode_metadata, encode_action
 from tests.daemon.conftest import fast_config, wait_for
@@ -137,3 +137,27 @@ def test_a_shorter_health_interval_applies_at_once(supervisor_with):
     sup.put_environment(config, source="file")
     wait_for(lambda: p.checks >= 2 and p.check_deadline is None, 5.0, "checks at the new interval")
     assert p.state == State.READY and p.restarts == 0
+
+
+def test_a_late_answer_read_during_a_check_gets_the_player_recycled_not_failed(supervisor_with):
+    # A client sent an action and released the lease cleanly without reading the answer; the player answers
+    # after its next health check was sent, so the daemon reads that answer first. It is an answer nobody
+    # waited for, as when no check is under way: the player is recycled (no failure, no backoff).
+    sup = supervisor_with(_config(interval=0.1))
+    p = _ready(sup)
+    pid = p.pid
+    lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
+    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 1.0,
+                                              "sequenceId": 7})))
+        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
+    finally:
+        os.close(wfd)
+    sup.release(lease.id)
+    wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")
+    wait_for(lambda: p.pid != pid and p.state == State.READY, DEADLINE, "a new player READY")
+    assert p.restarts == 0 and p.reason == "", (p.restarts, p.reason)
+    metrics = sup.metrics.render().decode()
+    assert 'renderd_player_recycles_total{environment="demo"} 1.0' in metrics
+    assert "idle_failures_total{" not in metrics
