@@ -336,10 +336,14 @@ def _resolution(value: int) -> str | None:
     return None
 
 
+#: A display number without its colon (``0``, ``1.0``), which AI2-THOR's ``x_display`` takes as ``:0``, ``:1.0``.
+_BARE_X_DISPLAY = re.compile(r"^\d+(\.\d+)?$")
+
+
 def _x_display(value: str) -> str | None:
-    if value in ("auto", "managed") or _X_DISPLAY.fullmatch(value):
+    if value in ("auto", "managed") or _X_DISPLAY.fullmatch(value) or _BARE_X_DISPLAY.fullmatch(value):
         return None
-    return f"{value!r} is not auto, managed or an X display name such as ':0' or ':1.0'"
+    return f"{value!r} is not auto, managed or an X display name such as ':0', ':1.0' (or '0', '1.0', as ':0', ':1.0')"
 
 
 def _gpus(value: list[int]) -> str | None:
@@ -529,8 +533,8 @@ class EnvironmentConfig:
     )
     x_display: str = setting(
         "auto",
-        help='X display for Linux64: `auto`, a display name such as `":0.0"`, or `managed` '
-        "(renderd starts and owns an Xvfb).",
+        help='X display for Linux64: `auto`, a display name such as `":0.0"` (a bare `"0.0"` is taken as `":0.0"`, '
+        'as AI2-THOR takes it), or `managed` (renderd starts and owns an Xvfb).',
         check=_x_display,
     )
     gpus: list[int] = setting([], help="GPU device indices to spread instances over, round-robin.", check=_gpus)

@@ -315,3 +315,14 @@ def test_unit_device_allow_names_device_classes_or_nodes_only():
             continue
         assert target.startswith("/dev/") and target.rstrip("/") not in directories, line
         assert not os.path.isdir(target), line
+
+
+@pytest.mark.parametrize("name", ["0", "1.0", "10.2"])
+def test_a_display_number_without_a_colon_is_an_x_display_as_ai2thor_takes_it(name):
+    assert loads(f'[environments.a]\nx_display = "{name}"', resolve=False).environments["a"].x_display == name
+
+
+@pytest.mark.parametrize("name", ["1.", ".1", "1.0.0", "1:", "-1"])
+def test_other_bare_x_displays_are_refused(name):
+    with pytest.raises(ConfigError, match="not auto, managed"):
+        loads(f'[environments.a]\nx_display = "{name}"', resolve=False)
