@@ -729,6 +729,13 @@ class VectorSession:
                 session._send(message, {}, limit)
             else:
                 session.send(message)
+        except PlayerTimeout as exc:
+            if limit is not None and exc.deadline == limit[1]:
+                err = self._send_timeout_error(slot, message, limit)
+                err.__cause__ = exc
+                exc = err
+            self._fail(slot, exc)
+            return
         except RenderdError as exc:
             self._fail(slot, exc)
             return
@@ -919,6 +926,24 @@ class VectorSession:
             f"{slot.sent_action}: {got} from the player (pid {session.pid}) within {within} {seconds:g} s "
             f"({waited:.3g} s after the action was sent; it is still running: {why}); its session was closed",
             deadline=deadline,
+            seconds=seconds,
+        )
+
+    @staticmethod
+    def _send_timeout_error(
+        slot: _Slot, message: str | dict[str, Any], limit: tuple[float, str, float]
+    ) -> PlayerTimeout:
+        """The PlayerTimeout of a slot whose player did not take its action by the deadline ``limit`` that
+        the call shares between its slots (it had not opened its pipe, or its pipe stayed full)."""
+        deadline, name, seconds = limit
+        action = message if isinstance(message, str) else str(message.get("action"))
+        waited = time.monotonic() - (deadline - seconds)
+        within = "the recv timeout of" if name == "recv timeout" else f"{name} ="
+        return PlayerTimeout(
+            f"{action}: the player (pid {slot.session.pid}) did not take its action within {within} {seconds:g} s "
+            f"({waited:.3g} s after the call began; one deadline for every slot it sends to). It has not opened "
+            "client.pipe, or does not read it (hung, or stopped); its session was closed",
+            deadline=name,
             seconds=seconds,
         )
 

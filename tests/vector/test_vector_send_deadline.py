@@ -5,6 +5,7 @@ opened client.pipe, or they are stopped with a full pipe) cost one wait between 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -43,7 +44,12 @@ def test_players_that_never_open_their_pipe_cost_one_step_timeout_not_one_each(n
             vs.step(["Pass"] * N)
         took = time.monotonic() - started
         assert info.value.slots == list(range(N))
-        assert "did not open client.pipe" in str(info.value)
+        assert "It has not opened client.pipe, or does not read it" in str(info.value)
+        # Every slot's error names the deadline it shared with the others, and how long ago it began.
+        for err in info.value.failures.values():
+            text = str(err)
+            assert "did not take its action within step_timeout = 1.5 s" in text, text
+            assert float(re.search(r"\(([0-9.e+-]+) s after the call began", text)[1]) >= STEP
     finally:
         vs.close()
     assert took < STEP + GRACE + 1.0, f"step() took {took:.2f} s for {N} players that never read"
@@ -81,7 +87,7 @@ def test_stopped_players_with_a_full_pipe_are_bounded_by_the_step_timeout(no_lea
             vs.step([{"action": "Pass", "padding": BIG}] * N, timeout=0.3)
         took = time.monotonic() - started
         assert info.value.slots == list(range(N))
-        assert "did not take the action within recv timeout = 0.3 s" in str(info.value)
+        assert "did not take its action within the recv timeout of 0.3 s" in str(info.value)
     finally:
         vs.close()
     assert took < 0.3 + GRACE + 1.0, f"step(timeout=0.3) took {took:.2f} s for {N} stopped players"
