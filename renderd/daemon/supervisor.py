@@ -837,7 +837,7 @@ class Supervisor:
                         due = min(due, p.deadline)
                     if p.state == State.STARTING and p.next_open:
                         due = min(due, p.next_open)
-                    if p.state == State.READY:
+                    if p.state == State.READY and p.eof_reason is None:  # (one that closed its pipe is not checked)
                         for t in (p.check_due, p.check_deadline):
                             if t is not None:
                                 due = min(due, t)
@@ -1317,7 +1317,9 @@ class Supervisor:
         if pending and p.served:
             # Most often the answer to an action its last client sent and then released the lease without
             # reading: not this player's failure, but its pipes no longer line up with the next client's.
-            self._recycle_idle(p, f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)")
+            self._recycle_idle(
+                p, f"it wrote {pending} byte(s) on server.pipe while idle (an answer nobody waited for?)"
+            )
             return
         if pending:  # nobody ever sent it an action: its own failure, restarted with backoff
             self._idle_failed(

@@ -104,3 +104,25 @@ def test_a_lease_refused_while_the_only_idle_player_closed_its_pipe_says_so(supe
     with pytest.raises(LeaseError) as raised:
         sup.acquire("demo", os.getpid(), 0.2)
     assert "1 READY closed server.pipe while idle (being replaced)" in str(raised.value)
+
+
+def test_the_loop_does_not_spin_while_it_waits_out_an_idle_players_exit(supervisor_with):
+    """A READY player that closed server.pipe gets EOF_EXIT_WAIT to exit. With health checks due meanwhile (a
+    check is never sent to it), the loop must still sleep until something is due, not run flat out."""
+    ticks: list[float] = []
+    sup = supervisor_with(fast_config(executable=f'["{sys.executable}", "{ODD_PLAYER}"]',
+                                      extra='env = {ODD_PLAYER_IDLE = "close"}\nhealth_interval = 0.01'),
+                          on_tick=lambda now: ticks.append(now))
+
+    def closed():
+        with sup.lock:
+            (p,) = sup.environments["demo"].players or (None,)
+            ok = p is not None and p.state.value == "READY" and p.eof_reason is not None
+            return p if ok and p.deadline - time.monotonic() > 0.6 else None
+
+    p = wait_for(closed, DEADLINE, "the idle player's end of file noticed")
+    start, count = time.monotonic(), len(ticks)
+    wait_for(lambda: time.monotonic() - start > 0.3, DEADLINE, "0.3 s")
+    with sup.lock:
+        assert p.state.value == "READY" and p.eof_reason is not None  # (still waiting out its exit)
+    assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.3 s"
