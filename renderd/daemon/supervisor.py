@@ -833,7 +833,10 @@ class Supervisor:
         with self.lock:
             for env in self.environments.values():
                 for p in env.players:
-                    if p.state in (State.STARTING, State.BACKOFF, State.READY) and p.deadline is not None:
+                    if p.deadline is not None and (
+                        p.state in (State.STARTING, State.READY)
+                        or (p.state == State.BACKOFF and not self._stopping)  # (no restart once stopping)
+                    ):
                         due = min(due, p.deadline)
                     if p.state == State.STARTING and p.next_open:
                         due = min(due, p.next_open)

@@ -4,6 +4,8 @@ wrote (or the end of file it gave) before a lease request took it must never rea
 from __future__ import annotations
 
 import os
+import signal
+import time
 
 from renderd.daemon.supervisor import State, Supervisor, _pending_bytes
 from tests.daemon.conftest import fast_config, wait_for
@@ -48,3 +50,34 @@ def test_a_lease_request_never_takes_an_idle_player_whose_unasked_output_the_loo
             assert _pending_bytes(lease.player.holder.fileno()) == 0
         finally:
             sup.release(lease.id)
+
+
+def test_the_loop_does_not_spin_during_a_stop_while_a_player_waits_in_backoff(supervisor_with):
+    # One player is in BACKOFF when the stop begins, another takes stop_grace to stop (it is SIGSTOPped, so its
+    # SIGTERM waits). Once the backoff's restart time passes (no restart: the daemon is stopping), the loop
+    # must go on sleeping until something happens, not run flat out until the stop ends.
+    ticks: list[float] = []
+    config = fast_config(instances=2).replace("backoff_initial = 0.05", "backoff_initial = 0.2")
+    sup = supervisor_with(config, on_tick=lambda now: ticks.append(now))
+
+    def pids() -> list[int] | None:
+        with sup.lock:
+            players = sup.environments["demo"].players
+            ok = len(players) == 2 and all(p.state == State.READY for p in players)
+            return [p.pid for p in players] if ok else None
+
+    first, second = wait_for(pids, DEADLINE, "two READY players")
+    os.kill(second, signal.SIGABRT)
+    wait_for(lambda: sup.environments["demo"].players[1].state == State.BACKOFF, DEADLINE,
+             "the crashed one in BACKOFF")
+    os.kill(first, signal.SIGSTOP)
+    try:
+        sup.request_stop()
+        start = time.monotonic()
+        wait_for(lambda: time.monotonic() - start > 0.5, DEADLINE, "the backoff's restart time passed")
+        count = len(ticks)
+        wait_for(lambda: time.monotonic() - start > 1.0, DEADLINE, "0.5 s more")
+        assert sup.environments["demo"].players[0].state == State.STOPPING  # (the stop is still under way)
+        assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.5 s"
+    finally:
+        os.kill(first, signal.SIGCONT)
