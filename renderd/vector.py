@@ -1175,24 +1175,7 @@ class VectorSession:
         """SIGKILL this process's children that carry the vector session's tag and are no slot's player:
         replacements still waiting for their first frame. Their launch then fails at once (and cleans up
         after them) instead of waiting out ``start_timeout``."""
-        known = {s.session.pid for s in self._slots if s.session is not None}
-        me = os.getpid()
-        for child in psutil.Process(me).children():
-            if child.pid in known:
-                continue
-            try:
-                pidfd = os.pidfd_open(child.pid)
-            except OSError:
-                continue
-            try:
-                # Checked with the pidfd open, so the signal cannot reach a process that reused the pid.
-                if child.ppid() == me and child.environ().get(TAG_VARIABLE) == tag:
-                    log.debug("closing: stopping the booting replacement player pid %d", child.pid)
-                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            except (psutil.Error, OSError):
-                pass
-            finally:
-                os.close(pidfd)
+        _kill_tagged(tag, {s.session.pid for s in self._slots if s.session is not None})
 
     def __enter__(self) -> VectorSession:
         return self
@@ -1213,6 +1196,29 @@ class VectorSession:
 
 
 # -- building vector sessions --------------------------------------------------------------------------
+
+
+def _kill_tagged(tag: str, known: set[int | None]) -> None:
+    """SIGKILL this process's children whose environment has :data:`TAG_VARIABLE` set to ``tag``, except
+    those in ``known``: players still booting in a launch thread, whose launch then fails at once (and
+    cleans up after them)."""
+    me = os.getpid()
+    for child in psutil.Process(me).children():
+        if child.pid in known:
+            continue
+        try:
+            pidfd = os.pidfd_open(child.pid)
+        except OSError:
+            continue
+        try:
+            # Checked with the pidfd open, so the signal cannot reach a process that reused the pid.
+            if child.ppid() == me and child.environ().get(TAG_VARIABLE) == tag:
+                log.debug("stopping the booting player pid %d", child.pid)
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except (psutil.Error, OSError):
+            pass
+        finally:
+            os.close(pidfd)
 
 
 def _make_executor(n: int) -> ThreadPoolExecutor:
@@ -1263,6 +1269,13 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
                     session.close()
                 except Exception as exc:
                     log.warning("closing a session after an interrupted start: %s", exc)
+            tag = getattr(factory, "tag", None)
+            # Players still booting (a build loading for minutes, or hung) are stopped, so the interrupt is
+            # raised now, not once each launch has waited out its start_timeout. (Another Ctrl-C ends this
+            # wait; the launches on their way are still closed as they finish.)
+            while tag is not None and not all(f.done() for f in futures[i:]):
+                _kill_tagged(tag, set())
+                wait(futures[i:], timeout=CANCEL_POLL)
             raise
         except BaseException as exc:
             failures.append((i, exc))

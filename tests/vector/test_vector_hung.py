@@ -147,3 +147,40 @@ def test_a_vector_session_collected_as_garbage_closes_without_threads(no_leaks, 
     gc.collect()
     monkeypatch.undo()
     assert started == [] and all(s.closed for s in sessions), (started, sessions)
+
+
+def test_ctrl_c_while_players_hang_at_start_returns_at_once(no_leaks):
+    # Players that never send their first frame (a build stuck loading): a Ctrl-C while launch_many waits for
+    # them stops them, instead of waiting out their start_timeout before the KeyboardInterrupt is raised.
+    start_timeout = 8.0
+    handled = []
+
+    def on_sigint(signum, frame):
+        handled.append(time.monotonic())
+        raise KeyboardInterrupt
+
+    def booting():
+        alive = []
+        for p in psutil.Process().children():
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def interrupt():
+        wait_for(lambda: len(booting()) == 2, STEP, "both players to start")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+
+    helper = threading.Thread(target=interrupt)
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        helper.start()
+        with pytest.raises(KeyboardInterrupt):
+            renderd.launch_many(2, **player_kwargs(args=["--fault-at-start", "hang"], start_timeout=start_timeout))
+        raised = time.monotonic()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        helper.join()
+    assert handled and raised - handled[0] < 2.0, f"KeyboardInterrupt raised {raised - handled[0]:.2f} s after Ctrl-C"
