@@ -1288,6 +1288,11 @@ class Supervisor:
             if p.state == State.STARTING:  # (not if the failure came from handling its exit above)
                 self._boot_failed(p, f"unusable first frame: {type(exc).__name__}: {exc}")
             return
+        if decoder.failed is not None or decoder.has_message or decoder.in_message:
+            # Read together with the first frame: a player says nothing more before an action is sent.
+            after = f"malformed bytes ({decoder.failed})" if decoder.failed is not None else "more bytes"
+            self._boot_failed(p, f"sent {after} right after its first frame, before any action")
+            return
         self._unwatch(fd)
         p.assembler = None
         # The first frame's body buffers would stay in the decoder's pool for as long as the player lives

@@ -16,10 +16,11 @@ import select
 import signal
 import sys
 
-from renderd.protocol import FieldType, encode_message, encode_metadata
+from renderd.protocol import HEADER, FieldType, encode_message, encode_metadata
 
 LIFETIME = 60.0
 ENV_IDLE = "ODD_PLAYER_IDLE"
+ENV_AFTER_FIRST = "ODD_PLAYER_AFTER_FIRST"  # garbage | message: bytes right behind the first frame
 ENV_IMAGE = "ODD_PLAYER_IMAGE"  # set: its first frame carries a black RGB image of IMAGE_SIZE x IMAGE_SIZE
 IMAGE_SIZE = 200
 
@@ -37,7 +38,13 @@ def main() -> int:
     if os.environ.get(ENV_IMAGE):
         fields.append((FieldType.RGB_IMAGE, bytes(size * size * 3)))
     server = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
-    os.writev(server, encode_message(fields))
+    first = [bytes(memoryview(b).cast("B")) for b in encode_message(fields)]
+    after = os.environ.get(ENV_AFTER_FIRST, "")
+    if after == "garbage":  # a field of unknown type 42, in the same write as the first frame
+        first.append(HEADER.pack(42, 1) + b"x")
+    elif after == "message":  # a second whole message, in the same write
+        first += [bytes(memoryview(b).cast("B")) for b in encode_message([(FieldType.METADATA, metadata)])]
+    os.write(server, b"".join(first))
     client = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
     idle = os.environ.get(ENV_IDLE, "")
     if idle == "close":

@@ -126,3 +126,16 @@ def test_the_loop_does_not_spin_while_it_waits_out_an_idle_players_exit(supervis
     with sup.lock:
         assert p.state.value == "READY" and p.eof_reason is not None  # (still waiting out its exit)
     assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.3 s"
+
+
+@pytest.mark.parametrize("after, said", [
+    ("garbage", "sent malformed bytes (unknown field type 42"),
+    ("message", "sent more bytes right after its first frame, before any action"),
+])
+def test_bytes_read_together_with_the_first_frame_are_a_boot_failure(daemon, after, said):
+    d = daemon(fast_config(executable=f'["{sys.executable}", "{ODD_PLAYER}"]',
+                           extra=f'env = {{ODD_PLAYER_AFTER_FIRST = "{after}"}}'), ready=False)
+    wait_for(lambda: d.health() is not None, DEADLINE, "the daemon to answer")
+    (failed,) = d.wait_players(lambda ps: ps and ps[0]["state"] == "FAILED", what="the slot FAILED")
+    assert said in failed["reason"], failed
+    assert "ready after" not in d.output()
