@@ -151,6 +151,12 @@ class ActionFailed(Exception):
 ACTIONS: dict[str, str] = {}
 
 
+#: Unity's quality levels, by the names AI2-THOR's ``QUALITY_SETTINGS`` gives them (``renderd.config.QUALITIES``
+#: and Unity's placeholder level 0), as ``ChangeQuality`` takes them.
+QUALITY_NAMES = ("Very Low", "Low", "Medium", "MediumCloseFitShadows", "High", "Very High", "Ultra", "High WebGL",
+                 "DONOTUSE")
+
+
 def _action(*names: str) -> Callable:
     def register(fn: Callable) -> Callable:
         for name in names:
@@ -654,6 +660,20 @@ class Player:
         self._check_answer_size("ChangeResolution", int(w), int(h), len(self.cameras))
         self.width, self.height = int(w), int(h)
         self.log.info("resolution changed to %d x %d", self.width, self.height)
+
+    @_action("ChangeQuality")
+    def _change_quality(self, action: dict) -> None:
+        # AI2-THOR's Controller sends it right after launch on CloudRendering, where -screen-quality is not
+        # respected. The renderers here have one quality: the name is checked and logged, frames do not change.
+        quality = action.get("quality")
+        if quality is None:
+            raise ActionFailed("ChangeQuality needs the argument 'quality'", "MissingArguments")
+        if quality not in QUALITY_NAMES:
+            raise ActionFailed(
+                f"ChangeQuality: no quality level named {quality!r} (one of {', '.join(QUALITY_NAMES)})",
+                "InvalidArgument",
+            )
+        self.log.info("quality level set to %s (frames do not change: the renderer has one quality)", quality)
 
     @_action("GetReachablePositions")
     def _reachable(self, action: dict) -> list[dict[str, float]]:

@@ -231,3 +231,18 @@ def test_first_field_is_metadata(player):
     assert [t for t, _ in message.fields] == [FieldType.METADATA, FieldType.RGB_IMAGE, FieldType.DEPTH_IMAGE,
                                               FieldType.IDS_IMAGE]
     assert HEADER.size == 5
+
+
+def test_change_quality_takes_unitys_level_names_and_changes_no_frame(player):
+    from renderd.config import QUALITIES
+    from renderd.player.core import QUALITY_NAMES
+
+    assert set(QUALITY_NAMES) == set(QUALITIES) | {"DONOTUSE"}  # AI2-THOR's QUALITY_SETTINGS names
+    before = player.step("Pass")
+    ev = player.step("ChangeQuality", quality="Very Low")
+    assert ev and ev.metadata["lastAction"] == "ChangeQuality"
+    np.testing.assert_array_equal(ev.frame, before.frame)
+    ev = player.step("ChangeQuality", quality="Potato")
+    assert not ev and ev.metadata["errorCode"] == "InvalidArgument" and "'Potato'" in ev.metadata["errorMessage"]
+    ev = player.step("ChangeQuality")
+    assert not ev and ev.metadata["errorCode"] == "MissingArguments"
