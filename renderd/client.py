@@ -392,8 +392,14 @@ class Session:
         accumulate across resets, like AI2-THOR's). Returns the last event. Raises what :meth:`step`
         raises, and ``ValueError`` for a ``width``/``height`` outside 1..MAX_RESOLUTION (before anything is
         sent) or one the player refuses (its ``errorMessage`` quoted; the scene is reset, the size and the
-        parameters are unchanged and Initialize is not sent; the session stays usable).
+        parameters are unchanged and Initialize is not sent; the session stays usable), ``TypeError`` for a
+        ``scene`` that is not a name (a procedural house, a dict: nothing is sent).
         """
+        if scene is not None and not isinstance(scene, str):
+            raise TypeError(
+                f"reset: scene is a scene name or None, not {type(scene).__name__} (a procedural house is loaded "
+                "with the CreateHouse action after a reset); nothing was sent"
+            )
         params = dict(init_params)
         width = params.pop("width", None)
         height = params.pop("height", None)

@@ -627,7 +627,14 @@ class VectorSession:
         if scene is None or isinstance(scene, str):
             scenes: list[str | None] = [scene] * len(indices)
         else:
-            scenes = list(scene)
+            # (A dict, such as a procedural house, is no list of names: its keys would be taken as scenes.)
+            scenes = list(scene) if not isinstance(scene, Mapping) else [scene]  # type: ignore[list-item]
+            for name in scenes:
+                if name is not None and not isinstance(name, str):
+                    raise TypeError(
+                        f"reset_async(): a scene is a name or None, not {type(name).__name__} (a procedural "
+                        "house is loaded with the CreateHouse action after a reset); nothing was sent"
+                    )
             if len(scenes) != len(indices):
                 raise ValueError(f"reset_async() got {len(scenes)} scenes for {len(indices)} slots")
         params = dict(init_params)

@@ -157,6 +157,17 @@ class TestSteps:
             assert not session.reset("NoSuchScene").metadata.get("sceneName") == "NoSuchScene"
 
 
+    def test_a_scene_that_is_not_a_name_is_refused_before_anything_is_sent(self):
+        # A procedural house (a dict, as AI2-THOR's reset takes one) is no scene name: sent as sceneName, the
+        # player refused it and the reset went on in the old scene, returning a successful Initialize.
+        with renderd.launch(**SMALL, start_timeout=START, step_timeout=10) as session:
+            before = session.sequence_id
+            with pytest.raises(TypeError, match="not dict .*nothing was sent"):
+                session.reset({"rooms": [], "objects": []}, gridSize=0.5)
+            assert session.sequence_id == before and "gridSize" not in session._init_params
+            assert session.reset("FloorPlan2").metadata["sceneName"] == "FloorPlan2"
+
+
 class TestCallOrder:
     def test_step_after_close(self):
         session = renderd.launch(peer_argv(), platform="headless", start_timeout=START)
