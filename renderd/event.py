@@ -37,6 +37,7 @@ FIFO reader never fills its own); ``cls in event.class_detections2D`` asks about
 from __future__ import annotations
 
 import copy
+from abc import abstractmethod
 import math
 import warnings
 from collections.abc import Mapping
@@ -220,7 +221,39 @@ def _mask_bounding_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
     return int(cols[0]), int(rows[0]), int(cols[-1]), int(rows[-1])
 
 
-class InstanceMasks(Mapping):
+class _LazyMasks(Mapping):
+    """A mapping of names to masks computed on first use: ``mask(key)`` (``None`` when there is none) and
+    ``_load_all()`` (compute every mask in view into ``_masks``), given by each kind."""
+
+    _masks: dict[str, np.ndarray]
+
+    @abstractmethod
+    def mask(self, key: str, default: np.ndarray | None = None) -> np.ndarray | None:
+        """The mask of ``key`` (computed now, then kept), or ``default`` when nothing in view has it."""
+
+    @abstractmethod
+    def _load_all(self) -> None:
+        """Compute the mask of every key in view (once)."""
+
+    def __contains__(self, key: object) -> bool:
+        return self.mask(key) is not None  # type: ignore[arg-type]
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        m = self.mask(key)
+        if m is None:
+            raise KeyError(key)
+        return m
+
+    def __iter__(self) -> Iterator[str]:
+        self._load_all()
+        return iter(self._masks)
+
+    def __len__(self) -> int:
+        self._load_all()
+        return len(self._masks)
+
+
+class InstanceMasks(_LazyMasks):
     """``event.instance_masks``: object id -> (H, W) bool mask of its pixels, for the objects the instance
     segmentation image shows (AI2-THOR's ``LazyInstanceSegmentationMasks``). Only ``colors`` entries whose
     name holds ``|`` (object ids) are instances. Masks are computed on first use of each key; iterating
@@ -294,25 +327,8 @@ class InstanceMasks(Mapping):
                     self.mask(name)
             self._loaded = True
 
-    def __contains__(self, key: object) -> bool:
-        return self.mask(key) is not None  # type: ignore[arg-type]
 
-    def __getitem__(self, key: str) -> np.ndarray:
-        m = self.mask(key)
-        if m is None:
-            raise KeyError(key)
-        return m
-
-    def __iter__(self) -> Iterator[str]:
-        self._load_all()
-        return iter(self._masks)
-
-    def __len__(self) -> int:
-        self._load_all()
-        return len(self._masks)
-
-
-class ClassMasks(Mapping):
+class ClassMasks(_LazyMasks):
     """``event.class_masks``: object type -> (H, W) bool mask (AI2-THOR's ``LazyClassSegmentationMasks``).
     A type is the part of an object id before its first ``|``, or a ``colors`` name without one. The key
     ``"background"`` (not listed when iterating) masks the pixels of colours ``colors`` does not list."""
@@ -352,23 +368,6 @@ class ClassMasks(Mapping):
                 if any(im.color_key(c) in present for c in colors):
                     self.mask(cls)
             self._loaded = True
-
-    def __contains__(self, key: object) -> bool:
-        return self.mask(key) is not None  # type: ignore[arg-type]
-
-    def __getitem__(self, key: str) -> np.ndarray:
-        m = self.mask(key)
-        if m is None:
-            raise KeyError(key)
-        return m
-
-    def __iter__(self) -> Iterator[str]:
-        self._load_all()
-        return iter(self._masks)
-
-    def __len__(self) -> int:
-        self._load_all()
-        return len(self._masks)
 
 
 class InstanceDetections2D(Mapping):
