@@ -277,6 +277,13 @@ def _channel_fds(session: Any) -> tuple[int, ...] | None:
     return (fd,) if pidfd is None else (fd, pidfd)
 
 
+def _writer_fd(session: Any) -> int | None:
+    """The write end of ``session``'s client.pipe, when its channel has one open (a FIFO channel)."""
+    writer_fileno = getattr(getattr(session, "channel", None), "writer_fileno", None)
+    fd = writer_fileno() if writer_fileno is not None else None
+    return fd if isinstance(fd, int) else None
+
+
 def _close_sessions(
     sessions: Sequence[Any], *, together: bool = True
 ) -> tuple[list[BaseException | None], KeyboardInterrupt | None]:
@@ -406,6 +413,7 @@ class VectorSession:
         self._failures: list[tuple[int, BaseException, bool]] = []  # (slot, error, replaced), not yet reported
         self._poller = select.poll()
         self._fd_slots: dict[int, _Slot] = {}
+        self._writer_fds: dict[int, _Slot] = {}  # (those of _fd_slots that are client.pipe write ends)
         # While a call sends: when it started (each slot's action must be written by then + its step_timeout,
         # one deadline for all of them, not one step_timeout per slot) and the caller's own deadline
         # (deadline, name, seconds), if any. See _send.
@@ -756,6 +764,14 @@ class VectorSession:
             for fd in fds:
                 self._poller.register(fd, _READ_EVENTS)
                 self._fd_slots[fd] = slot
+            wfd = _writer_fd(session)
+            if wfd is not None:
+                # No events asked: POLLERR once the player closed client.pipe, so that its answer (which
+                # may never come) is taken up at once, not at its step deadline.
+                slot.fds += (wfd,)
+                self._poller.register(wfd, 0)
+                self._fd_slots[wfd] = slot
+                self._writer_fds[wfd] = slot
 
     def _done_waiting(self, slot: _Slot) -> None:
         slot.superseded = False  # (the answer in flight, if any, is taken or given up)
@@ -765,6 +781,7 @@ class VectorSession:
             except KeyError:
                 pass
             self._fd_slots.pop(fd, None)
+            self._writer_fds.pop(fd, None)
         slot.fds = ()
         slot.in_flight = None
 
@@ -890,6 +907,7 @@ class VectorSession:
         if not ready:
             return
         hit: set[_Slot] = set()
+        input_closed: set[_Slot] = set()
         for fd, _ in ready:
             if fd == self._wake_fd:
                 self._drain_wake()
@@ -897,10 +915,14 @@ class VectorSession:
             slot = self._fd_slots.get(fd)
             if slot is not None:
                 hit.add(slot)
+                if fd in self._writer_fds:
+                    input_closed.add(slot)
         for slot in sorted(hit, key=lambda s: s.index):
             # A readable pipe may hold only part of an answer: receive once it is whole (or the player
-            # is gone), so a player stuck in the middle of a message holds up no other slot.
-            if slot.in_flight is not None and _answer_ready(slot.session):
+            # is gone), so a player stuck in the middle of a message holds up no other slot. A player that
+            # closed client.pipe is received from at once: the channel gives it a second at most to
+            # answer or exit, then reports it as a crash.
+            if slot.in_flight is not None and (slot in input_closed or _answer_ready(slot.session)):
                 self._receive(slot, rnd)
 
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:

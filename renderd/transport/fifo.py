@@ -260,6 +260,12 @@ class FifoChannel:
             raise ValueError("I/O on a closed FifoChannel")
         return self._rfd
 
+    def writer_fileno(self) -> int | None:
+        """The write end of ``client.pipe`` once it is open (else None). For callers that multiplex many
+        channels: a poll on it with no events asked reports POLLERR once the player has closed its end (it
+        reads no other action), which :meth:`recv` turns into a :class:`~renderd.errors.PlayerCrashed`."""
+        return self._wfd
+
     @property
     def closed(self) -> bool:
         return self._rfd is None

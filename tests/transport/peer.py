@@ -11,6 +11,7 @@ no-client      send the first message, then never open client.pipe (sleep until 
 slow-reader    open client.pipe but read nothing for ARG seconds, then serve
 exit-first     exit with code ARG right after the first message, before opening client.pipe
 close-client   open client.pipe, close it at once, then sleep until killed
+read-close     read one action, then close client.pipe without answering and sleep until killed
 bad-failure    answer every action as failed (``lastActionSuccess`` false, ``errorMessage`` "failed on
                purpose") with a ``sceneName`` that is not valid UTF-8 (only a full decode notices)
 =============  =========================================================================================
@@ -101,6 +102,11 @@ def main() -> int:
         return 0
     inp = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
     if mode == "close-client":
+        os.close(inp)
+        time.sleep(3600)
+        return 0
+    if mode == "read-close":
+        read_action(inp)
         os.close(inp)
         time.sleep(3600)
         return 0

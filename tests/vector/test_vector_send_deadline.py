@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import renderd
-from renderd.errors import PlayerTimeout
+from renderd.errors import PlayerCrashed, PlayerTimeout
 from tests.vector.conftest import START_TIMEOUT, player_kwargs
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
@@ -119,3 +119,20 @@ def test_reset_timeout_bounds_the_reset_actions_sent(no_leaks):
     finally:
         vs.close()
     assert took < 0.3 + GRACE + 1.0, f"reset(timeout=0.3) took {took:.2f} s"
+
+
+def test_a_player_that_closes_client_pipe_is_a_crash_at_once_not_at_its_step_timeout(no_leaks):
+    # It reads the action and closes client.pipe without answering (it will read no other): the vector
+    # session reports it within the channel's second of grace, as a single session does, not after 30 s.
+    vs = renderd.launch_many(2, [sys.executable, PEER, "read-close"], start_timeout=START_TIMEOUT,
+                             step_timeout=30.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass", "Pass"])
+        took = time.monotonic() - started
+        assert info.value.slots == [0, 1]
+        assert "closed client.pipe and sent no answer" in str(info.value.failures[0])
+    finally:
+        vs.close()
+    assert took < 15.0, f"step() took {took:.1f} s to notice players that closed client.pipe"
