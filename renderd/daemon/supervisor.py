@@ -74,6 +74,11 @@ LOOP_IDLE = 1.0
 CLIENT_PIPE_RETRY = 0.01
 #: The action a health check sends an idle player (``health_interval``): it changes nothing in a scene.
 HEALTH_CHECK_ACTION = "Pass"
+#: sequenceId of a player's first health check (the next ones count up, wrapping after HEALTH_CHECK_IDS): far
+#: from the 1, 2, 3... of a client's actions, so that a late answer to its last client's action, read during a
+#: check, is never taken for the check's answer; within a 32-bit int, as a Unity build's sequenceId is.
+HEALTH_CHECK_FIRST_ID = 2_000_000_000
+HEALTH_CHECK_IDS = 100_000_000
 #: Extra seconds, beyond ``stop_grace``, that a graceful stop of the whole daemon waits for reaping.
 SHUTDOWN_SLACK = 5.0
 #: Log lines of a player quoted in its failure reason.
@@ -250,6 +255,11 @@ def _platform_name(selection: Any) -> str | None:
         if isinstance(name, str):
             return name
     return None
+
+
+def _check_id(n: int) -> int:
+    """The sequenceId of a player's health check number ``n`` (1, 2, ...)."""
+    return HEALTH_CHECK_FIRST_ID + (n - 1) % HEALTH_CHECK_IDS
 
 
 def _pending_bytes(fd: int | None) -> int:
@@ -1369,7 +1379,7 @@ class Supervisor:
     def _send_check(self, p: Player, now: float) -> None:
         assert p.writer_fd is not None
         p.checks += 1
-        data = b"".join(encode_action({"action": HEALTH_CHECK_ACTION, "sequenceId": p.checks}))
+        data = b"".join(encode_action({"action": HEALTH_CHECK_ACTION, "sequenceId": _check_id(p.checks)}))
         try:
             # Small enough (under PIPE_BUF) to be written whole or not at all.
             os.write(p.writer_fd, data)
@@ -1433,7 +1443,7 @@ class Supervisor:
             message = None
         decoder.release_pool()  # (no frame of it is kept: see _read_first_frame)
         p.check_deadline = None
-        if seq != p.checks:
+        if seq != _check_id(p.checks):
             self._unwatch(fd)
             if p.served and (isinstance(seq, int) and not isinstance(seq, bool)):
                 # The answer to its last client's action, come after the release (with the check's behind it):

@@ -161,3 +161,28 @@ def test_a_late_answer_read_during_a_check_gets_the_player_recycled_not_failed(s
     metrics = sup.metrics.render().decode()
     assert 'renderd_player_recycles_total{environment="demo"} 1.0' in metrics
     assert "idle_failures_total{" not in metrics
+
+
+def test_a_late_answer_with_the_next_checks_sequence_id_is_not_taken_for_its_answer(supervisor_with, caplog):
+    # A client's actions are numbered 1, 2, 3...: a late answer to one of them must not pass for the answer to
+    # a health check (the check's own answer, read next, would then be an answer nobody waited for, or the
+    # next client's first answer). Checks carry sequenceIds a client does not use.
+    sup = supervisor_with(_config(interval=0.1))
+    p = _ready(sup)
+    pid = p.pid
+    lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
+    with sup.lock:
+        seq = p.checks + 1  # (what the next check would carry, numbered as a client numbers its actions)
+    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 0.5,
+                                              "sequenceId": seq})))
+        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
+    finally:
+        os.close(wfd)
+    caplog.set_level("DEBUG", logger="renderd.daemon.supervisor")
+    sup.release(lease.id)
+    wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")
+    wait_for(lambda: p.pid != pid and p.state == State.READY, DEADLINE, "a new player READY")
+    assert f"it answered sequenceId {seq} while health check" in caplog.text
+    assert p.restarts == 0 and p.reason == "", (p.restarts, p.reason)
