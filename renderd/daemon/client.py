@@ -29,7 +29,7 @@ import urllib.parse
 import weakref
 from typing import Any
 
-from renderd.config import default_socket_path
+from renderd.config import MAX_SOCKET_PATH, default_socket_path
 from renderd.errors import LeaseBusyError, LeaseError, RenderdError, error_from_dict, os_error_message
 
 __all__ = ["ControlClient", "connect", "socket_path", "DEFAULT_LEASE_TIMEOUT", "SOCKET_ENV_VAR"]
@@ -159,6 +159,12 @@ class ControlClient:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None) -> tuple[int, Any]:
         """Send one request; returns ``(status, decoded body)`` for a 2xx answer, raises otherwise."""
+        size = len(os.fsencode(self.socket))
+        if size > MAX_SOCKET_PATH:  # connect() would only say "AF_UNIX path too long"
+            raise RenderdError(
+                f"cannot reach the renderd daemon at {self.socket}: the path is {size} bytes long; a unix socket "
+                f"path holds at most {MAX_SOCKET_PATH} (pass the control socket with --socket or $RENDERD_SOCKET)"
+            )
         conn = _UnixConnection(self.socket, self.timeout if timeout is None else timeout)
         try:
             headers = {"Accept": "application/json"}
