@@ -946,7 +946,8 @@ def _read_config(name: str) -> str:
     if size > MAX_CONFIG_BYTES:
         raise ConfigError(f"larger than {MAX_CONFIG_BYTES} bytes, the limit for a configuration file", path=name)
     try:
-        text = b"".join(chunks).decode("utf-8")
+        # "utf-8-sig": a leading byte-order mark (as some Windows editors save UTF-8) is dropped, not a TOML error.
+        text = b"".join(chunks).decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"not UTF-8 text: {exc}", path=name) from None
     return text.replace("\r\n", "\n").replace("\r", "\n")

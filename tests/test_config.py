@@ -326,3 +326,12 @@ def test_a_display_number_without_a_colon_is_an_x_display_as_ai2thor_takes_it(na
 def test_other_bare_x_displays_are_refused(name):
     with pytest.raises(ConfigError, match="not auto, managed"):
         loads(f'[environments.a]\nx_display = "{name}"', resolve=False)
+
+
+def test_a_file_saved_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    # As some Windows editors save UTF-8: the mark is not TOML ("Invalid statement at line 1, column 1").
+    path = tmp_path / "c.toml"
+    path.write_bytes(b"\xef\xbb\xbf[environments.demo]\r\ninstances = 2\r\n")
+    assert load(path, resolve=False).environments["demo"].instances == 2
+    out = subprocess.run([*RENDERD, "validate", str(path)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out
