@@ -10,6 +10,7 @@ missed its deadline).
 
 from __future__ import annotations
 
+import errno
 import fnmatch
 import json
 import logging
@@ -97,6 +98,10 @@ def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     )
 
 
+#: Failures to start the probe that say this process is short of something now, not what Vulkan is.
+_RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
+
+
 def clear_cache() -> None:
     """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again)."""
     with _cache_lock:
@@ -128,6 +133,13 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
     try:
         outcome = run_probe(_PROBE_SCRIPT, [], marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True)
     except OSError as exc:
+        if exc.errno in _RESOURCE_ERRNOS:
+            # This process is short of descriptors, memory or processes now: nothing is known of Vulkan, and
+            # the next check, perhaps with more to spare, must probe again.
+            return VulkanProbe(
+                False, error=f"cannot run the Vulkan probe: {exc}",
+                fix="raise this process's limits (open files: ulimit -n / LimitNOFILE=; processes) or free memory",
+            ), False
         return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}", fix="check the Python installation"), True
     if outcome.answer is None:
         error = f"the Vulkan driver broke the probe: {outcome.failure}"

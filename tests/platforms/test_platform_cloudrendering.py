@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import textwrap
 import signal
 import threading
 import time
@@ -230,3 +233,26 @@ def test_probe_runner_keeps_an_answer_given_before_a_hang_at_exit(tmp_path):
     outcome = run_probe(script, [], marker="M", env=os.environ, timeout=0.5)
     assert time.monotonic() - started < 5
     assert outcome.answer == {"ok": True} and outcome.failure is None, outcome
+
+
+def test_a_probe_that_could_not_start_for_want_of_descriptors_is_not_remembered():
+    # Out of file descriptors, the probe cannot even start: that says nothing of Vulkan, so it is not cached
+    # (platform=auto would pass CloudRendering over for five minutes), and the fix names the limit.
+    script = textwrap.dedent("""
+        import os, resource
+        from renderd.platforms import vulkan
+        env = dict(os.environ)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (len(os.listdir("/proc/self/fd")) + 1, hard))
+        try:
+            starved = vulkan.probe_vulkan(env)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        again = vulkan.probe_vulkan(env)
+        print(starved.ok, "|", starved.error, "|", starved.fix, "|", again.ok)
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    starved_ok, error, fix, again_ok = (part.strip() for part in out.stdout.split("|"))
+    assert starved_ok == "False" and "Too many open files" in error and "ulimit -n" in fix
+    assert again_ok == "True", out.stdout  # probed again (lavapipe is installed here)
