@@ -538,6 +538,13 @@ class Supervisor:
                                 )
                                 self.wake()
                                 return lease, self._lease_answer(lease)
+                        if env.players and all(p.state == State.FAILED for p in env.players):
+                            # Given up on, each one: nothing will be ready before a reload or PUT retries them.
+                            reasons = "; ".join(sorted({p.reason for p in env.players if p.reason}))
+                            raise LeaseError(
+                                f"no ready player of {name!r}: every player failed to start and is not retried "
+                                f"until the environment is reloaded or PUT again ({reasons})"
+                            )
                         remaining = until - now
                         if remaining <= 0:
                             self.metrics.lease_timeouts.labels(name).inc()

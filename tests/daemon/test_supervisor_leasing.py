@@ -7,7 +7,10 @@ import os
 import signal
 import time
 
+import pytest
+
 from renderd.daemon.supervisor import State, Supervisor, _pending_bytes
+from renderd.errors import LeaseError
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
@@ -81,3 +84,15 @@ def test_the_loop_does_not_spin_during_a_stop_while_a_player_waits_in_backoff(su
         assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.5 s"
     finally:
         os.kill(first, signal.SIGCONT)
+
+
+def test_a_lease_request_for_an_environment_whose_players_all_failed_is_refused_at_once(supervisor_with):
+    # FAILED slots are retried only by a reload or PUT: waiting the request's whole timeout for them helps
+    # nobody (renderd.connect waited 30 s by default before being told every player failed).
+    sup = supervisor_with(fast_config(instances=2, executable='["/bin/false"]'))
+    wait_for(lambda: [p.state for p in sup.environments["demo"].players] == [State.FAILED] * 2, DEADLINE,
+             "both slots FAILED")
+    started = time.monotonic()
+    with pytest.raises(LeaseError, match=r"every player failed to start and is not retried .*exit code 1"):
+        sup.acquire("demo", os.getpid(), 60.0)
+    assert time.monotonic() - started < 30.0  # (at once; before, the whole 60 s)
