@@ -35,12 +35,12 @@ import time
 from typing import Any
 
 import psutil
+from soak import wait_for  # (benchmarks/soak.py: this script's directory is on sys.path)
 
 RENDERD = [sys.executable, "-c", "from renderd.cli import main; main()"]
 READY_TIMEOUT = 60.0
 SETTLE_TIMEOUT = 30.0
 STOP_TIMEOUT = 30.0
-POLL = 0.02
 UNREAD_SEQ = 10**9
 
 CONFIG = """
@@ -111,17 +111,6 @@ def agent(socket: str, out_path: str, seed: int) -> None:
 
 
 # -- the soak ------------------------------------------------------------------------------------------------
-def wait_for(predicate: Any, timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(POLL)
-
-
 def running(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
