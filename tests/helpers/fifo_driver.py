@@ -211,16 +211,19 @@ class PlayerProcess:
             if remaining <= 0:
                 raise TimeoutError(f"no complete message from the player within {timeout} s")
             readable, _, _ = select.select([self.server_fd], [], [], remaining)
-            if not readable:
-                continue
-            try:
-                n = os.readv(self.server_fd, self.decoder.get_buffers())
-            except BlockingIOError:
-                continue
-            if n == 0:
-                self.decoder.end_of_input()  # ProtocolError if inside a message
-                raise PlayerExited("end of input on server.pipe")
-            self.decoder.buffers_updated(n)
+            if readable:
+                self._read_some()
+
+    def _read_some(self) -> None:
+        """Read what server.pipe holds into the decoder (a subclass may also keep the bytes)."""
+        try:
+            n = os.readv(self.server_fd, self.decoder.get_buffers())
+        except BlockingIOError:
+            return
+        if n == 0:
+            self.decoder.end_of_input()  # ProtocolError if inside a message
+            raise PlayerExited("end of input on server.pipe")
+        self.decoder.buffers_updated(n)
 
     def recv_event(self, timeout: float = DEFAULT_TIMEOUT) -> Event:
         message = self.recv_message(timeout)

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import io
 import os
-import select
 import subprocess
-import time
 
 import numpy as np
 import pytest
 
-from renderd.protocol import NEED_DATA
 from tests.helpers.fifo_driver import PlayerProcess, player_command
 
 ai2thor_fifo = pytest.importorskip("ai2thor.fifo_server")
@@ -118,27 +115,15 @@ class RecordingPlayer(PlayerProcess):
         self.raw = bytearray()
         super().__init__(*args, **kwargs)
 
-    def recv_message(self, timeout=TIMEOUT):
-        self.open_server()
-        deadline = time.monotonic() + timeout
-        while True:
-            message = self.decoder.next_message()
-            if message is not NEED_DATA:
-                return message
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise TimeoutError(f"no complete message from the player within {timeout} s")
-            readable, _, _ = select.select([self.server_fd], [], [], remaining)
-            if not readable:
-                continue
-            try:
-                data = os.read(self.server_fd, 1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                raise AssertionError("end of input on server.pipe")
-            self.raw += data
-            self.decoder.receive_data(data)
+    def _read_some(self):
+        try:
+            data = os.read(self.server_fd, 1 << 20)
+        except BlockingIOError:
+            return
+        if not data:
+            raise AssertionError("end of input on server.pipe")
+        self.raw += data
+        self.decoder.receive_data(data)
 
 
 class ThorReader:
