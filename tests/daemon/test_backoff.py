@@ -10,25 +10,11 @@ import time
 
 from renderd.daemon.supervisor import State, Supervisor
 from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import only_player as _player
+from tests.daemon.supervisor_helpers import ready_pid as _ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
-
-
-def _player(sup: Supervisor):
-    with sup.lock:
-        players = sup.environments["demo"].players
-        assert len(players) <= 1, players
-        return players[0] if players else None
-
-
-def _ready_pid(sup: Supervisor) -> int:
-    def ready() -> int | None:
-        with sup.lock:
-            p = _player(sup)
-            return p.pid if p is not None and p.state == State.READY else None
-
-    return wait_for(ready, DEADLINE, "the demo player READY")
 
 
 def _crash_and_measure(sup: Supervisor, pid: int) -> float:

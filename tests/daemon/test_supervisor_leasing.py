@@ -9,36 +9,22 @@ import time
 
 import pytest
 
-from renderd.daemon.supervisor import State, Supervisor, _pending_bytes
+from renderd.daemon.supervisor import State, _pending_bytes
 from renderd.errors import LeaseError
 from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import only_player as _player
+from tests.daemon.supervisor_helpers import ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
 
 
-def _player(sup: Supervisor):
-    with sup.lock:
-        players = sup.environments["demo"].players
-        assert len(players) <= 1, players
-        return players[0] if players else None
-
-
-def _ready_pid(sup: Supervisor) -> int:
-    def ready() -> int | None:
-        with sup.lock:
-            p = _player(sup)
-            return p.pid if p is not None and p.state == State.READY and p.holder.fileno() in sup._registered else None
-
-    return wait_for(ready, DEADLINE, "the demo player READY and watched")
-
-
 def test_a_lease_request_never_takes_an_idle_player_whose_unasked_output_the_loop_has_not_read(supervisor_with):
     sup = supervisor_with(fast_config())
-    pid = _ready_pid(sup)
+    pid = ready_pid(sup, watched=True)
     lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
     sup.release(lease.id)
-    assert _ready_pid(sup) == pid
+    assert ready_pid(sup, watched=True) == pid
     with sup.lock:  # the loop cannot handle the bytes before the request below looks at the player
         p = _player(sup)
         fd = os.open(p.pair.server_path, os.O_WRONLY | os.O_NONBLOCK)
