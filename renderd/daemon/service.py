@@ -596,6 +596,8 @@ class Daemon:
         self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
         self._next_watchdog = 0.0
+        #: The supervisor's last status line (what ``systemctl status`` shows when no reload failed since).
+        self._supervisor_status = ""
         self.supervisor: Supervisor | None = None
 
     # -- directories and the lock ------------------------------------------------------------------------
@@ -877,8 +879,16 @@ class Daemon:
         log.info("reloading %s", self.config_path)
         if not self.supervisor.reload(config):
             return  # a stop began meanwhile (the supervisor logged it): systemd is told STOPPING, not READY
-        if ready:
-            self.notifier.notify("READY=1")
+        # The status line again: a failed reload's "reload failed: ..." would otherwise stay until the
+        # supervisor's summary changes, which a reload of the mended file need not do.
+        assignments = (["READY=1"] if ready else []) + (
+            [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
+        if assignments:
+            self.notifier.notify(*assignments)
+
+    def _on_supervisor_status(self, text: str) -> None:
+        self._supervisor_status = text
+        self.notifier.status(text)
 
     def _reload_control_token(self) -> None:
         """SIGHUP re-reads ``control_token_file`` (the one given at start): a rotated token replaces the old
@@ -952,7 +962,7 @@ class Daemon:
                 platforms=platforms,
                 http=http_players,
                 on_ready=lambda: self.notifier.ready(),
-                on_status=self.notifier.status,
+                on_status=self._on_supervisor_status,
                 on_tick=self._tick,
                 file_group=group,
             )

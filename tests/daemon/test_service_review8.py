@@ -1,0 +1,81 @@
+"""The daemon as a lab admin runs it: reloads with mistakes in the file, reloads under leases, what systemd is
+told. Real daemons, real players (tests/daemon/conftest.py)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+from tests.daemon.conftest import fast_config, wait_for
+
+DEADLINE = 20.0
+
+
+def _notify_socket(path: str) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(path)
+    sock.settimeout(0.2)
+    return sock
+
+
+class _Notifications:
+    """What the daemon sent to its NOTIFY_SOCKET, read as it comes."""
+
+    def __init__(self, path: str) -> None:
+        self.sock = _notify_socket(path)
+        self.got: list[list[str]] = []
+
+    def until(self, assignment: str, timeout: float = DEADLINE) -> list[str]:
+        """Read datagrams until one holds ``assignment``; returns that datagram's assignments."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                data = self.sock.recv(65536).decode()
+            except TimeoutError:
+                continue
+            self.got.append(data.split("\n"))
+            if assignment in self.got[-1]:
+                return self.got[-1]
+        raise AssertionError(f"no {assignment} within {timeout} s; got {self.got}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _status(datagrams: list[list[str]]) -> str | None:
+    """The last STATUS= among ``datagrams``."""
+    last = None
+    for datagram in datagrams:
+        for a in datagram:
+            if a.startswith("STATUS="):
+                last = a[len("STATUS="):]
+    return last
+
+
+# -- what systemd is told -------------------------------------------------------------------------------------
+def test_a_good_reload_after_a_failed_one_clears_the_failure_from_the_status_line(daemon, tmp_path):
+    """`systemctl status` showed 'reload failed: ...' for ever once a reload had failed: the fixed file's reload
+    (same players, same summary) sent READY=1 but no STATUS, and the supervisor sends one only when its summary
+    changes."""
+    notes = _Notifications(str(tmp_path / "notify.sock"))
+    try:
+        d = daemon(fast_config(), env={"NOTIFY_SOCKET": str(tmp_path / "notify.sock")})
+        notes.until("READY=1")
+        good = Path(d.config_path).read_text()
+        with open(d.config_path, "w") as f:
+            f.write("[environments.demo]\nwidth = -1\n")
+        d.signal(signal.SIGHUP)
+        notes.until("READY=1")
+        assert "reload failed" in _status(notes.got)
+        with open(d.config_path, "w") as f:
+            f.write(good)
+        d.signal(signal.SIGHUP)
+        notes.until("READY=1")
+        status = _status(notes.got)
+        assert "reload failed" not in status, notes.got
+        assert "demo 1/1 up" in status, notes.got
+    finally:
+        notes.close()
