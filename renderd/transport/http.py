@@ -840,9 +840,9 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     ``POST /train`` answers 200 with the next action (JSON), or a JSON error ``{"error": {"type",
     "message"}}``: 403 for a missing or unknown token (nothing reaches any bridge); 400 for malformed
     multipart, a missing or invalid metadata part, or an image whose size fits no agent's screen (when
-    the token was valid the client's next call raises :class:`ProtocolError` too); 409 when the player
-    already has a request waiting, or its stream failed; 410 when its bridge is closed; 411 without a
-    Content-Length; 413 when Content-Length exceeds the registry's ``max_request_size`` (checked before
+    the token was valid the client's next call raises :class:`ProtocolError` too; an empty body,
+    ``Content-Length: 0``, is malformed multipart); 409 when the player already has a request waiting,
+    or its stream failed; 410 when its bridge is closed; 411 without a Content-Length; 413 when Content-Length exceeds the registry's ``max_request_size`` (checked before
     the body is read).
     """
 
@@ -853,12 +853,12 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         return [b"pong"]
 
     def train(environ: dict, start_response: Callable) -> list[bytes]:
-        try:
+        try:  # "0" is an empty body (refused below as malformed); only a missing length is 411
             length = int(environ.get("CONTENT_LENGTH") or "")
         except ValueError:
             length = -1
-        if length <= 0:
-            return _error(start_response, 411, "ProtocolError", "POST /train needs a Content-Length header and a body")
+        if length < 0:
+            return _error(start_response, 411, "ProtocolError", "POST /train needs a Content-Length header")
         if length > registry.max_request_size:
             return _error(
                 start_response,

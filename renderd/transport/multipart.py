@@ -226,6 +226,8 @@ def split_multipart(
     if not boundary or len(boundary) > MAX_BOUNDARY_LENGTH:
         raise MultipartError(f"invalid multipart boundary {boundary!r}")
     length = len(body)
+    if not length:
+        raise MultipartError("the body is empty (Content-Length: 0); a multipart body has at least one part", 0)
     delimiter = b"--" + boundary
     separator = _CRLF + delimiter
     if body[: len(delimiter)] == delimiter:
