@@ -40,6 +40,7 @@ import inspect
 import json
 import logging
 import os
+import re
 import secrets
 import select
 import shutil
@@ -971,6 +972,7 @@ _REASONS = {
     503: "Service Unavailable",
     505: "HTTP Version Not Supported",
 }
+_BLANK_LINES = re.compile(rb"(?:\r\n)*")
 _POLL_HUP = select.POLLHUP | select.POLLERR | getattr(select, "POLLRDHUP", 0)
 
 
@@ -1081,10 +1083,21 @@ class _Connection:
         """The request head (without its final blank line) and where its end is in buf."""
         searched = 0
         deadline = None
+        blank = 0  # bytes of empty lines skipped before the request line
         while True:
-            if deadline is None and self.have:  # from the head's first byte
-                deadline = (time.monotonic() + REQUEST_TIMEOUT,
-                            f"the request head did not arrive within {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)")
+            if deadline is None and self.have:
+                # RFC 9112 2.2: empty lines before a request line are ignored (a client may end a body
+                # with an extra CRLF); the connection stays idle until the request line's first byte.
+                skip = _BLANK_LINES.match(self.buf, 0, self.have).end()  # type: ignore[union-attr]
+                if skip:
+                    blank += skip
+                    if blank > MAX_HEAD_SIZE:
+                        raise _HttpError(400, f"more than {MAX_HEAD_SIZE} bytes of empty lines before a request line")
+                    self._consume(skip)
+                    searched = 0
+                if self.have and not (self.have == 1 and self.buf[0] == 0x0D):  # (a lone CR: a blank line's start)
+                    deadline = (time.monotonic() + REQUEST_TIMEOUT,  # from the head's first byte
+                                f"the request head did not arrive within {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)")
             end = self.buf.find(b"\r\n\r\n", max(0, searched - 3), self.have)
             if end >= 0:
                 return bytes(self.buf[:end]), end + 4
@@ -1093,7 +1106,7 @@ class _Connection:
             searched = self.have
             if self.have >= MAX_HEAD_SIZE:
                 raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
-            self.have += self._recv_into(self.view[self.have :], idle=self.have == 0, deadline=deadline)
+            self.have += self._recv_into(self.view[self.have :], idle=deadline is None, deadline=deadline)
 
     def _read_body(self, start: int, length: int) -> bytearray:
         # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the

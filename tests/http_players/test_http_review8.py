@@ -31,3 +31,41 @@ def test_content_length_zero_is_an_empty_body_not_a_missing_length(served):
     assert client.response().body == b"pong"
     client.send(b"POST /train HTTP/1.1\r\n\r\n")  # no Content-Length at all: still 411
     assert client.response().status == 411
+
+
+# -- blank lines before a request line (RFC 9112 2.2) ---------------------------------------------------
+
+
+def test_blank_lines_before_a_request_line_are_ignored_on_a_keep_alive_connection(served):
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+    for blank in (b"\r\n", b"\r\n\r\n", b"\r\n" * 10):
+        client.send(blank + b"GET /ping HTTP/1.1\r\n\r\n")
+        response = client.response()
+        assert (response.status, response.body) == (200, b"pong"), (blank, response)
+    client.send(b"\r")  # a blank line split between two reads
+    client.send(b"\nGET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+
+
+def test_a_blank_line_after_a_request_leaves_the_connection_idle(served, monkeypatch):
+    # Some clients end a POST body with an extra CRLF. That line is no request begun: the connection is
+    # idle until the next request line (IDLE_TIMEOUT), not a request head that must arrive within
+    # REQUEST_TIMEOUT (a 408 and a closed connection for a player whose next frame took that long).
+    monkeypatch.setattr(http_transport, "REQUEST_TIMEOUT", 0.2)
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n\r\n")
+    assert client.response().body == b"pong"
+    client.sock.settimeout(1.0)  # five REQUEST_TIMEOUTs: the connection must stay open
+    assert not client.closed_by_server(), client.buf
+    client.sock.settimeout(DEADLINE)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+
+
+def test_a_flood_of_blank_lines_is_refused(served):
+    client = connect(served)
+    client.send(b"\r\n" * (http_transport.MAX_HEAD_SIZE // 2 + 10))
+    assert client.response().status == 400
+    assert client.closed_by_server()
