@@ -872,6 +872,7 @@ class Daemon:
             )
         try:
             config = load(self.config_path, check_cross=False).with_daemon(**self.overrides)
+            self._check_running_http(config)
         except ConfigError as exc:
             log.error("reload failed, keeping the running configuration: %s", exc)
             self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {exc}")
@@ -885,6 +886,20 @@ class Daemon:
             [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
         if assignments:
             self.notifier.notify(*assignments)
+
+    def _check_running_http(self, config: Config) -> None:
+        """A reloaded ``config``'s ``transport = "http"`` environments need the HTTP listener this daemon runs:
+        ``[daemon] http`` takes effect only at a restart, so one the file sets now opens no listener, and players
+        replaced with HTTP ones could never start. Raises ConfigError naming the file and the key."""
+        if self.config.daemon.http:
+            return
+        for name, env in config.environments.items():
+            if env.transport == "http":
+                raise ConfigError(
+                    "transport 'http' needs the HTTP listener, and this daemon runs without one: [daemon] http "
+                    "(or --http) takes effect only when renderd restarts (systemctl restart renderd)",
+                    path=self.config_path, key=f"environments.{name}.transport",
+                )
 
     def _on_supervisor_status(self, text: str) -> None:
         self._supervisor_status = text

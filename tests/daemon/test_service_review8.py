@@ -79,3 +79,21 @@ def test_a_good_reload_after_a_failed_one_clears_the_failure_from_the_status_lin
         assert "demo 1/1 up" in status, notes.got
     finally:
         notes.close()
+
+
+# -- reloads with mistakes in the file --------------------------------------------------------------------------
+def test_a_reload_to_http_players_without_the_http_listener_is_refused_and_keeps_the_players(daemon):
+    """[daemon] http takes effect only at a restart, yet a reload that added it with a `transport = "http"`
+    environment passed the file's own cross-check: the daemon, which has no HTTP listener, replaced its running
+    FIFO players one by one with players that could never start, and lost them all."""
+    d = daemon(fast_config(instances=2))
+    pids = sorted(p["pid"] for p in d.players())
+    with open(d.config_path, "w") as f:
+        f.write(fast_config(instances=2, extra='transport = "http"', daemon='http = "127.0.0.1:0"'))
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload failed" in d.output(), DEADLINE, "the reload to be refused")
+    out = d.output()
+    assert "environments.demo.transport" in out and "restart" in out, out
+    players = d.players()  # (the reload was refused on the loop's thread: nothing was replaced)
+    assert [p["state"] for p in players] == ["READY", "READY"], players
+    assert sorted(p["pid"] for p in players) == pids
