@@ -60,7 +60,7 @@ from renderd.errors import (
     os_error_message,
 )
 from renderd.event import FrameAssembler
-from renderd.process import PlayerProcess, player_argv, player_env
+from renderd.process import KILL_REAP_TIMEOUT, PlayerProcess, player_argv, player_env
 from renderd.protocol import NEED_DATA, FieldType, decode_metadata, encode_action
 from renderd.transport.fifo import FifoChannel, FifoPair
 
@@ -81,6 +81,9 @@ HEALTH_CHECK_FIRST_ID = 2_000_000_000
 HEALTH_CHECK_IDS = 100_000_000
 #: Extra seconds, beyond ``stop_grace``, that a graceful stop of the whole daemon waits for reaping.
 SHUTDOWN_SLACK = 5.0
+#: Extra seconds, beyond its grace and KILL_REAP_TIMEOUT, that the end of a shutdown waits for a player's stop
+#: under way (scanning /proc for its group, a busy machine) before it leaves that stop to its thread.
+STOP_BOUND_SLACK = 2.0
 #: Log lines of a player quoted in its failure reason.
 REASON_LOG_LINES = 8
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
@@ -319,7 +322,9 @@ class Supervisor:
         self._registered: dict[int, Any] = {}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._watch(self._wake_r, ("wake", None))
-        self._stoppers: list[threading.Thread] = []
+        #: Stops under way (see _begin_stop): each thread, and when its stop() ends at the latest (its grace,
+        #: then KILL_REAP_TIMEOUT for SIGKILL and the reap).
+        self._stoppers: list[tuple[threading.Thread, float]] = []
         self._selectors: list[threading.Thread] = []  # platform selections under way (see _selection)
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._display_checks: set[int] = set()  # id(managed display) being checked for a hang (_check_display)
@@ -1535,7 +1540,8 @@ class Supervisor:
                 self.wake()
 
         t = threading.Thread(target=stopper, name=f"renderd-stop-{proc.pid}", daemon=True)
-        self._stoppers = [s for s in self._stoppers if s.is_alive()] + [t]
+        until = time.monotonic() + grace + KILL_REAP_TIMEOUT + STOP_BOUND_SLACK
+        self._stoppers = [(s, u) for s, u in self._stoppers if s.is_alive()] + [(t, until)]
         t.start()
 
     def _after_stop(self, p: Player) -> None:
@@ -1741,18 +1747,29 @@ class Supervisor:
             if t.is_alive():  # a probe (a child process of that thread) must not outlive the daemon
                 log.warning("waiting for a platform probe to end (%s) before stopping", t.name)
                 t.join(SELECTION_STOP_WAIT)
+        # A stop under way (begun with a longer stop_grace than a reload left, or when the loop failed) is waited
+        # for, within the bound of its own grace: stopping its player from this thread too would signal and reap
+        # it twice at once (a process group signalled after its reap may be someone else's by then).
+        for t, until in self._stoppers:
+            if t.is_alive():
+                log.info("waiting for the stop under way in %s (at most %.3g s)", t.name,
+                         max(0.0, until - time.monotonic()))
+                t.join(max(0.0, until - time.monotonic()))
         with self.lock:
             for env in self.environments.values():
                 for p in env.players:
-                    if p.proc is not None and p.proc.returncode is None:
+                    if p.stop is not None and not p.stop_done.is_set():
+                        # Past its bound (stuck in the kernel?): left to its stopper, never stopped twice.
+                        log.error("%s[%d] pid %s: its stop did not end within its grace and the SIGKILL's %g s; "
+                                  "leaving it", env.name, p.index, p.pid, KILL_REAP_TIMEOUT)
+                        p.proc = None
+                    elif p.proc is not None and p.proc.returncode is None:
                         log.warning("%s[%d] pid %s still running at shutdown; killing it",
                                     env.name, p.index, p.pid)
                         p.proc.stop(0.0)
                     self._close_player_resources(p)
                 sel, env.selection = env.selection, None
                 self._release_selection(sel)
-        for t in self._stoppers:
-            t.join(SHUTDOWN_SLACK)
 
     def close(self) -> None:
         """Release the loop's own descriptors (after :meth:`run`, once no signal can be routed to the
