@@ -1,0 +1,54 @@
+"""The supervisor at the edges of a shutdown and of an idle player's pipe: each player is stopped once, a
+player that stops during the shutdown is not said to restart, and an idle server.pipe that is readable but
+empty is not taken for an end of file. Real players, real FIFOs; an in-process Supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+import threading
+
+from renderd.config import loads
+from renderd.daemon import supervisor as supervisor_module
+from renderd.daemon.supervisor import State
+from renderd.process import PlayerProcess
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+
+def _loop_thread() -> threading.Thread:
+    (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+    return loop
+
+
+def test_a_player_whose_stop_is_still_under_way_when_the_shutdown_ends_is_stopped_once(
+    supervisor_with, monkeypatch
+):
+    # A recycle begins stopping a player that ignores SIGTERM (SIGSTOPped) with stop_grace = 3 s; a reload then
+    # shortens stop_grace, and the daemon stops: its shutdown deadline passes while the first stop still waits
+    # out its grace. The loop thread must not stop (signal, reap) that player a second time meanwhile.
+    monkeypatch.setattr(supervisor_module, "SHUTDOWN_SLACK", 0.2)
+    first_stops: list[tuple[int, str]] = []  # (pid, thread) of each stop() begun on a player not stopped yet
+    stop = PlayerProcess.stop
+
+    def counting_stop(self, *args, **kwargs):
+        if not self._stopped:
+            first_stops.append((self.pid, threading.current_thread().name))
+        return stop(self, *args, **kwargs)
+
+    monkeypatch.setattr(PlayerProcess, "stop", counting_stop)
+    config = fast_config().replace("stop_grace = 2.0", "stop_grace = 3.0")
+    sup = supervisor_with(config)
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGSTOP)  # its SIGTERM waits: the stop takes the whole grace, then SIGKILL
+    lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease.id, clean=False)
+    wait_for(lambda: only_player(sup).state == State.STOPPING and first_stops, DEADLINE, "the recycle's stop")
+    assert sup.reload(loads(textwrap.dedent(config.replace("stop_grace = 3.0", "stop_grace = 0.1"))))
+    sup.request_stop()
+    loop = _loop_thread()
+    loop.join(DEADLINE)
+    assert not loop.is_alive()
+    assert [t for p, t in first_stops if p == pid] == [f"renderd-stop-{pid}"], first_stops
