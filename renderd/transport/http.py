@@ -1640,14 +1640,19 @@ class FifoPump:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def stop(self, timeout: float = STOP_TIMEOUT) -> None:
-        """Stop the pump and wait (up to ``timeout`` s) for its thread; it closes its pipe ends. Idempotent."""
+    def stop(self, timeout: float | None = STOP_TIMEOUT) -> None:
+        """Stop the pump and wait (up to ``timeout`` s) for its thread; it closes its pipe ends. Idempotent.
+
+        ``None`` or ``inf`` waits without a limit; 0, a negative or a NaN timeout does not wait."""
         self._stop.set()
         self.bridge.wake()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
-            if thread.is_alive():
+            if timeout is None or timeout >= threading.TIMEOUT_MAX:  # a lock takes no longer timeout
+                thread.join()
+            else:
+                thread.join(timeout if timeout > 0 else 0.0)  # (NaN compares false: no wait)
+            if thread.is_alive() and timeout is not None and timeout > 0:
                 logger.warning("%s: the FIFO pump did not stop within %.1f s", self.bridge.name, timeout)
 
     close = stop

@@ -69,3 +69,28 @@ def test_a_flood_of_blank_lines_is_refused(served):
     client.send(b"\r\n" * (http_transport.MAX_HEAD_SIZE // 2 + 10))
     assert client.response().status == 400
     assert client.closed_by_server()
+
+
+# -- FifoPump.stop without a time limit --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 1e300, float("nan"), -1.0, None])
+def test_pump_stop_takes_any_timeout(timeout):
+    # stop(inf) raised OverflowError (a lock takes no timeout that large) and stop(nan) ValueError,
+    # leaving the pump running; inf (or None) waits without a limit, NaN or a negative one not at all.
+    registry = PlayerBridgeRegistry()
+    pair = FifoPair.create()
+    pump = None
+    try:
+        bridge = registry.register(name="stopped player")
+        pump = FifoPump(bridge, pair.server_path, pair.client_path).start()
+        pump.stop(timeout)
+        if timeout is None or timeout > 0:
+            assert not pump.running
+        wait_for(lambda: not pump.running, DEADLINE, "the pump's thread to end")
+        assert pump.reason == "stopped"
+    finally:
+        if pump is not None and pump.running:
+            pump.stop()
+        registry.close()
+        pair.remove()
