@@ -1656,6 +1656,12 @@ class Supervisor:
         if p.retire or env.removing:
             self._remove_slot(p)
             return
+        if self._stopping:  # no restart follows: the daemon is stopping
+            p.state = State.EXITED
+            p.deadline = None
+            log.info("%s[%d] stopped during the daemon's shutdown (it had failed to boot: %s); not restarted",
+                     env.name, p.index, reason)
+            return
         if p.boot_failures >= limit:
             p.state = State.FAILED
             p.deadline = None

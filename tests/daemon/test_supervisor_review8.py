@@ -4,6 +4,7 @@ empty is not taken for an end of file. Real players, real FIFOs; an in-process S
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import textwrap
@@ -52,3 +53,28 @@ def test_a_player_whose_stop_is_still_under_way_when_the_shutdown_ends_is_stoppe
     loop.join(DEADLINE)
     assert not loop.is_alive()
     assert [t for p, t in first_stops if p == pid] == [f"renderd-stop-{pid}"], first_stops
+
+
+def test_a_player_whose_boot_failure_stop_ends_during_the_shutdown_is_not_said_to_restart(supervisor_with, caplog):
+    # The player never sends a first frame and ignores SIGTERM: its boot failure's stop takes stop_grace, and
+    # the daemon's stop begins meanwhile. No restart follows, so none may be logged, counted or scheduled.
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    exe = '["/bin/sh", "-c", "trap \'\' TERM; exec sleep 30"]'
+    sup = supervisor_with(
+        fast_config(executable=exe).replace("start_timeout = 20.0", "start_timeout = 0.3")
+        .replace("stop_grace = 2.0", "stop_grace = 1.0")
+    )
+    wait_for(lambda: only_player(sup) is not None and only_player(sup).state == State.STOPPING, DEADLINE,
+             "the boot failure's stop to begin")
+    p = only_player(sup)
+    restarts = p.restarts
+    mark = len(caplog.records)
+    sup.request_stop()
+    loop = _loop_thread()
+    loop.join(DEADLINE)
+    assert not loop.is_alive()
+    after = [r.getMessage() for r in caplog.records[mark:]]
+    assert not [m for m in after if "restarting in" in m], after
+    assert [m for m in after if "demo[0]" in m and "stopped during the daemon's shutdown" in m], after
+    assert p.restarts == restarts
+    assert p.state == State.EXITED and "no first frame within start_timeout" in p.reason
