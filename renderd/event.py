@@ -27,8 +27,9 @@ dtypes and values), plus ``instance_masks``, ``class_masks``, ``instance_detecti
 and ``pose_discrete``, all computed on first use. Where AI2-THOR is inconsistent renderd keeps to one rule:
 every colour image is (H, W, 3), where AI2-THOR leaves third-party RGB and normals at the 4 bytes per pixel
 of CloudRendering; a flow image is ``flow_frame`` (AI2-THOR's Event declares it but stores the image in
-``flows_frame``), and ``third_party_flows_frames`` is the same list as ``third_party_flow_frames`` (AI2-THOR's
-FIFO reader never fills its own); ``cls in event.class_detections2D`` asks about that type (AI2-THOR's asks
+``flows_frame``, which renderd's gives too), and ``third_party_flows_frames`` is the same list as
+``third_party_flow_frames`` (AI2-THOR's FIFO reader never fills its own); AI2-THOR's deprecated
+``class_segmentation_frame``, ``cv2image()`` and ``image_data`` warn and answer as its do; ``cls in event.class_detections2D`` asks about that type (AI2-THOR's asks
 ``instance_masks``); masks of a 1-pixel-high or -wide image keep their (H, W) shape. ``metadata`` is an
 :class:`AgentMetadata`, a dict that, like AI2-THOR's ``MetadataWrapper``, answers the deprecated keys
 ``reachablePositions`` and ``hand`` (only when the player did not send them itself).
@@ -630,6 +631,32 @@ class Event:
     def third_party_flows_frames(self) -> list[np.ndarray]:
         """AI2-THOR's name for :attr:`third_party_flow_frames`."""
         return self.third_party_flow_frames
+
+    @property
+    def flows_frame(self) -> np.ndarray | None:
+        """:attr:`flow_frame` under the name AI2-THOR's Event stores the flow image in."""
+        return self.flow_frame
+
+    @property
+    def class_segmentation_frame(self) -> np.ndarray | None:
+        """AI2-THOR's deprecated name for :attr:`semantic_segmentation_frame` (warns, as AI2-THOR's does)."""
+        warnings.warn(
+            "event.class_segmentation_frame is deprecated: use event.semantic_segmentation_frame",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.semantic_segmentation_frame
+
+    def cv2image(self) -> np.ndarray | None:
+        """AI2-THOR's deprecated method for :attr:`cv2img` (warns, as AI2-THOR's does)."""
+        warnings.warn("event.cv2image() is deprecated: use event.cv2img", stacklevel=2)
+        return self.cv2img
+
+    @property
+    def image_data(self) -> None:
+        """Removed in AI2-THOR (it warns and gives None): the RGB image is :attr:`frame`."""
+        warnings.warn("event.image_data was removed: the RGB image is event.frame", stacklevel=2)
+        return None
 
     @property
     def cv2img(self) -> np.ndarray | None:
