@@ -381,36 +381,56 @@ class DisplayManager:
         binary = self.xvfb or find_xvfb(env)
         if binary is None:
             raise PlatformError(f"cannot start a managed display: Xvfb is not installed; fix: {INSTALL_HINT}")
-        argv = [binary, "-displayfd", "", "+extension", "GLX", "-nolisten", "tcp", "-noreset"]
+        argv = [binary, "-displayfd", "<fd>", "+extension", "GLX", "-nolisten", "tcp", "-noreset"]
         for screen in range(screens):
             argv += ["-screen", str(screen), f"{width}x{height}x{XVFB_DEPTH}"]
         argv += ["-I", MANAGED_MARKER]  # must stay last: "-I" ignores what follows
         deadline = time.monotonic() + self.start_timeout
-        read_fd, write_fd = os.pipe()
-        argv[2] = str(write_fd)
-        log_file = tempfile.TemporaryFile(prefix="renderd-xvfb-")
-        try:
+        child_env = dict(env)
+
+        def spawn() -> tuple[subprocess.Popen[bytes], int, IO[bytes]]:
+            # Everything the child inherits is made here, on the spawner thread, and belongs to this job: a
+            # fork that comes after the caller gave up (XVFB_SPAWN_TIMEOUT) must not pass on descriptor
+            # numbers the caller has closed, which another thread may have opened again meanwhile.
+            log_file = tempfile.TemporaryFile(prefix="renderd-xvfb-")
+            read_fd, write_fd = os.pipe()
             try:
-                proc = _SPAWNER.run(
-                    lambda: subprocess.Popen(
-                        argv,
-                        stdin=subprocess.DEVNULL,
-                        stdout=log_file,
-                        stderr=subprocess.STDOUT,
-                        env=dict(env),
-                        pass_fds=(write_fd,),
-                        process_group=0,
-                        preexec_fn=die_with_parent(os.getpid(), signal.SIGTERM),  # SIGTERM: it removes its socket
-                    ),
-                    timeout=XVFB_SPAWN_TIMEOUT,
-                    on_late=self._stop_process,
+                proc = subprocess.Popen(
+                    [*argv[:2], str(write_fd), *argv[3:]],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=child_env,
+                    pass_fds=(write_fd,),
+                    process_group=0,
+                    preexec_fn=die_with_parent(os.getpid(), signal.SIGTERM),  # SIGTERM: it removes its socket
                 )
-            except OSError as exc:
-                raise PlatformError(os_error_message(exc, f"cannot start {binary}")) from exc
-            except concurrent.futures.TimeoutError:
-                raise PlatformError(f"could not fork {binary} within {XVFB_SPAWN_TIMEOUT:g} s") from None
+            except BaseException:
+                os.close(read_fd)
+                log_file.close()
+                raise
             finally:
                 os.close(write_fd)
+            return proc, read_fd, log_file
+
+        def stop_late(spawned: tuple[subprocess.Popen[bytes], int, IO[bytes]]) -> None:
+            proc, read_fd, log_file = spawned
+            try:
+                self._stop_process(proc)
+            finally:
+                os.close(read_fd)
+                log_file.close()
+
+        try:
+            proc, read_fd, log_file = _SPAWNER.run(spawn, timeout=XVFB_SPAWN_TIMEOUT, on_late=stop_late)
+        except concurrent.futures.TimeoutError:  # before OSError: TimeoutError is one
+            raise PlatformError(
+                f"could not fork {binary} within {XVFB_SPAWN_TIMEOUT:g} s (the machine is overloaded, or out of "
+                "memory or processes)"
+            ) from None
+        except OSError as exc:
+            raise PlatformError(os_error_message(exc, f"cannot start {binary}")) from exc
+        try:
             try:
                 number = self._read_display_number(proc, read_fd, deadline, log_file)
             except BaseException:
