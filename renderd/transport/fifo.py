@@ -222,6 +222,14 @@ class FifoChannel:
         self._received = 0  # bytes read from server.pipe so far
         self._message_start = 0  # stream offset where the message being received begins
         self._wfd: int | None = None
+        # The rest of an action written in part (see send): written before anything else, so the stream
+        # stays framed.
+        self._unsent: list[memoryview] = []
+        #: Set by a caller that waits on many channels at once (a VectorSession): send() then writes what
+        #: client.pipe takes at once and keeps the rest for flush(), instead of waiting for the player to
+        #: read it. Such a caller flushes the rest (polling writer_fileno() for POLLOUT) before it waits for
+        #: the answer.
+        self.partial_sends = False
         self._player: PlayerWatch | None = None
         self._pidfd: int | None = None
         try:
@@ -423,18 +431,36 @@ class FifoChannel:
         return err
 
     # -- sending -----------------------------------------------------------------------------------------
+    @property
+    def unsent(self) -> int:
+        """Bytes of an action not written yet: 0, unless ``partial_sends`` left a rest for :meth:`flush`, or
+        a send's deadline passed half-way (the rest is then written first by the next send)."""
+        return sum(v.nbytes for v in self._unsent)
+
     def send(self, buffers: Sequence[Any], deadline: float, deadline_name: str = "step_timeout") -> None:
         """Write one encoded message (``renderd.protocol.encode_action``) completely, in one ``writev``
         when the pipe has room.
 
         Raises :class:`PlayerTimeout` if the player neither opens ``client.pipe`` nor drains it before
         ``deadline``, :class:`PlayerCrashed` if it exits or closes the pipe (EPIPE), and
-        :class:`RenderdError` for other I/O errors.
+        :class:`RenderdError` for other I/O errors. What the deadline left unwritten is kept and written
+        before the next message (a half-written action is never followed by another one's bytes).
+
+        With ``partial_sends``, it waits only to open ``client.pipe``: it writes what the pipe takes now
+        and keeps the rest (:attr:`unsent`) for :meth:`flush`; a message sent meanwhile queues behind it.
         """
         if self._rfd is None:
             raise ValueError("I/O on a closed FifoChannel")
         if self._wfd is None:
             self._open_writer(deadline, deadline_name)
+        unsent = self._unsent
+        if unsent:
+            # The rest of an earlier action first, so that the player reads whole actions.
+            if self.partial_sends:
+                unsent.extend(byte_views(buffers))
+                self._write_some()
+                return
+            self._write_rest(deadline, deadline_name)
         wfd = self._wfd
         try:
             n = os.writev(wfd, buffers)
@@ -445,12 +471,47 @@ class FifoChannel:
         except OSError as exc:
             raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
         if n < message_nbytes(buffers):
-            pending = byte_views(buffers)
-            drop_written(pending, n)
-            self._write_rest(pending, deadline, deadline_name)
+            rest = byte_views(buffers)
+            drop_written(rest, n)
+            # Kept past this call: a copy of any buffer the caller might reuse (encode_action's are bytes).
+            unsent.extend(v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in rest)
+            if not self.partial_sends:
+                self._write_rest(deadline, deadline_name)
 
-    def _write_rest(self, pending: list[memoryview], deadline: float, deadline_name: str) -> None:
-        # Wait for room and write the rest.
+    def flush(self, deadline: float | None = None, deadline_name: str = "step_timeout") -> bool:
+        """Write what is left of the actions sent (:attr:`unsent`); True once nothing is left.
+
+        Without ``deadline``, writes what ``client.pipe`` takes now and returns at once; with one, waits
+        for the player to read until then (:class:`PlayerTimeout` if it does not). Raises
+        :class:`PlayerCrashed` if the player exits or closed the pipe, :class:`RenderdError` for other I/O
+        errors."""
+        if not self._unsent:
+            return True
+        if self._wfd is None:
+            raise ValueError("I/O on a closed FifoChannel")
+        if deadline is None:
+            self._write_some()
+        else:
+            self._write_rest(deadline, deadline_name)
+        return not self._unsent
+
+    def _write_some(self, deadline_name: str = "step_timeout") -> None:
+        """Write what the pipe takes now of the unsent rest, without waiting."""
+        pending = self._unsent
+        while pending:
+            try:
+                n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
+            except BlockingIOError:
+                return
+            except BrokenPipeError as exc:
+                raise self._crash_on_epipe(deadline_name) from exc
+            except OSError as exc:
+                raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
+            drop_written(pending, n)
+
+    def _write_rest(self, deadline: float, deadline_name: str) -> None:
+        # Wait for room and write the unsent rest; on any error what is left stays unsent.
+        pending = self._unsent
         poller = select.poll()
         poller.register(self._wfd, _WRITE_EVENTS)
         if self._pidfd is not None:
@@ -473,7 +534,7 @@ class FifoChannel:
             if not events:
                 continue
             try:
-                n = os.writev(self._wfd, pending)
+                n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
             except BlockingIOError:
                 continue
             except BrokenPipeError as exc:
@@ -536,6 +597,7 @@ class FifoChannel:
         """Close both ends (the write end first, so the player sees end of file). Idempotent."""
         wfd, self._wfd = self._wfd, None
         rfd, self._rfd = self._rfd, None
+        self._unsent = []
         self.decoder.release_pool()
         for fd in (wfd, rfd):
             if fd is not None:
