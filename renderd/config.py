@@ -813,7 +813,13 @@ def resolve_executable(name: str) -> str:
     from renderd.process import resolve_executable as resolve_argv
 
     if os.sep in name:
-        path = os.path.abspath(os.path.expanduser(name))
+        try:
+            path = os.path.abspath(os.path.expanduser(name))
+        except OSError as exc:  # a relative path, and the working directory was removed
+            raise ValueError(
+                f"{name!r} is relative, and the working directory cannot be read ({exc.strerror}); "
+                "give an absolute path"
+            ) from None
         if path.endswith(".app") and os.path.isdir(path):
             return path
         name = path

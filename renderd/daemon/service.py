@@ -870,22 +870,33 @@ class Daemon:
             self.notifier.notify(
                 "RELOADING=1", f"MONOTONIC_USEC={int(time.clock_gettime(time.CLOCK_MONOTONIC) * 1e6)}"
             )
+        failed: str | None = None
         try:
             config = load(self.config_path, check_cross=False).with_daemon(**self.overrides)
             self._check_running_http(config)
         except ConfigError as exc:
+            failed = str(exc)
             log.error("reload failed, keeping the running configuration: %s", exc)
-            self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {exc}")
+        except Exception as exc:  # a bug, or an error a check missed: still a failed reload, never a stuck one
+            failed = f"{self.config_path}: {type(exc).__name__}: {exc}"
+            log.exception("reload failed, keeping the running configuration: %s", failed)
+        if failed is not None:
+            self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {failed}")
             return
         log.info("reloading %s", self.config_path)
-        if not self.supervisor.reload(config):
-            return  # a stop began meanwhile (the supervisor logged it): systemd is told STOPPING, not READY
-        # The status line again: a failed reload's "reload failed: ..." would otherwise stay until the
-        # supervisor's summary changes, which a reload of the mended file need not do.
-        assignments = (["READY=1"] if ready else []) + (
-            [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
-        if assignments:
-            self.notifier.notify(*assignments)
+        applied = False
+        try:
+            applied = self.supervisor.reload(config)
+        finally:
+            # After RELOADING=1, READY=1 whatever happened (else systemd shows the service reloading for ever),
+            # unless a stop began meanwhile (the supervisor logged it): systemd is told STOPPING then.
+            # The status line again too: a failed reload's "reload failed: ..." would otherwise stay until the
+            # supervisor's summary changes, which a reload of the mended file need not do.
+            if applied or not self.supervisor.stopping:
+                assignments = (["READY=1"] if ready else []) + (
+                    [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
+                if assignments:
+                    self.notifier.notify(*assignments)
 
     def _check_running_http(self, config: Config) -> None:
         """A reloaded ``config``'s ``transport = "http"`` environments need the HTTP listener this daemon runs:

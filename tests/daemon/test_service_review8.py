@@ -97,3 +97,63 @@ def test_a_reload_to_http_players_without_the_http_listener_is_refused_and_keeps
     players = d.players()  # (the reload was refused on the loop's thread: nothing was replaced)
     assert [p["state"] for p in players] == ["READY", "READY"], players
     assert sorted(p["pid"] for p in players) == pids
+
+
+def test_a_reload_that_cannot_resolve_a_relative_executable_fails_as_a_reload_and_systemd_is_told(daemon, tmp_path):
+    """A relative executable in the file, and the daemon's working directory removed since it started (a build
+    directory rebuilt): the reload raised FileNotFoundError out of the SIGHUP handler (a traceback), after
+    RELOADING=1 and never followed by READY=1, so systemd kept the service 'reloading'."""
+    workdir = tmp_path / "build"
+    workdir.mkdir()
+    notify = str(tmp_path / "notify.sock")
+    notes = _Notifications(notify)
+    try:
+        d = daemon(fast_config(), env={"NOTIFY_SOCKET": notify}, preamble=f"import os; os.chdir({str(workdir)!r})")
+        notes.until("READY=1")
+        pid = d.players()[0]["pid"]
+        workdir.rmdir()
+        with open(d.config_path, "w") as f:
+            f.write(fast_config(executable='"./player"'))
+        d.signal(signal.SIGHUP)
+        notes.until("RELOADING=1")
+        ready = notes.until("READY=1")
+        assert any(a.startswith("STATUS=reload failed") for a in ready), notes.got
+        wait_for(lambda: "reload failed" in d.output(), DEADLINE, "the reload error in the log")
+        out = d.output()
+        assert "environments.demo.executable" in out and "Traceback" not in out, out
+        assert [(p["state"], p["pid"]) for p in d.players()] == [("READY", pid)]
+    finally:
+        notes.close()
+
+
+#: Run in the daemon's process first: a configuration text holding ``# FAULT`` makes loading it raise what no
+#: check should let through (a bug), not a ConfigError.
+LOAD_FAULT = """
+import renderd.config
+_loads = renderd.config.loads
+def _faulty_loads(text, *args, **kwargs):
+    if "# FAULT" in text:
+        raise RuntimeError("fault injected by the test")
+    return _loads(text, *args, **kwargs)
+renderd.config.loads = _faulty_loads
+"""
+
+
+def test_any_error_in_a_reload_still_ends_it_with_ready(daemon, tmp_path):
+    """Whatever goes wrong in a reload, RELOADING=1 is followed by READY=1 and the failure is in the status
+    line: the daemon keeps serving with its running configuration."""
+    notify = str(tmp_path / "notify.sock")
+    notes = _Notifications(notify)
+    try:
+        d = daemon(fast_config(), env={"NOTIFY_SOCKET": notify}, preamble=LOAD_FAULT)
+        notes.until("READY=1")
+        pid = d.players()[0]["pid"]
+        with open(d.config_path, "a") as f:
+            f.write("\n# FAULT\n")
+        d.signal(signal.SIGHUP)
+        notes.until("RELOADING=1")
+        ready = notes.until("READY=1")
+        assert any(a.startswith("STATUS=reload failed") and "fault injected" in a for a in ready), notes.got
+        assert [(p["state"], p["pid"]) for p in d.players()] == [("READY", pid)]
+    finally:
+        notes.close()
