@@ -80,6 +80,7 @@ class Selection:
         self._slots = [(dict(e), list(a)) for e, a in slots]
         self._slot_labels = list(slot_labels)
         self._release_lock = threading.Lock()
+        self._renew_lock = threading.Lock()
         self.released = False
 
     @property
@@ -124,21 +125,32 @@ class Selection:
         self._renew_display()
 
     def _renew_display(self) -> None:
-        with self._release_lock:
-            display = self.display
-            if display is None or self.released or display.alive():
-                return
+        # One replacement at a time (_renew_lock); the state lock is never held while an Xvfb starts, so
+        # release() does not wait for a replacement (up to the start deadline, 15 s): the replacement
+        # releases the new display itself when the selection was released meanwhile.
+        with self._renew_lock:
+            with self._release_lock:
+                display = self.display
+                if display is None or self.released or display.alive():
+                    return
             log.warning("managed display %s (Xvfb pid %d) died; starting a new one", display.name, display.pid)
             fresh = display.renew(self.request.environ())
-            self.display = fresh
-            self.env["DISPLAY"] = fresh.screen_name(0)
+            with self._release_lock:
+                if not self.released:
+                    self.display = fresh
+                    self.env["DISPLAY"] = fresh.screen_name(0)
+                    return
+            fresh.release()
 
     def describe_slots(self) -> list[str]:
         """One line per GPU slot: which requested GPU maps to which device or screen."""
         return list(self._slot_labels)
 
     def release(self) -> None:
-        """Give back what the selection holds (the reference on a managed display). Idempotent."""
+        """Give back what the selection holds (the reference on a managed display). Idempotent. Never waits
+        for a dead display being replaced (:meth:`renew_display`, another thread): that replacement gives
+        back the display it started. Dropping the last reference on a managed display stops its Xvfb: SIGTERM,
+        at most the stop grace (5 s), then SIGKILL."""
         with self._release_lock:
             if self.released:
                 return

@@ -4,11 +4,24 @@ of a display number another server takes, and a selection released while its dis
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import threading
+import time
 
+import psutil
 import pytest
+
+from renderd.platforms import PlatformRequest
+from renderd.platforms import xvfb as xvfb_mod
+from renderd.platforms.base import Selection
+from renderd.platforms.selection import decide
+from renderd.platforms.xvfb import DisplayManager
+
+from .conftest import wait_until
 
 pytestmark = [pytest.mark.xvfb, pytest.mark.usefixtures("no_xvfb_left")]
 
@@ -113,3 +126,58 @@ def test_a_late_fork_does_not_hand_xvfb_descriptors_another_thread_opened(tmp_pa
     # A fork that missed its deadline is reported as such (Python's TimeoutError is an OSError, which made it
     # "cannot start .../Xvfb: " with no reason at all).
     assert "could not fork" in message and "within 0.5 s" in message, message
+
+
+# -- 3. releasing a selection whose display is being replaced ------------------------------------------
+
+
+def test_release_does_not_wait_for_a_display_being_replaced(tmp_path):
+    # Replacing a dead managed display starts an Xvfb (up to its start deadline, 15 s). release() waited
+    # for that under the selection's lock; it returns at once now, and the new display, once up, is
+    # released by the replacement itself: no Xvfb is left behind.
+    real = shutil.which("Xvfb")
+    if real is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    gate = tmp_path / "go"
+    started = tmp_path / "started"
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _script(bindir / "Xvfb", f'touch "{started}"\nwhile [ ! -e "{gate}" ]; do sleep 0.02; done\nexec {real} "$@"')
+    manager = DisplayManager(start_timeout=20)
+    try:
+        display = manager.acquire(96, 64)
+        request = PlatformRequest(
+            platform="Linux64", system="Linux", width=96, height=64, x_display="managed",
+            env={"PATH": f"{bindir}:{os.environ['PATH']}"},
+        )
+        report = decide(request).chosen  # the valid managed report
+        selection = Selection(
+            "Linux64", env={"DISPLAY": display.screen_name(0)}, report=report, request=request, display=display
+        )
+        os.killpg(display.pid, signal.SIGKILL)
+        assert wait_until(lambda: not display.alive(), 5)
+        errors: list[BaseException] = []
+
+        def renew() -> None:
+            try:
+                selection.renew_display()
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        renewer = threading.Thread(target=renew, daemon=True)
+        renewer.start()
+        assert wait_until(started.exists, 10)
+        t0 = time.monotonic()
+        selection.release()
+        elapsed = time.monotonic() - t0
+        gate.touch()
+        renewer.join(30)
+        assert not renewer.is_alive()
+        assert elapsed < xvfb_mod.XVFB_STOP_GRACE, f"release() waited {elapsed:.1f} s for the replacement"
+        assert not errors, errors
+        assert selection.released
+        assert wait_until(lambda: not manager.displays(), 10), manager.displays()
+        assert not [p for p in psutil.Process().children(recursive=True) if p.name() == "Xvfb"]
+    finally:
+        gate.touch()
+        manager.shutdown()
