@@ -950,6 +950,12 @@ REQUEST_TIMEOUT = 30.0
 #: Slowest average rate a request body may arrive at (bytes per second), beyond :data:`REQUEST_TIMEOUT`:
 #: 64 KiB/s gives a 256 MiB body 68 minutes.
 MIN_BODY_RATE = 64 * 1024.0
+#: A connection the server closes after an answer (an error, ``Connection: close``) is half-closed first,
+#: and what the client still sends is read and discarded for up to this long (seconds), or this many bytes,
+#: before the close: a close with unread bytes resets the connection, and a reset discards the answer if it
+#: is not yet delivered (the "lingering close" of RFC 9112 9.6).
+LINGER_TIMEOUT = 2.0
+LINGER_MAX_BYTES = 4 << 20
 #: How long :meth:`PlayerHttpServer.stop` waits for its threads (seconds).
 STOP_TIMEOUT = 5.0
 #: Backlog of the listening socket.
@@ -1053,6 +1059,7 @@ class _Connection:
         self.have = 0  # bytes of the next request already read into buf
         self.last_body = 0  # size of the last request body received whole
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
+        self.linger = False  # the server closes the connection after an answer: half-close and drain first
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -1234,14 +1241,47 @@ class _Connection:
             self.closed_because = exc.by_server
         except _HttpError as exc:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
-            self._send(_error_bytes(exc.status, exc.message))
+            self.linger = self._send(_error_bytes(exc.status, exc.message))
         except Exception:
             logger.exception("HTTP connection %s failed", self.key)
         finally:
+            notified = False
             try:
-                self.sock.close()
+                if self.linger:
+                    # The player's stream ends now, not once the lingering close is over.
+                    self.server._notify_closed(self)
+                    notified = True
+                    self._linger()
             finally:
-                self.server._connection_done(self)
+                try:
+                    self.sock.close()
+                finally:
+                    self.server._connection_done(self, notify=not notified)
+
+    def _linger(self) -> None:
+        """Half-close, then read and discard what the client still sends until it closes its end, or for
+        :data:`LINGER_TIMEOUT` (:data:`LINGER_MAX_BYTES`), so that closing does not reset the connection
+        while the last answer may still be undelivered."""
+        import socket
+
+        try:
+            self.sock.shutdown(socket.SHUT_WR)
+        except OSError:
+            return
+        deadline = time.monotonic() + LINGER_TIMEOUT
+        drained = 0
+        while drained < LINGER_MAX_BYTES:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                self.sock.settimeout(left)
+                n = self.sock.recv_into(self.view)
+            except OSError:  # a timeout or a reset: nothing more to wait for
+                return
+            if not n:
+                return
+            drained += n
 
     def _send(self, data: bytes | list[Any]) -> bool:
         try:
@@ -1309,6 +1349,7 @@ class _Connection:
         lines.append("\r\n")
         if not self._send(["".join(lines).encode("latin-1") + out_body]):
             return False
+        self.linger = not keep_alive
         return keep_alive
 
     def _call_app(self, environ: dict) -> tuple[str, list[tuple[str, str]], list[bytes]]:
@@ -1509,13 +1550,17 @@ class PlayerHttpServer:
                     pass
                 conn.close()
 
-    def _connection_done(self, connection: _Connection) -> None:
-        with self._lock:
-            self._connections.discard(connection)
+    def _notify_closed(self, connection: _Connection) -> None:
         try:
             self.registry.connection_closed(connection.key, connection.closed_because)
         except Exception:
             logger.exception("connection close notification failed")
+
+    def _connection_done(self, connection: _Connection, notify: bool = True) -> None:
+        with self._lock:
+            self._connections.discard(connection)
+        if notify:
+            self._notify_closed(connection)
 
     def stop(self) -> None:
         """Close every bridge (waiting requests answer 410), every connection and the socket; join the threads.

@@ -71,6 +71,36 @@ def test_a_flood_of_blank_lines_is_refused(served):
     assert client.closed_by_server()
 
 
+# -- an error answer must not be lost to a reset ----------------------------------------------------------
+
+
+def test_the_last_answer_survives_unread_request_bytes(served, monkeypatch):
+    # The server refuses a request and closes while bytes the client sent are still unread. A close()
+    # with unread data sends a TCP reset, which discards the answers still queued in the server's send
+    # buffer: the client read its earlier answers, then "connection reset", never the refusal. The
+    # server must half-close, drain what the client sent (for a bounded time), then close.
+    monkeypatch.setattr(http_transport, "LINGER_TIMEOUT", 0.5, raising=False)  # (absent before the fix)
+    _, server, _ = served
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # answers pile up in the server's send buffer
+    sock.settimeout(DEADLINE)
+    try:
+        sock.connect(("127.0.0.1", server.port))
+        pings = 300
+        sock.sendall(b"GET /ping HTTP/1.1\r\n\r\n" * pings + b"BROKEN\r\n\r\n" + b"j" * 100_000)
+        wait_for(lambda: not server._connections, DEADLINE, "the server to close the connection")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)  # ConnectionResetError here is the defect
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        sock.close()
+    assert data.count(b"pong") == pings
+    assert b"HTTP/1.1 400 Bad Request" in data and b"malformed request line" in data
+
+
 # -- FifoPump.stop without a time limit --------------------------------------------------------------------
 
 
