@@ -1344,6 +1344,18 @@ class Supervisor:
             self._reap(p)  # it exited: the exit is the news
             return
         pending = _pending_bytes(fd)
+        if not pending:
+            # Readable, yet nothing to read: an end of file only if a read says so (0 bytes: no writer left).
+            # Bytes another reader of the pipe took first (a released client still reading) leave it empty with
+            # the player's end open: nothing happened to the player, and it is watched again (by the tick).
+            try:
+                pending = len(os.read(fd, 1))
+            except BlockingIOError:
+                return
+            except OSError as exc:
+                self._idle_failed(p, os_error_message(exc, "cannot read server.pipe"), "closed_pipe")
+                return
+            pending += _pending_bytes(fd) if pending else 0
         if pending and p.served:
             # Most often the answer to an action its last client sent and then released the lease without
             # reading: not this player's failure, but its pipes no longer line up with the next client's.

@@ -78,3 +78,49 @@ def test_a_player_whose_boot_failure_stop_ends_during_the_shutdown_is_not_said_t
     assert [m for m in after if "demo[0]" in m and "stopped during the daemon's shutdown" in m], after
     assert p.restarts == restarts
     assert p.state == State.EXITED and "no first frame within start_timeout" in p.reason
+
+
+def test_an_idle_server_pipe_readable_but_emptied_before_the_loop_reads_it_is_not_an_end_of_file(
+    supervisor_with,
+):
+    # The loop's select reports the idle player's server.pipe readable (bytes came); before the loop gets to
+    # them, another reader of the pipe (a released client still reading, here the test) takes them. The player
+    # still holds its end open: nothing to read is not an end of file, and the player must not be stopped for
+    # closing a pipe it did not close.
+    ticks: list[float] = []
+    sup = supervisor_with(on_tick=ticks.append)
+    pid = ready_pid(sup, watched=True)
+    p = only_player(sup)
+    fd = p.holder.fileno()
+    seen = threading.Event()
+    select = sup._selector.select
+
+    def watching_select(timeout=None):
+        events = select(timeout)
+        if any(key.fd == fd for key, _ in events):
+            seen.set()
+        return events
+
+    sup._selector.select = watching_select
+    count = len(ticks)
+    sup.wake()
+    wait_for(lambda: len(ticks) >= count + 2, DEADLINE, "the loop in the watching select")
+    reader = os.open(p.pair.server_path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        with sup.lock:  # the loop, woken by the bytes, waits here before handling them
+            writer = os.open(p.pair.server_path, os.O_WRONLY | os.O_NONBLOCK)
+            try:
+                os.write(writer, b"bytes another reader takes")
+            finally:
+                os.close(writer)
+            assert seen.wait(DEADLINE), "the loop's select did not report server.pipe readable"
+            assert os.read(reader, 4096) == b"bytes another reader takes"
+            count = len(ticks)
+        wait_for(lambda: len(ticks) >= count + 2, DEADLINE, "two more passes of the loop")
+        with sup.lock:
+            assert p.eof_reason is None, p.eof_reason
+            assert p.state == State.READY and p.pid == pid
+        assert ready_pid(sup, watched=True) == pid  # (watched again for what comes next)
+    finally:
+        sup._selector.select = select
+        os.close(reader)
