@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import re
+import urllib.parse
 from typing import Any, Callable, Iterable
 
 from renderd.config import ConfigError, parse_environment
@@ -117,29 +118,79 @@ def _deadline(body: dict[str, Any]) -> float | None:
     return number
 
 
+def _text(raw: bytes) -> str:
+    """Bytes of a request's path as the text the client percent-encoded in UTF-8 (as they came, as latin-1
+    characters, when they are not UTF-8), so that an error names the environment as the client wrote it."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeError:
+        return raw.decode("latin-1")
+
+
 def _path_text(path: str) -> str:
     """A WSGI ``PATH_INFO`` (its bytes as latin-1 characters, PEP 3333) as the text the client percent-encoded
-    in UTF-8, so that an error names the environment as the client wrote it."""
+    in UTF-8."""
     try:
-        return path.encode("latin-1").decode("utf-8")
-    except UnicodeError:  # not UTF-8 (or not bytes as latin-1): as it came
+        return _text(path.encode("latin-1"))
+    except UnicodeError:  # not bytes as latin-1: as it came
         return path
 
 
+def _segments(environ: dict[str, Any], path_info: str) -> list[str] | None:
+    """The request path's segments, each percent-decoded on its own, from the request target as sent
+    (waitress's ``REQUEST_URI``): ``PATH_INFO`` is decoded as a whole, so a name holding '/' (sent as %2F)
+    could not be told from two segments there. None when the target is not at hand or does not decode to
+    ``PATH_INFO`` (a server that rewrote it)."""
+    target = environ.get("REQUEST_URI")
+    if not isinstance(target, str) or not target:
+        return None
+    raw = target.partition("?")[0].partition("#")[0]
+    if not raw.startswith("/"):  # absolute form: http://host/path
+        raw = urllib.parse.urlsplit(raw).path
+    raw = "/" + raw.lstrip("/")  # (as waitress makes PATH_INFO)
+    try:
+        if urllib.parse.unquote_to_bytes(raw).decode("latin-1") != path_info:
+            return None
+    except UnicodeError:
+        return None
+    return [_text(urllib.parse.unquote_to_bytes(part)) for part in raw[1:].split("/")]
+
+
 class _Router:
-    """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405."""
+    """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405.
+
+    A route is matched segment by segment, each ``{param}`` one whole non-empty segment."""
 
     def __init__(self) -> None:
-        self.routes: list[tuple[re.Pattern[str], dict[str, Callable[..., Any]]]] = []
+        self.routes: list[tuple[list[str], dict[str, Callable[..., Any]]]] = []
 
     def add(self, pattern: str, **methods: Callable[..., Any]) -> None:
-        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
-        self.routes.append((regex, methods))
+        self.routes.append((pattern[1:].split("/"), methods))
 
-    def match(self, method: str, path: str) -> tuple[Callable[..., Any], dict[str, str]]:
-        for regex, methods in self.routes:
-            m = regex.match(path)
-            if m is None:
+    @staticmethod
+    def _params(pattern: list[str], segments: list[str]) -> dict[str, str] | None:
+        if len(pattern) != len(segments):
+            return None
+        params = {}
+        for part, segment in zip(pattern, segments):
+            if part.startswith("{"):
+                if not segment:
+                    return None
+                params[part[1:-1]] = segment
+            elif part != segment:
+                return None
+        return params
+
+    def match(self, method: str, path: str, segments: list[str] | None = None
+              ) -> tuple[Callable[..., Any], dict[str, str]]:
+        """The handler of ``method`` on ``path`` (the decoded path) and its parameters; ``segments``: the
+        path's segments decoded one by one (see :func:`_segments`), else the decoded path is split."""
+        split = segments is None
+        if segments is None:
+            segments = path[1:].split("/") if path.startswith("/") else [path]
+        for pattern, methods in self.routes:
+            params = self._params(pattern, segments)
+            if params is None:
                 continue
             handler = methods.get(method)
             if handler is None and method == "HEAD":
@@ -150,8 +201,13 @@ class _Router:
                     405, RenderdError(f"{method} is not allowed on {path} (allowed: {allowed})"),
                     [("Allow", allowed)],
                 )
-            return handler, m.groupdict()
-        raise HTTPError(404, RenderdError(f"no such route: {method} {path} (see docs/api.md)"))
+            return handler, params
+        hint = ""
+        if split and path.startswith(("/v1/environments/", "/v1/leases/")) and path.count("/") > 3:
+            # (only where the segments were not at hand: an environment name or lease id holding '/', sent
+            # as %2F, reads as two segments here)
+            hint = "; environment names and lease ids never hold '/'"
+        raise HTTPError(404, RenderdError(f"no such route: {method} {path} (see docs/api.md{hint})"))
 
 
 def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[dict[str, Any], StartResponse],
@@ -254,9 +310,10 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
 
     def answer(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         method = environ.get("REQUEST_METHOD", "GET")
-        path = _path_text(environ.get("PATH_INFO", "") or "/")
+        path_info = environ.get("PATH_INFO", "") or "/"
+        path = _path_text(path_info)
         try:
-            handler, params = router.match(method, path)
+            handler, params = router.match(method, path, _segments(environ, path_info))
             return handler(environ, start_response, **params)
         except HTTPError as exc:
             return _json_response(start_response, exc.status, {"error": error_to_dict(exc.error)}, exc.headers)

@@ -1,0 +1,101 @@
+"""The control API and the ``renderd`` command line: names holding '/', 405's Allow, output that cannot be
+written, empty option values."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+import subprocess
+from pathlib import Path
+
+import psutil
+import pytest
+
+from renderd.daemon.client import connect
+from renderd.errors import ConfigError, RenderdError
+from tests.daemon.conftest import PLAYER, RENDERD, fast_config
+
+#: Deadline for one ``renderd`` command run by these tests (they never start players).
+COMMAND_TIMEOUT = 60.0
+
+
+def raw_request(path: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """One HTTP request written by hand on the unix socket; returns status, headers, body."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(20)
+        s.connect(path)
+        s.sendall(request)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode().split("\r\n")
+    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def run_renderd(*args: str, stdout=subprocess.PIPE, timeout: float = COMMAND_TIMEOUT,
+                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``renderd ARGS`` as a child process; killed (and the test failed) if it outlives ``timeout``."""
+    proc = subprocess.Popen([*RENDERD, *args], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            env={**os.environ, **(env or {})})
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for child in psutil.Process(proc.pid).children(recursive=True):
+            child.kill()
+        proc.kill()
+        proc.communicate()
+        pytest.fail(f"renderd {' '.join(args)} still ran after {timeout} s")
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err.decode(errors="replace"))
+
+
+# -- names holding '/' -------------------------------------------------------------------------------------------
+
+def test_an_environment_name_holding_a_slash_reaches_the_api_and_is_told_apart(daemon):
+    # The configuration allows no '/' in a name; a client that asks for one (percent-encoded, as ControlClient
+    # and connect() send it) was answered "no such route", which said nothing about the name.
+    d = daemon(fast_config())
+    c = d.client
+    with pytest.raises(RenderdError) as info:
+        connect("a/b", socket=d.socket, timeout=1)
+    assert type(info.value) is RenderdError and info.value.status == 404
+    assert "no environment named 'a/b'" in str(info.value)
+    with pytest.raises(RenderdError) as info:
+        c.request("GET", "/v1/environments/a%2Fb")
+    assert info.value.status == 404 and "no environment named 'a/b'" in str(info.value)
+    with pytest.raises(RenderdError) as info:
+        c.request("DELETE", "/v1/environments/demo%2F")
+    assert info.value.status == 404 and "no environment named 'demo/'" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        c.request("PUT", "/v1/environments/a%2fb", {"executable": [PLAYER], "platform": "headless"})
+    assert info.value.status == 400
+    assert "environments.a/b: an environment name is 1-64 letters, digits, '_', '.' or '-'" in str(info.value)
+    assert [e["name"] for e in c.environments()] == ["demo"]
+    # A '/' written as such still separates segments, and literal parts may be percent-encoded.
+    with pytest.raises(RenderdError) as info:
+        c.request("GET", "/v1/environments/a/b")
+    assert info.value.status == 404 and "no such route" in str(info.value)
+    assert c.get("/v1/%68ealth")["status"] == "ready"
+    assert c.get("/v1/environments/d%65mo")["name"] == "demo"
+    assert "Traceback" not in d.output()
+
+
+def test_a_name_holding_a_slash_on_the_http_listener_is_told_apart(daemon):
+    # The HTTP listener's server hands the application the decoded path only: a '/' in a name cannot be told
+    # from a separator there, and the 404 says that names never hold one.
+    d = daemon(fast_config(daemon='http = "127.0.0.1:0"'))
+    token = Path(d.runtime_dir, "control.token").read_text().strip()
+    (address,) = [c.laddr for c in psutil.Process(d.pid).net_connections(kind="inet")
+                  if c.status == psutil.CONN_LISTEN]
+    conn = http.client.HTTPConnection(address.ip, address.port, timeout=20)
+    try:
+        conn.request("GET", "/v1/environments/a%2Fb", headers={"Authorization": f"Bearer {token}"})
+        response = conn.getresponse()
+        status, body = response.status, json.loads(response.read())
+    finally:
+        conn.close()
+    assert status == 404, body
+    assert "never hold '/'" in body["error"]["message"], body
