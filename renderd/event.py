@@ -188,7 +188,7 @@ class AgentMetadata(dict):
                     'event.metadata["actionReturn"].',
                     stacklevel=2,
                 )
-                return self["actionReturn"]
+                return self._stand_in(key, "actionReturn")
             raise _NoReachablePositions(
                 "event.metadata['reachablePositions'] is there only after step(action='GetReachablePositions'); "
                 "the key is deprecated in favor of event.metadata['actionReturn']"
@@ -198,8 +198,18 @@ class AgentMetadata(dict):
                 'The key event.metadata["hand"] is deprecated and has been remapped to event.metadata["heldObjectPose"].',
                 stacklevel=2,
             )
-            return self["heldObjectPose"]
+            return self._stand_in(key, "heldObjectPose")
         raise KeyError(key)
+
+    def _stand_in(self, key: str, stand_in: str) -> Any:
+        """The value of the key that the deprecated ``key`` stands for; a KeyError naming both without it."""
+        try:
+            return self[stand_in]
+        except KeyError:
+            raise KeyError(
+                f"event.metadata[{key!r}] (deprecated) stands for event.metadata[{stand_in!r}], "
+                "which the player did not send"
+            ) from None
 
 
 def _color_key(color: Any, alpha: int) -> int | None:

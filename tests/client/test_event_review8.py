@@ -35,9 +35,10 @@ PLAYER = textwrap.dedent(
     def image(seq, salt, channels=3):
         return bytes((seq * 7 + salt + i) % 251 for i in range(W * H * channels))
 
-    def message(seq):
-        agent = {{"screenWidth": W, "screenHeight": H, "lastAction": "Pass", "lastActionSuccess": True,
-                  "errorMessage": "", "actionReturn": None, "depthFormat": "Meters", "thirdPartyCameras": None,
+    def message(seq, action="Pass"):
+        # No actionReturn and no heldObjectPose: what a build that predates them sends.
+        agent = {{"screenWidth": W, "screenHeight": H, "lastAction": action, "lastActionSuccess": True,
+                  "errorMessage": "", "depthFormat": "Meters", "thirdPartyCameras": None,
                   "colors": [], "objects": []}}
         md = msgpack.packb({{"agents": [agent], "sequenceId": seq, "activeAgentId": 0}})
         fields = [(1, md), (4, image(seq, 1)), (7, image(seq, 2)), (8, image(seq, 3)), (6, image(seq, 4))]
@@ -65,7 +66,7 @@ PLAYER = textwrap.dedent(
             if ftype != 255:
                 action = json.loads(read_exact(inp, length))
                 continue
-            data = memoryview(message(int(action["sequenceId"])))
+            data = memoryview(message(int(action["sequenceId"]), action["action"]))
             while data:
                 data = data[os.write(out, data):]
 
@@ -135,3 +136,22 @@ def test_an_event_without_flow_has_none_under_either_name():
         assert event.flow_frame is None and event.flows_frame is None
         with pytest.warns(DeprecationWarning):
             assert event.class_segmentation_frame is None
+
+
+def test_a_deprecated_key_whose_stand_in_is_missing_names_both(player):
+    # metadata["hand"] stands for "heldObjectPose", metadata["reachablePositions"] (after
+    # GetReachablePositions) for "actionReturn"; when the player sent neither, the KeyError named only the
+    # stand-in, a key the agent's code never wrote.
+    argv, _ = player
+    with renderd.launch(executable=argv, width=W, height=H, start_timeout=START) as session:
+        metadata = session.step("Pass").metadata
+        with pytest.warns(UserWarning, match="heldObjectPose"), pytest.raises(KeyError) as hand:
+            metadata["hand"]
+        assert "'hand'" in str(hand.value) and "'heldObjectPose'" in str(hand.value)
+        metadata = session.step("GetReachablePositions").metadata
+        with pytest.warns(UserWarning, match="actionReturn"), pytest.raises(KeyError) as reachable:
+            metadata["reachablePositions"]
+        assert "'reachablePositions'" in str(reachable.value) and "'actionReturn'" in str(reachable.value)
+        with pytest.raises(KeyError) as plain:
+            metadata["noSuchKey"]
+        assert plain.value.args == ("noSuchKey",)
