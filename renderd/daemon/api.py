@@ -196,7 +196,7 @@ class _Router:
             if handler is None and method == "HEAD":
                 handler = methods.get("GET")
             if handler is None:
-                allowed = ", ".join(sorted(methods))
+                allowed = ", ".join(sorted({*methods, *(["HEAD"] if "GET" in methods else [])}))
                 raise HTTPError(
                     405, RenderdError(f"{method} is not allowed on {path} (allowed: {allowed})"),
                     [("Allow", allowed)],

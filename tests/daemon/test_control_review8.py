@@ -99,3 +99,24 @@ def test_a_name_holding_a_slash_on_the_http_listener_is_told_apart(daemon):
         conn.close()
     assert status == 404, body
     assert "never hold '/'" in body["error"]["message"], body
+
+
+# -- 405 ---------------------------------------------------------------------------------------------------------
+
+def test_a_405_allows_head_wherever_get_is(daemon):
+    d = daemon(fast_config())
+    for request, allowed in [
+        (b"PATCH /v1/health HTTP/1.0\r\n\r\n", "GET, HEAD"),
+        (b"POST /metrics HTTP/1.0\r\n\r\n", "GET, HEAD"),
+        (b"POST /v1/environments/demo HTTP/1.0\r\n\r\n", "DELETE, GET, HEAD, PUT"),
+        (b"PUT /v1/leases/x HTTP/1.0\r\n\r\n", "DELETE, GET, HEAD"),
+        (b"GET /v1/environments/demo/leases HTTP/1.0\r\n\r\n", "POST"),
+        (b"HEAD /v1/environments/demo/leases HTTP/1.0\r\n\r\n", "POST"),
+    ]:
+        status, headers, body = raw_request(d.socket, request)
+        assert status == 405 and headers["allow"] == allowed, (request, headers)
+        if not request.startswith(b"HEAD"):
+            assert f"(allowed: {allowed})" in json.loads(body)["error"]["message"]
+    # What Allow offers is served.
+    status, _, body = raw_request(d.socket, b"HEAD /v1/health HTTP/1.0\r\n\r\n")
+    assert (status, body) == (200, b"")
