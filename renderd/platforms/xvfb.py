@@ -18,7 +18,8 @@ How a server starts::
       +-- verified with python-xlib (screens, size, depth, GLX) before the handle is returned
 
 Stopping escalates: SIGTERM to the process group, :data:`XVFB_STOP_GRACE` seconds, SIGKILL, reap, then
-the lock file and socket are removed if the server could not remove them itself.
+the lock file and socket are removed if the server could not remove them itself (and no other server
+has taken its display number since: see :func:`_remove_leftovers`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import tempfile
@@ -597,27 +599,88 @@ def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:
 
 
 def _remove_leftovers(number: int, pid: int) -> None:
-    """Remove what a killed Xvfb could not: its lock file (only if it names that Xvfb; with
-    ``-displayfd`` there is usually none) and its socket (only if nothing listens on it any more)."""
+    """Remove what a killed Xvfb (``pid``) could not: its lock file (with ``-displayfd`` there is usually
+    none) and its socket (only if nothing listens on it any more).
+
+    Display ``:number`` is free the moment the server dies, and the next X server started anywhere (another
+    renderd's managed one, one started by hand) takes it: it replaces a stale lock and socket with its own
+    (new files; the lock first, when it uses one). So nothing is removed while ``pid`` runs (it survived
+    SIGKILL), or while a lock names anyone else (a live server) or cannot be read; and a file is unlinked
+    only if it is still, right before the unlink, the very file that was found stale."""
+    if _pid_alive(pid):
+        return
     lock_path = f"/tmp/.X{number}-lock"
-    try:
-        with open(lock_path, "rb") as f:
-            owner = int(f.read().strip() or b"0")
-    except (OSError, ValueError):
-        owner = 0
-    if owner == pid:
-        _unlink(lock_path)
+    owner, lock_id = _read_lock(lock_path)
+    if owner is not None and owner != pid:
+        return  # the display is someone else's now (or is being taken): nothing here is the dead server's
     socket_path = os.path.join(x11.X11_SOCKET_DIR, f"X{number}")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(SOCKET_CHECK_TIMEOUT)
+    socket_id = _file_id(socket_path, stat.S_IFSOCK)
+    stale = False
+    if socket_id is not None:
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        probe.settimeout(SOCKET_CHECK_TIMEOUT)
+        try:
+            probe.connect(socket_path)
+        except ConnectionRefusedError:
+            stale = True  # nobody accepts on it
+        except OSError:
+            pass  # gone already, or someone else's live server
+        finally:
+            probe.close()
+    # Re-check right before unlinking: the lock still names the dead server (or there is none) and each
+    # file is the one found stale, not a new server's.
+    now_owner, now_lock_id = _read_lock(lock_path)
+    if now_owner is not None and (now_owner != pid or now_lock_id != lock_id):
+        return
+    if now_owner is not None and _file_id(lock_path, stat.S_IFREG) == lock_id:
+        _unlink(lock_path)
+    if stale and _file_id(socket_path, stat.S_IFSOCK) == socket_id:
+        _unlink(socket_path)
+
+
+def _pid_alive(pid: int) -> bool:
     try:
-        probe.connect(socket_path)
-    except ConnectionRefusedError:
-        _unlink(socket_path)  # a stale socket: nobody accepts on it
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
     except OSError:
-        pass  # gone already, or someone else's live server
+        return True  # EPERM: it runs, as another user
+    return True
+
+
+def _file_id(path: str, kind: int) -> tuple[int, int] | None:
+    """``(st_dev, st_ino)`` of ``path`` (not followed) when it is a file of type ``kind``, else None."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_IFMT(st.st_mode) == kind else None
+
+
+def _read_lock(path: str) -> tuple[int | None, tuple[int, int] | None]:
+    """``(pid, file id)`` of an X lock file; ``(None, None)`` when there is none; ``(-1, None)`` when it
+    cannot be read or is no regular file naming a pid (never blocks: a FIFO there is not opened for
+    reading until someone writes)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None, None
+    except OSError:
+        return -1, None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return -1, None
+        data = os.read(fd, 64)
+    except OSError:
+        return -1, None
     finally:
-        probe.close()
+        os.close(fd)
+    try:
+        owner = int(data.strip())
+    except ValueError:
+        return -1, None
+    return (owner if owner > 0 else -1), (st.st_dev, st.st_ino)
 
 
 def _unlink(path: str) -> None:

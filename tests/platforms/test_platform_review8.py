@@ -6,11 +6,13 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
 import time
+from collections.abc import Iterator
 
 import psutil
 import pytest
@@ -126,6 +128,153 @@ def test_a_late_fork_does_not_hand_xvfb_descriptors_another_thread_opened(tmp_pa
     # A fork that missed its deadline is reported as such (Python's TimeoutError is an OSError, which made it
     # "cannot start .../Xvfb: " with no reason at all).
     assert "could not fork" in message and "within 0.5 s" in message, message
+
+
+# -- 2. stale locks and sockets of a display number another server now holds ---------------------------
+
+
+def _free_number() -> int:
+    for number in range(400, 700):
+        if not os.path.lexists(_lock_path(number)) and not os.path.lexists(_socket_path(number)):
+            return number
+    pytest.skip("no free X display number in 400..699")
+
+
+@pytest.fixture
+def numbered_xvfb() -> Iterator[tuple[int, subprocess.Popen[bytes]]]:
+    """A real ``Xvfb :N`` started as a user would (with a display number: it takes the lock file first)."""
+    binary = shutil.which("Xvfb")
+    if binary is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    number = _free_number()
+    proc = subprocess.Popen(
+        [binary, f":{number}", "-nolisten", "tcp", "-screen", "0", "64x64x24"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
+    )
+    try:
+        assert wait_until(lambda: _listening(_socket_path(number)) or proc.poll() is not None, 15)
+        assert proc.poll() is None and os.path.isfile(_lock_path(number))
+        yield number, proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def _listening(path: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1)
+    try:
+        probe.connect(path)
+    except OSError:
+        return False
+    finally:
+        probe.close()
+    return True
+
+
+def test_a_lock_whose_pid_runs_is_not_removed(numbered_xvfb):
+    # The pid of the stopped server runs (it survived SIGKILL, or the number was reused by the server
+    # that took the display): its lock is live and stays, and so does its socket.
+    number, proc = numbered_xvfb
+    xvfb_mod._remove_leftovers(number, proc.pid)
+    assert os.path.isfile(_lock_path(number))
+    assert _listening(_socket_path(number))
+
+
+def test_a_lock_taken_over_while_it_is_read_is_not_removed(numbered_xvfb):
+    # The lock of a dead managed server is read; before it is unlinked a new server takes the display
+    # number (it removes the stale lock and links its own). Unlinking then removed the live server's lock.
+    # A FIFO at the lock path holds the reader between its read and its unlink (an open() of a FIFO also
+    # blocked the cleanup for as long as nobody wrote to it).
+    number, proc = numbered_xvfb
+    lock = _lock_path(number)
+    aside = lock + ".review8"
+    os.replace(lock, aside)
+    try:
+        os.mkfifo(lock)
+        dead = _dead_pid()
+        cleaner = threading.Thread(target=xvfb_mod._remove_leftovers, args=(number, dead), daemon=True)
+        cleaner.start()
+        writer = None
+        deadline = time.monotonic() + 5
+        while writer is None and cleaner.is_alive() and time.monotonic() < deadline:
+            try:
+                writer = os.open(lock, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError:  # ENXIO: nobody has it open for reading (yet)
+                time.sleep(0.01)
+        if writer is not None:
+            os.write(writer, f"{dead:10d}\n".encode())
+        os.replace(aside, lock)  # the new server's lock
+        if writer is not None:
+            os.close(writer)
+        cleaner.join(5)
+        assert not cleaner.is_alive(), "the cleanup blocked on a FIFO at the lock path"
+        assert os.path.isfile(lock), "the live server's lock was removed"
+        with open(lock) as f:
+            assert int(f.read()) == proc.pid
+    finally:
+        if os.path.lexists(aside):
+            if os.path.lexists(lock):
+                os.unlink(lock)
+            os.replace(aside, lock)
+
+
+def test_a_refusing_socket_of_a_display_a_live_server_holds_is_left_alone(numbered_xvfb):
+    # A new server took the display number (its lock names a live pid) and is about to listen, or has
+    # just replaced the socket: whatever the socket does at the moment of the check, it is not the dead
+    # managed server's to remove.
+    number, _ = numbered_xvfb
+    path = _socket_path(number)
+    aside = path + ".review8"
+    os.rename(path, aside)
+    try:
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(path)
+        stale.close()  # a socket file nobody accepts on: connect is refused
+        xvfb_mod._remove_leftovers(number, _dead_pid())
+        assert os.path.lexists(path), "the socket of a display a live server holds was removed"
+    finally:
+        if os.path.lexists(path):
+            os.unlink(path)
+        os.rename(aside, path)
+
+
+def test_the_dead_servers_own_lock_and_stale_socket_are_removed():
+    number = _free_number()
+    dead = _dead_pid()
+    lock, path = _lock_path(number), _socket_path(number)
+    try:
+        with open(lock, "w") as f:
+            f.write(f"{dead:10d}\n")
+        stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        stale.bind(path)
+        stale.close()
+        xvfb_mod._remove_leftovers(number, dead)
+        assert not os.path.lexists(lock) and not os.path.lexists(path)
+    finally:
+        for leftover in (lock, path):
+            if os.path.lexists(leftover):
+                os.unlink(leftover)
+
+
+def test_what_a_killed_managed_xvfb_leaves_is_removed(xvfb):
+    manager = DisplayManager()
+    try:
+        display = manager.acquire(64, 64)
+        number = display.number
+        assert _listening(_socket_path(number))
+        os.killpg(display.pid, signal.SIGKILL)
+        assert wait_until(lambda: not display.alive(), 5)
+        assert os.path.lexists(_socket_path(number))  # SIGKILL: Xvfb could not remove it
+        display.release()
+    finally:
+        manager.shutdown()
+    assert not os.path.lexists(_socket_path(number))
 
 
 # -- 3. releasing a selection whose display is being replaced ------------------------------------------
