@@ -843,8 +843,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     multipart, a missing or invalid metadata part, or an image whose size fits no agent's screen (when
     the token was valid the client's next call raises :class:`ProtocolError` too; an empty body,
     ``Content-Length: 0``, is malformed multipart); 409 when the player already has a request waiting,
-    or its stream failed; 410 when its bridge is closed; 411 without a Content-Length; 413 when Content-Length exceeds the registry's ``max_request_size`` (checked before
-    the body is read).
+    or its stream failed; 410 when its bridge is closed; 411 without a Content-Length; 413 when
+    Content-Length exceeds the registry's ``max_request_size`` (checked before the body is read).
     """
 
     refusals = _RefusalLog()
