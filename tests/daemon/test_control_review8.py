@@ -120,3 +120,34 @@ def test_a_405_allows_head_wherever_get_is(daemon):
     # What Allow offers is served.
     status, _, body = raw_request(d.socket, b"HEAD /v1/health HTTP/1.0\r\n\r\n")
     assert (status, body) == (200, b"")
+
+
+# -- output that cannot be written -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("validate", "CONFIG"), ("--version",),
+                                  ("--help",), ("status", "--help")])
+def test_output_that_cannot_be_written_is_a_one_line_error(daemon, tmp_path, args):
+    d = daemon(fast_config())
+    config = tmp_path / "ok.toml"
+    config.write_text(f'[environments.demo]\nexecutable = ["{PLAYER}"]\nplatform = "headless"\n')
+    args = tuple(str(config) if a == "CONFIG" else a for a in args)
+    with open("/dev/full", "wb") as full:
+        result = run_renderd(*args, stdout=full, env={"RENDERD_SOCKET": d.socket})
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Error: cannot write to standard output: no space left on the device [ENOSPC]" in result.stderr
+    # The same commands with somewhere to write succeed.
+    assert run_renderd(*args, env={"RENDERD_SOCKET": d.socket}).returncode == 0
+
+
+def test_a_closed_pipe_on_stdout_is_still_a_quiet_exit_1(daemon):
+    # (what `renderd status | head -0` gives: no message, as click does for EPIPE)
+    d = daemon(fast_config())
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = run_renderd("status", "--socket", d.socket, stdout=write)
+    finally:
+        os.close(write)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result
