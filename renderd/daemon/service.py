@@ -36,7 +36,7 @@ import threading
 import time
 from typing import Any
 
-from renderd.config import Config, EnvironmentConfig, load, parse_http_address
+from renderd.config import Config, DaemonConfig, EnvironmentConfig, load, parse_http_address, settings
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.daemon.supervisor import Player, Supervisor
 from renderd.errors import ConfigError, LeaseBusyError, RenderdError, os_error_message
@@ -884,6 +884,12 @@ class Daemon:
             self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {failed}")
             return
         log.info("reloading %s", self.config_path)
+        try:
+            changes = self._reload_changes(config)
+        except Exception:  # (only a report: never in the way of the reload)
+            log.exception("reload: cannot tell what changed")
+        else:
+            log.info("reload: %s", "; ".join(changes) if changes else "nothing changed")
         applied = False
         try:
             applied = self.supervisor.reload(config)
@@ -897,6 +903,52 @@ class Daemon:
                     [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
                 if assignments:
                     self.notifier.notify(*assignments)
+
+    #: ``[daemon]`` keys that a reload leaves as they are until renderd restarts (see Supervisor.reload).
+    RESTART_KEYS = ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads", "log_dir")
+
+    def _reload_changes(self, config: Config) -> list[str]:
+        """What applying ``config`` changes, key by key, as the reload's log line says it: ``[daemon]`` keys,
+        environments added or removed, and each changed key of an environment (secret values shown as
+        ``***``), with whether its players are replaced."""
+        assert self.supervisor is not None
+        with self.supervisor.lock:
+            old_daemon = self.supervisor.daemon_config
+            old_envs = {
+                name: (env.config, env.source, env.removing) for name, env in self.supervisor.environments.items()
+            }
+        changes = []
+        for f in settings(DaemonConfig):
+            before, after = getattr(old_daemon, f.name), getattr(config.daemon, f.name)
+            if before != after:
+                later = " (when renderd restarts)" if f.name in self.RESTART_KEYS else ""
+                changes.append(f"daemon.{f.name} {before!r} -> {after!r}{later}")
+        for name, (_cfg, source, removing) in old_envs.items():
+            if source == "file" and not removing and name not in config.environments:
+                changes.append(f"environments.{name} removed (its players stop, its leases end)")
+        for name, new in config.environments.items():
+            old = old_envs.get(name)
+            if old is None or old[2]:
+                changes.append(f"environments.{name} added ({new.instances} instance(s))")
+                continue
+            before_cfg = old[0]
+            raw_before, raw_after = before_cfg.to_dict(), new.to_dict()
+            shown_before, shown_after = before_cfg.redacted(), new.redacted()
+            keys = [k for k in raw_after if raw_before[k] != raw_after[k]]
+            if not keys:
+                if old[1] != "file":
+                    changes.append(f"environments.{name} is the file's again (it was declared through the API)")
+                continue
+            parts = []
+            for k in keys:
+                if shown_before[k] == shown_after[k]:
+                    parts.append(f"environments.{name}.{k} changed (a secret value)")
+                else:
+                    parts.append(f"environments.{name}.{k} {shown_before[k]!r} -> {shown_after[k]!r}")
+            how = ("players replaced one at a time, leased ones after their lease" if new.replaces_players(before_cfg)
+                   else "players kept")
+            changes.append(f"{', '.join(parts)} ({how})")
+        return changes
 
     def _check_running_http(self, config: Config) -> None:
         """A reloaded ``config``'s ``transport = "http"`` environments need the HTTP listener this daemon runs:

@@ -3,7 +3,6 @@ told. Real daemons, real players (tests/daemon/conftest.py)."""
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import time
@@ -157,3 +156,29 @@ def test_any_error_in_a_reload_still_ends_it_with_ready(daemon, tmp_path):
         assert [(p["state"], p["pid"]) for p in d.players()] == [("READY", pid)]
     finally:
         notes.close()
+
+
+def test_a_reload_logs_what_it_changes_key_by_key_without_secrets(daemon):
+    """The log said "environment demo changed: 1 x renderd-player 300x300 platform headless transport fifo"
+    whatever changed (quality, env, timeouts...), and nothing of [daemon] keys: an admin could not tell
+    whether the reload did what was meant, nor whether players would be replaced."""
+    d = daemon(fast_config(extra='env = {API_TOKEN = "first-secret"}'))
+    with open(d.config_path, "w") as f:
+        f.write(fast_config(extra='quality = "Low"\nenv = {API_TOKEN = "second-secret"}', daemon="lease_timeout = 5.0")
+                + '\n[environments.other]\ninstances = 0\n')
+    d.signal(signal.SIGHUP)
+    line = wait_for(lambda: next((x for x in d.output().splitlines() if "reload:" in x and "quality" in x), None),
+                    DEADLINE, "the reload's line of changes")
+    assert "environments.demo.quality 'Ultra' -> 'Low'" in line, line
+    assert "environments.demo.env" in line and "replaced" in line, line
+    assert "daemon.lease_timeout 30.0 -> 5.0" in line, line
+    assert "environments.other added" in line, line
+    assert "first-secret" not in d.output() and "second-secret" not in d.output()
+    with open(d.config_path, "w") as f:
+        f.write(fast_config(extra='quality = "Low"\nenv = {API_TOKEN = "second-secret"}', daemon="lease_timeout = 5.0"))
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "environments.other removed" in d.output(), DEADLINE, "the removal in the reload's line")
+    with open(d.config_path, "a") as f:
+        f.write("\n")
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload: nothing changed" in d.output(), DEADLINE, "a reload that changed nothing said so")
