@@ -87,6 +87,9 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     for value, hint, key in ((socket, "--socket", "socket"), (runtime_dir, "--runtime-dir", "runtime_dir")):
         if value == "":  # likewise: not a reason to fall back to the file's or the default path
             raise click.BadParameter(f"an empty path; leave {hint} out to use [daemon] {key}", param_hint=hint)
+    if http is not None and not http.strip():  # likewise: not a reason to turn the file's listener off
+        raise click.BadParameter(f"an empty address ({http!r}); leave --http out to use [daemon] http",
+                                 param_hint="--http")
     configure_logging(log_level)
     from renderd.daemon.service import Daemon, DaemonError
 

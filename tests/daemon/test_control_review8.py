@@ -151,3 +151,18 @@ def test_a_closed_pipe_on_stdout_is_still_a_quiet_exit_1(daemon):
     finally:
         os.close(write)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result
+
+
+# -- empty option values -----------------------------------------------------------------------------------------
+
+def test_start_refuses_an_empty_http_address(tmp_path):
+    # An unset variable in `--http "$ADDR"` turned the listener off without a word, even over the file's.
+    config = tmp_path / "renderd.toml"
+    config.write_text(f'[daemon]\nhttp = "127.0.0.1:0"\n[environments.demo]\nexecutable = ["{PLAYER}"]\n'
+                      'platform = "headless"\ninstances = 0\n')
+    sock = tmp_path / "renderd.sock"
+    result = run_renderd("start", "-c", str(config), "--socket", str(sock), "--runtime-dir", str(tmp_path / "run"),
+                         "--http", "", timeout=20)
+    assert result.returncode == 2, result
+    assert "--http" in result.stderr and "empty" in result.stderr, result.stderr
+    assert not sock.exists()
