@@ -330,12 +330,16 @@ class RenderdEnv(gymnasium.Env):
         self.session: Any = None
         self.last_event: Event | None = None
         self._elapsed = 0
+        # Why step() may not run now (None: an episode is under way): before the first reset, after
+        # close(), or after a reset that failed (its episode never began; the old one must not go on).
+        self._no_episode: str | None = "step() before reset(): call reset() first"
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         super().reset(seed=seed)
         scene = self._spec.choose_scene(self.np_random, options)
+        self._no_episode = "step() after a reset() that failed: call reset() again"
         if self.session is not None and (self.session.closed or self.session.error is not None):
             # The player failed (crashed, timed out, sent malformed bytes): this episode gets a new one.
             broken, self.session, self.last_event = self.session, None, None
@@ -352,11 +356,12 @@ class RenderdEnv(gymnasium.Env):
         _reset_failed(event, "Initialize")
         self.last_event = event
         self._elapsed = 0
+        self._no_episode = None
         return self._spec.observation(event), self._spec.info(event)
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
-        if self.session is None:
-            raise CallOrderError("step() before reset(): call reset() first")
+        if self._no_episode is not None or self.session is None:
+            raise CallOrderError(self._no_episode or "step() before reset(): call reset() first")
         event = self.session.step(self._spec.action(action))
         self.last_event = event
         self._elapsed += 1
@@ -385,6 +390,7 @@ class RenderdEnv(gymnasium.Env):
         """Stop the player. Idempotent."""
         session, self.session = self.session, None
         self.last_event = None
+        self._no_episode = "step() after close(): call reset() to start a new player"
         if session is not None:
             session.close()
 
