@@ -165,7 +165,9 @@ class ControlClient:
                 f"cannot reach the renderd daemon at {self.socket}: the path is {size} bytes long; a unix socket "
                 f"path holds at most {MAX_SOCKET_PATH} (pass the control socket with --socket or $RENDERD_SOCKET)"
             )
-        conn = _UnixConnection(self.socket, self.timeout if timeout is None else timeout)
+        seconds = self.timeout if timeout is None else timeout
+        shown = _shown_path(path)  # (what errors, and the logs they end up in, say of the request)
+        conn = _UnixConnection(self.socket, seconds)
         try:
             headers = {"Accept": "application/json"}
             data = None
@@ -196,7 +198,8 @@ class ControlClient:
                     what + ". Is `renderd start` running? (pass --socket or set $RENDERD_SOCKET for another socket)"
                 ) from exc
             except _socket.timeout as exc:
-                raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {path} in time") from exc
+                raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {shown} in time "
+                                   f"(within {seconds:g} s)") from exc
             except OSError as exc:
                 raise RenderdError(os_error_message(exc, f"talking to the renderd daemon at {self.socket}")) from exc
             except http.client.HTTPException as exc:
@@ -208,13 +211,13 @@ class ControlClient:
             try:
                 decoded: Any = json.loads(raw.decode("utf-8"))
             except ValueError as exc:
-                raise RenderdError(f"the daemon answered {method} {path} with malformed JSON: {exc}") from exc
+                raise RenderdError(f"the daemon answered {method} {shown} with malformed JSON: {exc}") from exc
         else:
             decoded = raw.decode("utf-8", "replace")
         if response.status >= 400:
             error = decoded.get("error") if isinstance(decoded, dict) else None
             if error is None:
-                raise RenderdError(f"{method} {path}: HTTP {response.status}: {str(decoded)[:200]}")
+                raise RenderdError(f"{method} {shown}: HTTP {response.status}: {str(decoded)[:200]}")
             exc = error_from_dict(error)
             exc.status = response.status  # type: ignore[attr-defined]
             raise exc
@@ -362,6 +365,15 @@ def _segment(name: str) -> str:
     """``name`` as one segment of a request's path, percent-encoded (UTF-8): a "?", "#", space or non-ASCII
     character in it reaches the daemon as part of the name."""
     return urllib.parse.quote(str(name), safe="")
+
+
+def _shown_path(path: str) -> str:
+    """``path`` with a lease id in it written ``ID``: the id is its holder's secret (whoever has it can end the
+    lease), and an error message is logged (``could not release the lease: ...``)."""
+    if path.startswith("/v1/leases/"):
+        _, slash, rest = path[len("/v1/leases/"):].partition("/")
+        return "/v1/leases/ID" + slash + rest
+    return path
 
 
 def _kind(mode: int) -> str:

@@ -6,14 +6,16 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import signal
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 import pytest
 
-from renderd.daemon.client import connect
+from renderd.daemon.client import ControlClient, connect
 from renderd.errors import ConfigError, RenderdError
 from tests.daemon.conftest import PLAYER, RENDERD, fast_config
 
@@ -166,3 +168,26 @@ def test_start_refuses_an_empty_http_address(tmp_path):
     assert result.returncode == 2, result
     assert "--http" in result.stderr and "empty" in result.stderr, result.stderr
     assert not sock.exists()
+
+
+# -- the control client ------------------------------------------------------------------------------------------
+
+def test_a_request_the_daemon_does_not_answer_says_how_long_and_keeps_the_lease_id_secret(daemon, caplog):
+    # The lease id is its holder's secret (whoever has it can end the lease); the client's timeout error named
+    # the request's path with it, and connect()'s session logs that error when a release fails.
+    d = daemon(fast_config())
+    lease_id = d.client.lease("demo", timeout=20)["lease"]
+    c = ControlClient(d.socket, timeout=0.5)
+    os.kill(d.pid, signal.SIGSTOP)  # a daemon that takes the connection and never answers
+    try:
+        for call, what in ((lambda: c.release(lease_id, clean=False), "DELETE /v1/leases/ID"),
+                           (lambda: c.lease_status(lease_id), "GET /v1/leases/ID")):
+            started = time.monotonic()
+            with pytest.raises(RenderdError) as info:
+                call()
+            assert time.monotonic() - started < 10
+            assert f"did not answer {what} in time (within 0.5 s)" in str(info.value)
+            assert lease_id not in str(info.value)
+    finally:
+        os.kill(d.pid, signal.SIGCONT)
+    assert d.client.release(lease_id, clean=False)["released"] is True
