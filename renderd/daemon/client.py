@@ -256,9 +256,15 @@ class ControlClient:
         already as its control socket holds) is sent again every :data:`LEASE_BUSY_RETRY` seconds within
         ``timeout``.
 
-        Raises LeaseError when none can be had, RenderdError for an unknown environment."""
+        Raises LeaseError when none can be had, RenderdError for an unknown environment, ArgumentError (a
+        ValueError) for a ``timeout`` that is not a number of seconds (0 or more; more than
+        MAX_LEASE_TIMEOUT counts as that)."""
+        from renderd.config import ArgumentError
         from renderd.daemon.leases import MAX_LEASE_TIMEOUT
 
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+            # (a NaN went through every comparison below: busy answers were retried for ever)
+            raise ArgumentError(f"must be a number of seconds, 0 or more, got {timeout!r}", key="timeout")
         timeout = min(timeout, MAX_LEASE_TIMEOUT)  # the daemon waits at most this long for a player anyway
         slack = REQUEST_SLACK
         until = time.monotonic() + timeout

@@ -191,3 +191,17 @@ def test_a_request_the_daemon_does_not_answer_says_how_long_and_keeps_the_lease_
     finally:
         os.kill(d.pid, signal.SIGCONT)
     assert d.client.release(lease_id, clean=False)["released"] is True
+
+
+def test_a_lease_timeout_that_is_not_a_number_of_seconds_is_refused_before_any_request(daemon):
+    # A NaN passed every comparison: sent as a 0 s wait (a ready player leased at once), and busy answers
+    # (LeaseBusyError) retried for ever, never "until - now <= 0.5".
+    d = daemon(fast_config())
+    c = ControlClient(d.socket)
+    for bad in (float("nan"), -1.0, "30", None, True):
+        with pytest.raises(ValueError, match="timeout") as info:
+            c.lease("demo", timeout=bad)
+        assert isinstance(info.value, ConfigError)
+    assert [p["state"] for p in d.players()] == ["READY"]  # nothing was leased
+    answer = c.lease("demo", timeout=1e9)  # (more than the daemon waits: as much as it does)
+    assert c.release(answer["lease"])["released"] is True
