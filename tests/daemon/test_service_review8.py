@@ -8,7 +8,7 @@ import socket
 import time
 from pathlib import Path
 
-from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
 
 DEADLINE = 20.0
 
@@ -182,3 +182,39 @@ def test_a_reload_logs_what_it_changes_key_by_key_without_secrets(daemon):
         f.write("\n")
     d.signal(signal.SIGHUP)
     wait_for(lambda: "reload: nothing changed" in d.output(), DEADLINE, "a reload that changed nothing said so")
+
+
+# -- reloads under leases -----------------------------------------------------------------------------------------
+def test_a_reload_changes_a_leased_player_only_after_its_lease_and_a_removal_tells_the_client(daemon):
+    """A changed environment keeps its leased player until the lease ends; an environment gone from the file
+    stops its leased player at once, and the client is told why (not an unexplained crash)."""
+    import renderd
+    from renderd.errors import PlayerCrashed
+
+    d = daemon(fast_config() + f'\n[environments.other]\nexecutable = ["{PLAYER}", "--static-frame"]\nplatform = "headless"\n')
+    with renderd.connect("demo", socket=d.socket, timeout=10) as session:
+        session.step("Pass")
+        pid = session.pid
+        with open(d.config_path, "w") as f:
+            f.write(fast_config(extra="width = 200"))  # demo changed, other gone
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "environments.other removed" in d.output(), DEADLINE, "the reload")
+        (player,) = d.players("demo")
+        assert (player["state"], player["pid"], player["outdated"]) == ("LEASED", pid, True)
+        assert session.step("Pass").sequence_id == 2  # the same player serves on
+    d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["width"] == 200 and ps[0]["pid"] != pid,
+                   what="the player replaced after its lease")
+    with open(d.config_path, "w") as f:
+        f.write("")  # demo gone too
+    with renderd.connect("demo", socket=d.socket, timeout=10) as session:
+        session.step("Pass")
+        d.signal(signal.SIGHUP)
+        wait_for(lambda: "environments.demo removed" in d.output(), DEADLINE, "the reload")
+        try:
+            for _ in range(100):
+                session.step("Pass")
+        except PlayerCrashed as exc:
+            assert "environment removed" in str(exc), exc
+        else:
+            raise AssertionError("the removed environment's leased player served on")
+    wait_for(lambda: not d.environments(), DEADLINE, "the environment gone")
