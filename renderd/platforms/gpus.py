@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from renderd.errors import describe_exit
+from renderd.platforms.probe import leave_behind, reap_left_behind
 from renderd.platforms.vulkan import VulkanDevice, loader_env_key
 from renderd.process import die_with_parent
 
@@ -36,6 +37,9 @@ log = logging.getLogger(__name__)
 GPU_TOOL_TIMEOUT = 10.0
 #: Seconds to read what a timed-out tool left in its pipes once its process group is killed.
 GPU_TOOL_DRAIN_TIMEOUT = 1.0
+#: Seconds to wait for the kernel to reap a killed tool: one in uninterruptible sleep in a wedged driver (an
+#: nvidia-smi on a GPU that fell off the bus) does not die of SIGKILL; it is left behind, logged.
+GPU_TOOL_REAP_TIMEOUT = 5.0
 #: How long the output of ``nvidia-smi -L`` is reused.
 GPU_TOOL_CACHE_SECONDS = 300.0
 
@@ -302,6 +306,7 @@ def _run_bounded(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes, b
     ``subprocess.TimeoutExpired`` after :data:`GPU_TOOL_TIMEOUT`, once the whole group is killed (a wrapper's
     or driver's helper included) and the pipes are closed: a helper out of the group that holds them is not
     waited for longer than :data:`GPU_TOOL_DRAIN_TIMEOUT`."""
+    reap_left_behind()
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -327,7 +332,14 @@ def _run_bounded(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes, b
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
-        proc.wait()
+        try:
+            proc.wait(timeout=GPU_TOOL_REAP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            log.error(
+                "%s (pid %d) survived SIGKILL for %g s (stuck in the kernel: a wedged driver?); left behind",
+                argv[0], proc.pid, GPU_TOOL_REAP_TIMEOUT,
+            )
+            leave_behind(proc)
     return proc.returncode, stdout, stderr
 
 

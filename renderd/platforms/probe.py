@@ -18,6 +18,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,9 @@ STDERR_TAIL_CHARS = 600
 #: Seconds to read what a killed probe left in its pipes. A helper a driver started in a session of its
 #: own survives the kill of the probe's process group and may hold the pipes open; they are closed then.
 PROBE_DRAIN_TIMEOUT = 1.0
+#: Seconds to wait for the kernel to reap a probe after SIGKILL. A process in uninterruptible sleep (a wedged
+#: GPU driver) does not die of it until the kernel call returns, perhaps never: it is then left behind, logged.
+PROBE_REAP_TIMEOUT = 5.0
 
 
 @dataclass
@@ -66,6 +70,7 @@ def run_probe(
     :func:`kill_probe` it from another thread; the outcome is then a failure).
     """
     argv = [sys.executable, "-I" if isolated else "-P", script, *args]
+    reap_left_behind()
     proc = subprocess.Popen(
         argv,
         stdin=subprocess.DEVNULL,
@@ -76,27 +81,30 @@ def run_probe(
         close_fds=True,
         preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509 (only prctl, signal and getppid run in the child)
     )
+    killed = False
     try:
         if on_start is not None:
             on_start(proc)
         stdout, stderr = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         _kill_group(proc)
-        stdout, stderr = _drain(proc)
+        killed = True
+        stdout, stderr = _drain(proc, script)
         answer = _answer(stdout, marker)
         if answer is not None:  # complete before the hang (a driver that hangs as the process exits)
             log.warning("probe %s gave its answer but did not exit within %g s; killed", script, timeout)
             return ProbeOutcome(answer, None, _tail(stderr))
+        stuck = "" if proc.returncode is not None else f"; it survived SIGKILL (pid {proc.pid}, stuck in the kernel)"
         return ProbeOutcome(
             None,
-            f"the probe did not finish within {timeout:g} s (a hung driver or server?)",
+            f"the probe did not finish within {timeout:g} s (a hung driver or server?){stuck}",
             _tail(stderr),
             timed_out=True,
         )
     finally:
-        if proc.poll() is None:  # an exception other than the timeout: never leave the child behind
+        if not killed and proc.poll() is None:  # an exception other than the timeout: never leave the child behind
             _kill_group(proc)
-            proc.wait()
+            _reap(proc, script)
     err_text = _tail(stderr)
     answer = _answer(stdout, marker)
     if answer is None:
@@ -119,8 +127,9 @@ def _answer(stdout: bytes | None, marker: str) -> dict[str, Any] | None:
     return answer
 
 
-def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:
-    """Read what a killed probe left in its pipes within :data:`PROBE_DRAIN_TIMEOUT`, close them and reap it."""
+def _drain(proc: subprocess.Popen[bytes], script: str) -> tuple[bytes | None, bytes | None]:
+    """Read what a killed probe left in its pipes within :data:`PROBE_DRAIN_TIMEOUT`, close them and reap it
+    (see :func:`_reap`)."""
     try:
         stdout, stderr = proc.communicate(timeout=PROBE_DRAIN_TIMEOUT)
     except subprocess.TimeoutExpired as exc:
@@ -128,8 +137,38 @@ def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes | None, bytes | None]:
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()
-        proc.wait()
+        _reap(proc, script)
     return stdout, stderr
+
+
+def _reap(proc: subprocess.Popen[bytes], script: str) -> None:
+    """Wait for a killed probe for at most :data:`PROBE_REAP_TIMEOUT`: one stuck in the kernel (a wedged
+    driver) does not die of SIGKILL, and waiting for it would hang the check that ran it."""
+    try:
+        proc.wait(timeout=PROBE_REAP_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        log.error(
+            "%s (pid %d) survived SIGKILL for %g s (stuck in the kernel: a wedged driver?); left behind",
+            script, proc.pid, PROBE_REAP_TIMEOUT,
+        )
+        leave_behind(proc)
+
+
+_left_behind: list[subprocess.Popen[bytes]] = []
+_left_behind_lock = threading.Lock()
+
+
+def leave_behind(proc: subprocess.Popen[bytes]) -> None:
+    """Keep a killed child that has not exited yet (stuck in the kernel), to be reaped once it does by
+    :func:`reap_left_behind` (run before every probe), not left a zombie."""
+    with _left_behind_lock:
+        _left_behind.append(proc)
+
+
+def reap_left_behind() -> None:
+    """Reap the children :func:`leave_behind` kept that have exited since."""
+    with _left_behind_lock:
+        _left_behind[:] = [p for p in _left_behind if p.poll() is None]
 
 
 def kill_probe(proc: subprocess.Popen[bytes]) -> None:

@@ -330,3 +330,73 @@ def test_release_does_not_wait_for_a_display_being_replaced(tmp_path):
     finally:
         gate.touch()
         manager.shutdown()
+
+
+# -- 4. a probe or GPU tool that SIGKILL does not end ----------------------------------------------------
+# A process in uninterruptible sleep in a wedged GPU driver (nvidia-smi on a GPU that fell off the bus, a
+# Vulkan ICD stuck in an ioctl) does not die of SIGKILL until the kernel call returns. The kill is made to
+# miss here (the only mock: the wedged driver); the child itself is real, and killed by the test after.
+
+
+def _kill_children() -> None:
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(psutil.Process().children(recursive=True), timeout=5)
+    from renderd.platforms import probe
+
+    reap = getattr(probe, "reap_left_behind", None)  # what a stuck child left, now that it is gone
+    if reap is not None:
+        reap()
+
+
+def _call_with_deadline(fn, deadline: float) -> tuple[bool, list]:
+    result: list = []
+    thread = threading.Thread(target=lambda: result.append(fn()), daemon=True)
+    thread.start()
+    thread.join(deadline)
+    return not thread.is_alive(), result
+
+
+def test_a_probe_that_survives_sigkill_does_not_hang_the_check(tmp_path, monkeypatch):
+    from renderd.platforms import probe
+
+    script = tmp_path / "wedged.py"
+    script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
+    monkeypatch.setattr(probe, "_kill_group", lambda proc: None)
+    try:
+        done, result = _call_with_deadline(
+            lambda: probe.run_probe(str(script), [], marker="M", env=os.environ, timeout=0.5),
+            0.5 + probe.PROBE_DRAIN_TIMEOUT + probe.PROBE_REAP_TIMEOUT + 5,
+        )
+        assert done, "run_probe waited for a probe that SIGKILL did not end"
+        outcome = result[0]
+        assert outcome.answer is None and outcome.timed_out
+        assert "did not finish within 0.5 s" in outcome.failure and "survived SIGKILL" in outcome.failure
+    finally:
+        _kill_children()
+
+
+def test_a_gpu_tool_that_survives_sigkill_does_not_hang_the_check(tmp_path, monkeypatch):
+    from renderd.platforms import gpus
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _script(bindir / "nvidia-smi", "exec sleep 60")
+    monkeypatch.setattr(gpus, "_kill_group", lambda proc: None)
+    monkeypatch.setattr(gpus, "GPU_TOOL_TIMEOUT", 0.5)
+    gpus.clear_cache()
+    env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
+    try:
+        done, result = _call_with_deadline(
+            lambda: gpus.nvidia_survey(env),
+            0.5 + gpus.GPU_TOOL_DRAIN_TIMEOUT + getattr(gpus, "GPU_TOOL_REAP_TIMEOUT", 5.0) + 5,
+        )
+        assert done, "nvidia_survey waited for an nvidia-smi that SIGKILL did not end"
+        devices, problem = result[0]
+        assert devices == [] and "did not answer within 0.5 s" in problem
+    finally:
+        _kill_children()
+        gpus.clear_cache()
