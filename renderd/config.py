@@ -470,8 +470,9 @@ class DaemonConfig:
     )
     max_boot_failures: int = setting(
         5,
-        help="Consecutive boot failures (exit or undecodable first frame before readiness) after which "
-        "a player slot is given up (state FAILED, with the reason).",
+        help="Consecutive boot failures (an exit or an undecodable first frame before readiness, no first frame "
+        "within `start_timeout`, a player or platform that could not be started) after which a player slot is "
+        "given up (state FAILED, with the reason).",
         check=_positive,
     )
     backoff_initial: float = setting(

@@ -56,7 +56,8 @@ class Metrics:
         )
         self.boot_failures = Counter(
             "renderd_player_boot_failures",
-            "Players that exited or sent an undecodable first frame before readiness.",
+            "Players that failed to boot: exited or sent an undecodable first frame before readiness, sent no first "
+            "frame within start_timeout, or could not be started (the program, or no platform for it).",
             labels,
             registry=self.registry,
         )

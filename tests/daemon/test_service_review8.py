@@ -218,3 +218,26 @@ def test_a_reload_changes_a_leased_player_only_after_its_lease_and_a_removal_tel
         else:
             raise AssertionError("the removed environment's leased player served on")
     wait_for(lambda: not d.environments(), DEADLINE, "the environment gone")
+
+
+# -- metrics --------------------------------------------------------------------------------------------------
+def test_a_player_that_never_sends_its_first_frame_is_a_boot_failure_as_the_metric_and_the_key_say(daemon):
+    """A Unity build that hangs while loading (no first frame within start_timeout) counts toward
+    max_boot_failures and renderd_player_boot_failures_total; both their help texts spoke only of exits and
+    undecodable first frames, so an admin reading them did not expect a hung build to end FAILED."""
+    import sys
+
+    from renderd.config import DaemonConfig, settings
+
+    exe = f'["{sys.executable}", "-m", "renderd.player", "--static-frame", "--start-delay", "60"]'
+    d = daemon(fast_config(executable=exe, extra="start_timeout = 0.3").replace("start_timeout = 20.0", ""),
+               args=("--log-level", "debug"))  # ready: every player READY or FAILED
+    (player,) = d.players()
+    assert player["boot_failures"] == 3 and "start_timeout" in player["reason"], player
+    metrics = d.client.request("GET", "/metrics")[1]
+    text = metrics.decode() if isinstance(metrics, bytes) else str(metrics)
+    assert 'renderd_player_boot_failures_total{environment="demo"} 3.0' in text, text
+    help_line = next(x for x in text.splitlines() if x.startswith("# HELP renderd_player_boot_failures_total"))
+    assert "start_timeout" in help_line, help_line
+    key_help = next(f for f in settings(DaemonConfig) if f.name == "max_boot_failures").metadata["help"]
+    assert "start_timeout" in key_help, key_help
