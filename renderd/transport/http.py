@@ -76,6 +76,7 @@ from renderd.protocol import (
     drop_written,
     encode_message,
     encode_metadata,
+    message_nbytes,
 )
 from renderd.transport.multipart import (
     MAX_PART_HEADER_SIZE,
@@ -1284,7 +1285,16 @@ class _Connection:
             drained += n
 
     def _send(self, data: bytes | list[Any]) -> bool:
+        # An answer gets the time a request body of its size gets (REQUEST_TIMEOUT plus its size at
+        # MIN_BODY_RATE), not whatever timeout the last read left on the socket: that was IDLE_TIMEOUT (an
+        # hour) when the request came whole in one read, and next to nothing when its body arrived just
+        # before its deadline. A peer that reads nothing for that long has its connection closed.
+        if isinstance(data, (bytes, bytearray)):
+            size = len(data)
+        else:
+            size = message_nbytes(data)
         try:
+            self.sock.settimeout(REQUEST_TIMEOUT + size / MIN_BODY_RATE)
             if isinstance(data, (bytes, bytearray)):
                 self.sock.sendall(data)
             else:

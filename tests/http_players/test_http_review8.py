@@ -124,3 +124,35 @@ def test_pump_stop_takes_any_timeout(timeout):
             pump.stop()
         registry.close()
         pair.remove()
+
+
+# -- an answer the player does not read ------------------------------------------------------------------
+
+
+def test_an_answer_the_player_never_reads_closes_its_connection_in_bounded_time(served, monkeypatch):
+    # The answer to a post (the next action) is sent with REQUEST_TIMEOUT plus its size at MIN_BODY_RATE,
+    # not with the timeout the request's last read left on the socket (IDLE_TIMEOUT, an hour, when the
+    # request arrived in one read): a player that reads nothing held a connection thread that long.
+    import time
+
+    from renderd.errors import PlayerCrashed
+    from renderd.protocol import encode_action
+    from tests.helpers.http_util import frame_body
+
+    monkeypatch.setattr(http_transport, "REQUEST_TIMEOUT", 0.3)
+    monkeypatch.setattr(http_transport, "MIN_BODY_RATE", 1e12)
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(time.monotonic() + DEADLINE)
+    big = {"action": "Pass", "blob": "x" * (8 << 20)}  # far more than the socket buffers hold
+    started = time.monotonic()
+    try:
+        bridge.send(encode_action(big), time.monotonic() + DEADLINE)
+    except PlayerCrashed:
+        pass
+    wait_for(lambda: bridge.error is not None, DEADLINE, "the unread answer's connection to be closed")
+    assert isinstance(bridge.error, PlayerCrashed), bridge.error
+    assert time.monotonic() - started < DEADLINE
