@@ -756,11 +756,49 @@ def _conform(tp: Any, value: Any) -> tuple[bool, Any]:
     return isinstance(value, tp), value
 
 
+def _first_mismatch(tp: Any, value: Any, where: str = "") -> tuple[str, Any, Any] | None:
+    """In a list or table ``value`` that does not conform to ``tp``: where its first item that does not is
+    (``OMP_NUM_THREADS`` in a table, ``[2]`` in a list, ``A.B`` deeper), that item's expected type and the item;
+    ``None`` when the trouble is ``value`` itself."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(tp):  # a list or a table: explained by the member of its kind
+            if typing.get_origin(arg) in (list, dict) and isinstance(value, typing.get_origin(arg)):
+                return _first_mismatch(arg, value, where)
+        return None
+    if origin is list and isinstance(value, list):
+        (item,) = typing.get_args(tp)
+        items: list[tuple[str, Any]] = [(f"{where}[{i}]", v) for i, v in enumerate(value)]
+    elif origin is dict and isinstance(value, dict):
+        item = typing.get_args(tp)[1]
+        items = [(f"{where}.{k}" if where else str(k), v) for k, v in value.items()]
+    else:
+        return None
+    for item_where, v in items:
+        if not _conform(item, v)[0]:
+            return _first_mismatch(item, v, item_where) or (item_where, item, v)
+    return None
+
+
+def _type_error(tp: Any, value: Any, source: str, key: str) -> ConfigError:
+    """What is wrong with a ``value`` that does not conform to ``tp``, naming the very item of a list or table
+    that is wrong (a table of twenty variables, one of them unquoted, must not leave the reader to guess)."""
+    message = f"expected {_a(_type_name(tp))}, got {_value_name(value)}"
+    inner = _first_mismatch(tp, value)
+    if inner is not None:
+        where, item_tp, item = inner
+        message += f" whose {where} is {_value_name(item)}, not {_a(_type_name(item_tp))}"
+        if item_tp is str and isinstance(item, (bool, int, float)):
+            text = str(item).lower() if isinstance(item, bool) else str(item)
+            message += f' (a string is written in quotes: "{text}")'
+    return ConfigError(message, path=source, key=key)
+
+
 def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any:
     tp = _hints(_owner(f))[f.name]
     ok, converted = _conform(tp, value)
     if not ok:
-        raise ConfigError(f"expected {_a(_type_name(tp))}, got {_value_name(value)}", path=source, key=key)
+        raise _type_error(tp, value, source, key)
     if isinstance(converted, float) and converted != converted:  # NaN
         raise ConfigError("must be a number, not nan", path=source, key=key)
     strings = list(_strings(converted))

@@ -8,6 +8,10 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
+from renderd.errors import ConfigError
+
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 
 DEADLINE = 20.0
@@ -241,3 +245,26 @@ def test_a_player_that_never_sends_its_first_frame_is_a_boot_failure_as_the_metr
     assert "start_timeout" in help_line, help_line
     key_help = next(f for f in settings(DaemonConfig) if f.name == "max_boot_failures").metadata["help"]
     assert "start_timeout" in key_help, key_help
+
+
+# -- mistakes in a file or a request body ---------------------------------------------------------------------
+def test_a_wrong_item_in_a_list_or_table_is_named_by_validate_and_by_put(daemon, tmp_path):
+    """`env = {OMP_NUM_THREADS = 4}` (a number where a string goes) was "expected a table of string to string,
+    got a table": with twenty variables, or an argv list, the reader had to guess which item was wrong."""
+    import subprocess
+
+    from tests.daemon.conftest import RENDERD
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[environments.demo]\nenv = {LANG = "C", OMP_NUM_THREADS = 4}\n')
+    out = subprocess.run([*RENDERD, "validate", str(bad)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1
+    assert "environments.demo.env" in out.stderr and 'OMP_NUM_THREADS is integer 4' in out.stderr, out.stderr
+    assert '"4"' in out.stderr, out.stderr  # how to write it
+    d = daemon(fast_config())
+    body = {"executable": [PLAYER, "--port", 8200], "platform": "headless"}
+    with pytest.raises(ConfigError) as info:
+        d.client.request("PUT", "/v1/environments/other", body)
+    assert info.value.status == 400
+    message = str(info.value)
+    assert "environments.other.executable" in message and "[2] is integer 8200" in message, message
