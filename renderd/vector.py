@@ -277,6 +277,12 @@ def _channel_fds(session: Any) -> tuple[int, ...] | None:
     return (fd,) if pidfd is None else (fd, pidfd)
 
 
+def _unsent(session: Any) -> int:
+    """Bytes of the action in flight that ``session``'s channel has not written yet (a FIFO channel in
+    ``partial_sends`` mode keeps what client.pipe did not take; see :meth:`VectorSession._send`)."""
+    return getattr(getattr(session, "channel", None), "unsent", 0) or 0
+
+
 def _writer_fd(session: Any) -> int | None:
     """The write end of ``session``'s client.pipe, when its channel has one open (a FIFO channel)."""
     writer_fileno = getattr(getattr(session, "channel", None), "writer_fileno", None)
@@ -527,9 +533,10 @@ class VectorSession:
         sent then). Raises :class:`AlreadyPendingCallError` when a ``recv`` is due, :class:`CallOrderError`
         on a closed or broken vector session. A player that fails here is reported by :meth:`recv`.
 
-        Each action must be written within its session's ``step_timeout``, counted for every slot from this
-        call: players that do not take their action (they have not opened their pipe yet, or a large action
-        meets a full pipe) hold ``send`` up for one ``step_timeout`` between them, not one each.
+        Each slot's pipe must be open within its session's ``step_timeout``, counted for every slot from this
+        call: players that have not opened their pipe yet hold ``send`` up for one ``step_timeout`` between
+        them, not one each. Writing waits for no player: what a pipe has no room for (an action larger than
+        its buffer) is written by :meth:`recv` as the player reads it, within the answer's deadline.
         """
         self._send_actions(actions, None)
 
@@ -739,6 +746,13 @@ class VectorSession:
             own = self._send_start + session.step_timeout
             if limit is None or own < limit[0]:
                 limit = (own, "step_timeout", session.step_timeout)
+        # A FIFO channel writes what client.pipe takes at once and keeps the rest, which recv's poll writes
+        # as the player reads: a player that does not read costs no other slot its write (the shared
+        # deadline is for opening client.pipe), and the rest has the answer's deadline.
+        channel = getattr(session, "channel", None)
+        partial = getattr(channel, "partial_sends", None) is False
+        if partial:
+            channel.partial_sends = True
         try:
             if isinstance(session, Session):
                 session._send(message, {}, limit)
@@ -754,6 +768,9 @@ class VectorSession:
         except RenderdError as exc:
             self._fail(slot, exc)
             return
+        finally:
+            if partial:
+                channel.partial_sends = False
         slot.in_flight = kind
         slot.sent_at = time.monotonic()
         slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
@@ -769,7 +786,8 @@ class VectorSession:
                 # No events asked: POLLERR once the player closed client.pipe, so that its answer (which
                 # may never come) is taken up at once, not at its step deadline.
                 slot.fds += (wfd,)
-                self._poller.register(wfd, 0)
+                # (POLLOUT while part of the action is still to be written: see _sweep.)
+                self._poller.register(wfd, select.POLLOUT if partial and _unsent(session) else 0)
                 self._fd_slots[wfd] = slot
                 self._writer_fds[wfd] = slot
 
@@ -829,7 +847,8 @@ class VectorSession:
     def _collect(self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None) -> None:
         """Receive until every slot with a caller's action in flight has answered or failed (and, with
         ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile; the
-        reset actions sent to them meanwhile must be written by ``overall`` too (when ``timeout`` ends)."""
+        client.pipe of a reset action sent meanwhile must be open by ``overall`` too (when ``timeout`` ends);
+        its bytes are written as the player reads them, within its answer's deadline."""
         self._send_limit = None if overall is None else (overall, "recv timeout", timeout)  # type: ignore[assignment]
         try:
             self._collect_until(rnd, timeout, wait_resets, overall)
@@ -893,7 +912,8 @@ class VectorSession:
             serial = [
                 s
                 for s in self._slots
-                if s.in_flight is not None and (not s.fds or (self._sequential_recv and s.in_flight == "action"))
+                if s.in_flight is not None
+                and (not s.fds or (self._sequential_recv and s.in_flight == "action" and not _unsent(s.session)))
             ]
             if serial:
                 for slot in serial:
@@ -908,24 +928,58 @@ class VectorSession:
             return
         hit: set[_Slot] = set()
         input_closed: set[_Slot] = set()
-        for fd, _ in ready:
+        writable: list[tuple[int, _Slot]] = []
+        for fd, events in ready:
             if fd == self._wake_fd:
                 self._drain_wake()
                 continue
             slot = self._fd_slots.get(fd)
             if slot is not None:
-                hit.add(slot)
-                if fd in self._writer_fds:
+                if fd not in self._writer_fds:
+                    hit.add(slot)
+                    continue
+                if events & select.POLLOUT:
+                    writable.append((fd, slot))
+                if events & ~select.POLLOUT:
+                    hit.add(slot)
                     input_closed.add(slot)
+        for _, slot in writable:
+            if slot.in_flight is not None:  # room in client.pipe for more of the action in flight
+                self._write_more(slot)
         for slot in sorted(hit, key=lambda s: s.index):
             # A readable pipe may hold only part of an answer: receive once it is whole (or the player
             # is gone), so a player stuck in the middle of a message holds up no other slot. A player that
             # closed client.pipe is received from at once: the channel gives it a second at most to
             # answer or exit, then reports it as a crash.
-            if slot.in_flight is not None and (slot in input_closed or _answer_ready(slot.session)):
+            if slot.in_flight is None:
+                continue
+            if slot in input_closed and _unsent(slot.session):
+                self._write_more(slot)  # the player closed client.pipe: this reports its crash
+                continue
+            if slot in input_closed or _answer_ready(slot.session):
                 self._receive(slot, rnd)
 
+    def _write_more(self, slot: _Slot) -> bool:
+        """Write what client.pipe takes now of the slot's action in flight; True once it is all written.
+        A player that exited or closed client.pipe fails the slot."""
+        session = slot.session
+        try:
+            done = bool(session.channel.flush())
+        except RenderdError as exc:
+            self._fail(slot, exc)
+            return False
+        if done:
+            wfd = _writer_fd(session)
+            if wfd is not None and wfd in self._writer_fds:
+                self._poller.modify(wfd, 0)  # (POLLERR only again: see _send)
+        return done
+
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
+        if _unsent(slot.session) and not self._write_more(slot):
+            if slot.in_flight is not None:  # (a crash found by the write failed the slot already)
+                seconds = slot.session.step_timeout if timeout is None else timeout
+                self._fail(slot, self._unsent_error(slot, "step_timeout" if timeout is None else "recv timeout", seconds))
+            return
         if timeout is None:
             # The session's own step deadline has passed: its recv returns an answer that arrived at the
             # last moment, or raises PlayerTimeout. That error counts only recv's own (instant) wait, so it
@@ -954,6 +1008,20 @@ class VectorSession:
         return PlayerTimeout(
             f"{slot.sent_action}: {got} from the player (pid {session.pid}) within {within} {seconds:g} s "
             f"({waited:.3g} s after the action was sent; it is still running: {why}); its session was closed",
+            deadline=deadline,
+            seconds=seconds,
+        )
+
+    @staticmethod
+    def _unsent_error(slot: _Slot, deadline: str, seconds: float) -> PlayerTimeout:
+        """The PlayerTimeout of a slot whose player had not read all of its action by ``deadline``."""
+        session = slot.session
+        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        return PlayerTimeout(
+            f"{slot.sent_action}: the player (pid {session.pid}) did not take its action within {within} "
+            f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after it was sent, {_unsent(session)} of its "
+            "bytes were still unwritten: client.pipe stayed full). It does not read client.pipe (hung, or "
+            "stopped); its session was closed",
             deadline=deadline,
             seconds=seconds,
         )

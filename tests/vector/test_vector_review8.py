@@ -1,0 +1,123 @@
+"""VectorSession: writes of actions larger than client.pipe's buffer, reset actions written while receiving,
+and a slot that fails twice in one round. Real reference players on real FIFOs."""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import time
+
+import pytest
+
+import renderd
+from renderd.errors import PlayerTimeout
+from tests.vector.conftest import player_kwargs, wait_for
+
+#: Each slot's step_timeout in these tests.
+STEP = 1.5
+#: The SIGTERM grace of stopped players.
+GRACE = 0.5
+#: Larger than client.pipe's buffer (64 KiB; even a 1 MiB pipe): written in parts as the player reads.
+HUGE = "x" * (2 * 1024 * 1024)
+
+
+def _stop(session: renderd.Session) -> None:
+    session.stop_grace = GRACE
+    os.kill(session.pid, signal.SIGSTOP)
+
+
+def test_a_healthy_slot_after_a_stopped_one_takes_an_action_larger_than_its_pipe(no_leaks):
+    # Slot 0 is stopped and does not take its action; slot 1 is healthy but its action is larger than its
+    # pipe. The stopped slot must not cost slot 1 its write: slot 1 answers, slot 0 alone fails, and slot
+    # 1's stream stays framed for the next steps.
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs(step_timeout=STEP))
+    try:
+        vs.step(["Pass", "Pass"])  # both players have opened client.pipe
+        _stop(vs.sessions[0])
+        big = {"action": "Pass", "padding": HUGE}
+        out = vs.step([big, big])
+        assert out.infos[0].get("error_type") == "PlayerTimeout", out.infos[0]
+        assert "did not take its action" in str(out.infos[0]["error"])
+        assert "error" not in out.infos[1], out.infos[1]
+        assert out.observations[1] is not None and out.observations[1].metadata["lastAction"] == "Pass"
+        for name in ("MoveAhead", "RotateLeft"):
+            out = vs.step(["Pass", {"action": name, "padding": HUGE}])
+            assert "error" not in out.infos[1], out.infos[1]
+            assert out.observations[1].metadata["lastAction"] == name
+    finally:
+        vs.close()
+
+
+def test_without_replacement_only_the_stopped_slot_fails(no_leaks):
+    vs = renderd.launch_many(3, **player_kwargs(step_timeout=STEP))
+    try:
+        vs.step(["Pass"] * 3)
+        _stop(vs.sessions[1])
+        big = {"action": "Pass", "padding": HUGE}
+        started = time.monotonic()
+        with pytest.raises(PlayerTimeout) as info:
+            vs.step([big] * 3)
+        took = time.monotonic() - started
+        assert info.value.slots == [1], info.value
+        assert "did not take its action within step_timeout = 1.5 s" in str(info.value.failures[1])
+    finally:
+        vs.close()
+    # The stopped player costs one step_timeout (and its stop grace), not one per slot after it.
+    assert took < STEP + GRACE + 2.0, f"step() took {took:.2f} s"
+
+
+def test_step_timeout_bounds_a_write_that_a_stopped_player_does_not_take(no_leaks):
+    # Slot 0 is stopped under an action larger than its pipe; slot 1's action takes 0.3 s. Slot 1 gets its
+    # action at once (not after slot 0's write gave up at the timeout) and answers within it; slot 0 fails at
+    # the timeout.
+    vs = renderd.launch_many(2, **player_kwargs(step_timeout=30.0))
+    try:
+        vs.step(["Pass", "Pass"])
+        _stop(vs.sessions[0])
+        started = time.monotonic()
+        with pytest.raises(PlayerTimeout) as info:
+            vs.step([{"action": "Pass", "padding": HUGE}, {"action": "RenderdFault", "fault": "sleep", "seconds": 0.3}],
+                    timeout=1.5)
+        took = time.monotonic() - started
+        assert info.value.slots == [0], info.value
+        assert "did not take its action within the recv timeout of 1.5 s" in str(info.value.failures[0])
+    finally:
+        vs.close()
+    assert took < 1.5 + GRACE + 2.0, f"step(timeout=1.5) took {took:.2f} s"
+
+
+def _answer_waiting(session: renderd.Session) -> bool:
+    poller = select.poll()
+    poller.register(session.channel.fileno(), select.POLLIN)
+    return bool(poller.poll(0))
+
+
+def test_a_resetting_slot_whose_player_does_not_take_its_reset_action_holds_up_no_step(no_leaks):
+    # Slot 0 resets with an Initialize larger than its pipe; its player answers Reset, then stops. The
+    # Initialize is sent while the vector session receives: it must not hold up the other slot's step
+    # (a resetting slot never holds up recv), and the slot fails at its own step_timeout.
+    step_timeout = 5.0
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs(step_timeout=step_timeout))
+    try:
+        vs.step(["Pass", "Pass"])
+        vs.reset_async([0], padding=HUGE)
+        session = vs.sessions[0]
+        wait_for(lambda: _answer_waiting(session), 10.0, "the answer to Reset")
+        _stop(session)
+        started = time.monotonic()
+        out = vs.step(["Pass", "MoveAhead"])
+        took = time.monotonic() - started
+        assert out.observations[1].metadata["lastAction"] == "MoveAhead"
+        assert "error" not in out.infos[0] and out.infos[0]["resetting"], out.infos[0]
+        assert took < step_timeout - 2.0, f"a resetting slot held step() up for {took:.2f} s"
+        # Its Initialize is never taken: it fails at its own step_timeout, reported by a later step.
+        deadline = time.monotonic() + step_timeout + 10.0
+        while time.monotonic() < deadline:
+            out = vs.step(["Pass", "Pass"])
+            if "error" in out.infos[0]:
+                break
+        assert out.infos[0].get("error_type") == "PlayerTimeout", out.infos[0]
+        assert "Initialize" in str(out.infos[0]["error"])
+    finally:
+        vs.close()
