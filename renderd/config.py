@@ -863,9 +863,43 @@ def resolve_executable(name: str) -> str:
             return path
         name = path
     try:
-        return resolve_argv(name)[0]
+        path = resolve_argv(name)[0]
     except ConfigError as exc:
         raise ValueError(exc.reason) from None
+    why = _missing_interpreter(path)
+    if why:
+        raise ValueError(why)
+    return path
+
+
+#: Bytes of a script's first line the kernel reads for its ``#!`` line (``BINPRM_BUF_SIZE``).
+_SHEBANG_BYTES = 256
+
+
+def _missing_interpreter(path: str) -> str | None:
+    """Why the script ``path`` cannot run because the interpreter its ``#!`` line names is missing or not
+    executable (a virtual environment removed or moved since), else ``None``. Starting it would fail with
+    ENOENT, "no such file or directory", for a file that is there: said here, when the file is loaded."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(_SHEBANG_BYTES)
+    except OSError:
+        return None  # (executable but not readable: the kernel may still run a binary)
+    if not head.startswith(b"#!") or b"\n" not in head:
+        return None
+    # As the kernel reads it: the name ends at a space or tab; a CR (a file saved with Windows line ends) is
+    # part of it, and no such interpreter exists.
+    line = head[2:].split(b"\n", 1)[0].strip(b" \t")
+    interpreter = os.fsdecode(re.split(rb"[ \t]", line, maxsplit=1)[0])
+    if not interpreter or not os.path.isabs(interpreter):
+        return None  # (a relative one is taken from the player's working directory: not knowable here)
+    if os.path.isfile(interpreter) and os.access(interpreter, os.X_OK):
+        return None
+    state = "does not exist" if not os.path.exists(interpreter) else "is not an executable file"
+    if interpreter.endswith("\r"):
+        state += " (the script has Windows line ends, CRLF: convert it with dos2unix)"
+    return (f"{path!r} is a script run by {interpreter!r} (its #! line), which {state}; fix that line or "
+            "reinstall it")
 
 
 def _resolve(env: EnvironmentConfig, source: str, key: str) -> EnvironmentConfig:

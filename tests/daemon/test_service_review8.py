@@ -268,3 +268,34 @@ def test_a_wrong_item_in_a_list_or_table_is_named_by_validate_and_by_put(daemon,
     assert info.value.status == 400
     message = str(info.value)
     assert "environments.other.executable" in message and "[2] is integer 8200" in message, message
+
+
+def test_a_player_script_whose_interpreter_is_missing_is_refused_when_loaded_not_at_every_start(daemon, tmp_path):
+    """A player script whose #! interpreter is gone (a virtual environment removed; a file saved with CRLF line
+    ends names '/bin/sh\\r') passed `renderd validate`; every start then failed with 'no such file or directory'
+    for a file that is there, and a reload to it replaced every running player with one that could not start."""
+    import subprocess
+
+    from tests.daemon.conftest import RENDERD
+
+    gone = tmp_path / "player-gone-venv"
+    gone.write_text("#!/opt/removed-venv/bin/python3\nprint('never')\n")
+    crlf = tmp_path / "player-crlf"
+    crlf.write_bytes(b"#!/bin/sh\r\nexec true\r\n")
+    for script in (gone, crlf):
+        script.chmod(0o755)
+        conf = tmp_path / f"{script.name}.toml"
+        conf.write_text(f'[environments.demo]\nexecutable = "{script}"\n')
+        out = subprocess.run([*RENDERD, "validate", str(conf)], capture_output=True, text=True, timeout=30)
+        assert out.returncode == 1, out.stdout
+        assert "environments.demo.executable" in out.stderr and "#! line" in out.stderr, out.stderr
+    assert "CRLF" in out.stderr, out.stderr
+    d = daemon(fast_config(instances=2))
+    pids = sorted(p["pid"] for p in d.players())
+    with open(d.config_path, "w") as f:
+        f.write(fast_config(instances=2, executable=f'"{gone}"'))
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "reload failed" in d.output(), DEADLINE, "the reload to be refused")
+    assert "/opt/removed-venv/bin/python3" in d.output()
+    players = d.players()
+    assert [p["state"] for p in players] == ["READY", "READY"] and sorted(p["pid"] for p in players) == pids
