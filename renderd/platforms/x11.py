@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import subprocess
+import sys
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -35,6 +36,8 @@ REQUIRED_DEPTH = 24
 
 _PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_x11probe.py")
 _PROBE_MARKER = "RENDERD-X11-PROBE"
+#: What the probe answers when python-xlib cannot be imported.
+XLIB_MISSING = "python-xlib is not installed"
 _BARE_RE = re.compile(r"^\d+(?:\.\d+)?$")
 _NAME_RE = re.compile(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.(?P<screen>\d+))?$")
 
@@ -142,8 +145,11 @@ class DisplayProbes:
         parallel: int | None = None,
     ) -> None:
         self.names = list(dict.fromkeys(names))
-        # XAUTHORITY and HOME matter for authorisation; DISPLAY must not leak into the probe's choice.
-        self._env = {k: v for k, v in env.items() if k != "DISPLAY"}
+        # XAUTHORITY and HOME matter for authorisation; DISPLAY must not leak into the probe's choice. The
+        # probe is renderd's own Python: PYTHONPATH, PYTHONHOME ... set for the player (a Python player's
+        # own installation) would break it, and every display would seem unreachable; it gets renderd's.
+        self._env = {k: v for k, v in env.items() if k != "DISPLAY" and not k.startswith("PYTHON")}
+        self._env.update((k, v) for k, v in os.environ.items() if k.startswith("PYTHON"))
         self._timeout = X11_PROBE_TIMEOUT if timeout is None else timeout
         parallel = X11_PROBE_PARALLEL if parallel is None else parallel
         self._lock = threading.Lock()
@@ -210,7 +216,8 @@ class DisplayProbes:
             error = outcome.failure or str((outcome.answer or {}).get("error", "no answer"))
             if outcome.stderr:
                 error += f": {outcome.stderr.splitlines()[-1]}"
-            return DisplayFacts(name, False, f"the X probe failed: {error}", "probe")
+            kind = "hung" if outcome.timed_out else "xlib" if outcome.answer and XLIB_MISSING in error else "probe"
+            return DisplayFacts(name, False, f"the X probe failed: {error}", kind)
         for item in outcome.answer["displays"]:
             found = DisplayFacts.from_json(item)
             if found.name == name:
@@ -234,6 +241,8 @@ def screen_reasons(
     if managed:
         return _managed_screen_reasons(facts, screen, width, height, label)
     if not facts.ok:
+        if facts.error_kind in _PROBE_FIXES:
+            return [_PROBE_FIXES[facts.error_kind](facts, base)]
         if facts.error_kind == "name":
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
@@ -273,8 +282,27 @@ def screen_reasons(
     return reasons
 
 
+#: Reasons for a display the probe could not check (``error_kind``): the fix is not to start a server there.
+_PROBE_FIXES = {
+    "hung": lambda facts, base: (
+        f"X display {facts.name} does not answer: {facts.error}; fix: its X server accepts connections but does "
+        f"not answer (stopped or hung): restart the server of {base}, or {MANAGED_FIX}"
+    ),
+    "xlib": lambda facts, base: (
+        f"X display {facts.name} cannot be checked: python-xlib is not installed for {sys.executable}; fix: "
+        f"{sys.executable} -m pip install 'python-xlib>=0.33' (a dependency of renderd)"
+    ),
+    "probe": lambda facts, base: (
+        f"X display {facts.name} cannot be checked: {facts.error}; fix: run `{sys.executable} -P "
+        f"{_PROBE_SCRIPT} {facts.name}` to see why (renderd's Python installation may be broken)"
+    ),
+}
+
+
 def _managed_screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int, label: str) -> list[str]:
     if not facts.ok:
+        if facts.error_kind == "xlib":
+            return [_PROBE_FIXES["xlib"](facts, facts.name)]
         return [f"it is not reachable: {facts.error}; fix: see Xvfb's output"]
     if screen >= facts.screen_count:
         return [f"screen {screen} does not exist (it has {facts.screen_count}); fix: see Xvfb's output"]

@@ -400,3 +400,42 @@ def test_a_gpu_tool_that_survives_sigkill_does_not_hang_the_check(tmp_path, monk
     finally:
         _kill_children()
         gpus.clear_cache()
+
+
+# -- 5. X displays the probe could not check -------------------------------------------------------------
+
+
+def test_python_variables_set_for_the_player_do_not_break_the_x_probe(xvfb):
+    # The X probe is renderd's own Python; a PYTHONHOME (or PYTHONPATH) in the environment's env is the
+    # player's (a Python player's own installation). The probe ran with it, died, and the display was
+    # reported unreachable with the fix "start an X server there".
+    from renderd.platforms.linux64 import Linux64
+
+    server = xvfb("-screen", "0", "64x64x24", "+extension", "GLX")
+    request = PlatformRequest(
+        platform="Linux64", system="Linux", width=64, height=64, x_display=server.name,
+        env={"PYTHONHOME": "/nonexistent/python-home", "PYTHONPATH": "/nonexistent/python-path"},
+    )
+    report = Linux64().check(request)
+    assert report.valid, report.reasons
+
+
+def test_a_display_that_does_not_answer_is_not_told_to_be_started(xvfb, monkeypatch):
+    # A server that accepts connections and never answers (stopped, hung) was "not reachable" with the
+    # fix "start an X server there": one runs there; it must be restarted.
+    from renderd.platforms import x11
+    from renderd.platforms.linux64 import Linux64
+
+    monkeypatch.setattr(x11, "X11_PROBE_TIMEOUT", 1.5)
+    server = xvfb("-screen", "0", "64x64x24", "+extension", "GLX")
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        report = Linux64().check(
+            PlatformRequest(platform="Linux64", system="Linux", width=64, height=64, x_display=server.name)
+        )
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+    assert not report.valid and len(report.reasons) == 1
+    reason = report.reasons[0]
+    assert f"X display {server.name} does not answer" in reason and "did not finish within 1.5 s" in reason, reason
+    assert "restart the server of" in reason and "start an X server there" not in reason, reason
