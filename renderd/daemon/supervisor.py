@@ -521,7 +521,7 @@ class Supervisor:
                                 p for p in env.players
                                 if p.state == State.READY and not p.retire and p.eof_reason is None
                                 and p.check_deadline is None  # (a health check under way: one step at most)
-                                and not self._unread_output(p)
+                                and not self._unread_output(p) and not self._display_gone(p)
                             ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
@@ -580,6 +580,15 @@ class Supervisor:
         poller = select.poll()
         poller.register(holder.fileno(), select.POLLIN)
         if not poller.poll(0):
+            return False
+        self.wake()
+        return True
+
+    def _display_gone(self, p: Player) -> bool:
+        """Whether ``p``'s managed X display has died without the loop having handled it yet (lock held): handed
+        on, the player would fail its client's first step. The loop, woken, restarts it on a new display."""
+        display = p.display
+        if display is None or display.alive():
             return False
         self.wake()
         return True

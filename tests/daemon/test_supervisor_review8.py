@@ -6,17 +6,33 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import signal
 import textwrap
 import threading
+
+import pytest
 
 from renderd.config import loads
 from renderd.daemon import supervisor as supervisor_module
 from renderd.daemon.supervisor import State
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import fast_config, wait_for
+from tests.helpers.leaks import pid_gone
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
+
+
+@pytest.fixture
+def xvfb_spawner():
+    """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
+    as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
+    from renderd.platforms import xvfb
+
+    xvfb._SPAWNER.run(lambda: None, DEADLINE, lambda _result: None)
 
 
 def _loop_thread() -> threading.Thread:
@@ -124,3 +140,25 @@ def test_an_idle_server_pipe_readable_but_emptied_before_the_loop_reads_it_is_no
     finally:
         sup._selector.select = select
         os.close(reader)
+
+
+@needs_xvfb
+def test_a_lease_request_never_takes_an_idle_player_whose_managed_display_died_before_the_loop_saw_it(
+    xvfb_spawner, supervisor_with,
+):
+    # The idle player's managed Xvfb dies; a lease request is taken up before the loop handles that death (the
+    # test holds the lock meanwhile). Handed on, the player would fail its client's first step: the request
+    # must get a player on a new display instead.
+    sup = supervisor_with(fast_config().replace('platform = "headless"', MANAGED))
+    pid = ready_pid(sup)
+    p = only_player(sup)
+    display = p.display
+    with sup.lock:
+        os.kill(display.pid, signal.SIGKILL)
+        wait_for(lambda: pid_gone(display.pid), DEADLINE, "the Xvfb to die")
+        lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        assert answer["pid"] != pid
+        assert lease.player.display is not display and lease.player.display.alive()
+    finally:
+        sup.release(lease.id)
