@@ -347,7 +347,10 @@ def failure_error(
     attributes of the result. With ``replace_on_crash`` (the failures are replacements that could not be
     started) the message does not suggest it."""
     failures = sorted(failures, key=lambda f: f[0])
-    lines = [f"slot {i}: {type(exc).__name__}: {_indent(str(exc))}" for i, exc in failures]
+    lines = [
+        f"slot {i}: {type(exc).__name__}: {_indent(chr(10).join([str(exc), *getattr(exc, '__notes__', ())]))}"
+        for i, exc in failures
+    ]
     slots = ", ".join(str(i) for i, _ in failures)
     head = (
         f"slot {slots} of {n} failed" if len(failures) == 1 else f"{len(failures)} of {n} slots failed (slots {slots})"
@@ -1121,11 +1124,23 @@ class VectorSession:
         except (BlockingIOError, OSError):
             pass
 
+    def _first_failures(self) -> dict[int, BaseException]:
+        """Each failed slot's first failure of the round (the cause; a failed replacement, or a replacement
+        that failed in its turn, comes after it), with the later ones added to it as notes. Takes them."""
+        failures, self._failures = self._failures, []
+        first: dict[int, BaseException] = {}
+        for i, exc, _ in failures:
+            cause = first.setdefault(i, exc)
+            if cause is not exc:
+                cause.add_note(f"then it failed again: {type(exc).__name__}: {exc}")
+        return first
+
     def _raise_unreplaced(self) -> None:
-        unreplaced = [(i, e) for i, e, replaced in self._failures if not replaced]
-        if not unreplaced:
+        failed = {i for i, _, replaced in self._failures if not replaced}
+        if not failed:
             return
-        self._failures = []
+        first = self._first_failures()
+        unreplaced = [(i, first[i]) for i in sorted(failed)]
         self._close_failed()
         err = failure_error(unreplaced, len(self._slots), replace_on_crash=self.replace_on_crash)
         self._break(err)
@@ -1143,8 +1158,7 @@ class VectorSession:
 
     def _finish(self, rnd: _Round) -> VectorStep:
         self._raise_unreplaced()
-        failures = {i: e for i, e, _ in self._failures}
-        self._failures = []
+        failures = self._first_failures()
         reward_fn, done_fn = self.reward_fn, self.done_fn
         observations = rnd.events
         rewards: list[float] = []

@@ -6,13 +6,17 @@ from __future__ import annotations
 import os
 import select
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 import renderd
-from renderd.errors import PlayerTimeout
-from tests.vector.conftest import player_kwargs, wait_for
+from renderd.errors import PlayerCrashed, PlayerTimeout
+from renderd.vector import REPLACE_ATTEMPTS
+from tests.helpers import marker_player
+from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
 
 #: Each slot's step_timeout in these tests.
 STEP = 1.5
@@ -119,5 +123,72 @@ def test_a_resetting_slot_whose_player_does_not_take_its_reset_action_holds_up_n
                 break
         assert out.infos[0].get("error_type") == "PlayerTimeout", out.infos[0]
         assert "Initialize" in str(out.infos[0]["error"])
+    finally:
+        vs.close()
+
+
+PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
+
+
+class _FirstReplacementDies:
+    """A factory whose first player reads one action and closes client.pipe without answering (a crash
+    on the slot's reset); the players after it are healthy reference players."""
+
+    tag = None
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, slot: int) -> renderd.Session:
+        self.calls += 1
+        if self.calls == 1:
+            return renderd.launch([sys.executable, PEER, "read-close"], start_timeout=START_TIMEOUT,
+                                  step_timeout=STEP)
+        return renderd.launch(**player_kwargs(step_timeout=STEP))
+
+
+def test_a_slot_that_fails_twice_in_one_round_reports_the_first_failure(no_leaks):
+    # Slot 0's player is killed: its action cannot be sent (a crash), and a replacement is started. With
+    # wait_resets the round waits for it; it is given the slot's reset and crashes on it (a second failure of
+    # the slot in the same round); the next replacement is healthy. The step reports the cause, the first
+    # failure, with the second one noted.
+    factory = _FirstReplacementDies()
+    sessions = [renderd.launch(**player_kwargs(step_timeout=STEP)) for _ in range(2)]
+    vs = renderd.VectorSession(sessions, factory=factory, replace_on_crash=True)
+    try:
+        vs.reset(scene="FloorPlan1")
+        first = vs.sessions[0]
+        first_pid = first.pid
+        os.kill(first_pid, signal.SIGKILL)
+        wait_for(first.channel.player.exited, 10.0, "the SIGKILLed player's exit")
+        out = vs.step(["Pass", "Pass"], wait_resets=True, timeout=2 * START_TIMEOUT)
+        assert factory.calls == 2, factory.calls
+        error = out.infos[0].get("error")
+        assert isinstance(error, PlayerCrashed), out.infos[0]
+        assert f"pid {first_pid}" in str(error) and "SIGKILL" in str(error), error
+        notes = "\n".join(getattr(error, "__notes__", []))
+        assert "failed again" in notes and "closed client.pipe" in notes, notes
+        assert out.infos[0]["reset_complete"] and out.observations[0] is not None
+    finally:
+        vs.close()
+
+
+def test_a_slot_whose_replacements_cannot_start_is_raised_with_its_first_failure(no_leaks, tmp_path):
+    # Slot 1's player crashes (SIGSEGV) and every replacement fails to start, all in one round (wait_resets):
+    # the error raised names the slot once, with its first failure (the crash, the cause) and the failed
+    # replacement noted.
+    marker = tmp_path / "exit"
+    vs = renderd.launch_many(2, marker_player.argv(str(marker), "--fault-at-start exit"), replace_on_crash=True,
+                             **player_kwargs())
+    try:
+        marker.touch()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass", {"action": "RenderdFault", "fault": "segfault"}], wait_resets=True)
+        text = str(info.value)
+        assert info.value.slots == [1], info.value.slots
+        assert text.count("slot 1:") == 1, text
+        assert "SIGSEGV" in text and f"could not be replaced: {REPLACE_ATTEMPTS} attempts failed" in text, text
+        assert text.index("SIGSEGV") < text.index("could not be replaced"), text
+        assert isinstance(info.value.failures[1], PlayerCrashed)
     finally:
         vs.close()
