@@ -70,7 +70,7 @@ def test_errors_are_json_never_a_traceback_page(daemon):
         c.request("POST", "/v1/environments/demo/leases", {"client_pid": 2**22 + 12345})
 
     status, headers, body = raw_request(d.socket, b"PATCH /v1/health HTTP/1.0\r\n\r\n")
-    assert status == 405 and headers["allow"] == "GET" and headers["content-type"] == "application/json"
+    assert status == 405 and headers["allow"] == "GET, HEAD" and headers["content-type"] == "application/json"
     assert b'"type":"RenderdError"' in body
     bad = b"{not json"
     status, _, body = raw_request(
