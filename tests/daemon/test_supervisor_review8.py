@@ -18,9 +18,9 @@ from renderd.daemon import supervisor as supervisor_module
 from renderd.daemon.supervisor import State
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import fast_config, wait_for
-from tests.helpers.leaks import pid_gone
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
 
 needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
 MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
