@@ -162,6 +162,7 @@ class _Slot:
     __slots__ = (
         "deadline",
         "fds",
+        "failed_in_turn",
         "future",
         "in_flight",
         "index",
@@ -195,6 +196,8 @@ class _Slot:
         self.reset_errors: list[str] = []
         self.superseded = False  # the reset action in flight belongs to a reset that was started over
         self.future: Future | None = None  # the replacement on its way
+        # Replacement players in a row that failed before the slot answered or finished a reset with them.
+        self.failed_in_turn = 0
 
 
 class _Round:
@@ -825,6 +828,7 @@ class VectorSession:
         self._done_waiting(slot)
         i = slot.index
         if kind == "action":
+            slot.failed_in_turn = 0
             rnd.events[i] = event
             rnd.answered[i] = True
             if self.on_event is not None:
@@ -839,6 +843,7 @@ class VectorSession:
             self._send_next_reset(slot)
             return
         slot.state = SlotState.RUNNING
+        slot.failed_in_turn = 0
         rnd.events[i] = event
         rnd.completed[i] = True
         if self.on_event is not None:
@@ -1065,17 +1070,26 @@ class VectorSession:
         old = slot.session
         log.warning("slot %d (player pid %s) failed: %s: %s", slot.index, getattr(old, "pid", None),
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
-        if not self.replace_on_crash:
-            slot.state = SlotState.FAILED
-            self._failures.append((slot.index, exc, False))
+        if self.replace_on_crash and slot.failed_in_turn >= REPLACE_ATTEMPTS:
+            # Replacements keep failing on the slot's reset (a scene the build crashes on...): another one
+            # would fail too, and a recv with wait_resets would replace the slot forever.
+            err = RenderdError(
+                f"slot {slot.index} could not be replaced: {REPLACE_ATTEMPTS} replacement players in a row failed "
+                f"before the slot answered or finished a reset with them; the last one: {type(exc).__name__}: {exc}"
+            )
+            err.__cause__ = exc
+            exc = err
+        elif self.replace_on_crash:
+            self._failures.append((slot.index, exc, True))
+            slot.state = SlotState.REPLACING
+            slot.session = None
+            executor = self._ensure_executor()
+            self._ensure_wake_fd()
+            slot.future = executor.submit(_replace, self._factory, slot.index, old, self._cancel)
+            slot.future.add_done_callback(self._wake)
             return
-        self._failures.append((slot.index, exc, True))
-        slot.state = SlotState.REPLACING
-        slot.session = None
-        executor = self._ensure_executor()
-        self._ensure_wake_fd()
-        slot.future = executor.submit(_replace, self._factory, slot.index, old, self._cancel)
-        slot.future.add_done_callback(self._wake)
+        slot.state = SlotState.FAILED
+        self._failures.append((slot.index, exc, False))
 
     def _install_replacements(self, rnd: _Round) -> None:
         for slot in self._slots:
@@ -1089,6 +1103,7 @@ class VectorSession:
                 self._failures.append((slot.index, exc, False))
                 continue
             slot.session = session
+            slot.failed_in_turn += 1  # (until it answers or finishes a reset)
             log.info("slot %d: replacement player pid %s is ready", slot.index, session.pid)
             if slot.reset_requested or session.last_event is None:
                 self._start_reset(slot, slot.scene)

@@ -192,3 +192,41 @@ def test_a_slot_whose_replacements_cannot_start_is_raised_with_its_first_failure
         assert isinstance(info.value.failures[1], PlayerCrashed)
     finally:
         vs.close()
+
+
+class _EveryReplacementDies:
+    """A factory whose every player reads one action and closes client.pipe without answering."""
+
+    tag = None
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, slot: int) -> renderd.Session:
+        self.calls += 1
+        return renderd.launch([sys.executable, PEER, "read-close"], start_timeout=START_TIMEOUT, step_timeout=STEP)
+
+
+def test_replacements_that_all_fail_their_reset_end_the_call(no_leaks):
+    # Every replacement starts, then crashes on the slot's reset. With wait_resets (as the Gymnasium layer
+    # steps) the call replaced the slot again and again, forever without a timeout; now REPLACE_ATTEMPTS
+    # such players in a row end it with the slot's failure.
+    factory = _EveryReplacementDies()
+    sessions = [renderd.launch(**player_kwargs(step_timeout=STEP)) for _ in range(2)]
+    vs = renderd.VectorSession(sessions, factory=factory, replace_on_crash=True)
+    try:
+        vs.reset(scene="FloorPlan1")
+        first = vs.sessions[0]
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(first.channel.player.exited, 10.0, "the SIGKILLed player's exit")
+        started = time.monotonic()
+        with pytest.raises(renderd.RenderdError) as info:
+            vs.step(["Pass", "Pass"], wait_resets=True, timeout=40.0)
+        took = time.monotonic() - started
+        assert not isinstance(info.value, PlayerTimeout), info.value
+        assert info.value.slots == [0]
+        assert f"could not be replaced: {REPLACE_ATTEMPTS} replacement players in a row failed" in str(info.value)
+        assert factory.calls == REPLACE_ATTEMPTS, factory.calls
+    finally:
+        vs.close()
+    assert took < 30.0, f"step() took {took:.1f} s"
