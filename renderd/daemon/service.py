@@ -596,8 +596,10 @@ class Daemon:
         self._previous_handlers: dict[int, Any] = {}
         self._watchdog = watchdog_interval()
         self._next_watchdog = 0.0
-        #: The supervisor's last status line (what ``systemctl status`` shows when no reload failed since).
+        #: The supervisor's last status line, and why the last reload failed (None once one succeeds): the
+        #: status line shows both, so that a failed reload stays in sight until a reload succeeds.
         self._supervisor_status = ""
+        self._reload_failure: str | None = None
         self.supervisor: Supervisor | None = None
 
     # -- directories and the lock ------------------------------------------------------------------------
@@ -881,7 +883,8 @@ class Daemon:
             failed = f"{self.config_path}: {type(exc).__name__}: {exc}"
             log.exception("reload failed, keeping the running configuration: %s", failed)
         if failed is not None:
-            self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS=reload failed: {failed}")
+            self._reload_failure = failed
+            self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS={self._status_line()}")
             return
         log.info("reloading %s", self.config_path)
         try:
@@ -891,16 +894,20 @@ class Daemon:
         else:
             log.info("reload: %s", "; ".join(changes) if changes else "nothing changed")
         applied = False
+        error: str | None = None
         try:
             applied = self.supervisor.reload(config)
+        except Exception as exc:  # (logged with its traceback by the loop, which carries on)
+            error = f"{type(exc).__name__}: {exc}"
+            raise
         finally:
             # After RELOADING=1, READY=1 whatever happened (else systemd shows the service reloading for ever),
             # unless a stop began meanwhile (the supervisor logged it): systemd is told STOPPING then.
-            # The status line again too: a failed reload's "reload failed: ..." would otherwise stay until the
-            # supervisor's summary changes, which a reload of the mended file need not do.
+            # The status line again too, without a failure of an earlier reload.
             if applied or not self.supervisor.stopping:
-                assignments = (["READY=1"] if ready else []) + (
-                    [f"STATUS={self._supervisor_status}"] if self._supervisor_status else [])
+                self._reload_failure = error
+                status = self._status_line()
+                assignments = (["READY=1"] if ready else []) + ([f"STATUS={status}"] if status else [])
                 if assignments:
                     self.notifier.notify(*assignments)
 
@@ -966,7 +973,14 @@ class Daemon:
 
     def _on_supervisor_status(self, text: str) -> None:
         self._supervisor_status = text
-        self.notifier.status(text)
+        self.notifier.status(self._status_line())
+
+    def _status_line(self) -> str:
+        """What systemd's status line says: the supervisor's, and a failed reload's reason until one succeeds."""
+        if self._reload_failure is None:
+            return self._supervisor_status
+        failure = f"reload failed: {self._reload_failure}"
+        return f"{self._supervisor_status}; {failure}" if self._supervisor_status else failure
 
     def _reload_control_token(self) -> None:
         """SIGHUP re-reads ``control_token_file`` (the one given at start): a rotated token replaces the old
