@@ -600,6 +600,8 @@ class Daemon:
         #: status line shows both, so that a failed reload stays in sight until a reload succeeds.
         self._supervisor_status = ""
         self._reload_failure: str | None = None
+        #: The environments the configuration file named when it was last loaded (at start, or by a reload).
+        self._file_environments: set[str] = set(config.environments) if config_path is not None else set()
         self.supervisor: Supervisor | None = None
 
     # -- directories and the lock ------------------------------------------------------------------------
@@ -897,6 +899,8 @@ class Daemon:
         error: str | None = None
         try:
             applied = self.supervisor.reload(config)
+            if applied:
+                self._file_environments = set(config.environments)
         except Exception as exc:  # (logged with its traceback by the loop, which carries on)
             error = f"{type(exc).__name__}: {exc}"
             raise
@@ -931,8 +935,15 @@ class Daemon:
                 later = " (when renderd restarts)" if f.name in self.RESTART_KEYS else ""
                 changes.append(f"daemon.{f.name} {before!r} -> {after!r}{later}")
         for name, (_cfg, source, removing) in old_envs.items():
-            if source == "file" and not removing and name not in config.environments:
+            if removing or name in config.environments:
+                continue
+            if source == "file":
                 changes.append(f"environments.{name} removed (its players stop, its leases end)")
+            elif name in self._file_environments:
+                changes.append(
+                    f"environments.{name} is gone from the file but kept: it was declared through the control API "
+                    f"since (DELETE /v1/environments/{name} removes it)"
+                )
         for name, new in config.environments.items():
             old = old_envs.get(name)
             if old is None or old[2]:

@@ -321,3 +321,18 @@ def test_a_player_script_whose_interpreter_is_missing_is_refused_when_loaded_not
     assert "/opt/removed-venv/bin/python3" in d.output()
     players = d.players()
     assert [p["state"] for p in players] == ["READY", "READY"] and sorted(p["pid"] for p in players) == pids
+
+
+def test_a_reload_says_when_an_environment_gone_from_the_file_is_kept_because_the_api_declared_it(daemon):
+    """An environment of the file, PUT through the control API since, belongs to the API: removing it from the
+    file leaves it running. The reload said nothing of it, so the admin believed it gone."""
+    d = daemon(fast_config())
+    body = {"executable": [PLAYER, "--static-frame"], "platform": "headless", "instances": 2}
+    d.client.request("PUT", "/v1/environments/demo", body)
+    with open(d.config_path, "w") as f:
+        f.write("")
+    d.signal(signal.SIGHUP)
+    line = wait_for(lambda: next((x for x in d.output().splitlines() if "reload:" in x), None), DEADLINE,
+                    "the reload's line of changes")
+    assert "environments.demo is gone from the file but kept" in line and "DELETE" in line, line
+    assert [e["name"] for e in d.environments()] == ["demo"]
