@@ -535,7 +535,8 @@ class EnvironmentConfig:
     x_display: str = setting(
         "auto",
         help='X display for Linux64: `auto`, a display name such as `":0.0"` (a bare `"0.0"` is taken as `":0.0"`, '
-        'as AI2-THOR takes it), or `managed` (renderd starts and owns an Xvfb).',
+        'as AI2-THOR takes it), or `managed` (renderd starts and owns an Xvfb). Anything but `auto` needs `platform` '
+        '`auto` or `Linux64`: the other platforms use no X display.',
         check=_x_display,
     )
     gpus: list[int] = setting([], help="GPU device indices to spread instances over, round-robin.", check=_gpus)
@@ -929,6 +930,13 @@ def parse_environment(
         )
     values = _table(EnvironmentConfig, data, source, prefix)
     env = EnvironmentConfig(name=name, **values)
+    if env.x_display != "auto" and env.platform not in ("auto", "Linux64"):
+        raise ConfigError(
+            f"x_display {env.x_display!r} is an X display for Linux64, and platform {env.platform!r} uses none "
+            "(it would be ignored): set platform = \"Linux64\" (or \"auto\"), or leave x_display out",
+            path=source,
+            key=f"{prefix}.x_display",
+        )
     display = env.env.get("DISPLAY", "")
     if display and env.x_display != "auto":
         raise ConfigError(

@@ -336,3 +336,21 @@ def test_a_reload_says_when_an_environment_gone_from_the_file_is_kept_because_th
                     "the reload's line of changes")
     assert "environments.demo is gone from the file but kept" in line and "DELETE" in line, line
     assert [e["name"] for e in d.environments()] == ["demo"]
+
+
+@pytest.mark.parametrize("platform", ["headless", "CloudRendering"])
+def test_an_x_display_with_a_platform_that_uses_none_is_refused_by_validate_and_by_put(daemon, tmp_path, platform):
+    """`platform = "headless"` (or CloudRendering) with `x_display = ":1"` was accepted and the display silently
+    ignored: the admin believed the players rendered on :1."""
+    import subprocess
+
+    from tests.daemon.conftest import RENDERD
+
+    conf = tmp_path / "x.toml"
+    conf.write_text(f'[environments.demo]\nplatform = "{platform}"\nx_display = ":1"\n')
+    out = subprocess.run([*RENDERD, "validate", str(conf)], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 1 and "environments.demo.x_display" in out.stderr, (out.stdout, out.stderr)
+    d = daemon(fast_config())
+    with pytest.raises(ConfigError) as info:
+        d.client.request("PUT", "/v1/environments/other", {"platform": platform, "x_display": "managed"})
+    assert info.value.status == 400 and "environments.other.x_display" in str(info.value)
