@@ -522,6 +522,7 @@ class Supervisor:
                                 if p.state == State.READY and not p.retire and p.eof_reason is None
                                 and p.check_deadline is None  # (a health check under way: one step at most)
                                 and not self._unread_output(p) and not self._display_gone(p)
+                                and not self._exited_unseen(p)
                             ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
@@ -580,6 +581,15 @@ class Supervisor:
         poller = select.poll()
         poller.register(holder.fileno(), select.POLLIN)
         if not poller.poll(0):
+            return False
+        self.wake()
+        return True
+
+    def _exited_unseen(self, p: Player) -> bool:
+        """Whether ``p``'s process has exited without the loop having handled it yet (lock held): its server.pipe
+        gives no end of file while a process it started holds it open (a wrapper script that died, its player
+        child alive). The loop, woken, classifies the exit and restarts it."""
+        if p.proc is None or p.proc.poll() is None:
             return False
         self.wake()
         return True

@@ -17,7 +17,7 @@ from renderd.config import loads
 from renderd.daemon import supervisor as supervisor_module
 from renderd.daemon.supervisor import State
 from renderd.process import PlayerProcess
-from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
@@ -160,5 +160,22 @@ def test_a_lease_request_never_takes_an_idle_player_whose_managed_display_died_b
     try:
         assert answer["pid"] != pid
         assert lease.player.display is not display and lease.player.display.alive()
+    finally:
+        sup.release(lease.id)
+
+
+def test_a_lease_request_never_takes_an_idle_player_whose_process_exited_before_the_loop_saw_it(supervisor_with):
+    # The player runs under a wrapper script that leads its process group; the wrapper dies (SIGKILLed, as the
+    # out-of-memory killer would), while the player it started keeps server.pipe open, so the pipe gives no end of
+    # file. A lease request taken up before the loop handles that exit must not get the player.
+    exe = f'["/bin/sh", "-c", "{PLAYER} --static-frame & wait"]'
+    sup = supervisor_with(fast_config(executable=exe))
+    pid = ready_pid(sup)
+    with sup.lock:
+        os.kill(pid, signal.SIGKILL)
+        wait_for(lambda: pid_gone(pid), DEADLINE, "the wrapper to die")
+        lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        assert answer["pid"] != pid
     finally:
         sup.release(lease.id)
