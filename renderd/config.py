@@ -211,6 +211,16 @@ def _non_negative_seconds(value: float) -> str | None:
     return _seconds(value, zero_ok=True)
 
 
+def _lease_seconds(value: float) -> str | None:
+    from renderd.daemon.leases import MAX_LEASE_TIMEOUT
+
+    why = _seconds(value, zero_ok=True)
+    if why is None and value > MAX_LEASE_TIMEOUT:
+        why = (f"must be at most {MAX_LEASE_TIMEOUT:g} seconds, the longest a lease request may wait (as for the "
+               f"timeout a client gives), got {value:g}")
+    return why
+
+
 def check_seconds(value: Any, name: str, *, zero_ok: bool = False) -> float:
     """Check a Python argument that is a number of seconds: a finite number greater than 0 (0 allowed
     with ``zero_ok``) and at most :data:`MAX_SECONDS`. Returns it as a float.
@@ -491,8 +501,9 @@ class DaemonConfig:
     )
     lease_timeout: float = setting(
         30.0,
-        help="Seconds a lease request waits for a ready player when the client does not say.",
-        check=_non_negative_seconds,
+        help="Seconds a lease request waits for a ready player when the client does not say; at most 3600, the "
+        "longest any lease request waits (`renderd.daemon.leases.MAX_LEASE_TIMEOUT`).",
+        check=_lease_seconds,
     )
     api_threads: int = setting(
         16,

@@ -354,3 +354,19 @@ def test_an_x_display_with_a_platform_that_uses_none_is_refused_by_validate_and_
     with pytest.raises(ConfigError) as info:
         d.client.request("PUT", "/v1/environments/other", {"platform": platform, "x_display": "managed"})
     assert info.value.status == 400 and "environments.other.x_display" in str(info.value)
+
+
+def test_a_default_lease_wait_longer_than_any_lease_request_may_wait_is_refused(tmp_path):
+    """A lease request waits at most MAX_LEASE_TIMEOUT (3600 s; a client asking for longer is refused, 400), yet
+    `lease_timeout = 7200` was accepted, and requests that named no timeout waited two hours."""
+    import subprocess
+
+    from renderd.daemon.leases import MAX_LEASE_TIMEOUT
+    from tests.daemon.conftest import RENDERD
+
+    conf = tmp_path / "lease.toml"
+    for value, code in ((MAX_LEASE_TIMEOUT, 0), (MAX_LEASE_TIMEOUT * 2, 1)):
+        conf.write_text(f"[daemon]\nlease_timeout = {value}\n")
+        out = subprocess.run([*RENDERD, "validate", str(conf)], capture_output=True, text=True, timeout=30)
+        assert out.returncode == code, (value, out.stdout, out.stderr)
+    assert "daemon.lease_timeout" in out.stderr and "3600" in out.stderr, out.stderr
