@@ -34,7 +34,17 @@ def _named(pid: int, name: str) -> list[psutil.Process]:
 
 
 def _fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
+    """The daemon's descriptors other than sockets: its pipes, pidfds, epolls and files. A control
+    connection's socket may still be open for a moment after its client has the answer, so counting
+    sockets made a count taken right after a request one too high now and then."""
+    n = 0
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except FileNotFoundError:  # closed meanwhile
+            continue
+        n += not target.startswith("socket:")
+    return n
 
 
 def _pipes(d) -> list[str]:
