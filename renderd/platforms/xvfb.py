@@ -144,6 +144,10 @@ class _Server:
         self.log_file = log_file
         self.users = 0
         self.started = time.time()
+        #: Set (under the manager's lock) by whoever takes it on to stop and clean up: the last release,
+        #: shutdown, or the acquire that found it dead. Handles still held then release it without
+        #: stopping it again.
+        self.retired = False
 
     @property
     def name(self) -> str:
@@ -318,6 +322,7 @@ class DisplayManager:
                         server.name, server.proc.pid, describe_exit(server.proc.returncode),
                     )
                     del self._servers[key]
+                    server.retired = True
                     self._reap(server)
                     server = None
                 if server is not None:
@@ -344,6 +349,9 @@ class DisplayManager:
             if server.users > 0:
                 log.debug("managed display %s still has %d users", server.name, server.users)
                 return
+            if server.retired:
+                return  # stopped by shutdown(), or reaped when found dead and replaced: stop it only once
+            server.retired = True
             if self._servers.get(server.key) is server:
                 del self._servers[server.key]
         self._stop(server)
@@ -354,6 +362,8 @@ class DisplayManager:
             self._closed = True
             servers = list(self._servers.values())
             self._servers.clear()
+            for server in servers:
+                server.retired = True
         for server in servers:
             self._stop(server)
 
