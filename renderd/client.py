@@ -563,17 +563,31 @@ def _run_all(callbacks: Sequence[Callable[[], None]]) -> None:
         raise first
 
 
+def _has_no_bytes(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate (from JSON's ``"\\ud800"``, or text decoded with
+    ``surrogatepass``): it has no bytes, so no command line, environment or file name can hold it.
+    (Surrogate-escaped undecodable bytes, as ``os.fsdecode`` makes them, do have their bytes.)"""
+    try:
+        os.fsencode(text)
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 def _checked_args_env(
     args: Sequence[Any], env: Mapping[Any, Any] | None
 ) -> tuple[list[str], dict[str, str] | None]:
     """``args`` and ``env`` as the strings a process gets; :class:`ConfigError` (``key`` ``args`` or ``env``)
-    for what no process can get (a NUL byte, ``=`` in a variable's name) or what is surely a mistake (a
-    variable set to None, bytes, a bool or a container). Numbers (numpy's too) and paths are written out."""
+    for what no process can get (a NUL byte, ``=`` in a variable's name, a lone surrogate) or what is surely
+    a mistake (a variable set to None, bytes, a bool or a container). Numbers (numpy's too) and paths are
+    written out."""
     checked_args = []
     for a in args:
         text = os.fspath(a) if isinstance(a, os.PathLike) else str(a)
         if "\0" in text:
             raise ConfigError(f"argument {text!r} holds a NUL byte, which no command line can", key="args")
+        if _has_no_bytes(text):
+            raise ConfigError(f"argument {text!r} holds a lone surrogate, which has no bytes to pass", key="args")
         checked_args.append(text)
     if env is None:
         return checked_args, None
@@ -589,6 +603,11 @@ def _checked_args_env(
         text = str(value)
         if "\0" in text:
             raise ConfigError(f"environment variable {name} holds a NUL byte, which no environment can", key="env")
+        if _has_no_bytes(name) or _has_no_bytes(text):
+            raise ConfigError(
+                f"environment variable {name!r} = {text!r} holds a lone surrogate, which has no bytes to pass",
+                key="env",
+            )
         checked_env[name] = text
     return checked_args, checked_env
 
@@ -640,6 +659,8 @@ def launch_player(
                     f"{os.fspath(log_path)!r} is relative, and the working directory cannot be read "
                     f"({exc.strerror}); give an absolute path", key="log_path"
                 ) from exc
+            if _has_no_bytes(log_path):
+                raise ConfigError(f"{log_path!r} holds a lone surrogate, which no file name can", key="log_path")
         program = resolve_executable(executable)  # before the platform: it may start an Xvfb
         choice = _resolve_platform(
             platform, x_display=x_display, width=width, height=height, executable=program[0], env=env
