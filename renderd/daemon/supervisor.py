@@ -24,7 +24,8 @@ Players are spawned from the loop thread only: ``PR_SET_PDEATHSIG`` fires when t
 exits, and the loop thread lives as long as the daemon. Platform selection, which may probe the machine for
 seconds, runs on a short-lived thread per environment without the lock (a managed Xvfb is forked by the
 platforms' own long-lived spawner thread); it stores its result under the lock and wakes the loop. So does
-replacing a managed display that died, which starts a new Xvfb.
+replacing a managed display that died, which starts a new Xvfb; and giving back a selection nothing uses any
+more, which stops its managed Xvfb when it was the last user (seconds, if that Xvfb hangs).
 
 Nothing a player sends and no failing signal handler or callback ends the loop: an unexpected error on a
 first frame is that player's boot failure, and a handler's error is logged with its traceback.
@@ -89,6 +90,9 @@ REASON_LOG_LINES = 8
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
 #: their own timeouts, X11_PROBE_TIMEOUT for an X server) after SHUTDOWN_SLACK.
 SELECTION_STOP_WAIT = 60.0
+#: Longest, in seconds, a stopping daemon waits for platform selections it released to be given back (the last
+#: user of a managed Xvfb stops it: SIGTERM, its stop grace, SIGKILL, reap: about 11 s at most).
+RELEASE_STOP_WAIT = 20.0
 #: After a booting player's server.pipe ends before its first frame, how long (seconds) its exit is waited
 #: for, so the boot failure gives its exit code or signal and log: the end of file often comes first.
 EOF_EXIT_WAIT = 1.0
@@ -326,6 +330,7 @@ class Supervisor:
         #: then KILL_REAP_TIMEOUT for SIGKILL and the reap).
         self._stoppers: list[tuple[threading.Thread, float]] = []
         self._selectors: list[threading.Thread] = []  # platform selections under way (see _selection)
+        self._releasers: list[threading.Thread] = []  # selections being given back (see _release_selection)
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._display_checks: set[int] = set()  # id(managed display) being checked for a hang (_check_display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
@@ -1264,6 +1269,12 @@ class Supervisor:
             self.wake()
 
     def _release_selection(self, selection: Any) -> None:
+        """Give back ``selection`` once nothing uses it (lock held). Giving back the last reference on a managed
+        display stops its Xvfb (SIGTERM, its grace, SIGKILL: seconds for a hung one), so the release runs on a
+        thread of its own, never with the lock held: control requests and the loop go on meanwhile. Nothing can
+        start a player on that display any more (no environment or player holds the selection; the display
+        manager hands a new request a server it still shares, or a new one once this one is being stopped), and
+        a daemon that stops meanwhile waits for these threads (:meth:`_finish`)."""
         if selection is None:
             return
         for env in self.environments.values():
@@ -1272,11 +1283,19 @@ class Supervisor:
         # Its managed display, if another environment shares it, runs on: stop watching it for this one.
         self._unwatch_display(getattr(selection, "display", None))
         release = getattr(selection, "release", None)
-        if release is not None:
+        if release is None:
+            return
+
+        def give_back() -> None:
             try:
                 release()
             except Exception:  # a platform's release must never take the daemon down
                 log.exception("releasing a platform selection failed")
+
+        t = threading.Thread(target=give_back, name=f"renderd-release-{_platform_name(selection) or 'platform'}",
+                             daemon=True)
+        self._releasers = [q for q in self._releasers if q.is_alive()] + [t]
+        t.start()
 
     def _http_endpoint(self, p: Player) -> dict[str, Any]:
         if self.http is None:
@@ -1807,6 +1826,14 @@ class Supervisor:
                     self._close_player_resources(p)
                 sel, env.selection = env.selection, None
                 self._release_selection(sel)
+        # Selections given back (each on its thread: stopping a managed Xvfb takes seconds if it hangs) are waited
+        # for, so that no display outlives the daemon's stop.
+        until = time.monotonic() + RELEASE_STOP_WAIT
+        for t in self._releasers:
+            t.join(max(0.0, until - time.monotonic()))
+            if t.is_alive():
+                log.error("giving back a platform selection (%s) did not end within %g s; leaving it", t.name,
+                          RELEASE_STOP_WAIT)
 
     def close(self) -> None:
         """Release the loop's own descriptors (after :meth:`run`, once no signal can be routed to the

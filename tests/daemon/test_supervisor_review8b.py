@@ -1,0 +1,86 @@
+"""The supervisor never waits on a managed Xvfb with its lock held (giving back the last reference on one, or a
+display that dies just before a player is spawned), and never hands on a player released cleanly with an
+answer still on its way. Real players, a real Xvfb, real FIFOs; an in-process Supervisor."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+
+import pytest
+
+from renderd.daemon.supervisor import State
+from renderd.platforms import xvfb
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
+
+needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
+#: How long a control request may take while the supervisor waits on an Xvfb (it should not wait at all).
+ANSWER_BOUND = 2.0
+
+
+@pytest.fixture
+def xvfb_spawner():
+    """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
+    as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
+    xvfb._SPAWNER.run(lambda: None, DEADLINE, lambda _result: None)
+
+
+def _loop_thread() -> threading.Thread:
+    (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+    return loop
+
+
+def _answers_within(fn, bound: float) -> bool:
+    """Whether ``fn()``, called on a thread of its own, returns within ``bound`` seconds."""
+    done = threading.Event()
+
+    def call() -> None:
+        fn()
+        done.set()
+
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    answered = done.wait(bound)
+    return answered
+
+
+@needs_xvfb
+def test_giving_back_the_last_reference_on_a_hung_managed_display_does_not_stall_control_requests(
+    xvfb_spawner, supervisor_with, monkeypatch
+):
+    # The environment is removed: its selection, the last user of its managed Xvfb, is given back, which stops
+    # that Xvfb (SIGTERM, 5 s grace, SIGKILL, reap). A hung one takes the whole grace; the test holds the real
+    # stop at its start instead. Meanwhile a status request must be answered, and a daemon stopping then must
+    # wait for that stop: no Xvfb left behind.
+    entered = threading.Event()
+    go = threading.Event()
+    stop_process = xvfb.DisplayManager._stop_process
+
+    def held_stop(self, proc):
+        entered.set()
+        go.wait(DEADLINE)
+        return stop_process(self, proc)
+
+    monkeypatch.setattr(xvfb.DisplayManager, "_stop_process", held_stop)
+    sup = supervisor_with(fast_config().replace('platform = "headless"', MANAGED))
+    ready_pid(sup)
+    xvfb_pid = only_player(sup).display.pid
+    try:
+        sup.delete_environment("demo")
+        assert entered.wait(DEADLINE), "the managed Xvfb was not stopped"
+        assert _answers_within(sup.describe, ANSWER_BOUND), "a status request waited for the Xvfb's stop"
+        sup.request_stop()
+        loop = _loop_thread()
+        loop.join(0.5)
+        assert loop.is_alive(), "the supervisor finished before the Xvfb's stop under way"
+    finally:
+        go.set()
+    loop.join(DEADLINE)
+    assert not loop.is_alive()
+    assert pid_gone(xvfb_pid), "the managed Xvfb outlived the supervisor"
