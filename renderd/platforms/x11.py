@@ -299,18 +299,41 @@ _PROBE_FIXES = {
 }
 
 
+#: What a managed Xvfb needs: Xvfb itself (Debian/Ubuntu package ``xvfb``) and the Mesa drivers its GLX loads.
+MANAGED_GL_DRIVERS = "apt-get install libgl1-mesa-dri libglx-mesa0"
+MANAGED_XVFB_REINSTALL = "apt-get install --reinstall xvfb"
+
+
 def _managed_screen_reasons(facts: DisplayFacts, screen: int, width: int, height: int, label: str) -> list[str]:
+    # The caller (renderd.platforms.xvfb) adds whether Xvfb exited and quotes the last lines of its output.
     if not facts.ok:
-        if facts.error_kind == "xlib":
-            return [_PROBE_FIXES["xlib"](facts, facts.name)]
-        return [f"it is not reachable: {facts.error}; fix: see Xvfb's output"]
+        if facts.error_kind in ("xlib", "probe"):
+            return [_PROBE_FIXES[facts.error_kind](facts, facts.name)]
+        if facts.error_kind == "hung":
+            return [
+                f"it accepts connections but does not answer: {facts.error}; fix: Xvfb is hung, or the machine "
+                f"is too loaded for it to answer in time (retry when the load is lower); if it persists, check "
+                f"Xvfb's errors and reinstall it and its GL drivers ({MANAGED_XVFB_REINSTALL} libgl1-mesa-dri "
+                f"libglx-mesa0)"
+            ]
+        return [
+            f"it is not reachable: {facts.error}; fix: Xvfb failed right after it announced its display: an "
+            f"error about GLX, DRI or swrast in its output means its GL drivers are missing "
+            f"({MANAGED_GL_DRIVERS}); otherwise the Xvfb on PATH is broken or not Xvfb "
+            f"({MANAGED_XVFB_REINSTALL})"
+        ]
     if screen >= facts.screen_count:
-        return [f"screen {screen} does not exist (it has {facts.screen_count}); fix: see Xvfb's output"]
+        return [
+            f"screen {screen} does not exist (it has {facts.screen_count}); fix: the server started as Xvfb "
+            f"ignored its -screen options: the Xvfb on PATH is not Xvfb, or is a wrapper that drops options "
+            f"(use the real one: {MANAGED_XVFB_REINSTALL})"
+        ]
     reasons = []
     if not facts.glx:
         reasons.append(
-            "it has no GLX extension (Unity needs GLX); fix: install the GL drivers Xvfb's GLX loads: "
-            "apt-get install libgl1-mesa-dri libglx-mesa0"
+            "it has no GLX extension (Unity needs GLX) although renderd started it with +extension GLX; fix: "
+            f"install the GL drivers Xvfb's GLX loads: {MANAGED_GL_DRIVERS} (and the Xvfb of the xvfb package, "
+            f"built with GLX: {MANAGED_XVFB_REINSTALL})"
         )
     geometry = facts.screens[screen]
     if geometry["width"] < width or geometry["height"] < height:
@@ -319,5 +342,9 @@ def _managed_screen_reasons(facts: DisplayFacts, screen: int, width: int, height
             f"{width}x{height}; fix: ask for a size Xvfb can make"
         )
     if geometry["depth"] != REQUIRED_DEPTH:
-        reasons.append(f"screen {label} has colour depth {geometry['depth']}, Unity needs {REQUIRED_DEPTH}")
+        reasons.append(
+            f"screen {label} has colour depth {geometry['depth']}, Unity needs {REQUIRED_DEPTH}; fix: the Xvfb on "
+            f"PATH ignored its -screen {screen} {width}x{height}x{REQUIRED_DEPTH} option (use the real one: "
+            f"{MANAGED_XVFB_REINSTALL})"
+        )
     return reasons

@@ -503,10 +503,19 @@ class DisplayManager:
         for screen in range(min(server.screens, max(facts.screen_count, 1))):
             reasons += x11.screen_reasons(facts, screen, server.width, server.height, managed=True)
         if reasons:
+            exited = ""
+            if not facts.ok:  # unreachable: did it die after it announced the display?
+                try:
+                    server.proc.wait(timeout=max(0.0, min(1.0, deadline - time.monotonic())))
+                except subprocess.TimeoutExpired:
+                    pass
+                if server.proc.returncode is not None:
+                    exited = f"Xvfb exited ({describe_exit(server.proc.returncode)}) after it announced the display; "
             raise PlatformError(
                 f"the managed display {server.name} (Xvfb pid {server.proc.pid}) failed verification: "
+                + exited
                 + "; ".join(reasons)
-                + _quote(server.log_file)
+                + (_quote(server.log_file) or "\nXvfb wrote nothing.")
             )
 
     def _stop(self, server: _Server) -> None:

@@ -94,3 +94,82 @@ def test_a_handle_on_a_replaced_dead_server_does_not_stop_it_again(cleanups, cap
         manager.shutdown()
     assert len(_stopped(caplog, new.pid)) == 1
     assert cleanups == [(number, pid), (new.number, new.pid)], cleanups
+
+
+# -- 2. a managed display that fails verification says what failed and what to install ------------------
+
+
+def _free_number() -> int:
+    for number in range(400, 700):
+        if not os.path.lexists(f"/tmp/.X{number}-lock") and not os.path.lexists(f"/tmp/.X11-unix/X{number}"):
+            return number
+    pytest.skip("no free X display number in 400..699")
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())
+
+
+def test_an_xvfb_that_exits_after_announcing_its_display_says_why(tmp_path, xvfb):
+    # An Xvfb that dies right after it wrote its display number (a crash loading its GLX driver): the
+    # reason was "it is not reachable: cannot connect (...); fix: see Xvfb's output", naming nothing to
+    # install or check and not saying that Xvfb had exited.
+    number = _free_number()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _script(
+        bindir / "Xvfb",
+        f'echo {number} >/proc/self/fd/$2\necho "(EE) AIGLX error: dlopen of swrast_dri.so failed"\n'
+        'echo "(EE) Fatal server error: GLX: could not load software renderer"\nexit 1',
+    )
+    manager = DisplayManager(start_timeout=10)
+    try:
+        with pytest.raises(PlatformError) as caught:
+            manager.acquire(64, 64, env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    finally:
+        manager.shutdown()
+    message = _one_line(caught.value)
+    assert f"the managed display :{number}" in message and "failed verification" in message, message
+    assert "exited (exit code 1)" in message, message
+    assert "see Xvfb's output" not in message, message
+    assert "apt-get install libgl1-mesa-dri libglx-mesa0" in message, message
+    assert "apt-get install --reinstall xvfb" in message, message
+    assert "| (EE) Fatal server error: GLX: could not load software renderer" in str(caught.value), message
+
+
+def test_an_xvfb_that_exits_silently_is_not_said_to_have_output(tmp_path, xvfb):
+    number = _free_number()
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _script(bindir / "Xvfb", f"echo {number} >/proc/self/fd/$2\nexit 3")
+    manager = DisplayManager(start_timeout=10)
+    try:
+        with pytest.raises(PlatformError) as caught:
+            manager.acquire(64, 64, env={"PATH": f"{bindir}:{os.environ['PATH']}"})
+    finally:
+        manager.shutdown()
+    message = _one_line(caught.value)
+    assert "exited (exit code 3)" in message and "Xvfb wrote nothing" in message, message
+    assert "quoted below" not in message, message
+
+
+def test_managed_reasons_name_what_to_do():
+    from renderd.platforms import x11
+
+    hung = x11.DisplayFacts(":7", False, "the X probe failed: the probe did not finish within 9 s", "hung")
+    (reason,) = x11.screen_reasons(hung, 0, 64, 64, managed=True)
+    assert "does not answer" in reason and "did not finish within 9 s" in reason, reason
+    assert "apt-get install" in reason and "see Xvfb's output" not in reason, reason
+
+    broken = x11.DisplayFacts(":7", False, "the X probe failed: exit code 1", "probe")
+    (reason,) = x11.screen_reasons(broken, 0, 64, 64, managed=True)
+    assert "_x11probe.py :7" in reason, reason
+
+    one = x11.DisplayFacts(":7", True, screen_count=1, glx=True, screens=[{"width": 64, "height": 64, "depth": 24}])
+    (reason,) = x11.screen_reasons(one, 1, 64, 64, managed=True)
+    assert "screen 1 does not exist" in reason and "see Xvfb's output" not in reason, reason
+    assert "apt-get install" in reason and "Xvfb" in reason, reason
+
+    no_glx = x11.DisplayFacts(":7", True, screen_count=1, glx=False, screens=[{"width": 64, "height": 64, "depth": 24}])
+    (reason,) = x11.screen_reasons(no_glx, 0, 64, 64, managed=True)
+    assert "+extension GLX" in reason and "libgl1-mesa-dri libglx-mesa0" in reason, reason
