@@ -597,7 +597,10 @@ def _x_answers(socket_path: str, timeout: float) -> bool:
             sock.connect(socket_path)
             # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
             sock.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
-            sock.settimeout(max(0.0, deadline - time.monotonic()))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:  # settimeout(0.0) would make the recv non-blocking: EAGAIN, not "no answer"
+                return False
+            sock.settimeout(remaining)
             sock.recv(1)
         except (socket.timeout, TimeoutError):
             return False

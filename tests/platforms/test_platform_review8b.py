@@ -173,3 +173,26 @@ def test_managed_reasons_name_what_to_do():
     no_glx = x11.DisplayFacts(":7", True, screen_count=1, glx=False, screens=[{"width": 64, "height": 64, "depth": 24}])
     (reason,) = x11.screen_reasons(no_glx, 0, 64, 64, managed=True)
     assert "+extension GLX" in reason and "libgl1-mesa-dri libglx-mesa0" in reason, reason
+
+
+# -- 3. a hung managed display does not pass for one that answers -----------------------------------------
+
+
+def test_a_frozen_display_does_not_answer_even_when_the_deadline_is_spent_connecting(xvfb):
+    # answers() connects, sends a connection setup, then waits for a byte for what is left of its timeout.
+    # When connecting had used it all, the wait became settimeout(0.0): a non-blocking recv whose EAGAIN
+    # was taken for "the socket is gone", and a stopped server was said to answer.
+    manager = DisplayManager()
+    try:
+        display = manager.acquire(64, 64)
+        assert display.answers(5.0)
+        os.kill(display.pid, signal.SIGSTOP)
+        try:
+            assert not display.answers(1e-9)
+            assert not display.answers(0.3)
+        finally:
+            os.kill(display.pid, signal.SIGCONT)
+        assert display.answers(5.0)
+        display.release()
+    finally:
+        manager.shutdown()
