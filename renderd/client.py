@@ -22,6 +22,8 @@ import importlib
 import logging
 import numbers
 import os
+import sys
+import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -72,6 +74,9 @@ DEFAULT_START_TIMEOUT = 300.0
 DEFAULT_STEP_TIMEOUT = 100.0
 #: Name of the player's log file in the private FIFO directory when no ``log_path`` is given.
 DEFAULT_LOG_NAME = "player.log"
+#: Seconds :meth:`Session.close`, called from a thread of its own, waits (after stopping the player) for a step
+#: that waited on the pipes in another thread to leave them before it closes them.
+CLOSE_WAITER_TIMEOUT = 5.0
 
 TRANSPORTS = ("fifo", "http")
 
@@ -179,6 +184,7 @@ class Session:
         # Whether the player's first frame was taken by someone else (the daemon, for a leased player).
         self._first_frame_elsewhere = first_frame_received and last_event is None
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
+        self._closing = False  # set by close(): a send or receive that fails meanwhile says it was closed
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -298,6 +304,8 @@ class Session:
             self.channel.send(buffers, write_by, name)
         except BaseException as exc:
             self._break(exc)
+            if self._closing and isinstance(exc, Exception):
+                raise self._closed_meanwhile(message["action"], "sent it") from exc
             if isinstance(exc, PlayerTimeout):
                 raise self._timeout_error(message["action"], exc, name, seconds, sending=True) from exc
             raise
@@ -350,14 +358,43 @@ class Session:
                 )
         except PlayerTimeout as exc:
             self._break(exc)
+            if self._closing:
+                raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise self._timeout_error(name, exc, deadline_name, seconds) from exc
         except BaseException as exc:
             self._break(exc)
+            if self._closing and isinstance(exc, Exception):
+                raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise
         self._pending = None
         self._state = SessionState.READY
         self.last_event = event
         return event
+
+    def _closed_meanwhile(self, name: str, doing: str) -> CallOrderError:
+        """The error of a send or receive that ended because :meth:`close` was called meanwhile (from another
+        thread, or a signal handler); what it saw then is chained."""
+        return CallOrderError(
+            f"{name}: the session was closed (by another thread, or a signal handler) while it {doing}"
+        )
+
+    def _other_thread_inside(self) -> bool:
+        """Whether a thread other than this one is inside this session's send or receive (a step that waits
+        while :meth:`close` is called from a thread of its own). Read from the threads' stacks, at close only."""
+        me = threading.get_ident()
+        try:
+            frames = sys._current_frames()
+        except Exception:  # noqa: BLE001 - (at interpreter shutdown): close as if no step waited
+            return False
+        for ident, frame in frames.items():
+            if ident == me:
+                continue
+            f = frame
+            while f is not None:
+                if f.f_code in _IO_CODES and f.f_locals.get("self") is self:
+                    return True
+                f = f.f_back
+        return False
 
     def _timeout_error(
         self,
@@ -442,18 +479,35 @@ class Session:
             self._state = SessionState.CLOSED
             self._pending = None
             return
+        self._closing = True
         error = self._error
         if error is None and self._state is SessionState.PENDING:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
         self._state = SessionState.CLOSED
         self._pending = None
         try:
+            if self.process is not None and self._other_thread_inside():
+                # Another thread's step waits on the pipes (close() called from a thread of its own). Closing
+                # them under it would have it poll and read descriptors that may by then belong to other
+                # files. The player's exit ends its wait: stop the player first, then close the pipes once
+                # that thread has left (it raises CallOrderError, saying the session was closed).
+                try:
+                    self.process.stop(self.stop_grace)
+                finally:
+                    deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
+                    while self._other_thread_inside():
+                        if time.monotonic() > deadline:
+                            log.warning("closing the pipes of player pid %s under a step that still waits", self._pid)
+                            break
+                        time.sleep(0.005)
             self.channel.close()
         finally:
             try:
                 if self.process is not None:
                     self.process.stop(self.stop_grace)
             finally:
+                self._state = SessionState.CLOSED  # (a step that waited meanwhile may have taken its answer)
+                self._pending = None
                 on_close, self._on_close = self._on_close, None
                 if on_close is not None:
                     on_close(error)
@@ -475,6 +529,14 @@ class Session:
 
     def __repr__(self) -> str:
         return f"<renderd.Session pid={self._pid} {self._state.value} seq={self._sequence_id}>"
+
+
+#: The code of the methods a step waits in: a thread inside one of them is using the session's pipes.
+_IO_CODES = frozenset(
+    method.__code__
+    for method in (Session.step, Session.send, Session._send, Session.recv, Session._receive, Session.wait_ready,
+                   Session.reset)
+)
 
 
 # -- platforms ------------------------------------------------------------------------------------------

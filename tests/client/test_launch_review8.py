@@ -48,3 +48,80 @@ def test_non_ascii_text_reaches_the_player(tmp_path):
     assert "RENDERD_TEST_X=caf\u00e9 \u2603".encode() in seen
     assert b"RENDERD_TEST_RAW=raw-\xff" in seen
     assert os.fsencode(log_path) in argv and log_path.exists()
+
+
+def _wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(0.01)
+
+
+def _waiting_in(session, thread: threading.Thread) -> bool:
+    """Whether ``thread`` is blocked inside the session's send or receive (its stack shows it)."""
+    import sys
+
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code.co_name in ("_receive", "_send", "_write_rest", "_open_writer") and \
+                frame.f_code.co_filename.endswith(("client.py", "fifo.py")):
+            return True
+        frame = frame.f_back
+    return False
+
+
+@pytest.mark.parametrize("waiting_in", ["recv", "send"])
+def test_close_from_another_thread_ends_a_waiting_step_with_a_call_order_error(waiting_in):
+    # A watchdog thread closes the session while the main thread's step waits: for an answer that stops
+    # halfway (recv), or for room to write a large action to a player that reads nothing (send). The step
+    # ends at once with a CallOrderError saying the session was closed, never with an error about a
+    # descriptor closed under it (EBADF), a descriptor that meanwhile belongs to another file (EISDIR,
+    # garbage bytes), or a "crash" that was the close itself. Other threads open files all the while, so a
+    # descriptor number freed under the waiting step is soon taken again.
+    stop_churn = threading.Event()
+
+    def churn():
+        while not stop_churn.is_set():
+            fds = [os.open("/proc/self/stat", os.O_RDONLY) for _ in range(4)]
+            for fd in fds:
+                os.close(fd)
+            time.sleep(0)
+
+    churner = threading.Thread(target=churn, daemon=True)
+    churner.start()
+    try:
+        for _ in range(4):
+            if waiting_in == "recv":
+                session = renderd.launch(peer_argv("serve"), start_timeout=START, step_timeout=60)
+                action = {"action": "HalfThenHang"}
+            else:
+                session = renderd.launch(peer_argv("slow-reader", 3600), start_timeout=START, step_timeout=60)
+                action = {"action": "Big", "payload": "x" * (4 << 20)}
+            outcome: dict[str, BaseException | None] = {}
+
+            def step():
+                try:
+                    session.step(action)
+                    outcome["error"] = None
+                except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                    outcome["error"] = exc
+
+            stepper = threading.Thread(target=step)
+            stepper.start()
+            try:
+                _wait_for(lambda: _waiting_in(session, stepper), START, "the step to wait")
+                started = time.monotonic()
+                session.close()
+                stepper.join(15)
+                assert not stepper.is_alive(), "the step still waits after close()"
+                assert time.monotonic() - started < 15
+            finally:
+                session.close()
+                stepper.join(15)
+            error = outcome["error"]
+            assert isinstance(error, CallOrderError), repr(error)
+            assert "closed" in str(error)
+            assert session.closed
+    finally:
+        stop_churn.set()
+        churner.join(5)
