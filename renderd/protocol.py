@@ -695,12 +695,6 @@ class Decoder:
             self._msg_offset = offset
         self._fields.append((ftype, body))
         self._offsets.append(offset)
-        if len(self._fields) > self.max_fields:
-            self._fail(
-                f"message has more than {self.max_fields} fields without an end-of-message marker",
-                offset,
-                ftype,
-            )
 
     def _parse(self) -> None:
         scratch = self._scratch
@@ -725,6 +719,12 @@ class Decoder:
                 self._msg_offset = None
                 self._msg_size = 0
                 continue
+            if len(self._fields) >= self.max_fields:  # from the header: the body is never read or allocated
+                self._fail(
+                    f"message has more than {self.max_fields} fields without an end-of-message marker",
+                    offset,
+                    ftype,
+                )
             if length > self.max_body_size:
                 self._fail(
                     f"{ftype.name} field declares a body of {length} bytes, over the limit of "
