@@ -580,9 +580,18 @@ class Decoder:
         pending = self._end - self._start
         if pending:
             if pending < HEADER_SIZE:
+                t = self._scratch[self._start]  # the type byte is there: name what the header announced
+                what = _FIELD_TYPE_OF[t]
+                if what is None:
+                    announced = f"type byte {t}, not a field type"
+                elif what is FieldType.END_OF_MESSAGE:
+                    announced = "the end-of-message marker"
+                else:
+                    announced = f"the header of a {what.name} field"
                 self._fail(
-                    f"end of input inside a field header: got {pending} of {HEADER_SIZE} bytes",
+                    f"end of input inside a field header: got {pending} of {HEADER_SIZE} bytes ({announced})",
                     self._consumed,
+                    t,
                 )
             ftype, length = HEADER.unpack_from(self._scratch, self._start)
             name = FieldType(ftype).name if ftype in _VALID_TYPES else str(ftype)
@@ -593,10 +602,13 @@ class Decoder:
                 ftype,
             )
         if self._fields:
+            last = self._fields[-1][0]
             self._fail(
                 f"end of input inside a message: {len(self._fields)} field(s) received, "
-                "no end-of-message marker",
+                f"no end-of-message marker; input ended at byte offset {self._consumed}, after the "
+                f"{last.name} field at byte offset {self._offsets[-1]}",
                 self._msg_offset,
+                last,
             )
 
     @property

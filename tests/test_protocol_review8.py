@@ -73,3 +73,61 @@ def test_exactly_max_fields_then_the_end_marker_is_a_message():
         m = d.next_message()
         assert m and len(m.fields) == 3
         assert d.next_message() is NEED_DATA
+
+
+# -- a stream cut anywhere says what was cut, which field, and where -----------------------------------
+
+
+def _eof_error(data: bytes) -> ProtocolError:
+    d = Decoder()
+    d.receive_data(data)
+    with pytest.raises(ProtocolError) as info:
+        d.end_of_input()
+    return info.value
+
+
+@pytest.mark.parametrize("cut", [1, 2, 3, 4])
+@pytest.mark.parametrize(
+    "ftype, name", [(FieldType.METADATA, "METADATA field"), (FieldType.DEPTH_IMAGE, "DEPTH_IMAGE field"),
+                    (FieldType.END_OF_MESSAGE, "end-of-message marker")]
+)
+def test_a_cut_inside_a_header_names_the_field_its_type_byte_announces(cut, ftype, name):
+    before = field(FieldType.METADATA, b"\x80")  # a whole field first: the header starts at byte 6
+    e = _eof_error(before + HEADER.pack(ftype, 0)[:cut])
+    assert f"inside a field header: got {cut} of 5 bytes" in str(e)
+    assert name in str(e)
+    assert e.field_type == ftype
+    assert e.offset == len(before)
+
+
+def test_a_cut_inside_a_header_with_an_unknown_type_byte_says_so():
+    e = _eof_error(b"\x63\x00")
+    assert "inside a field header: got 2 of 5 bytes" in str(e) and "99" in str(e) and "not a field type" in str(e)
+    assert e.offset == 0
+
+
+def test_a_cut_between_fields_says_where_input_ended_and_after_which_field():
+    data = field(FieldType.METADATA, b"\x80") + field(FieldType.RGB_IMAGE, b"abc") + field(FieldType.DEPTH_IMAGE, b"")
+    e = _eof_error(data)
+    text = str(e)
+    assert "inside a message: 3 field(s) received, no end-of-message marker" in text
+    assert f"input ended at byte offset {len(data)}" in text
+    assert "after the DEPTH_IMAGE field at byte offset 14" in text
+    assert e.field_type == FieldType.DEPTH_IMAGE
+    assert e.offset == 0  # the message's first byte, as for every error about a message
+
+
+def test_a_cut_between_fields_after_a_large_body_counts_the_body():
+    body = bytes(SMALL_BODY + 1)
+    data = join(encode_message([(FieldType.METADATA, b"\x80")])) + field(FieldType.METADATA, b"\x80") + field(
+        FieldType.RGB_IMAGE, body
+    )
+    for chunk in (7, SCRATCH_SIZE, len(data)):
+        d = Decoder()
+        feed_readv(d, data, chunk)
+        assert d.next_message()
+        with pytest.raises(ProtocolError) as info:
+            d.end_of_input()
+        assert f"input ended at byte offset {len(data)}" in str(info.value)
+        assert "after the RGB_IMAGE field at byte offset 17" in str(info.value)
+        assert info.value.offset == 11
