@@ -261,11 +261,23 @@ def drop_written(views: list[memoryview], n: int) -> None:
             n = 0
 
 
+def _numpy_scalar(obj: np.generic) -> Any:
+    """The Python value of a numpy scalar. ``item()`` gives a numpy scalar back for the extended precision
+    types (longdouble, clongdouble), which an encoder would hand to its default hook again and again until
+    it ran out of stack: a longdouble is sent as the nearest float, anything else is refused by name."""
+    value = obj.item()
+    if isinstance(value, np.generic):
+        if isinstance(value, np.floating):
+            return float(value)
+        raise TypeError(f"value of numpy type {type(obj).__name__} has no JSON or msgpack equivalent: {obj!r}")
+    return value
+
+
 def _json_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     if isinstance(obj, np.generic):
-        return obj.item()
+        return _numpy_scalar(obj)
     if isinstance(obj, (set, frozenset, tuple)):
         return list(obj)
     raise TypeError(f"action value of type {type(obj).__name__} cannot be sent as JSON: {obj!r}")
@@ -348,7 +360,7 @@ def _msgpack_default(obj: Any) -> Any:
     if isinstance(obj, np.ndarray):
         return obj.tolist()
     if isinstance(obj, np.generic):
-        return obj.item()
+        return _numpy_scalar(obj)
     if isinstance(obj, (set, frozenset)):
         return list(obj)
     raise TypeError(f"metadata value of type {type(obj).__name__} cannot be packed: {obj!r}")

@@ -18,7 +18,11 @@ from renderd.protocol import (
     SMALL_BODY,
     Decoder,
     FieldType,
+    encode_action,
+    decode_metadata,
     encode_message,
+    encode_metadata,
+    parse_action,
 )
 
 
@@ -131,3 +135,39 @@ def test_a_cut_between_fields_after_a_large_body_counts_the_body():
         assert f"input ended at byte offset {len(data)}" in str(info.value)
         assert "after the RGB_IMAGE field at byte offset 17" in str(info.value)
         assert info.value.offset == 11
+
+
+# -- numpy scalars whose item() is a numpy scalar again ---------------------------------------------------
+
+
+def _action_body(action) -> bytes:
+    buffers = encode_action(action)
+    return bytes(buffers[1])
+
+
+@pytest.mark.parametrize(
+    "value, sent",
+    [
+        (np.longdouble(1.5), 1.5),
+        (np.array([0.25, 2], dtype=np.longdouble), [0.25, 2.0]),
+        (np.longdouble("inf"), float("inf")),
+    ],
+    ids=["scalar", "array", "inf"],
+)
+def test_a_longdouble_is_sent_as_a_number(value, sent):
+    # Its item() is the numpy scalar itself: the encoder asked again and again until it ran out of stack,
+    # and the action was refused as nested too deeply.
+    assert parse_action(_action_body({"action": "Teleport", "x": value}))["x"] == sent
+
+
+def test_a_clongdouble_is_refused_as_what_it_is():
+    with pytest.raises(ValueError, match="clongdouble") as info:
+        encode_action({"action": "Teleport", "x": np.clongdouble(1 + 2j)})
+    assert "deep" not in str(info.value)
+
+
+def test_metadata_with_a_longdouble_packs_as_a_float():
+    assert decode_metadata(encode_metadata({"x": np.longdouble(0.5), "y": np.ones(2, np.longdouble)})) == {
+        "x": 0.5,
+        "y": [1.0, 1.0],
+    }
