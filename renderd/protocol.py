@@ -431,6 +431,7 @@ def parse_action(body: Any, *, offset: int | None = None) -> dict[str, Any]:
         raise ActionTooDeep(
             f"the action nests arrays or objects too deeply to be parsed (the limit is {MAX_ACTION_DEPTH} levels)",
             {},
+            offset=offset,
         ) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError(f"ACTION body is not valid UTF-8 JSON: {exc}", offset=offset) from exc
@@ -441,6 +442,7 @@ def parse_action(body: Any, *, offset: int | None = None) -> dict[str, Any]:
         raise ActionTooDeep(
             f"the action nests arrays or objects {depth} levels deep, over the limit of {MAX_ACTION_DEPTH}",
             action,
+            offset=offset,
         )
     return action
 

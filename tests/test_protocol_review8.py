@@ -17,7 +17,10 @@ from renderd.protocol import (
     SCRATCH_SIZE,
     SMALL_BODY,
     Decoder,
+    MAX_ACTION_DEPTH,
+    ActionTooDeep,
     FieldType,
+    decode_action,
     encode_action,
     decode_metadata,
     encode_message,
@@ -171,3 +174,22 @@ def test_metadata_with_a_longdouble_packs_as_a_float():
         "x": 0.5,
         "y": [1.0, 1.0],
     }
+
+
+# -- an action nested too deeply says where it was, as every other bad action does ------------------------
+
+
+@pytest.mark.parametrize("levels", [MAX_ACTION_DEPTH + 1, 100_000], ids=["over the limit", "past the parser"])
+def test_an_action_too_deep_carries_its_offset(levels):
+    body = b'{"action":"Pass","x":' + b"[" * levels + b"]" * levels + b"}"
+    first = join(encode_action({"action": "Pass"}))
+    d = Decoder()
+    d.receive_data(first + field(FieldType.ACTION, body) + END_OF_MESSAGE)
+    decode_action(d.next_message())
+    with pytest.raises(ActionTooDeep) as info:
+        decode_action(d.next_message())
+    assert info.value.offset == len(first)
+    assert f"(at byte offset {len(first)})" in str(info.value)
+    with pytest.raises(ActionTooDeep) as info:
+        parse_action(body, offset=7)
+    assert info.value.offset == 7
