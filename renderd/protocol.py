@@ -377,8 +377,10 @@ def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = 
     try:
         value = msgpack.unpackb(body, raw=False, strict_map_key=False)
     except Exception as exc:  # msgpack raises several unrelated types for bad input
+        # Some carry no text (StackError, FormatError): their class's description says what they mean.
+        detail = str(exc) or (type(exc).__doc__ or "").strip().split("\n")[0].rstrip(".") or "no details"
         raise ProtocolError(
-            f"{ftype.name} body is not valid msgpack ({type(exc).__name__}: {exc})", offset=offset, field_type=ftype
+            f"{ftype.name} body is not valid msgpack ({type(exc).__name__}: {detail})", offset=offset, field_type=ftype
         ) from exc
     finally:
         if collecting:

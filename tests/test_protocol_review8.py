@@ -193,3 +193,23 @@ def test_an_action_too_deep_carries_its_offset(levels):
     with pytest.raises(ActionTooDeep) as info:
         parse_action(body, offset=7)
     assert info.value.offset == 7
+
+
+# -- malformed metadata says what is wrong with it --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        (b"\x81\xa1a" + b"\x91" * 100_000 + b"\xc0", "nested"),  # arrays in arrays, deeper than msgpack goes
+        (b"\xc1", "format"),  # a byte msgpack never uses
+    ],
+    ids=["too deep", "reserved byte"],
+)
+def test_metadata_msgpack_refuses_with_no_text_still_says_what(body, says):
+    with pytest.raises(ProtocolError) as info:
+        decode_metadata(body, offset=3, ftype=FieldType.METADATA_PATCH)
+    text = str(info.value)
+    assert "METADATA_PATCH body is not valid msgpack" in text and says in text.lower()
+    assert ": )" not in text
+    assert info.value.offset == 3 and info.value.field_type == FieldType.METADATA_PATCH
