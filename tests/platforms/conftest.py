@@ -119,14 +119,33 @@ def wait_until(predicate, timeout: float, interval: float = 0.02) -> bool:
 @pytest.fixture(autouse=True)
 def _only_this_tests_displays(monkeypatch) -> None:
     """Discovery sees only the X displays a test starts: one already running on the machine (a developer's
-    Xvfb, another test run's) would otherwise be a candidate, and change what discovery picks."""
-    from renderd.platforms import x11
+    Xvfb, another test run's) would otherwise be a candidate, and change what discovery picks.
+
+    A display is the test's when the process listening on its socket descends from this one (the test's
+    own Xvfbs, and those of the processes it starts). A name alone is not enough: a number held by another
+    process when the test began can be freed and then taken by the test's own server, and another
+    process's server can appear while the test runs. A socket nobody listens on (a stale one a test made)
+    counts as the test's unless it was there when the test began."""
+    from renderd.platforms import x11, xvfb as xvfb_mod
 
     real = x11.socket_displays
     foreign = set(real())
-    monkeypatch.setattr(x11, "socket_displays", lambda *args, **kwargs: [
-        name for name in real(*args, **kwargs) if name not in foreign
-    ])
+    me = os.getpid()
+
+    def ours(name: str, socket_dir: str) -> bool:
+        pid = xvfb_mod._listener_pid(os.path.join(socket_dir, "X" + name[1:]))
+        if pid is None:
+            return name not in foreign
+        try:
+            return any(parent.pid == me for parent in psutil.Process(pid).parents())
+        except psutil.Error:
+            return name not in foreign
+
+    def displays(*args, **kwargs):
+        socket_dir = kwargs.get("socket_dir", args[0] if args else x11.X11_SOCKET_DIR)
+        return [name for name in real(*args, **kwargs) if ours(name, socket_dir)]
+
+    monkeypatch.setattr(x11, "socket_displays", displays)
 
 
 @pytest.fixture
