@@ -27,6 +27,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -334,19 +335,50 @@ def _open_pidfd(pid: int) -> int | None:
         return None
 
 
+#: The longest log line quoted whole; a longer one is cut, saying how much was left out.
+LOG_LINE_CHARS = 500
+
+# Control characters (C0 but tab, DEL, C1) and the Unicode line and paragraph separators, as escapes: the
+# tail is printed to terminals, where raw ones would move the cursor, clear the screen or hide text.
+_ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) if c != 0x09}
+_ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
 def _read_log_tail(path: str | None, lines: int) -> str:
+    """The last ``lines`` lines of the log file ``path`` (from its last :data:`LOG_TAIL_BYTES`), as text to
+    quote: lines are split at newlines only, control characters escaped, lines longer than
+    :data:`LOG_LINE_CHARS` cut. "" when there is no such regular file: a FIFO or a device (a logger reading
+    the log, ``/dev/null``) is never opened for reading, which could wait forever or take another
+    reader's bytes."""
     if not path or lines <= 0:
         return ""
     try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - LOG_TAIL_BYTES))
-            data = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
         return ""
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return ""
+        start = max(0, st.st_size - LOG_TAIL_BYTES)
+        data = os.pread(fd, LOG_TAIL_BYTES, start)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
     text = data.decode("utf-8", errors="replace")
-    return "\n".join(text.splitlines()[-lines:])
+    if text.endswith("\n"):
+        text = text[:-1]
+    tail = text.split("\n")
+    if start > 0 and len(tail) > 1:
+        tail = tail[1:]  # (the first one was cut by where the read began)
+    quoted = []
+    for line in tail[-lines:]:
+        line = line.removesuffix("\r").translate(_ESCAPES)
+        if len(line) > LOG_LINE_CHARS:
+            line = f"{line[:LOG_LINE_CHARS]} [... {len(line) - LOG_LINE_CHARS} more characters]"
+        quoted.append(line)
+    return "\n".join(quoted)
 
 
 #: The longest single poll, in milliseconds (a C int); a longer wait polls again.
