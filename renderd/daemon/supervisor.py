@@ -757,7 +757,20 @@ class Supervisor:
             else:
                 p.state = State.READY
                 p.check_due = None  # the next health check is due health_interval from now
-                log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
+                if (
+                    how == LeaseEnd.RELEASED and p.environment.config.health_interval > 0
+                    and p.writer_fd is not None and p.eof_reason is None
+                ):
+                    # Empty pipes do not prove that nothing is on its way: a client driving the pipes by hand may
+                    # release cleanly while the player still works on its last action. With health checks on, the
+                    # player is checked at once and leased again only once it has answered: an answer to that
+                    # action comes first (the player answers in order) and gets it recycled, never handed on.
+                    self._send_check(p, time.monotonic())
+                    if p.state == State.READY:
+                        log.info("lease of %s[%d] released; player ready again once it answers a health check",
+                                 p.environment.name, p.index)
+                else:
+                    log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
         self.changed.notify_all()
         return recycle
 

@@ -11,10 +11,12 @@ import threading
 
 import pytest
 
-from renderd.daemon.supervisor import State
+from renderd.daemon.supervisor import _pending_bytes
 from renderd.platforms import xvfb
+from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.test_health_checks import _step
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
@@ -29,6 +31,10 @@ def xvfb_spawner():
     """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
     as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
     xvfb._SPAWNER.run(lambda: None, DEADLINE, lambda _result: None)
+
+
+def _health_config(interval: float) -> str:
+    return fast_config(extra=f"health_interval = {interval}")
 
 
 def _loop_thread() -> threading.Thread:
@@ -84,3 +90,50 @@ def test_giving_back_the_last_reference_on_a_hung_managed_display_does_not_stall
     loop.join(DEADLINE)
     assert not loop.is_alive()
     assert pid_gone(xvfb_pid), "the managed Xvfb outlived the supervisor"
+
+
+def test_a_player_released_cleanly_with_an_answer_on_its_way_is_not_handed_on_when_health_checks_are_on(
+    supervisor_with,
+):
+    # A client drives the pipes by hand: it sends an action the player takes a second to answer, does not read
+    # the answer, and releases the lease cleanly (its pipes are empty: the player read the action). The next
+    # lease request comes at once. Handed on, the player would give that client the late answer as its first.
+    sup = supervisor_with(_health_config(60.0))
+    pid = ready_pid(sup)
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 1.0,
+                                              "sequenceId": 7})))
+        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
+    finally:
+        os.close(wfd)
+    assert sup.release(lease.id)["recycled"] is False  # (nothing unread or unsent: the release looks clean)
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        assert _step(answer, 1) == 1, "the next client got the late answer to the last client's action"
+        assert answer["pid"] != pid
+    finally:
+        sup.release(lease.id)
+
+
+def test_a_player_released_cleanly_with_nothing_on_its_way_serves_again_after_one_check(supervisor_with):
+    # What renderd's own Session does: step, read the answer, release cleanly. The player answers the check sent
+    # at the release and is leased again, not recycled.
+    sup = supervisor_with(_health_config(60.0))
+    pid = ready_pid(sup)
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    assert _step(answer, 1) == 1
+    assert sup.release(lease.id)["recycled"] is False
+    p = only_player(sup)
+    with sup.lock:
+        assert p.checks == 1, "no health check sent at the release"
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        assert answer["pid"] == pid
+        with sup.lock:
+            assert p.check_deadline is None and p.checks == 1
+        assert _step(answer, 1) == 1
+    finally:
+        sup.release(lease.id)
+    assert 'renderd_player_recycles_total{environment="demo"} 1.0' not in sup.metrics.render().decode()
