@@ -213,3 +213,84 @@ def test_metadata_msgpack_refuses_with_no_text_still_says_what(body, says):
     assert "METADATA_PATCH body is not valid msgpack" in text and says in text.lower()
     assert ": )" not in text
     assert info.value.offset == 3 and info.value.field_type == FieldType.METADATA_PATCH
+
+
+# -- boundary lengths, split at every offset, against a plain reading of the framing ----------------------
+
+BOUNDARY_LENGTHS = [0, 1, SMALL_BODY - 1, SMALL_BODY, SMALL_BODY + 1, SCRATCH_SIZE - HEADER_SIZE, SCRATCH_SIZE]
+
+
+def reference_read(data: bytes) -> list[list[tuple[int, bytes]]]:
+    """The framing read the plain way (header, body, until the end marker): what a decoder must agree with."""
+    messages, fields, pos = [], [], 0
+    while pos < len(data):
+        t, n = HEADER.unpack_from(data, pos)
+        pos += HEADER_SIZE
+        if t == FieldType.END_OF_MESSAGE:
+            messages.append(fields)
+            fields = []
+            continue
+        fields.append((t, data[pos : pos + n]))
+        pos += n
+    assert not fields and pos == len(data)
+    return messages
+
+
+def decoded(d: Decoder) -> list[list[tuple[int, bytes]]]:
+    out = []
+    while (m := d.next_message()) is not NEED_DATA:
+        out.append([(int(t), bytes(memoryview(b).cast("B"))) for t, b in m.fields])
+    return out
+
+
+@pytest.mark.parametrize("length", BOUNDARY_LENGTHS)
+def test_a_body_of_a_boundary_length_split_in_two_anywhere_comes_out_whole(length):
+    body = bytes(range(256)) * (length // 256) + bytes(range(length % 256))
+    data = join(encode_message([(FieldType.METADATA, b"\x80"), (FieldType.RGB_IMAGE, body)])) * 2
+    expect = reference_read(data)
+    # every cut in the first message's headers and near the body's ends; a stride through the rest
+    cuts = set(range(0, 40)) | set(range(len(data) // 2 - 40, len(data) // 2 + 40)) | set(range(0, len(data), 997))
+    for cut in sorted(c for c in cuts if 0 < c < len(data)):
+        for readv in (False, True):
+            d = Decoder(max_body_size=max(length, 1), max_message_size=1 << 20)
+            for part in (data[:cut], data[cut:]):
+                if readv:
+                    feed_readv(d, part, len(part))
+                else:
+                    d.receive_data(part)
+            d.end_of_input()
+            assert decoded(d) == expect, (cut, readv)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.tuples(st.sampled_from([1, 2, 4, 5, 12, 16]), st.sampled_from(BOUNDARY_LENGTHS[:5] + [70_000])),
+                 max_size=4),
+        min_size=1,
+        max_size=3,
+    ),
+    st.lists(st.integers(1, 80_000), min_size=1, max_size=6),
+)
+def test_streams_of_boundary_bodies_agree_with_the_plain_reading(messages, chunks):
+    data = b"".join(join(encode_message([(t, bytes([t]) * n) for t, n in fields])) for fields in messages)
+    d = Decoder()
+    pos, i = 0, 0
+    while pos < len(data):
+        n = chunks[i % len(chunks)]
+        feed_readv(d, data[pos : pos + n], n)
+        pos += n
+        i += 1
+    d.end_of_input()
+    assert decoded(d) == reference_read(data)
+
+
+def test_the_largest_allowed_body_is_taken_and_one_byte_more_refused_from_its_header():
+    for length in (SMALL_BODY, SMALL_BODY + 1, SCRATCH_SIZE):
+        d = Decoder(max_body_size=length)
+        d.receive_data(field(FieldType.RGB_IMAGE, bytes(length)) + END_OF_MESSAGE)
+        assert len(d.next_message().fields[0][1]) == length
+        d = Decoder(max_body_size=length - 1)
+        with pytest.raises(ProtocolError, match=f"body of {length} bytes, over the limit of {length - 1}") as info:
+            d.receive_data(field(FieldType.RGB_IMAGE, b"")[:1] + (length).to_bytes(4, "big"))
+        assert info.value.offset == 0 and info.value.field_type == FieldType.RGB_IMAGE
