@@ -119,6 +119,13 @@ def _sequence_id_ok(seq: Any) -> bool:
     return isinstance(seq, int) and not isinstance(seq, bool) and -(2**63) <= seq < 2**64
 
 
+def _count_on(seq: int) -> int:
+    """The sequenceId after ``seq``, for an action that brings none the player can use: ``seq + 1``, from 0
+    again after 2**64 - 1 (the largest it adopts), so the id it echoes can always be packed."""
+    seq += 1
+    return seq if seq < 2**64 else 0
+
+
 def _encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
@@ -494,7 +501,7 @@ class Player:
         name = action.get("action")
         seq = action.get("sequenceId")
         seq_ok = _sequence_id_ok(seq)
-        self.sequence_id = seq if seq_ok else self.sequence_id + 1
+        self.sequence_id = seq if seq_ok else _count_on(self.sequence_id)
         if isinstance(name, str) and not _encodable(name):
             name = name.encode("utf-8", "replace").decode("utf-8")  # echoed as lastAction: it must pack
             bad_name = True
@@ -538,7 +545,7 @@ class Player:
     def rejected_answer(self, action: dict[str, Any], message: str, code: str = "InvalidArgument") -> Answer:
         """:meth:`error_answer` as an :class:`Answer`."""
         seq = action.get("sequenceId")
-        self.sequence_id = seq if _sequence_id_ok(seq) else self.sequence_id + 1
+        self.sequence_id = seq if _sequence_id_ok(seq) else _count_on(self.sequence_id)
         name = action.get("action")
         name = _clip(name.encode("utf-8", "replace").decode("utf-8"), MAX_ECHOED_NAME) if isinstance(name, str) else ""
         return self._answer(action, name, False, _clip(message, MAX_ERROR_MESSAGE), code, None)
