@@ -401,9 +401,10 @@ class ActionTooDeep(ProtocolError):
     echoed), else ``{}``.
     """
 
-    def __init__(self, message: str, action: dict[str, Any], *, offset: int | None = None) -> None:
+    def __init__(self, message: str, action: dict[str, Any] | None = None, *, offset: int | None = None) -> None:
+        # ``action`` may be left out: a copy or an unpickled error is rebuilt from the message alone.
         super().__init__(message, offset=offset)
-        self.action = action
+        self.action = {} if action is None else action
 
 
 def _parse_int(digits: str) -> int | float:

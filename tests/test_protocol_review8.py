@@ -294,3 +294,20 @@ def test_the_largest_allowed_body_is_taken_and_one_byte_more_refused_from_its_he
         with pytest.raises(ProtocolError, match=f"body of {length} bytes, over the limit of {length - 1}") as info:
             d.receive_data(field(FieldType.RGB_IMAGE, b"")[:1] + (length).to_bytes(4, "big"))
         assert info.value.offset == 0 and info.value.field_type == FieldType.RGB_IMAGE
+
+
+def test_action_too_deep_survives_a_copy_and_a_pickle():
+    # Exceptions are rebuilt from their args (pickle, copy, and type(error)(error) as Gymnasium's
+    # AsyncVectorEnv re-raises a worker's error): ActionTooDeep's required 'action' made that a TypeError.
+    import copy
+    import pickle
+
+    with pytest.raises(ActionTooDeep) as info:
+        parse_action(b'{"action":"Pass","sequenceId":4,"x":' + b"[" * 600 + b"]" * 600 + b"}", offset=9)
+    error = info.value
+    error.action = {"action": error.action["action"], "sequenceId": error.action["sequenceId"]}  # shallow
+    for again in (copy.copy(error), pickle.loads(pickle.dumps(error))):
+        assert type(again) is ActionTooDeep and str(again) == str(error)
+        assert again.offset == 9 and again.action == {"action": "Pass", "sequenceId": 4}
+    rebuilt = ActionTooDeep(error)
+    assert str(rebuilt) == str(error) and rebuilt.action == {}
