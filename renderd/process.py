@@ -640,6 +640,56 @@ class PlayerProcess:
                 return True
         return False
 
+    def _outside_descendants(self) -> list[int]:
+        """pidfds of the running player's descendants that left its process group (a helper started with
+        ``setsid`` or ``start_new_session``, a wrapper script's player in a session of its own): signals to
+        the group miss them. Found with psutil (inspection only); each pidfd is checked to be the process
+        found (not a recycled pid) after it was opened, so signalling through it can hit no other."""
+        found: list[int] = []
+        if not hasattr(os, "pidfd_open"):
+            return found
+        try:
+            procs = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return found
+        for proc in procs:
+            try:
+                if os.getpgid(proc.pid) == self.pgid:
+                    continue
+                fd = os.pidfd_open(proc.pid)
+            except OSError:  # gone meanwhile, or out of descriptors: nothing to stop through it
+                continue
+            try:
+                same = proc.is_running()  # (compares the start time: the pid was not recycled)
+            except psutil.Error:
+                same = False
+            if same:
+                found.append(fd)
+            else:
+                os.close(fd)
+        return found
+
+    @staticmethod
+    def _signal_outside(pidfds: list[int], sig: signal.Signals) -> None:
+        for fd in pidfds:
+            try:
+                signal.pidfd_send_signal(fd, sig)
+            except ProcessLookupError:  # exited already
+                pass
+            except OSError as exc:
+                log.warning("cannot send %s to a process the player started: %s", sig.name, exc)
+
+    @staticmethod
+    def _wait_outside(pidfds: list[int], deadline: float) -> bool:
+        """Wait until every process behind ``pidfds`` has exited, or ``deadline`` (monotonic) passes."""
+        for fd in pidfds:
+            while not poll_readable(fd, 0):
+                remaining = deadline - time.monotonic()
+                if not remaining > 0:  # (a NaN deadline too)
+                    return False
+                poll_readable(fd, remaining)
+        return True
+
     def _wait_group(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for the leader to exit and the rest of its group to end."""
         deadline = time.monotonic() + timeout
@@ -657,7 +707,10 @@ class PlayerProcess:
 
         The grace is for the whole group: a player started by a wrapper script (the script leads the group,
         the player is its child) gets it too, however soon the script exits. Leftover members of the group
-        are killed (the unreaped leader keeps the group id reserved until then). Idempotent; logs a
+        are killed (the unreaped leader keeps the group id reserved until then). Processes the running player
+        started outside its group (``setsid``, ``start_new_session``) get the same SIGTERM, grace and SIGKILL
+        (one that a player which had exited already left behind is no longer its descendant and cannot be
+        found). Idempotent; logs a
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
         before the interruption goes on, so nothing is left running. In a process forked from the one that
@@ -670,10 +723,15 @@ class PlayerProcess:
             self._stopped = True
             self._close_pidfd()
             return self._returncode
+        outside: list[int] = []
         try:
             leader_running = self.poll() is None
+            if leader_running:
+                outside = self._outside_descendants()
             if leader_running or self._group_running():
+                deadline = time.monotonic() + grace
                 self._signal_group(signal.SIGTERM)
+                self._signal_outside(outside, signal.SIGTERM)
                 self.term_sent = leader_running
                 if not self._wait_group(grace):
                     log.warning(
@@ -682,16 +740,31 @@ class PlayerProcess:
                         grace,
                     )
                     self.escalated = True
+                elif not self._wait_outside(outside, deadline):
+                    log.warning(
+                        "player pid %d exited, but processes it started outside its process group did not within "
+                        "%.3g s of SIGTERM; sending SIGKILL", self.pid, grace,
+                    )
         except BaseException:
+            self._signal_outside(outside, signal.SIGKILL)
             self._kill_and_reap()  # interrupted during the grace: end it the hard way, then go on
             self._stopped = True
             self._close_pidfd()
+            self._close_all(outside)
             raise
         try:
+            self._signal_outside(outside, signal.SIGKILL)
             return self._kill_and_reap()
         finally:
             self._stopped = True
             self._close_pidfd()
+            self._close_all(outside)
+
+    @staticmethod
+    def _close_all(fds: list[int]) -> None:
+        for fd in fds:
+            os.close(fd)
+        fds.clear()
 
     def _kill_and_reap(self) -> int | None:
         # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill whatever is

@@ -5,6 +5,7 @@ Real child processes; nothing may be left behind (``no_leaks``)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -13,6 +14,8 @@ import pytest
 
 from renderd.errors import PlayerCrashed
 from renderd.process import LOG_TAIL_LINES, PlayerProcess
+
+from tests.helpers.leaks import pid_gone
 
 from .conftest import wait_until
 
@@ -110,3 +113,33 @@ def test_binary_bytes_and_terminal_escapes_are_quoted_escaped(tmp_path):
     assert tail[-3] == "colour \\x1b[31mred\\x1b[0m \\x1b]0;title\\x07 cr\\x0dhidden"
     assert tail[-2].startswith("form\\x0cfeed \\x1c\\x1d\\x1e vt\\x0b nul\\x00 del\\x7f c1\\x85\\x9b bad")
     assert tail[0] == "line 13"  # (the 20 lines are the log's last 20)
+
+
+@pytest.mark.parametrize("ignores_sigterm", [False, True], ids=["cooperative", "ignores-sigterm"])
+def test_a_child_the_player_started_in_a_session_of_its_own_is_stopped_with_it(tmp_path, ignores_sigterm):
+    # A player (or the wrapper script that starts it) runs a helper with setsid / start_new_session: the
+    # helper is outside the player's process group, so SIGTERM and SIGKILL to the group miss it, and it ran on
+    # after stop(), reparented away. stop() ends it too: SIGTERM, the same grace, SIGKILL.
+    helper = "import signal, time\n" + (
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignores_sigterm else ""
+    ) + "print('helper ready', flush=True)\ntime.sleep(600)\n"
+    code = (
+        "import subprocess, sys, time\n"
+        f"p = subprocess.Popen([sys.executable, '-c', {helper!r}], start_new_session=True, stdout=subprocess.PIPE)\n"
+        "p.stdout.readline()\n"
+        "print('helper', p.pid, flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    log_path = tmp_path / "player.log"
+    proc = PlayerProcess.spawn(python(code), None, log_path)
+    helper_pid = None
+    try:
+        assert wait_until(lambda: "helper " in log_path.read_text(), 30), log_path.read_text()
+        helper_pid = int(log_path.read_text().split("helper ")[1].split()[0])
+        assert os.getsid(helper_pid) == helper_pid != os.getpgid(proc.pid)
+        proc.stop(1.0)
+        assert wait_until(lambda: pid_gone(helper_pid), 10), "the helper outlived the player's stop()"
+    finally:
+        proc.stop(1.0)
+        if helper_pid is not None and not pid_gone(helper_pid):
+            os.kill(helper_pid, signal.SIGKILL)
