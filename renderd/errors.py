@@ -241,6 +241,10 @@ def os_error_message(exc: OSError, what: str) -> str:
         _errno.EPIPE: "the other end closed the pipe",
         _errno.ENXIO: "no process has the other end of the pipe open",
         _errno.ECONNREFUSED: "connection refused: is the daemon running?",
+        _errno.ENOEXEC: (
+            "not a program this machine can run (a script needs a '#!' first line naming its interpreter; a "
+            "binary may be built for another architecture or system)"
+        ),
     }
     reason = hints.get(code, exc.strerror or str(exc))
     name = _errno.errorcode.get(code, "") if code else ""

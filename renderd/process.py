@@ -478,7 +478,8 @@ class PlayerProcess:
                 preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None,
             )
         except OSError as exc:
-            raise RenderdError(os_error_message(exc, f"cannot start the player {argv[0]}")) from exc
+            what = "cannot start the player" if exc.filename else f"cannot start the player {argv[0]}"
+            raise RenderdError(os_error_message(exc, what)) from exc
         finally:
             if log_fd is not None:
                 os.close(log_fd)

@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from renderd.errors import PlayerCrashed
+from renderd.errors import PlayerCrashed, RenderdError
 from renderd.process import LOG_TAIL_LINES, PlayerProcess
 
 from tests.helpers.leaks import pid_gone
@@ -143,3 +143,16 @@ def test_a_child_the_player_started_in_a_session_of_its_own_is_stopped_with_it(t
         proc.stop(1.0)
         if helper_pid is not None and not pid_gone(helper_pid):
             os.kill(helper_pid, signal.SIGKILL)
+
+
+def test_a_script_without_a_shebang_line_says_what_is_missing(tmp_path):
+    # An executable file the kernel cannot run (a shell script without its "#!" line, a binary for another
+    # architecture) fails with ENOEXEC: the error says what that means, naming the program once.
+    script = tmp_path / "player.sh"
+    script.write_text("echo hello\n")
+    script.chmod(0o755)
+    with pytest.raises(RenderdError) as info:
+        PlayerProcess.spawn([str(script)], None, tmp_path / "player.log")
+    message = str(info.value)
+    assert "#!" in message and "ENOEXEC" in message
+    assert message.count(str(script)) == 1, message
