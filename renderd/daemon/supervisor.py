@@ -55,6 +55,7 @@ from renderd.daemon.leases import Lease, LeaseEnd, open_client_pidfd
 from renderd.daemon.metrics import Metrics
 from renderd.errors import (
     LeaseError,
+    PlatformError,
     ProtocolError,
     RenderdError,
     describe_exit,
@@ -225,6 +226,10 @@ class Environment:
         # Platform selection runs on a thread of its own, never with the supervisor's lock held (a probe of
         # a hung X server takes its whole timeout): the thread while it runs.
         self.selecting: threading.Thread | None = None
+        #: ``(selection, its managed display, [(env, args) of each GPU slot])``: what ``selection.for_instance``
+        #: gave on the selection's thread, for that display. On the loop, for_instance would start a new Xvfb
+        #: (seconds, with the lock held) if the display died since it was found alive: it is never called there.
+        self.prepared: tuple[Any, Any, list[tuple[dict[str, str], list[str]]]] | None = None
 
     @property
     def name(self) -> str:
@@ -1054,9 +1059,15 @@ class Supervisor:
                     p.reason = "waiting for its platform to be selected"
                 return
             p.selection = selection
-            platform_env, platform_args = selection.for_instance(p.index)
-            # (for_instance replaces a dead managed display first: this is the one the player gets)
-            p.display = getattr(selection, "display", None)
+            prepared = env.prepared
+            if prepared is not None and prepared[0] is selection:
+                # (a managed display: prepared on the selection's thread, for the display found alive just now)
+                slot_env, slot_args = prepared[2][p.index % len(prepared[2])]
+                platform_env, platform_args = dict(slot_env), list(slot_args)
+                p.display = prepared[1]
+            else:  # no managed display: for_instance never blocks
+                platform_env, platform_args = selection.for_instance(p.index)
+                p.display = None
             program = cfg.argv
             if getattr(selection, "executable", None):  # the binary inside a macOS bundle
                 program = [selection.executable, *program[1:]]
@@ -1203,14 +1214,23 @@ class Supervisor:
         the loop; meanwhile this raises :class:`_SelectionPending`. The same holds for a selection whose
         managed display died: a thread starts the new Xvfb. One such thread runs per environment at a time; a
         failure is a boot failure of every player that waited for it, whose retries (after their back-off)
-        select, or replace the display, again.
+        select, or replace the display, again. For a managed display, that thread also prepares the players'
+        environment and arguments (``env.prepared``, see :func:`_prepare_instances`): ``for_instance`` on this
+        thread would start a new Xvfb itself if the display died after the check here.
         """
         cfg = env.config
         selection = env.selection
         if selection is not None and env.selection_for is not None and not _platform_changed(env.selection_for, cfg):
-            # A managed display that died is replaced on a thread too: starting an Xvfb takes seconds.
+            # A managed display that died is replaced on a thread too: starting an Xvfb takes seconds. The
+            # players' environment and arguments for a managed display are prepared there as well (env.prepared),
+            # so that nothing on the loop can start an Xvfb if the display dies after this check.
+            display = getattr(selection, "display", None)
+            if display is None:
+                return selection
+            prepared = env.prepared
             dead = getattr(selection, "display_dead", None)
-            if dead is None or not dead():
+            if (dead is None or not dead()) and prepared is not None and prepared[0] is selection \
+                    and prepared[1] is display:
                 return selection
             target, args, what = self._renew_display, (env, selection), "display"
         else:
@@ -1223,12 +1243,17 @@ class Supervisor:
         raise _SelectionPending()
 
     def _renew_display(self, env: Environment, selection: Any) -> None:
-        """Replace ``selection``'s dead managed display on this thread (without the lock), then wake the loop."""
-        _, reason = self._platform_call(env, "replacing the managed display", selection.renew_display)
+        """Replace ``selection``'s dead managed display on this thread (without the lock), prepare its players'
+        environment and arguments (env.prepared), then wake the loop."""
+        prepared, reason = self._platform_call(
+            env, "replacing the managed display", lambda: _prepare_instances(selection)
+        )
         try:
             with self.lock:
                 if env.selecting is threading.current_thread():
                     env.selecting = None
+                if prepared is not None and env.selection is selection:
+                    env.prepared = prepared
                 if reason and not self._stopping and self.environments.get(env.name) is env:
                     log.warning("environment %s: %s", env.name, reason)
                     self._platform_failed(env, reason)
@@ -1257,6 +1282,11 @@ class Supervisor:
     def _select_platform(self, env: Environment, cfg: EnvironmentConfig) -> None:
         """Select ``cfg``'s platform on this thread (without the lock), then hand the result to ``env``."""
         selection, reason = self._platform_call(env, "selecting a platform", lambda: self.platforms.select(cfg))
+        prepared = None
+        if selection is not None and getattr(selection, "display", None) is not None:
+            prepared, reason = self._platform_call(
+                env, "preparing the managed display", lambda: _prepare_instances(selection)
+            )
         try:
             with self.lock:
                 if env.selecting is threading.current_thread():
@@ -1268,12 +1298,15 @@ class Supervisor:
                 if not current:  # stale: the environment changed, went away, or the daemon is stopping
                     if selection is not None:
                         self._release_selection(selection)
-                elif selection is None:
+                elif selection is None or reason:
                     log.warning("environment %s: no platform: %s", env.name, reason)
+                    if selection is not None:
+                        self._release_selection(selection)
                     self._platform_failed(env, reason)
                 else:
                     old = env.selection
                     env.selection, env.selection_for = selection, cfg
+                    env.prepared = prepared
                     if old is not None and old is not selection and not any(
                         q.selection is old for q in env.players
                     ):
@@ -1909,6 +1942,25 @@ def _signal_name(signum: int) -> str:
 
 def _player_exit(code: int) -> dict[str, Any]:
     return {"returncode": code, "description": describe_exit(code)}
+
+
+#: Attempts at preparing a managed display's players (see _prepare_instances) while that display keeps dying.
+PREPARE_ATTEMPTS = 3
+
+
+def _prepare_instances(selection: Any) -> tuple[Any, Any, list[tuple[dict[str, str], list[str]]]]:
+    """``(selection, display, [(env, args) of each GPU slot])`` for a selection holding a managed display, from
+    its ``for_instance`` (instance ``i`` gets slot ``i % instances_per_cycle``), on a selection's thread: it
+    replaces a dead display first (seconds). Raises PlatformError when that fails, or when the display keeps
+    dying while this runs."""
+    for _ in range(PREPARE_ATTEMPTS):
+        selection.renew_display()
+        display = selection.display
+        slots = [selection.for_instance(i) for i in range(max(1, int(selection.instances_per_cycle)))]
+        if selection.display is display and display.alive():
+            return selection, display, slots
+    raise PlatformError(f"the managed display {selection.display.name} died again as each of {PREPARE_ATTEMPTS} "
+                        "replacements was started")
 
 
 def _platform_changed(old: EnvironmentConfig, new: EnvironmentConfig) -> bool:

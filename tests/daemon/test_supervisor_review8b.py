@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from renderd.daemon.supervisor import _pending_bytes
+from renderd.daemon.supervisor import State, _pending_bytes
 from renderd.platforms import xvfb
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
@@ -137,3 +137,53 @@ def test_a_player_released_cleanly_with_nothing_on_its_way_serves_again_after_on
     finally:
         sup.release(lease.id)
     assert 'renderd_player_recycles_total{environment="demo"} 1.0' not in sup.metrics.render().decode()
+
+
+@needs_xvfb
+def test_a_managed_display_that_dies_just_before_a_spawn_is_replaced_without_the_lock(
+    xvfb_spawner, supervisor_with, monkeypatch
+):
+    # The loop respawns a recycled player; its managed Xvfb dies right after the loop found it alive (the test
+    # kills it at that moment). A new Xvfb (up to 15 s to start) must not be started with the supervisor's lock
+    # held: every control request would wait for it. The player comes back on a new display.
+    from renderd.platforms.base import Selection
+
+    starts: list[tuple[str, bool]] = []  # (thread, whether it held the supervisor's lock) of each Xvfb start
+    start = xvfb.DisplayManager._start
+
+    def recording_start(self, *args, **kwargs):
+        starts.append((threading.current_thread().name, sup.lock._is_owned()))
+        return start(self, *args, **kwargs)
+
+    monkeypatch.setattr(xvfb.DisplayManager, "_start", recording_start)
+    armed = threading.Event()
+    killed: list[int] = []
+    display_dead = Selection.display_dead
+
+    def dying_display(self):
+        dead = display_dead(self)
+        if not dead and armed.is_set() and threading.current_thread().name == "renderd-supervisor-test":
+            armed.clear()
+            killed.append(self.display.pid)
+            os.kill(self.display.pid, signal.SIGKILL)
+            wait_for(lambda: not self.display.alive(), DEADLINE, "the Xvfb to die")
+        return dead
+
+    monkeypatch.setattr(Selection, "display_dead", dying_display)
+    sup = supervisor_with(fast_config().replace('platform = "headless"', MANAGED))
+    pid = ready_pid(sup)
+    first = only_player(sup).display
+    starts.clear()
+    armed.set()
+    lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease.id, clean=False)  # recycled: respawned at once
+
+    def on_a_new_display():
+        with sup.lock:
+            p = only_player(sup)
+            return (p.state == State.READY and p.pid != pid and p.display is not None and p.display.alive()
+                    and p.display.pid != first.pid)
+
+    wait_for(on_a_new_display, DEADLINE, "the player READY on a new display")
+    assert killed == [first.pid]
+    assert starts and not [s for s in starts if s[1]], f"an Xvfb was started with the lock held: {starts}"
