@@ -859,20 +859,25 @@ def launch(
     from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair
 
     pair = FifoPair.create()
-    try:
+    channel: FifoChannel | None = None
+    try:  # (until launch_player owns them: an interruption here, Ctrl-C, leaves no pipe behind)
         channel = FifoChannel(
             pair.server_path, pair.client_path, pipe_size=pipe_size if pipe_size is not None else DEFAULT_PIPE_SIZE
         )
+        keep_log = log_path is not None
+        if log_path is None:
+            log_path = os.path.join(pair.directory, DEFAULT_LOG_NAME)
+        endpoint = player_env(
+            {}, server_type="FIFO", server_pipe=pair.server_path, client_pipe=pair.client_path, screenshot=True
+        )
+        endpoint.pop("AI2THOR_SERVER_SIDE_SCREENSHOT")  # decided by the platform in launch_player
     except BaseException:
-        pair.remove()
+        try:
+            if channel is not None:
+                channel.close()
+        finally:
+            pair.remove()
         raise
-    keep_log = log_path is not None
-    if log_path is None:
-        log_path = os.path.join(pair.directory, DEFAULT_LOG_NAME)
-    endpoint = player_env(
-        {}, server_type="FIFO", server_pipe=pair.server_path, client_pipe=pair.client_path, screenshot=True
-    )
-    endpoint.pop("AI2THOR_SERVER_SIDE_SCREENSHOT")  # decided by the platform in launch_player
     return launch_player(
         channel,
         endpoint,

@@ -125,3 +125,40 @@ def test_close_from_another_thread_ends_a_waiting_step_with_a_call_order_error(w
     finally:
         stop_churn.set()
         churner.join(5)
+
+
+def _interrupt_at(function, text: str):
+    """A trace function raising KeyboardInterrupt (as Ctrl-C would) when ``function`` reaches the line
+    holding ``text``."""
+    import inspect
+
+    lines, first = inspect.getsourcelines(function)
+    target = first + next(i for i, line in enumerate(lines) if text in line)
+    code = function.__code__
+
+    def local(frame, event, arg):
+        if event == "line" and frame.f_lineno == target:
+            raise KeyboardInterrupt
+        return local
+
+    def tracer(frame, event, arg):
+        return local if frame.f_code is code else None
+
+    return tracer
+
+
+@pytest.mark.parametrize("line", ["keep_log = log_path is not None", "endpoint = player_env(",
+                                  'endpoint.pop("AI2THOR_SERVER_SIDE_SCREENSHOT")'])
+def test_ctrl_c_after_the_pipes_are_made_leaves_nothing(line):
+    # Ctrl-C once launch() has made the pipe directory and opened server.pipe, before the player is
+    # started: the directory and the descriptor go too (no_leaks checks both).
+    import sys
+
+    from renderd import client
+
+    sys.settrace(_interrupt_at(client.launch, line))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            renderd.launch(peer_argv("serve"), start_timeout=START)
+    finally:
+        sys.settrace(None)
