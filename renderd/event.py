@@ -809,25 +809,41 @@ _THIRD_PARTY_LISTS = {
 
 
 def build_events(
-    metadata: dict[str, Any], images: dict[FieldType, list[tuple[Any, int]]], sequence_id: int | None = None
+    metadata: dict[str, Any],
+    images: dict[FieldType, list[tuple[Any, int]]],
+    sequence_id: int | None = None,
+    *,
+    offset: int | None = None,
+    ftype: FieldType = FieldType.METADATA,
 ) -> Event:
     """Build the event of the active agent (its ``events`` lists all agents) from metadata and images.
 
-    ``images`` maps each image field type to its ``(body, stream offset)`` pairs in wire order.
+    ``images`` maps each image field type to its ``(body, stream offset)`` pairs in wire order; ``offset``
+    and ``ftype`` are the metadata field's, named by the :class:`ProtocolError` malformed metadata raises.
     """
     agents = metadata.get("agents")
     if not isinstance(agents, list) or not agents:
-        raise ProtocolError("metadata has no 'agents' list (every player message must describe its agents)")
+        raise ProtocolError(
+            "metadata has no 'agents' list (every player message must describe its agents)",
+            offset=offset,
+            field_type=ftype,
+        )
     events: list[Event] = []
     for i, agent in enumerate(agents):
         if not isinstance(agent, dict):
-            raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected a map")
+            raise ProtocolError(
+                f"metadata agents[{i}] is {type(agent).__name__}, expected a map", offset=offset, field_type=ftype
+            )
         try:
             width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
-            raise ProtocolError(f"metadata agents[{i}] lacks a valid screenWidth/screenHeight: {exc}") from exc
+            raise ProtocolError(
+                f"metadata agents[{i}] lacks a valid screenWidth/screenHeight: {exc}", offset=offset, field_type=ftype
+            ) from exc
         if width <= 0 or height <= 0:
-            raise ProtocolError(f"metadata agents[{i}] has screen size {width} x {height}")
+            raise ProtocolError(
+                f"metadata agents[{i}] has screen size {width} x {height}", offset=offset, field_type=ftype
+            )
         ev = Event(agent, sequence_id)
         cameras = None
         # Only the image types the message holds (usually one or two of the seventeen).
@@ -868,7 +884,11 @@ def build_events(
         events.append(ev)
     active = metadata.get("activeAgentId", 0)
     if not isinstance(active, int) or not 0 <= active < len(events):
-        raise ProtocolError(f"activeAgentId {active!r} does not name one of the {len(events)} agent(s)")
+        raise ProtocolError(
+            f"activeAgentId {active!r} does not name one of the {len(events)} agent(s)",
+            offset=offset,
+            field_type=ftype,
+        )
     for ev in events:
         ev.events = events
     return events[active]
@@ -946,7 +966,9 @@ class FrameAssembler:
                 field_type=FieldType.METADATA_PATCH,
             )
         agent_id = patch.get("agentId")
-        agents = previous.get("agents") or []
+        agents = previous.get("agents")
+        if not isinstance(agents, list):  # (metadata set on the assembler by hand)
+            agents = []
         if not isinstance(agent_id, int) or not 0 <= agent_id < len(agents):
             raise ProtocolError(
                 f"METADATA_PATCH agentId {agent_id!r} does not name one of the {len(agents)} agent(s)",
@@ -973,17 +995,23 @@ class FrameAssembler:
         if ftype == FieldType.METADATA:
             summary = _scan_metadata(body)
             if summary is not None:
+                active = build_events(summary, images, summary.get("sequenceId"), offset=offset, ftype=ftype)
                 # The events and the assembler decode the body each for themselves (the assembler only
                 # when a patch follows): changes a user makes to an event's metadata reach no later event.
+                # Kept only once the events are built: a rejected message is no base for a later patch.
                 lazy = _LazyMetadata(body, offset, ftype)
                 self._previous = _LazyMetadata(body, offset, ftype)
                 self.images = images
-                active = build_events(summary, images, summary.get("sequenceId"))
                 for index, ev in enumerate(active.events):
                     ev._defer_metadata(lazy, index)
                 return active
+        previous, previous_images = self._previous, self.images
         metadata, images = self.assemble(message, sequence_id)
-        active = build_events(metadata, images, metadata.get("sequenceId"))
+        try:
+            active = build_events(metadata, images, metadata.get("sequenceId"), offset=offset, ftype=ftype)
+        except ProtocolError:
+            self._previous, self.images = previous, previous_images  # a rejected message is no base for a patch
+            raise
         copied = _CopiedMetadata(metadata)  # the assembler keeps ``metadata`` for the next patch
         for index, ev in enumerate(active.events):
             ev._defer_metadata(copied, index)
