@@ -1118,12 +1118,12 @@ class Supervisor:
         p.assembler = FrameAssembler()
         self._watch(p.holder.fileno(), ("ready", p))
         self._watch(p.proc.fileno(), ("exit", p))
-        self._watch_display(p.display)
         log.info(
             "started %s[%d] pid %d (%dx%d, %s, log %s)",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
             p.log_path,
         )
+        self._watch_display(p.display)  # (last: a display found dead here stops the player at once)
         self._status_update()
 
     # -- managed displays (loop thread) ------------------------------------------------------------------
@@ -1133,8 +1133,12 @@ class Supervisor:
             return
         try:
             pidfd = os.pidfd_open(display.pid)
-        except OSError as exc:  # gone already (the next spawn renews it), or no pidfds here
+        except OSError as exc:  # gone already, or no pidfds here
             log.debug("cannot watch managed display %s (Xvfb pid %s): %s", display.name, display.pid, exc)
+            if not display.alive():
+                # Died (and reaped) since it was found alive for the player just started on it: no pidfd will
+                # report it, so its death is handled now (its players restart on a new display).
+                self._display_died(display)
             return
         self._displays[id(display)] = (pidfd, display)
         self._watch(pidfd, ("display", display))

@@ -187,3 +187,38 @@ def test_a_managed_display_that_dies_just_before_a_spawn_is_replaced_without_the
     wait_for(on_a_new_display, DEADLINE, "the player READY on a new display")
     assert killed == [first.pid]
     assert starts and not [s for s in starts if s[1]], f"an Xvfb was started with the lock held: {starts}"
+
+
+@needs_xvfb
+def test_a_player_started_on_a_managed_display_that_died_before_it_was_ever_watched_is_restarted(
+    xvfb_spawner, supervisor_with, monkeypatch
+):
+    # The first player of an environment is started on its new managed display, which dies (and is reaped) right
+    # after the loop found it alive: the daemon never watched that Xvfb, so no pidfd reports its death. The
+    # player must not stay on a dead display (READY, yet never leased: every lease request passes it over).
+    from renderd.platforms.base import Selection
+
+    killed: list[int] = []
+    display_dead = Selection.display_dead
+
+    def dying_display(self):
+        dead = display_dead(self)
+        if not dead and not killed and threading.current_thread().name == "renderd-supervisor-test":
+            killed.append(self.display.pid)
+            os.kill(self.display.pid, signal.SIGKILL)
+            wait_for(lambda: not self.display.alive(), DEADLINE, "the Xvfb to die")  # (alive() reaps it)
+        return dead
+
+    monkeypatch.setattr(Selection, "display_dead", dying_display)
+    sup = supervisor_with(fast_config().replace('platform = "headless"', MANAGED))
+
+    def on_a_live_display():
+        with sup.lock:
+            p = only_player(sup)
+            return (killed and p is not None and p.state == State.READY and p.display is not None
+                    and p.display.alive())
+
+    wait_for(on_a_live_display, DEADLINE, "the player READY on a live display")
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease.id)
+    assert only_player(sup).display.pid != killed[0]
