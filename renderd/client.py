@@ -469,7 +469,9 @@ class Session:
 
         Idempotent; never raises for a player that already died. Errors from ``on_close`` propagate. In a
         process forked from the one that made the session, it only marks this copy closed: the player, its
-        pipes and its lease stay the parent's.
+        pipes and its lease stay the parent's. Called from another thread while a step waits, it stops an
+        owned player first and closes the pipes once that step has left them (at most
+        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`.
         """
         if self._state is SessionState.CLOSED:
             return
@@ -500,17 +502,19 @@ class Session:
                             log.warning("closing the pipes of player pid %s under a step that still waits", self._pid)
                             break
                         time.sleep(0.005)
-            self.channel.close()
         finally:
             try:
-                if self.process is not None:
-                    self.process.stop(self.stop_grace)
+                self.channel.close()
             finally:
-                self._state = SessionState.CLOSED  # (a step that waited meanwhile may have taken its answer)
-                self._pending = None
-                on_close, self._on_close = self._on_close, None
-                if on_close is not None:
-                    on_close(error)
+                try:
+                    if self.process is not None:
+                        self.process.stop(self.stop_grace)
+                finally:
+                    self._state = SessionState.CLOSED  # (a step that waited meanwhile may have taken its answer)
+                    self._pending = None
+                    on_close, self._on_close = self._on_close, None
+                    if on_close is not None:
+                        on_close(error)
 
     def __enter__(self) -> Session:
         return self

@@ -162,3 +162,25 @@ def test_ctrl_c_after_the_pipes_are_made_leaves_nothing(line):
             renderd.launch(peer_argv("serve"), start_timeout=START)
     finally:
         sys.settrace(None)
+
+
+def test_ctrl_c_while_close_waits_for_another_threads_step_still_closes_the_pipes():
+    # close() from one thread while another's step waits stops the player, then waits for that step to
+    # leave the pipes. Interrupted there, it still closes the pipes and runs the rest of its cleanup.
+    import sys
+
+    session = renderd.launch(peer_argv("serve"), start_timeout=START, step_timeout=60)
+    stepper = threading.Thread(target=lambda: pytest.raises(CallOrderError, session.step, "HalfThenHang"))
+    stepper.start()
+    try:
+        _wait_for(lambda: _waiting_in(session, stepper), START, "the step to wait")
+        sys.settrace(_interrupt_at(renderd.Session.close, "while self._other_thread_inside():"))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.close()
+        finally:
+            sys.settrace(None)
+        assert session.closed and session.channel.closed
+    finally:
+        session.close()
+        stepper.join(15)
