@@ -666,7 +666,9 @@ class Supervisor:
 
     def release(self, lease_id: str, *, clean: bool = True) -> dict[str, Any]:
         """End a lease. ``clean``: the client finished its last step, so the player can be handed on
-        (if its pipes really are empty); otherwise it is recycled. Raises NotFound for an unknown id."""
+        (if its pipes really are empty, and, with health checks on, once it has answered the check sent to it
+        at once: an answer to an action the client left unread would come first); otherwise it is recycled.
+        Raises NotFound for an unknown id."""
         with self.lock:
             lease = self.leases.get(lease_id)
             if lease is None:
