@@ -647,9 +647,15 @@ def _checked_args_env(
     for what no process can get (a NUL byte, ``=`` in a variable's name, a lone surrogate) or what is surely
     a mistake (a variable set to None, bytes, a bool or a container). Numbers (numpy's too) and paths are
     written out."""
+    if isinstance(args, (str, bytes, bytearray, os.PathLike)):  # (iterating it would pass each character)
+        raise ConfigError(f"is a sequence of arguments, not one {type(args).__name__}: args=[{args!r}]", key="args")
     checked_args = []
     for a in args:
-        text = os.fspath(a) if isinstance(a, os.PathLike) else str(a)
+        if isinstance(a, os.PathLike):
+            a = os.fspath(a)
+        if isinstance(a, bool) or not isinstance(a, (str, numbers.Real)):  # (numpy's bool is no Real)
+            raise ConfigError(f"argument {a!r} is not a string (or a number, or a path)", key="args")
+        text = str(a)
         if "\0" in text:
             raise ConfigError(f"argument {text!r} holds a NUL byte, which no command line can", key="args")
         if _has_no_bytes(text):

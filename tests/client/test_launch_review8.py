@@ -184,3 +184,23 @@ def test_ctrl_c_while_close_waits_for_another_threads_step_still_closes_the_pipe
     finally:
         session.close()
         stepper.join(15)
+
+
+@pytest.mark.parametrize(
+    "args",
+    ["--static-frame", b"--static-frame", [b"--static-frame"], [None], ["-n", True], [["--nested"]]],
+    ids=["a-string", "bytes", "bytes-item", "none-item", "bool-item", "list-item"],
+)
+def test_args_that_are_surely_a_mistake_are_config_errors(args):
+    # args="--static-frame" was taken as 14 one-character arguments, and b"--x" / None reached the player as
+    # "b'--x'" / "None": each is a ConfigError (key args) before anything starts.
+    with pytest.raises(ConfigError) as info:
+        renderd.launch(peer_argv("serve"), args=args, start_timeout=START)
+    assert info.value.key == "args"
+
+
+def test_numbers_and_paths_in_args_are_written_out(tmp_path):
+    import psutil
+
+    with renderd.launch(peer_argv("serve"), args=("-n", 3, 0.5, tmp_path), start_timeout=START) as session:
+        assert psutil.Process(session.pid).cmdline()[-4:] == ["-n", "3", "0.5", str(tmp_path)]
