@@ -279,8 +279,8 @@ def _main(argv: Sequence[str] | None) -> int:
             link = FifoLink(player, *link_args)
             code = link.serve(garbage_first=fault == "garbage", after_open=lambda: _start_fault(fault, "after-open"))
         else:
-            _start_fault(fault, "after-open")  # exit/abort/segfault/hang-open before serving; garbage is FIFO-only
-            result = run_http(player, *link_args)
+            _start_fault(fault, "after-open")  # exit/abort/segfault/hang-open before serving
+            result = run_http(player, *link_args, garbage_first=fault == "garbage")
             code = EXIT_OK if result is None else int(result)
     finally:
         close = getattr(renderer, "close", None)

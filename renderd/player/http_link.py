@@ -24,7 +24,8 @@ which an answer could exceed :data:`MAX_ANSWER_SIZE` (renderd's request limit).
 
 Fault actions (:mod:`renderd.player.faults`) work as on the FIFO link; the stream faults become their
 HTTP equivalents: ``garbage`` posts a frame whose metadata is not JSON (renderd answers 400 and the
-client's next call raises ProtocolError; the player then exits 1), ``oversize`` declares a
+client's next call raises ProtocolError; the player then exits 1; ``--fault-at-start garbage`` posts such
+a first frame), ``oversize`` declares a
 Content-Length over any limit (413; exit 1), ``truncate`` sends half a request, hangs up and exits with
 ``code``, ``close`` sends half a request, hangs up and stays alive until SIGTERM.
 """
@@ -275,11 +276,18 @@ class HttpLink:
             raise _Stop(f"{exc}: {data[:200]!r}", EXIT_PROTOCOL_ERROR) from exc
 
     # -- the loop --------------------------------------------------------------------------------------
-    def serve(self) -> int:
-        """Connect, post the first message, answer actions until told to stop. Returns an exit code."""
+    def serve(self, *, garbage_first: bool = False) -> int:
+        """Connect, post the first message, answer actions until told to stop. Returns an exit code.
+
+        ``garbage_first`` (``--fault-at-start garbage``) posts a first frame whose metadata is not JSON instead,
+        as the ``garbage`` fault does (renderd answers 400; the player then exits 1)."""
         try:
             self.connect()
-            self.send_answer(self.player.first_answer())
+            if garbage_first:
+                logger.warning("fault at start: posting a malformed first message (metadata that is not JSON)")
+                self.post_garbage()
+            else:
+                self.send_answer(self.player.first_answer())
             logger.info("first message posted (%d x %d); player is ready", self.player.width, self.player.height)
             while True:
                 try:
@@ -307,17 +315,21 @@ class HttpLink:
         logger.warning("answering an unacceptable action as failed: %s", exc)
         self.send_answer(self.player.rejected_answer(exc.action, str(exc), "InvalidArgument"))
 
+    def post_garbage(self) -> None:
+        """Post a frame that is well-formed multipart with the right token, but whose metadata is not JSON:
+        renderd blames this player's stream (400 here, ProtocolError on the client's call). Raises _Stop."""
+        boundary = secrets.token_hex(20).encode()
+        body = [_part_header(boundary, "metadata", binary=False), b"this is not JSON", b"\r\n",
+                _part_header(boundary, "token", binary=False), (self.token or "").encode("utf-8"),
+                b"\r\n--" + boundary + b"--\r\n"]
+        self._send(body, sum(len(b) for b in body), boundary)
+
     def stream_fault(self, fault: faults.Fault, action: dict) -> None:
+        if fault.kind == "garbage":
+            self.post_garbage()
+            return
         metadata, images = self.player.handle(action)
         boundary = secrets.token_hex(20).encode()
-        if fault.kind == "garbage":
-            # Well-formed multipart with the right token, but metadata that is not JSON: renderd blames
-            # this player's stream (400 here, ProtocolError on the client's next call).
-            body = [_part_header(boundary, "metadata", binary=False), b"this is not JSON", b"\r\n",
-                    _part_header(boundary, "token", binary=False), (self.token or "").encode("utf-8"),
-                    b"\r\n--" + boundary + b"--\r\n"]
-            self._send(body, sum(len(b) for b in body), boundary)
-            return
         if fault.kind == "oversize":
             # Headers only, announcing a body no server accepts: renderd answers 413 before reading any.
             self._send([], OVERSIZE_LENGTH, boundary)
@@ -338,6 +350,7 @@ class HttpLink:
         faults.hang()
 
 
-def run_http(player: Player, host: str, port: int, token: str | None) -> int:
-    """Serve ``player`` over HTTP at ``host:port`` with ``token``; returns the process exit code."""
-    return HttpLink(player, host, port, token).serve()
+def run_http(player: Player, host: str, port: int, token: str | None, *, garbage_first: bool = False) -> int:
+    """Serve ``player`` over HTTP at ``host:port`` with ``token``; returns the process exit code.
+    ``garbage_first``: post a malformed first message (see :meth:`HttpLink.serve`)."""
+    return HttpLink(player, host, port, token).serve(garbage_first=garbage_first)

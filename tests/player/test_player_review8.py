@@ -36,3 +36,19 @@ def test_counting_on_past_the_largest_sequence_id_is_not_a_crash(spawn, next_act
     assert ev.metadata["lastActionSuccess"] == (next_action == {"action": "Pass"})
     assert p.step("Pass", sequenceId=7).sequence_id == 7
     assert p.alive()
+
+
+def test_a_malformed_first_message_over_http(tmp_path):
+    # --fault-at-start garbage with AI2THOR_SERVER_TYPE=WSGI: the player logged "fault at start: garbage" and
+    # then posted a good first message, so a boot-failure test over HTTP got a healthy player. It now posts a
+    # first frame whose metadata is not JSON, as the per-step garbage fault does over HTTP.
+    renderd = pytest.importorskip("renderd")
+    from renderd.errors import ProtocolError
+
+    log_path = tmp_path / "player.log"
+    with pytest.raises(ProtocolError):
+        with renderd.launch(width=16, height=16, transport="http", args=["--fault-at-start", "garbage"],
+                            start_timeout=PROMPT, step_timeout=PROMPT, log_path=log_path):
+            pass
+    assert "malformed first message" in log_path.read_text(encoding="utf-8", errors="replace")
+
