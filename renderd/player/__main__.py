@@ -169,8 +169,30 @@ def _start_fault(kind: str | None, when: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the player; returns the process exit code."""
+    """Run the player; returns the process exit code.
+
+    Once the code is decided SIGTERM and SIGINT are ignored (:func:`renderd.player.signals.exiting`), so one
+    that arrives while the process exits does not change its status: the caller is to exit with it.
+    """
     signals.install()
+    code: int | None = None
+    try:
+        code = _run(argv)
+        signals.exiting()
+    except signals.Terminated as exc:  # the first signal, arriving just as _run returned (or while it logged)
+        signals.exiting()
+        if code is None:
+            code = EXIT_OK
+            logger.info("received %s; exiting", exc.name)
+    except SystemExit:  # argparse: --help, or a bad command line (exit 2)
+        signals.exiting()
+        logging.shutdown()
+        raise
+    logging.shutdown()
+    return code
+
+
+def _run(argv: Sequence[str] | None) -> int:
     try:
         return _main(argv)
     except signals.Terminated as exc:
@@ -180,8 +202,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.critical("player crashed with an unhandled error; exiting with code %d", EXIT_INTERNAL_ERROR,
                         exc_info=True)
         return EXIT_INTERNAL_ERROR
-    finally:
-        logging.shutdown()
 
 
 def _main(argv: Sequence[str] | None) -> int:

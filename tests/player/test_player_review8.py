@@ -52,3 +52,45 @@ def test_a_malformed_first_message_over_http(tmp_path):
             pass
     assert "malformed first message" in log_path.read_text(encoding="utf-8", errors="replace")
 
+
+#: Runs the player's main() with an object whose finaliser, run while the interpreter shuts down (after
+#: main() has returned and Python has put the default signal dispositions back), says so in a file and
+#: waits: the window in which a SIGTERM used to kill the exiting player is made long enough to hit.
+_SLOW_EXIT = (
+    "import sys, time\n"
+    "class _SlowExit:\n"
+    "    def __init__(self, path):\n"
+    "        self.path, self.open, self.sleep = path, open, time.sleep\n"
+    "    def __del__(self):\n"
+    "        self.open(self.path, 'w').close()\n"
+    "        self.sleep(2)\n"
+    "_slow_exit = _SlowExit(sys.argv[1])\n"
+    "from renderd.player.__main__ import main\n"
+    "sys.exit(main(sys.argv[2:]))\n"
+)
+
+
+def test_sigterm_while_the_player_exits_does_not_change_its_exit_status(spawn, tmp_path):
+    # A client that closes client.pipe and then SIGTERMs its player (renderd's session close: 410 or EOF,
+    # then SIGTERM) could catch it while the interpreter shut down: the player died of the SIGTERM (exit
+    # status -15) instead of exiting 0, as docs/player.md promises for a SIGTERM wherever the player is.
+    import signal
+    import sys
+    import time
+
+    from tests.helpers.fifo_driver import player_command
+
+    flag = tmp_path / "exiting"
+    log = tmp_path / "slow.log"
+    command = [sys.executable, "-c", _SLOW_EXIT, str(flag), *player_command([*FAST, "-logFile", str(log)])[3:]]
+    p = spawn(command=command)
+    p.start_session()
+    p.close_client_pipe()  # the player's normal end: exit 0
+    deadline = time.monotonic() + PROMPT
+    while not flag.exists():
+        assert time.monotonic() < deadline, f"the player did not reach its exit: {p.log_text()}"
+        assert p.alive() or flag.exists(), f"exited {p.wait(PROMPT)} before its finaliser ran"
+        time.sleep(0.01)
+    p.proc.send_signal(signal.SIGTERM)
+    assert p.wait(PROMPT) == 0
+    assert "the client closed client.pipe" in log.read_text()
