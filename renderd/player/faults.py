@@ -149,6 +149,7 @@ def crash(kind: str, code: int = DEFAULT_FAULT_EXIT_CODE) -> NoReturn:
         logger.error("fault: segmentation fault (SIGSEGV)")
         _flush_logs()
         signal.signal(signal.SIGSEGV, signal.SIG_DFL)  # past faulthandler, if it is enabled
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGSEGV})  # in case it was started blocked
         os.kill(os.getpid(), signal.SIGSEGV)  # delivered before kill() returns
         os._exit(128 + signal.SIGSEGV)  # never reached
     logger.error("fault: exit with code %d", code)

@@ -54,7 +54,8 @@ def _record(signum: int, frame: object) -> None:
 
 
 def install() -> None:
-    """Install the recording handlers and the wakeup pipe (main thread only; idempotent)."""
+    """Install the recording handlers and the wakeup pipe, and unblock the signals if the process was started
+    with them blocked (main thread only; idempotent)."""
     global _wakeup_r
     if _wakeup_r is not None:
         return
@@ -62,6 +63,8 @@ def install() -> None:
     signal.set_wakeup_fd(w, warn_on_full_buffer=False)
     for signum in HANDLED_SIGNALS:
         signal.signal(signum, _record)
+    # A process inherits its parent's signal mask across exec: blocked, they would never be delivered.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, HANDLED_SIGNALS)
     _wakeup_r = r
 
 

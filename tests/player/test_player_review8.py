@@ -94,3 +94,46 @@ def test_sigterm_while_the_player_exits_does_not_change_its_exit_status(spawn, t
     p.proc.send_signal(signal.SIGTERM)
     assert p.wait(PROMPT) == 0
     assert "the client closed client.pipe" in log.read_text()
+
+
+#: Starts the player with signals blocked, as a process inherits its parent's signal mask across exec (a
+#: launcher thread that blocked them for its own signal handling, say).
+_BLOCKED = (
+    "import os, signal, sys\n"
+    "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT, signal.SIGSEGV})\n"
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])\n"
+)
+
+
+def _spawn_with_signals_blocked(spawn, tmp_path):
+    import sys
+
+    from tests.helpers.fifo_driver import player_command
+
+    log = tmp_path / "blocked.log"
+    p = spawn(command=[sys.executable, "-c", _BLOCKED, *player_command([*FAST, "-logFile", str(log)])[1:]])
+    p.start_session()
+    return p, log
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_sigterm_ends_a_player_started_with_signals_blocked(spawn, tmp_path, signame):
+    # The player installed its handlers but left the inherited mask alone: with SIGTERM blocked a waiting
+    # player never saw it (a supervisor's SIGTERM did nothing until its SIGKILL).
+    import signal
+
+    p, log = _spawn_with_signals_blocked(spawn, tmp_path)
+    assert p.step("Pass")
+    p.proc.send_signal(getattr(signal, signame))
+    assert p.wait(PROMPT) == 0
+    assert f"received {signame}; exiting" in log.read_text()
+
+
+def test_the_segfault_fault_dies_of_sigsegv_even_if_it_was_blocked(spawn, tmp_path):
+    import signal
+
+    p, _ = _spawn_with_signals_blocked(spawn, tmp_path)
+    p.send({"action": "RenderdFault", "fault": "segfault"})
+    with pytest.raises(PlayerExited):
+        p.recv_message(timeout=PROMPT)
+    assert p.wait(PROMPT) == -signal.SIGSEGV
