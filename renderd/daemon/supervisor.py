@@ -230,6 +230,10 @@ class Environment:
         #: gave on the selection's thread, for that display. On the loop, for_instance would start a new Xvfb
         #: (seconds, with the lock held) if the display died since it was found alive: it is never called there.
         self.prepared: tuple[Any, Any, list[tuple[dict[str, str], list[str]]]] | None = None
+        #: Why the rollout of a changed configuration is held (a slot of the new one has not come up), for the
+        #: status line; None when it is not held. ``held_key``: (that slot's index, whether it FAILED).
+        self.held: str | None = None
+        self.held_key: tuple[int, bool] | None = None
 
     @property
     def name(self) -> str:
@@ -1000,24 +1004,68 @@ class Supervisor:
             for p in victims:
                 self._retire(p, "scaled down")
         # A changed resolution, executable, platform...: replace outdated players one at a time, idle first.
-        replacing = any(
+        live = env.live()
+        if not any(p.outdated for p in live):
+            self._set_hold(env, None)
+            return
+        for p in live:
+            # Slots serving nobody (their process exited) take the new configuration at once: they would start
+            # with it anyway.
+            if p.outdated and p.state in (State.BACKOFF, State.FAILED, State.EXITED):
+                p.config = env.config
+                p.boot_failures = p.backoff_failures = 0
+                p.deadline = None
+                p.state = State.BACKOFF
+        # A slot of the new configuration that has not come up holds the rollout: the players of the previous one
+        # keep serving (and are leased) until it is READY. One that ends FAILED holds it until a reload or a PUT
+        # retries it (or declares another configuration).
+        coming = [p for p in live if not p.outdated and p.state not in (State.READY, State.LEASED, State.EXITED)]
+        failing = [p for p in coming if p.boot_failures > 0]
+        if failing or not coming:  # (a slot retried by a new declaration holds it as before until it fails again)
+            self._set_hold(env, failing[0] if failing else None)
+        replacing = coming or any(
             (p.state in (State.STARTING, State.STOPPING) or p.awaiting_platform) and not p.retire
             for p in env.players
         )
         if not replacing:
-            for p in env.live():
-                if not p.outdated:
-                    continue
-                if p.state in (State.READY,):
+            for p in live:
+                if p.outdated and p.state == State.READY:
                     log.info("environment %s: replacing player %d (configuration changed)", env.name, p.index)
                     self._begin_stop(p, _Stop("configuration changed", "respawn"))
                     break
-                if p.state in (State.BACKOFF, State.FAILED, State.EXITED):
-                    p.config = env.config
-                    p.boot_failures = p.backoff_failures = 0
-                    p.deadline = None
-                    p.state = State.BACKOFF
         # Keep failed or exited slots where they are, unless the policy or a new declaration says otherwise.
+
+    def _set_hold(self, env: Environment, p: Player | None) -> None:
+        """Say (log, status line) that ``env``'s rollout is held because ``p``, a slot of the new configuration,
+        has not come up; ``p`` None: not held (any more). Logs only when that changes (lock held)."""
+        if p is None:
+            if env.held is not None:
+                env.held = env.held_key = None
+                log.info("environment %s: rollout of the new configuration goes on", env.name)
+                self._status_update()
+            return
+        serving = sum(1 for q in env.live() if q.outdated and q.state in (State.READY, State.LEASED))
+        failed = p.state == State.FAILED
+        key = (p.index, failed)
+        if env.held_key == key:
+            return
+        env.held_key = key
+        reason = p.reason or "no reason given"
+        if failed:
+            env.held = f"rollout stopped: {env.name}[{p.index}] of the new configuration FAILED ({reason})"
+            log.error(
+                "environment %s: rollout of the new configuration stopped: %s[%d] of it FAILED after %d boot "
+                "failure(s) (%s); %d player(s) of the previous configuration keep serving until a reload or PUT "
+                "retries it", env.name, env.name, p.index, p.boot_failures, reason, serving,
+            )
+        else:
+            env.held = f"rollout held: {env.name}[{p.index}] of the new configuration is not ready ({reason})"
+            log.warning(
+                "environment %s: rollout of the new configuration held: %s[%d] of it has not become ready (%s); "
+                "%d player(s) of the previous configuration keep serving", env.name, env.name, p.index, reason,
+                serving,
+            )
+        self._status_update()
 
     def _retire(self, p: Player, why: str) -> None:
         p.retire = True
@@ -1926,6 +1974,8 @@ class Supervisor:
             part = f"{env.name} {ready + leased}/{env.config.instances} up ({leased} leased)"
             if failed:
                 part += f", {failed} failed"
+            if env.held is not None and not env.removing:
+                part += f", {env.held}"
             parts.append(part)
         return "; ".join(parts) or "no environments"
 

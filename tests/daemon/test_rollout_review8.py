@@ -1,0 +1,95 @@
+"""A changed configuration rolled out over running players (a reload, a PUT): one player at a time, held while the
+new configuration does not come up; a reload leaves alone the players of environments it does not change; an
+HTTP player's end never makes the supervisor wait on its FIFO pump with its lock held. Real players, real FIFOs,
+an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import textwrap
+
+import pytest
+
+from renderd.config import loads
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+#: An executable that exits at once, before any first frame: a build that does not come up.
+EXITS_AT_START = '["/bin/sh", "-c", "echo cannot load the scene >&2; exit 3"]'
+
+
+def _config(text: str):
+    return loads(textwrap.dedent(text))
+
+
+def _states(sup) -> list[tuple[str, int | None, bool]]:
+    with sup.lock:
+        return [(p.state.value, p.pid, p.outdated) for p in sup.environments["demo"].players]
+
+
+# -- 1. a rollout to a configuration that does not come up is held --------------------------------------------
+@pytest.mark.parametrize("how", ["put", "reload"])
+def test_a_rollout_to_an_executable_that_exits_at_start_keeps_the_old_players_serving(supervisor_with, caplog, how):
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    statuses: list[str] = []
+    sup = supervisor_with(fast_config(instances=3), on_status=statuses.append)
+    wait_for(lambda: [s for s, _, _ in _states(sup)] == ["READY"] * 3, DEADLINE, "three READY players")
+    old = {pid for _, pid, _ in _states(sup)}
+    bad = _config(fast_config(instances=3, executable=EXITS_AT_START))
+    if how == "put":
+        sup.put_environment(bad.environments["demo"], source="file")
+    else:
+        assert sup.reload(bad)
+
+    def one_failed():
+        states = _states(sup)
+        return states if any(s == "FAILED" for s, _, _ in states) else None
+
+    states = wait_for(one_failed, DEADLINE, "the first replaced player FAILED")
+    # The first replaced slot never became READY: the other two still run the previous configuration.
+    assert sorted(s for s, _, _ in states) == ["FAILED", "READY", "READY"], states
+    assert {pid for s, pid, outdated in states if s == "READY" and outdated} <= old
+    assert len([1 for s, _, outdated in states if s == "READY" and outdated]) == 2, states
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)  # and they are leased
+    try:
+        assert answer["pid"] in old and (answer["width"], answer["height"]) == (300, 300), answer
+    finally:
+        sup.release(lease.id)
+    held = [r.message for r in caplog.records if "rollout" in r.message and "demo" in r.message]
+    assert any("FAILED" in m and "exit code 3" in m and "2 player(s) of the previous configuration keep serving"
+               in m for m in held), held
+    wait_for(lambda: any("rollout" in s and "exit code 3" in s for s in statuses), DEADLINE,
+             f"the status line to say the rollout is held: {statuses}")
+    # A later PUT of a configuration that comes up goes on with the rollout, one player at a time.
+    good = _config(fast_config(instances=3, extra="width = 64\n    height = 48"))
+    sup.put_environment(good.environments["demo"], source="file")
+    seen: list[int] = []
+
+    def replaced():
+        states = _states(sup)
+        seen.append(sum(1 for s, _, _ in states if s == "READY"))
+        return (all(s == "READY" and not outdated for s, _, outdated in states) and len(states) == 3
+                and not old & {pid for _, pid, _ in states})
+
+    wait_for(replaced, DEADLINE, "the players replaced by the fixed configuration")
+    assert min(seen) >= 1, seen
+    wait_for(lambda: "rollout" not in statuses[-1], DEADLINE, f"the status line without the hold: {statuses}")
+
+
+def test_a_held_rollout_replaces_no_more_players_while_the_new_one_backs_off(supervisor_with):
+    # Before the replaced slot has failed for good (BACKOFF between its attempts), no other player is replaced.
+    sup = supervisor_with(fast_config(instances=2, daemon="max_boot_failures = 1000").replace(
+        "max_boot_failures = 3", ""))
+    wait_for(lambda: [s for s, _, _ in _states(sup)] == ["READY"] * 2, DEADLINE, "two READY players")
+    old = {pid for _, pid, _ in _states(sup)}
+    sup.put_environment(_config(fast_config(instances=2, executable=EXITS_AT_START)).environments["demo"])
+    wait_for(lambda: only_failures(sup) >= 3, DEADLINE, "three boot failures of the replaced player")
+    states = _states(sup)
+    assert [pid for s, pid, outdated in states if s == "READY" and outdated and pid in old], states
+
+
+def only_failures(sup) -> int:
+    with sup.lock:
+        return max(p.boot_failures for p in sup.environments["demo"].players)
