@@ -115,7 +115,7 @@ class State(str, enum.Enum):
     STOPPING = "STOPPING"  # asked to stop; waiting to reap it
     BACKOFF = "BACKOFF"  # exited; waiting before the next start
     FAILED = "FAILED"  # given up after max_boot_failures (reason says why); retried on reload
-    EXITED = "EXITED"  # exited and not restarted by its restart policy; retried on reload
+    EXITED = "EXITED"  # exited and not restarted by its restart policy; restarted when its environment changes
 
 
 class NotFound(RenderdError):
@@ -419,13 +419,16 @@ class Supervisor:
                 self.metrics.declare(config.name)
                 log.info("environment %s declared: %s", config.name, _summary(config))
             else:
-                if env.config != config:
+                changed = env.config != config
+                if changed:
                     log.info("environment %s changed: %s", config.name, _summary(config))
                 env.config = config
                 env.source = source
                 env.removing = False
-                for p in env.players:  # a new declaration gives failed slots a new chance
-                    if p.state in (State.FAILED, State.EXITED):
+                for p in env.players:
+                    # A new declaration gives failed slots a new chance; a player its restart policy let go
+                    # (EXITED) is restarted only by a change of its environment, never by an unrelated reload.
+                    if p.state == State.FAILED or (p.state == State.EXITED and changed):
                         p.boot_failures = p.backoff_failures = 0
                         p.state = State.BACKOFF
                         p.deadline = None

@@ -7,14 +7,17 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import textwrap
 
 import pytest
 
 from renderd.config import loads
-from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.supervisor_helpers import DEADLINE
+from renderd.daemon.supervisor import State
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
 
 #: An executable that exits at once, before any first frame: a build that does not come up.
 EXITS_AT_START = '["/bin/sh", "-c", "echo cannot load the scene >&2; exit 3"]'
@@ -27,6 +30,12 @@ def _config(text: str):
 def _states(sup) -> list[tuple[str, int | None, bool]]:
     with sup.lock:
         return [(p.state.value, p.pid, p.outdated) for p in sup.environments["demo"].players]
+
+
+def _ticks(sup_ticks: list[float], n: int) -> None:
+    """Wait until the loop has run ``n`` more passes."""
+    start = len(sup_ticks)
+    wait_for(lambda: len(sup_ticks) >= start + n, DEADLINE, f"{n} passes of the supervisor's loop")
 
 
 # -- 1. a rollout to a configuration that does not come up is held --------------------------------------------
@@ -57,9 +66,13 @@ def test_a_rollout_to_an_executable_that_exits_at_start_keeps_the_old_players_se
         assert answer["pid"] in old and (answer["width"], answer["height"]) == (300, 300), answer
     finally:
         sup.release(lease.id)
-    held = [r.message for r in caplog.records if "rollout" in r.message and "demo" in r.message]
-    assert any("FAILED" in m and "exit code 3" in m and "2 player(s) of the previous configuration keep serving"
-               in m for m in held), held
+
+    def held() -> bool:
+        return any("rollout of the new configuration stopped: demo[0] of it FAILED" in m and "exit code 3" in m
+                   and "2 player(s) of the previous configuration keep serving" in m
+                   for m in [r.getMessage() for r in caplog.records])
+
+    wait_for(held, DEADLINE, "the log to say the rollout stopped")
     wait_for(lambda: any("rollout" in s and "exit code 3" in s for s in statuses), DEADLINE,
              f"the status line to say the rollout is held: {statuses}")
     # A later PUT of a configuration that comes up goes on with the rollout, one player at a time.
@@ -93,3 +106,43 @@ def test_a_held_rollout_replaces_no_more_players_while_the_new_one_backs_off(sup
 def only_failures(sup) -> int:
     with sup.lock:
         return max(p.boot_failures for p in sup.environments["demo"].players)
+
+
+# -- 2. a reload restarts no player the restart policy let go, unless its environment changed ------------------
+def test_an_unrelated_reload_does_not_restart_a_player_that_exited_under_restart_never(supervisor_with):
+    ticks: list[float] = []
+
+    def tick(now: float) -> None:
+        ticks.append(now)
+
+    text = fast_config(extra='restart = "never"') + f"""
+    [environments.other]
+    executable = ["{PLAYER}", "--static-frame"]
+    platform = "headless"
+    """
+    sup = supervisor_with(text, on_tick=tick)
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: only_player(sup).state == State.EXITED, DEADLINE, "the player EXITED (restart = never)")
+    assert pid_gone(pid)
+    changed_other = _config(text.replace('platform = "headless"\n    """', 'platform = "headless"\n'
+                                         '    instances = 2\n    """'))
+    for apply in (lambda: sup.reload(_config(text)), lambda: sup.reload(changed_other),
+                  lambda: sup.put_environment(_config(text).environments["demo"], source="file")):
+        apply()
+        assert only_player(sup).state == State.EXITED
+        _ticks(ticks, 3)
+        assert only_player(sup).state == State.EXITED, "an unrelated reload restarted the player"
+    # A changed environment does restart it (here: its restart policy).
+    sup.reload(_config(text.replace('restart = "never"', 'restart = "always"')))
+    wait_for(lambda: only_player(sup).state == State.READY, DEADLINE, "the player restarted by the change")
+
+
+def test_a_reload_still_gives_a_failed_player_a_new_chance(supervisor_with):
+    text = fast_config(executable=EXITS_AT_START)
+    sup = supervisor_with(text)
+    wait_for(lambda: only_player(sup) is not None and only_player(sup).state == State.FAILED, DEADLINE, "FAILED")
+    restarts = only_player(sup).restarts
+    sup.reload(_config(text))
+    wait_for(lambda: only_player(sup).restarts > restarts or only_player(sup).state != State.FAILED, DEADLINE,
+             "the failed player retried")
