@@ -134,6 +134,11 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _yaw(degrees: float) -> float:
+    """``degrees`` as a yaw in [0, 360), rounded to 4 decimals: 359.99999 rounds up to 360.0, which is 0."""
+    return round(degrees % 360.0, 4) % 360.0
+
+
 def _clip(text: str, limit: int) -> str:
     """``text`` cut to at most ``limit`` characters (marked with "..." when cut)."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -620,7 +625,7 @@ class Player:
     def _rotate(self, action: dict) -> None:
         degrees = _number(action, "degrees", self.rotate_step, lo=-360.0, hi=360.0)
         sign = -1.0 if action["action"] == "RotateLeft" else 1.0
-        self.yaw = round((self.yaw + sign * degrees) % 360.0, 4)
+        self.yaw = _yaw(self.yaw + sign * degrees)
 
     @_action("LookUp", "LookDown")
     def _look(self, action: dict) -> None:
@@ -652,7 +657,7 @@ class Player:
         hit = self.scene.collision(x, z)
         if hit is not None:
             raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
-        self.x, self.z, self.yaw, self.horizon = round(x, 4), round(z, 4), round(yaw % 360.0, 4), round(horizon, 4)
+        self.x, self.z, self.yaw, self.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
 
     @_action("ChangeResolution")
     def _change_resolution(self, action: dict) -> None:

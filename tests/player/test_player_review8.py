@@ -137,3 +137,18 @@ def test_the_segfault_fault_dies_of_sigsegv_even_if_it_was_blocked(spawn, tmp_pa
     with pytest.raises(PlayerExited):
         p.recv_message(timeout=PROMPT)
     assert p.wait(PROMPT) == -signal.SIGSEGV
+
+
+@pytest.mark.parametrize("action", [
+    {"action": "RotateRight", "degrees": 359.99999},
+    {"action": "RotateLeft", "degrees": 0.00001},
+    {"action": "Teleport", "rotation": -0.00001},
+    {"action": "Teleport", "rotation": {"x": 0, "y": 719.99999, "z": 0}},
+])
+def test_yaw_stays_below_360(spawn, action):
+    # The yaw was taken modulo 360 and then rounded to 4 decimals, so a yaw just under 360 (or just under 0)
+    # was reported as 360.0, outside [0, 360) as docs/player.md says; it is 0.
+    p = ready(spawn)
+    ev = p.step(action)
+    assert ev, ev.metadata["errorMessage"]
+    assert ev.metadata["agent"]["rotation"]["y"] == 0.0
