@@ -283,6 +283,8 @@ class _HttpPlayers:
                                        body_limit=_listener_body_limit)
         self.supervisor: Supervisor | None = None
         self._pumps: dict[int, Any] = {}
+        #: Pumps told to stop by :meth:`unregister` whose thread may still be ending: joined by :meth:`stop`.
+        self._ending: list[Any] = []
 
     def start(self) -> None:
         self.server.start()
@@ -319,18 +321,33 @@ class _HttpPlayers:
             pump.expect_end()
 
     def unregister(self, player: Player) -> None:
-        """Close the player's bridge and stop its pump (which closes its pipe ends)."""
+        """Close the player's bridge and tell its pump to stop (its thread then closes its pipe ends, within
+        PUMP_POLL_INTERVAL). Called by the supervisor with its lock held: it never waits for the pump's thread
+        (up to its STOP_TIMEOUT); :meth:`stop` joins every pump's."""
         pump = self._pumps.pop(id(player), None)
         bridge, player.http_bridge = player.http_bridge, None
         if bridge is not None:
             self.registry.unregister(bridge)
         if pump is not None:
-            pump.stop()
+            pump.stop(0)
+            self._ending = [p for p in self._ending if p.running]
+            self._ending.append(pump)
 
     def stop(self) -> None:
-        for pump in list(self._pumps.values()):
-            pump.stop()
+        """Stop every pump and join its thread (within one STOP_TIMEOUT in all), then the listener."""
+        from renderd.transport.http import STOP_TIMEOUT
+
+        pumps = [*self._pumps.values(), *self._ending]
         self._pumps.clear()
+        self._ending = []
+        for pump in pumps:
+            pump.stop(0)
+        until = time.monotonic() + STOP_TIMEOUT
+        for pump in pumps:
+            pump.stop(max(0.0, until - time.monotonic()))
+        for pump in pumps:
+            if pump.running:
+                log.warning("%s: the FIFO pump did not stop within %.1f s", pump.bridge.name, STOP_TIMEOUT)
         self.server.stop()
 
 

@@ -9,10 +9,12 @@ import logging
 import os
 import signal
 import textwrap
+import threading
 
 import pytest
 
 from renderd.config import loads
+from renderd.daemon.service import _HttpPlayers
 from renderd.daemon.supervisor import State
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
@@ -21,6 +23,8 @@ from tests.helpers.leaks import pid_gone
 
 #: An executable that exits at once, before any first frame: a build that does not come up.
 EXITS_AT_START = '["/bin/sh", "-c", "echo cannot load the scene >&2; exit 3"]'
+#: How long a control request may take while the supervisor ends an HTTP player (it should not wait at all).
+ANSWER_BOUND = 2.0
 
 
 def _config(text: str):
@@ -146,3 +150,44 @@ def test_a_reload_still_gives_a_failed_player_a_new_chance(supervisor_with):
     sup.reload(_config(text))
     wait_for(lambda: only_player(sup).restarts > restarts or only_player(sup).state != State.FAILED, DEADLINE,
              "the failed player retried")
+
+
+# -- 3. an HTTP player's pump is not waited for with the supervisor's lock held ---------------------------------
+def test_ending_an_http_player_does_not_wait_for_its_pump_with_the_lock_held(supervisor_with):
+    hp = _HttpPlayers("127.0.0.1:0", 4, "t" * 32)
+    hp.start()
+    try:
+        sup = supervisor_with(fast_config(extra='transport = "http"', daemon='http = "127.0.0.1:0"'), http=hp)
+        hp.supervisor = sup
+        pid = ready_pid(sup)
+        with sup.lock:
+            pump = hp._pumps[id(only_player(sup))]
+        # A pump slow to end (its thread still finishing when the supervisor closes the player's resources).
+        entered, go = threading.Event(), threading.Event()
+        on_done = pump.on_done
+
+        def slow_on_done(error):
+            entered.set()
+            go.wait(DEADLINE)
+            on_done(error)
+
+        pump.on_done = slow_on_done
+        lease, _answer = sup.acquire("demo", os.getpid(), DEADLINE)
+        sup.release(lease.id, clean=False)  # recycled: the player is stopped, its pump ended
+        try:
+            assert entered.wait(DEADLINE), "the pump did not end"
+            wait_for(pump._stop.is_set, DEADLINE, "the supervisor to stop the pump")
+            answered = threading.Event()
+            threading.Thread(target=lambda: (sup.describe(), answered.set()), daemon=True).start()
+            assert answered.wait(ANSWER_BOUND), "a status request waited for the pump's thread"
+        finally:
+            go.set()
+        wait_for(lambda: only_player(sup).state == State.READY and only_player(sup).pid != pid, DEADLINE,
+                 "the recycled player READY")
+        sup.request_stop()
+        (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+        loop.join(DEADLINE)
+        assert not loop.is_alive()
+    finally:
+        hp.stop()
+    assert not [t for t in threading.enumerate() if t.name.startswith("renderd-pump-")], "a pump thread left"
