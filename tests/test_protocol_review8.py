@@ -28,6 +28,8 @@ from renderd.protocol import (
     parse_action,
 )
 
+from tests.test_protocol import feed_readv
+
 
 def join(buffers) -> bytes:
     return b"".join(bytes(memoryview(b).cast("B")) for b in buffers)
@@ -37,20 +39,6 @@ def field(ftype: int, body: bytes) -> bytes:
     return HEADER.pack(ftype, len(body)) + body
 
 
-def feed_readv(decoder: Decoder, data: bytes, chunk: int) -> None:
-    """Feed through get_buffers / buffers_updated, as the FIFO transport does."""
-    pos = 0
-    while pos < len(data):
-        want = min(chunk, len(data) - pos)
-        got = 0
-        for buf in decoder.get_buffers():
-            n = min(buf.nbytes, want - got)
-            buf[:n] = data[pos + got : pos + got + n]
-            got += n
-            if got == want:
-                break
-        decoder.buffers_updated(got)
-        pos += got
 
 
 # -- max_fields holds from the header of the field that crosses it ------------------------------------
