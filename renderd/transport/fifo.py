@@ -497,17 +497,22 @@ class FifoChannel:
 
     def _write_some(self, deadline_name: str = "step_timeout") -> None:
         """Write what the pipe takes now of the unsent rest, without waiting."""
+        while self._unsent and self._write_pending(deadline_name):
+            pass
+
+    def _write_pending(self, deadline_name: str) -> bool:
+        """One ``writev`` of the unsent rest; False when the pipe is full."""
         pending = self._unsent
-        while pending:
-            try:
-                n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
-            except BlockingIOError:
-                return
-            except BrokenPipeError as exc:
-                raise self._crash_on_epipe(deadline_name) from exc
-            except OSError as exc:
-                raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
-            drop_written(pending, n)
+        try:
+            n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
+        except BlockingIOError:
+            return False
+        except BrokenPipeError as exc:
+            raise self._crash_on_epipe(deadline_name) from exc
+        except OSError as exc:
+            raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
+        drop_written(pending, n)
+        return True
 
     def _write_rest(self, deadline: float, deadline_name: str) -> None:
         # Wait for room and write the unsent rest; on any error what is left stays unsent.
@@ -533,15 +538,7 @@ class FifoChannel:
                 raise self._crash_on_exit(deadline_name)
             if not events:
                 continue
-            try:
-                n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
-            except BlockingIOError:
-                continue
-            except BrokenPipeError as exc:
-                raise self._crash_on_epipe(deadline_name) from exc
-            except OSError as exc:
-                raise RenderdError(os_error_message(exc, f"cannot write {self.client_path}")) from exc
-            drop_written(pending, n)
+            self._write_pending(deadline_name)
 
     def _crash_on_epipe(self, deadline_name: str) -> PlayerCrashed:
         context = f"the player closed client.pipe while renderd sent it an action ({deadline_name})"
