@@ -231,9 +231,9 @@ class Environment:
         #: (seconds, with the lock held) if the display died since it was found alive: it is never called there.
         self.prepared: tuple[Any, Any, list[tuple[dict[str, str], list[str]]]] | None = None
         #: Why the rollout of a changed configuration is held (a slot of the new one has not come up), for the
-        #: status line; None when it is not held. ``held_key``: (that slot's index, whether it FAILED).
+        #: status line; None when it is not held. ``held_key``: (that slot's index, "held", "failed" or "retrying").
         self.held: str | None = None
-        self.held_key: tuple[int, bool] | None = None
+        self.held_key: tuple[int, str] | None = None
 
     @property
     def name(self) -> str:
@@ -1024,8 +1024,10 @@ class Supervisor:
         # retries it (or declares another configuration).
         coming = [p for p in live if not p.outdated and p.state not in (State.READY, State.LEASED, State.EXITED)]
         failing = [p for p in coming if p.boot_failures > 0]
-        if failing or not coming:  # (a slot retried by a new declaration holds it as before until it fails again)
+        if failing or not coming:
             self._set_hold(env, failing[0] if failing else None)
+        elif env.held is not None:  # a slot retried by a new declaration (its failures reset): held meanwhile
+            self._set_hold(env, coming[0])
         replacing = coming or any(
             (p.state in (State.STARTING, State.STOPPING) or p.awaiting_platform) and not p.retire
             for p in env.players
@@ -1048,13 +1050,17 @@ class Supervisor:
                 self._status_update()
             return
         serving = sum(1 for q in env.live() if q.outdated and q.state in (State.READY, State.LEASED))
-        failed = p.state == State.FAILED
-        key = (p.index, failed)
+        how = "failed" if p.state == State.FAILED else "held" if p.boot_failures else "retrying"
+        key = (p.index, how)
         if env.held_key == key:
             return
         env.held_key = key
         reason = p.reason or "no reason given"
-        if failed:
+        if how == "retrying":
+            env.held = f"rollout held: retrying {env.name}[{p.index}] of the new configuration"
+            log.info("environment %s: rollout of the new configuration held while %s[%d] of it is retried; %d "
+                     "player(s) of the previous configuration keep serving", env.name, env.name, p.index, serving)
+        elif how == "failed":
             env.held = f"rollout stopped: {env.name}[{p.index}] of the new configuration FAILED ({reason})"
             log.error(
                 "environment %s: rollout of the new configuration stopped: %s[%d] of it FAILED after %d boot "

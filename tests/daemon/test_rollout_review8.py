@@ -77,6 +77,18 @@ def test_a_rollout_to_an_executable_that_exits_at_start_keeps_the_old_players_se
                    for m in [r.getMessage() for r in caplog.records])
 
     wait_for(held, DEADLINE, "the log to say the rollout stopped")
+    # Declaring it again retries the failed slot: the rollout stays held meanwhile, the old players serve on.
+    sup.put_environment(bad.environments["demo"], source="file")
+
+    def stopped_twice() -> bool:
+        messages = [r.getMessage() for r in caplog.records]
+        return (any("held while demo[0] of it is retried" in m for m in messages)
+                and sum("rollout of the new configuration stopped: demo[0]" in m for m in messages) == 2)
+
+    wait_for(stopped_twice, DEADLINE, "the retried slot FAILED again")
+    states = _states(sup)
+    assert sorted(s for s, _, _ in states) == ["FAILED", "READY", "READY"], states
+    assert len([1 for s, pid, outdated in states if s == "READY" and outdated and pid in old]) == 2, states
     wait_for(lambda: any("rollout" in s and "exit code 3" in s for s in statuses), DEADLINE,
              f"the status line to say the rollout is held: {statuses}")
     # A later PUT of a configuration that comes up goes on with the rollout, one player at a time.
