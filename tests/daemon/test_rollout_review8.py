@@ -203,3 +203,21 @@ def test_ending_an_http_player_does_not_wait_for_its_pump_with_the_lock_held(sup
     finally:
         hp.stop()
     assert not [t for t in threading.enumerate() if t.name.startswith("renderd-pump-")], "a pump thread left"
+
+
+def test_a_sighup_to_an_executable_that_exits_at_start_leaves_the_daemon_serving(daemon):
+    d = daemon(fast_config(instances=3))
+    old = {p["pid"] for p in d.players()}
+    with open(d.config_path, "w") as f:
+        f.write(textwrap.dedent(fast_config(instances=3, executable=EXITS_AT_START)))
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "rollout of the new configuration stopped: demo[0] of it FAILED" in d.output(), DEADLINE,
+             "the rollout stopped")
+    players = d.players()
+    assert [p["state"] for p in players] == ["FAILED", "READY", "READY"], players
+    assert {p["pid"] for p in players[1:]} <= old and all(p["outdated"] for p in players[1:]), players
+    lease = d.client.lease("demo", timeout=0)  # no waiting: an old player is there
+    try:
+        assert lease["pid"] in old, lease
+    finally:
+        d.client.release(lease["lease"])
