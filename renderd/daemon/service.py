@@ -981,7 +981,7 @@ class Daemon:
                 else:
                     parts.append(f"environments.{name}.{k} {shown_before[k]!r} -> {shown_after[k]!r}")
             how = ("players replaced one at a time, leased ones after their lease" if new.replaces_players(before_cfg)
-                   else "players kept")
+                   else "players kept; exited ones restart")
             changes.append(f"{', '.join(parts)} ({how})")
         return changes
 
