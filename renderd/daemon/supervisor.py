@@ -346,6 +346,9 @@ class Supervisor:
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
             self.metrics.declare(name)
+        # The loop's first pass starts these environments' players at once, not after LOOP_IDLE (every start of
+        # the daemon was a second slower than its players needed).
+        self.wake()
 
     # -- waking the loop ---------------------------------------------------------------------------------
     @property

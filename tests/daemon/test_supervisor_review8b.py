@@ -222,3 +222,15 @@ def test_a_player_started_on_a_managed_display_that_died_before_it_was_ever_watc
     lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
     sup.release(lease.id)
     assert only_player(sup).display.pid != killed[0]
+
+
+def test_the_players_of_the_configuration_start_at_the_loops_first_pass(supervisor_with, monkeypatch):
+    # The environments of the file were added without waking the loop, so its first pass, which starts their
+    # players, waited LOOP_IDLE (1 s) first: every daemon start was that much slower. With LOOP_IDLE far beyond
+    # the deadline, the player must still be up in time.
+    from renderd.daemon import supervisor as supervisor_mod
+
+    monkeypatch.setattr(supervisor_mod, "LOOP_IDLE", 3600.0)
+    sup = supervisor_with()
+    wait_for(lambda: only_player(sup) is not None and only_player(sup).state == State.READY, DEADLINE,
+             "the configured player READY without waiting out the loop's idle time")
