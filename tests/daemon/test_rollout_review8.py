@@ -36,10 +36,17 @@ def _states(sup) -> list[tuple[str, int | None, bool]]:
         return [(p.state.value, p.pid, p.outdated) for p in sup.environments["demo"].players]
 
 
-def _ticks(sup_ticks: list[float], n: int) -> None:
-    """Wait until the loop has run ``n`` more passes."""
+def _ticks(sup_ticks: list[float], n: int, sup=None) -> None:
+    """Wait until the loop has run ``n`` more passes (woken at each poll when ``sup`` is given, so the passes
+    come at once instead of at the loop's own pace)."""
     start = len(sup_ticks)
-    wait_for(lambda: len(sup_ticks) >= start + n, DEADLINE, f"{n} passes of the supervisor's loop")
+
+    def passed() -> bool:
+        if sup is not None:
+            sup.wake()
+        return len(sup_ticks) >= start + n
+
+    wait_for(passed, DEADLINE, f"{n} passes of the supervisor's loop")
 
 
 # -- 1. a rollout to a configuration that does not come up is held --------------------------------------------
@@ -147,7 +154,7 @@ def test_an_unrelated_reload_does_not_restart_a_player_that_exited_under_restart
                   lambda: sup.put_environment(_config(text).environments["demo"], source="file")):
         apply()
         assert only_player(sup).state == State.EXITED
-        _ticks(ticks, 3)
+        _ticks(ticks, 3, sup)
         assert only_player(sup).state == State.EXITED, "an unrelated reload restarted the player"
     # A changed environment does restart it (here: its restart policy).
     sup.reload(_config(text.replace('restart = "never"', 'restart = "always"')))

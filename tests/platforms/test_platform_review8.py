@@ -366,6 +366,8 @@ def test_a_probe_that_survives_sigkill_does_not_hang_the_check(tmp_path, monkeyp
     script = tmp_path / "wedged.py"
     script.write_text("import time\ntime.sleep(60)\n", encoding="utf-8")
     monkeypatch.setattr(probe, "_kill_group", lambda proc: None)
+    monkeypatch.setattr(probe, "PROBE_DRAIN_TIMEOUT", 0.2)
+    monkeypatch.setattr(probe, "PROBE_REAP_TIMEOUT", 0.5, raising=False)  # (the code before the cap has none)
     try:
         done, result = _call_with_deadline(
             lambda: probe.run_probe(str(script), [], marker="M", env=os.environ, timeout=0.5),
@@ -387,6 +389,8 @@ def test_a_gpu_tool_that_survives_sigkill_does_not_hang_the_check(tmp_path, monk
     _script(bindir / "nvidia-smi", "exec sleep 60")
     monkeypatch.setattr(gpus, "_kill_group", lambda proc: None)
     monkeypatch.setattr(gpus, "GPU_TOOL_TIMEOUT", 0.5)
+    monkeypatch.setattr(gpus, "GPU_TOOL_DRAIN_TIMEOUT", 0.2)
+    monkeypatch.setattr(gpus, "GPU_TOOL_REAP_TIMEOUT", 0.5, raising=False)  # (the code before the cap has none)
     gpus.clear_cache()
     env = {"PATH": f"{bindir}:{os.environ['PATH']}"}
     try:
