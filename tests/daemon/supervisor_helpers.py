@@ -31,3 +31,20 @@ def ready_pid(sup: Supervisor, *, watched: bool = False) -> int:
             return p.pid
 
     return wait_for(ready, DEADLINE, "the demo player READY and watched" if watched else "the demo player READY")
+
+
+def send_slow_action(client_pipe: str, seconds: float, sequence_id: int) -> None:
+    """Write, as a client driving the pipes by hand, an action the player answers ``seconds`` later, and wait
+    until the player has read it (client.pipe empty); its answer is left unread."""
+    import os
+
+    from renderd.daemon.supervisor import _pending_bytes
+    from renderd.protocol import encode_action
+
+    wfd = os.open(client_pipe, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": seconds,
+                                              "sequenceId": sequence_id})))
+        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
+    finally:
+        os.close(wfd)

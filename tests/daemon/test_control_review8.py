@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -18,24 +17,10 @@ import pytest
 from renderd.daemon.client import ControlClient, connect
 from renderd.errors import ConfigError, LeaseError, RenderdError
 from tests.daemon.conftest import PLAYER, RENDERD, fast_config
+from tests.daemon.test_api import raw_request
 
 #: Deadline for one ``renderd`` command run by these tests (they never start players).
 COMMAND_TIMEOUT = 60.0
-
-
-def raw_request(path: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP request written by hand on the unix socket; returns status, headers, body."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(20)
-        s.connect(path)
-        s.sendall(request)
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return int(lines[0].split()[1]), headers, body
 
 
 def run_renderd(*args: str, stdout=subprocess.PIPE, timeout: float = COMMAND_TIMEOUT,

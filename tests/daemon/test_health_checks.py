@@ -12,10 +12,11 @@ import time
 import pytest
 
 import renderd
-from renderd.daemon.supervisor import State, Supervisor, _pending_bytes
+from renderd.daemon.supervisor import State, Supervisor
 from renderd.errors import LeaseError
 from renderd.protocol import Decoder, FieldType, decode_metadata, encode_action
 from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import send_slow_action
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
@@ -147,13 +148,7 @@ def test_a_late_answer_read_during_a_check_gets_the_player_recycled_not_failed(s
     p = _ready(sup)
     pid = p.pid
     lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
-    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 1.0,
-                                              "sequenceId": 7})))
-        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
-    finally:
-        os.close(wfd)
+    send_slow_action(answer["client_pipe"], 1.0, 7)
     sup.release(lease.id)
     wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")
     wait_for(lambda: p.pid != pid and p.state == State.READY, DEADLINE, "a new player READY")
@@ -173,13 +168,7 @@ def test_a_late_answer_with_the_next_checks_sequence_id_is_not_taken_for_its_ans
     lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
     with sup.lock:
         seq = p.checks + 1  # (what the next check would carry, numbered as a client numbers its actions)
-    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 0.5,
-                                              "sequenceId": seq})))
-        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
-    finally:
-        os.close(wfd)
+    send_slow_action(answer["client_pipe"], 0.5, seq)
     caplog.set_level("DEBUG", logger="renderd.daemon.supervisor")
     sup.release(lease.id)
     wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")

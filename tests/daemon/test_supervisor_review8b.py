@@ -11,11 +11,15 @@ import threading
 
 import pytest
 
-from renderd.daemon.supervisor import State, _pending_bytes
+from renderd.daemon.supervisor import State
 from renderd.platforms import xvfb
-from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.supervisor_helpers import (
+    DEADLINE,
+    only_player,
+    ready_pid,
+    send_slow_action,
+)
 from tests.daemon.test_health_checks import _step
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
@@ -101,13 +105,7 @@ def test_a_player_released_cleanly_with_an_answer_on_its_way_is_not_handed_on_wh
     sup = supervisor_with(_health_config(60.0))
     pid = ready_pid(sup)
     lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
-    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 1.0,
-                                              "sequenceId": 7})))
-        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
-    finally:
-        os.close(wfd)
+    send_slow_action(answer["client_pipe"], 1.0, 7)
     assert sup.release(lease.id)["recycled"] is False  # (nothing unread or unsent: the release looks clean)
     lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
     try:
