@@ -134,3 +134,16 @@ def test_vector_without_gymnasium_skips_the_gymnasium_clients(tmp_path):
     assert "# gymnasium not importable (pip install gymnasium): gym-vector, async skipped" in result.stdout
     assert "| frames | n | vector | ratio |" in result.stdout
     assert "| static | 1 | " in result.stdout
+
+
+def test_step_cpu_prints_both_clients_for_each_placement_and_leaves_nothing(tmp_path):
+    result = run(tmp_path, ["benchmarks/step_cpu.py", "--case", "rgb300", "--rounds", "1", "--steps", "20"],
+                 timeout=40.0)
+    assert result.returncode == 0, result.stderr
+    rows = [line for line in result.stdout.splitlines() if line.startswith("| 300x300 RGB |")]
+    placements = ["same", "different"] if len(os.sched_getaffinity(0)) > 1 else ["same"]
+    assert [r.split(" | ")[1:3] for r in rows] == [[p, c] for p in placements for c in ("renderd", "raw reader")], rows
+    for r in rows:
+        cells = r.strip("|").split(" | ")
+        assert float(cells[3]) > 0, r  # steps per second
+        assert cells[4].count(" + ") == 1 and cells[5].count(" + ") == 1, r

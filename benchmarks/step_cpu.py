@@ -1,0 +1,162 @@
+"""Where a step's time goes: CPU time per step of renderd's client and of the player, side by side with the
+raw reader (the ceiling column of ``transport.py``) on the same player, both processes pinned.
+
+For each placement and round, one player is driven first by ``Session.step`` and then, on the same pipes, by
+the raw reader (two buffers in turn, no framing, no decoding); for each it prints steps per second, the
+client's user and kernel time per step (``getrusage``), the player's (``psutil``, from ``/proc``), and the
+client's voluntary and involuntary context switches per step. ``send``/``recv`` are the medians of
+``Session.send`` (which on one CPU includes the player's whole step: writing the action wakes it, and it runs
+before the client goes on) and ``Session.recv`` (reading the answer and building the event).
+
+    python benchmarks/step_cpu.py                           # 300x300 RGB+depth, one CPU then two, 3 rounds
+    python benchmarks/step_cpu.py --case rgb1024 --rounds 5 --steps 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgpack
+import psutil
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import transport as T  # noqa: E402
+
+import renderd  # noqa: E402
+
+
+def measure(steps: int, step: Callable[[], object]) -> tuple[float, list[float]]:
+    """(seconds, [user s, kernel s, voluntary and involuntary context switches] of this process) around
+    ``steps`` calls of ``step``."""
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step()
+    t1 = time.perf_counter()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    return t1 - t0, [r1.ru_utime - r0.ru_utime, r1.ru_stime - r0.ru_stime, r1.ru_nvcsw - r0.ru_nvcsw,
+                     r1.ru_nivcsw - r0.ru_nivcsw]
+
+
+def one_round(case: T.Case, placement: str, steps: int, payload: bytes) -> list[str]:
+    cpus = T.cpus_for(placement)
+    if cpus is None:
+        return [f"| {placement} | (needs two CPUs) |"]
+    pin = T.Pinned(*cpus)
+    lines = []
+    try:
+        pin.spawning()
+        with renderd.launch(T.player_executable, width=case.width, height=case.height, args=case.player_args(),
+                            env=T.PLAYER_ENV, start_timeout=T.START_TIMEOUT, step_timeout=T.STEP_TIMEOUT) as s:
+            pin.running(s.pid)
+            T.setup_session(s, case)
+            player = psutil.Process(s.pid)
+            for _ in range(T.WARMUP_STEPS):
+                s.step(T.ACTION)
+            sends: list[int] = []
+            recvs: list[int] = []
+            clock = time.perf_counter_ns
+
+            def step() -> None:
+                a = clock()
+                s.send(T.ACTION)
+                b = clock()
+                s.recv()
+                sends.append(b - a)
+                recvs.append(clock() - b)
+
+            p0 = player.cpu_times()
+            seconds, me = measure(steps, step)
+            p1 = player.cpu_times()
+            lines.append(row(case, placement, "renderd", steps, seconds, me, p1.user - p0.user, p1.system - p0.system,
+                             statistics.median(sends) / 1e3, statistics.median(recvs) / 1e3))
+            raw = RawReader(s, payload)
+            try:
+                for _ in range(T.WARMUP_STEPS):
+                    raw.step()
+                p0 = player.cpu_times()
+                seconds, me = measure(steps, raw.step)
+                p1 = player.cpu_times()
+            finally:
+                raw.close()
+            lines.append(row(case, placement, "raw reader", steps, seconds, me, p1.user - p0.user,
+                             p1.system - p0.system, None, None))
+    finally:
+        pin.restore()
+    return lines
+
+
+class RawReader:
+    """The ceiling column's reader on a session's pipes (the session stays idle meanwhile)."""
+
+    def __init__(self, session: renderd.Session, payload: bytes) -> None:
+        channel = session.channel
+        self.rfd = os.open(channel.server_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        os.set_blocking(self.rfd, True)
+        try:
+            self.wfd = T.open_writer(channel.client_path, session.process, T.STEP_TIMEOUT, "the player")
+        except BaseException:
+            os.close(self.rfd)
+            raise
+        # The request that ``payload`` (captured by ``transport.capture_answer``) answers: the player answers
+        # it with the same bytes every time.
+        self.request = T._request(msgpack.unpackb(payload[5 : 5 + int.from_bytes(payload[1:5], "big")])["sequenceId"])
+        self.total = len(payload)
+        self.views = [memoryview(bytearray(self.total)) for _ in range(2)]
+        self.turn = 0
+
+    def step(self) -> None:
+        os.write(self.wfd, self.request)
+        self.turn ^= 1
+        view = self.views[self.turn]
+        got = 0
+        while got < self.total:
+            n = os.readv(self.rfd, [view[got:]])
+            if not n:
+                raise T.PeerGone("the player closed server.pipe under the raw reader")
+            got += n
+
+    def close(self) -> None:
+        os.close(self.wfd)
+        os.close(self.rfd)
+
+
+def row(case: T.Case, placement: str, client: str, steps: int, seconds: float, me: list[float],
+        player_user: float, player_sys: float, send_us: float | None, recv_us: float | None) -> str:
+    us = 1e6 / steps
+    phases = f"{send_us:.0f} / {recv_us:.0f}" if send_us is not None else "-"
+    return (f"| {case.label} | {placement} | {client} | {steps / seconds:.0f} | {me[0] * us:.0f} + {me[1] * us:.0f} | "
+            f"{player_user * us:.0f} + {player_sys * us:.0f} | {me[2] / steps:.2f} / {me[3] / steps:.2f} | {phases} |")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--case", default="depth300", choices=sorted(T.CASES), help="default depth300")
+    p.add_argument("--placements", default="same,different", help="comma-separated: same, different")
+    p.add_argument("--rounds", type=int, default=3, help="rounds per placement (default 3)")
+    p.add_argument("--steps", type=int, default=3000, help="steps measured per client and round (default 3000)")
+    args = p.parse_args(argv)
+    case = T.CASES[args.case]
+    payload = T.capture_answer(case)
+    print(f"# {T.cpu_model()}; {len(os.sched_getaffinity(0))} CPUs; load average {os.getloadavg()[0]:.2f} at start")
+    print("| case | CPUs | client | steps/s | client us/step: user + kernel | player us/step: user + kernel | "
+          "client switches/step: voluntary / involuntary | send / recv median us |")
+    print("|---|---|---|---|---|---|---|---|")
+    for _ in range(args.rounds):
+        for placement in args.placements.split(","):
+            for line in one_round(case, placement.strip(), args.steps, payload):
+                print(line, flush=True)
+    print(f"# load average {os.getloadavg()[0]:.2f} at the end")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
