@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import os
 import re
 import urllib.parse
 from typing import Any, Callable, Iterable
@@ -29,7 +30,7 @@ from renderd.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from renderd.daemon.supervisor import NotFound, Supervisor
 from renderd.errors import LeaseError, RenderdError, error_to_dict
 
-__all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION"]
+__all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION", "PEER_PID_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,14 @@ _REASONS = {
     409: "Conflict", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
     500: "Internal Server Error", 503: "Service Unavailable",
 }
+
+#: The WSGI environ key under which the control socket's server puts the pid of the process that connected
+#: (``SO_PEERCRED``, in the daemon's pid namespace; 0 when that process is in a pid namespace the daemon
+#: cannot see). Absent where the server knows no peer process (the HTTP listener).
+PEER_PID_KEY = "renderd.peer_pid"
+#: Most processes looked at, among the connecting process's ancestors and among its descendants, to find the
+#: one a lease request's ``client_pid`` names.
+MAX_CLIENT_PROCESSES = 4096
 
 StartResponse = Callable[..., Any]
 
@@ -156,6 +165,88 @@ def _segments(environ: dict[str, Any], path_info: str) -> list[str] | None:
     return [_text(urllib.parse.unquote_to_bytes(part)) for part in raw[1:].split("/")]
 
 
+def _proc_ids(pid: int) -> tuple[int, list[int]] | None:
+    """``pid``'s parent and its pids in each pid namespace it is in, the daemon's first (``PPid`` and
+    ``NSpid`` of /proc/PID/status); None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            text = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    ppid, nspids = 0, [pid]
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        try:
+            if key == "PPid":
+                ppid = int(value)
+            elif key == "NSpid":  # (Linux 4.1 and later: without it, one namespace is all there is)
+                nspids = [int(v) for v in value.split()] or [pid]
+        except ValueError:
+            return None
+    return ppid, nspids
+
+
+def _children(pid: int) -> list[int]:
+    """``pid``'s children, from the kernel's per-thread ``children`` lists."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for task in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{task}/children", "rb") as f:
+                found += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def _client_process(client_pid: int, peer_pid: int) -> int:
+    """The process a lease request's ``client_pid`` names, as the daemon numbers it: the process that sent the
+    request (``peer_pid``, from the socket's credentials), one of its ancestors (a shell script whose ``curl``
+    asks for it) or one of its descendants, named by its pid in the daemon's pid namespace or in the sender's
+    (a client in a container sends the pid its own namespace gives it, which in the daemon's is another
+    process, or none). Raises HTTPError 400 for any other process: the daemon would watch a process
+    unrelated to the client, and end the lease when that one exits, or never."""
+    if client_pid == peer_pid:
+        return peer_pid
+    if peer_pid <= 0:
+        raise HTTPError(400, LeaseError(
+            f"client_pid {client_pid} cannot be watched: the process asking is in a pid namespace the daemon "
+            "cannot see (run the client in the daemon's pid namespace, or one nested in it)"))
+    peer = _proc_ids(peer_pid)
+    depth = len(peer[1]) if peer is not None else 1
+
+    def names(pid: int, nspids: list[int]) -> bool:
+        return pid == client_pid or (len(nspids) == depth and nspids[-1] == client_pid)
+
+    pid, ids, seen = peer_pid, peer, 0
+    while ids is not None and seen < MAX_CLIENT_PROCESSES:  # the sender and its ancestors, nearest first
+        if names(pid, ids[1]):
+            return pid
+        seen += 1
+        pid = ids[0]
+        ids = _proc_ids(pid) if pid > 0 else None
+    todo, seen = _children(peer_pid), 0
+    while todo and seen < MAX_CLIENT_PROCESSES:  # its descendants
+        pid = todo.pop(0)
+        seen += 1
+        ids = _proc_ids(pid)
+        if ids is not None and names(pid, ids[1]):
+            return pid
+        todo += _children(pid)
+    shown = f"pid {peer_pid}" + (f", {peer[1][-1]} in its own pid namespace" if peer and len(peer[1]) > 1 else "")
+    if _proc_ids(client_pid) is None:
+        what = (f"is not a running process, nor the process asking for the lease ({shown}) or one of its "
+                "ancestors or descendants in the asker's pid namespace")
+    else:
+        what = (f"is neither the process asking for the lease ({shown}) nor one of its ancestors or "
+                "descendants: the daemon watches client_pid to end the lease when the client exits, so it must "
+                "be the client's own process (os.getpid())")
+    raise HTTPError(400, LeaseError(f"client_pid {client_pid} {what}"))
+
+
 class _Router:
     """Routes ``(method, path)`` to handlers; a path that matches with another method is a 405.
 
@@ -258,10 +349,23 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
         timeout = _number(body, "timeout", None)
         deadline = _deadline(body)
         supervisor.describe(name)  # 404 before anything else
+        peer_pid = environ.get(PEER_PID_KEY)
+        if peer_pid is not None:  # (the control socket: the process asking is known)
+            pid = _client_process(pid, peer_pid)
         try:
             pidfd = open_client_pidfd(pid)  # a client that cannot be watched is a 400, not a 503
         except LeaseError as exc:
             raise HTTPError(400, exc) from None
+        if peer_pid is not None and pid != peer_pid:
+            # (``pid`` may have exited and been reused between the check and the pidfd: the pidfd's process
+            # must still be the one found)
+            try:
+                again = _client_process(body["client_pid"], peer_pid)
+            except HTTPError:
+                again = None
+            if again != pid:
+                os.close(pidfd)
+                raise HTTPError(400, LeaseError(f"client_pid {body['client_pid']} exited while it was checked"))
         try:
             _lease, answer = supervisor.acquire(
                 name, pid, timeout, pidfd=pidfd, deadline=deadline,

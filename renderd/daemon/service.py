@@ -31,6 +31,7 @@ import shutil
 import signal
 import socket
 import stat
+import struct
 import sys
 import threading
 import time
@@ -364,12 +365,29 @@ def _alive(player: Player) -> bool:
     return not poll_readable(fd, 0)  # poll, not select: a daemon with many descriptors has pidfds over 1023
 
 
+def _peer_pid(sock: socket.socket | None) -> int:
+    """The pid of the process that connected ``sock`` (a unix socket), as this daemon's pid namespace numbers it
+    (``SO_PEERCRED``, which the kernel translates): 0 when that process is in a pid namespace the daemon cannot
+    see, or the socket has no peer credentials."""
+    if sock is None:
+        return 0
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return 0
+    return struct.unpack("3i", creds)[0]
+
+
 def _control_channel() -> type:
     """A waitress channel class for the control socket: its own error answers (malformed HTTP, an oversize body:
     answered before the application runs) carry the API's JSON error form instead of waitress's text/plain
-    page, and it remembers since when it waits for a request (``waiting_since``, for the read deadline)."""
+    page, it remembers since when it waits for a request (``waiting_since``, for the read deadline), and its
+    requests carry the connecting process's pid (``SO_PEERCRED``: ``renderd.peer_pid``), which a lease request's
+    ``client_pid`` is checked against."""
     from waitress.channel import HTTPChannel
-    from waitress.task import ErrorTask
+    from waitress.task import ErrorTask, WSGITask
+
+    from renderd.daemon.api import PEER_PID_KEY
 
     class JsonErrorTask(ErrorTask):
         def execute(self) -> None:
@@ -386,14 +404,22 @@ def _control_channel() -> type:
             self.content_length = len(body)
             self.write(body)
 
+    class PeerTask(WSGITask):
+        def get_environment(self) -> dict[str, Any]:
+            environ = super().get_environment()
+            environ[PEER_PID_KEY] = self.channel.peer_pid
+            return environ
+
     class ControlChannel(HTTPChannel):
         error_task_class = JsonErrorTask
+        task_class = PeerTask
 
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             self.waiting_since = time.monotonic()
             self.serving = False  # a worker runs one of its requests (which it takes off ``requests`` on the way)
             self.read_closed = False  # the client shut its sending side and reads on
             super().__init__(*args, **kwargs)
+            self.peer_pid = _peer_pid(self.socket)
 
         def service(self) -> None:
             self.serving = True

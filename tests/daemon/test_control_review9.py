@@ -1,0 +1,95 @@
+"""The control API on a real daemon: whose process a lease request's ``client_pid`` is."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from renderd.errors import LeaseError
+from tests.daemon.conftest import fast_config, pid_gone, wait_for
+
+#: Deadline for a client process of these tests to say what it did.
+CLIENT_TIMEOUT = 20.0
+
+#: A client that leases a player and waits to be killed; it prints its pid as its own pid namespace numbers it
+#: (what it sends as client_pid), then its pid as /proc (the daemon's namespace) numbers it, then the lease.
+NAMESPACED_CLIENT = r"""
+import json, os, sys
+from renderd.daemon.client import ControlClient
+print(os.getpid(), int(os.readlink("/proc/self")), flush=True)
+answer = ControlClient(sys.argv[1]).lease("demo", timeout=10)
+print(json.dumps(answer), flush=True)
+sys.stdin.read()
+"""
+
+
+def _unshare_pid() -> list[str]:
+    """The command prefix that runs a program as pid 1 of a new pid namespace (skips the test when that is not
+    permitted here)."""
+    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=CLIENT_TIMEOUT)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a pid namespace here: {probe.stderr.decode(errors='replace').strip()}")
+    return ["unshare", "--pid", "--fork", "--kill-child"]
+
+
+def test_a_client_in_another_pid_namespace_gets_its_own_process_watched(daemon):
+    # The client sends the pid its own namespace gives it (1): the daemon watched the process numbered 1 in
+    # its own namespace instead (init), so the lease outlived the client for ever.
+    d = daemon(fast_config())
+    client = subprocess.Popen([*_unshare_pid(), sys.executable, "-c", NAMESPACED_CLIENT, d.socket],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    real_pid = None
+    try:
+        own_pid, real_pid = map(int, client.stdout.readline().split())
+        assert own_pid == 1 and real_pid != 1
+        answer = json.loads(client.stdout.readline())
+        (player,) = d.players()
+        assert player["state"] == "LEASED" and player["lease"]["client_pid"] == real_pid
+        os.kill(real_pid, signal.SIGKILL)
+        client.wait(CLIENT_TIMEOUT)
+        d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != answer["pid"],
+                       what="the player recycled after its client died")
+        assert d.client.lease_status(answer["lease"])["ended"] == "client_exited"
+    finally:
+        if client.poll() is None:
+            if real_pid:
+                os.kill(real_pid, signal.SIGKILL)
+            client.kill()
+            client.wait(CLIENT_TIMEOUT)
+        client.stdin.close()
+        client.stdout.close()
+
+
+def test_a_client_pid_unrelated_to_the_asking_process_is_refused(daemon):
+    # Any pid of a running process was taken on trust: the daemon watched that process, ended the lease when it
+    # exited (or never), whatever the client holding the lease did.
+    d = daemon(fast_config())
+    orphan = subprocess.run(["sh", "-c", "sleep 60 </dev/null >/dev/null 2>&1 & echo $!"], capture_output=True,
+                            text=True, timeout=CLIENT_TIMEOUT)
+    unrelated = int(orphan.stdout)  # (its parent exited: neither this process's ancestor nor descendant)
+    try:
+        with pytest.raises(LeaseError) as info:
+            d.client.request("POST", "/v1/environments/demo/leases", {"client_pid": unrelated, "timeout": 5})
+        assert info.value.status == 400
+        assert f"client_pid {unrelated} is neither the process asking for the lease (pid {os.getpid()})" in str(
+            info.value)
+        assert d.players()[0]["state"] == "READY"
+    finally:
+        os.kill(unrelated, signal.SIGKILL)
+        wait_for(lambda: pid_gone(unrelated), CLIENT_TIMEOUT, "the orphan sleep to end")
+    # The asking process's parent (a script whose `curl` asks for the lease names the script) is its client.
+    script = ("import json, os, sys\nfrom renderd.daemon.client import ControlClient\n"
+              "c = ControlClient(sys.argv[1])\n"
+              "print(json.dumps(c.request('POST', '/v1/environments/demo/leases', "
+              "{'client_pid': os.getppid(), 'timeout': 10})[1]))\n")
+    out = subprocess.run([sys.executable, "-c", script, d.socket], capture_output=True, text=True,
+                         timeout=CLIENT_TIMEOUT)
+    lease = json.loads(out.stdout)
+    (player,) = d.players()
+    assert player["state"] == "LEASED" and player["lease"]["client_pid"] == os.getpid()
+    d.client.release(lease["lease"])
