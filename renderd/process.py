@@ -15,7 +15,8 @@ to its default, see :func:`die_with_parent`) and ``getppid``; Python documents `
 the presence of threads because arbitrary code could need a lock another thread held at fork time. This
 one takes no lock, but pass ``die_with_parent=False`` if that matters more to you than orphan protection:
 there is then no ``preexec_fn`` at all, and the player also keeps this process's SIGCHLD disposition (an
-ignored SIGCHLD stays ignored in it).
+ignored SIGCHLD stays ignored in it) and is not made the subreaper of its descendants (so a helper it
+daemonises, re-parented to init, is not found by :meth:`PlayerProcess.stop`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,7 @@ ENDPOINT_VARIABLES = (
 )
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _load_prctl() -> Any:
@@ -123,7 +125,7 @@ _prctl = _load_prctl()
 _libc_signal = _load_signal()
 
 
-def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], None]:
+def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL, *, subreaper: bool = False) -> Callable[[], None]:
     """A ``preexec_fn`` that makes the child get ``sig`` (default SIGKILL) when the thread that forked it
     exits (``PR_SET_PDEATHSIG``), for every child renderd starts: players, probes, GPU tools, Xvfb.
 
@@ -135,6 +137,10 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], 
     It also gives the child SIGCHLD's default disposition: an ignored signal stays ignored across exec, so
     a player started by a process that ignores SIGCHLD (to have its children reaped for it) would find
     its own children's exit statuses gone (``waitpid`` fails with ECHILD).
+
+    With ``subreaper`` (players), the child is also made a child subreaper (``PR_SET_CHILD_SUBREAPER``,
+    kept across exec): a process its descendants orphan (a daemonising helper's double fork) is re-parented
+    to it rather than to init, so it stays in the child's subtree, where :meth:`PlayerProcess.stop` finds it.
     """
     prctl = _prctl
     set_disposition = _libc_signal
@@ -144,6 +150,8 @@ def die_with_parent(parent_pid: int, sig: int = signal.SIGKILL) -> Callable[[], 
     def preexec() -> None:
         if prctl is not None:
             prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+            if subreaper:
+                prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
         if set_disposition is not None:
             set_disposition(sigchld, 0)  # SIG_DFL
         if os.getppid() != parent_pid:
@@ -498,7 +506,7 @@ class PlayerProcess:
                 stderr=subprocess.STDOUT,
                 close_fds=True,
                 process_group=0,
-                preexec_fn=_die_with_parent_fn(os.getpid()) if die_with_parent else None,
+                preexec_fn=_die_with_parent_fn(os.getpid(), subreaper=True) if die_with_parent else None,
             )
         except OSError as exc:
             what = "cannot start the player" if exc.filename else f"cannot start the player {argv[0]}"
@@ -729,9 +737,9 @@ class PlayerProcess:
         The grace is for the whole group: a player started by a wrapper script (the script leads the group,
         the player is its child) gets it too, however soon the script exits. Leftover members of the group
         are killed (the unreaped leader keeps the group id reserved until then). Processes the running player
-        started outside its group (``setsid``, ``start_new_session``) get the same SIGTERM, grace and SIGKILL
-        (one that a player which had exited already left behind is no longer its descendant and cannot be
-        found). Idempotent; logs a
+        started outside its group (``setsid``, ``start_new_session``) get the same SIGTERM, grace and SIGKILL,
+        daemonised ones too (the player is their subreaper, see :func:`die_with_parent`; one that a player
+        which had exited already left behind is no longer its descendant and cannot be found). Idempotent; logs a
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
         before the interruption goes on, so nothing is left running. In a process forked from the one that
