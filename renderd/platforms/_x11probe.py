@@ -1,9 +1,11 @@
 """X display probe, run as a short-lived child process: ``python -P _x11probe.py NAME...``.
 
 For each display name it connects with python-xlib and prints what it found as one JSON line:
-``{"displays": [{"name", "ok", "error", "screen_count", "glx", "vendor", "screens": [{"width",
-"height", "depth"}]}]}``. It decides nothing: :mod:`renderd.platforms.x11` turns these facts into
-reasons. Running it in a child means an X server that accepts the connection but never answers cannot
+``{"displays": [{"name", "ok", "error", "error_kind", "screen_count", "glx", "vendor", "screens":
+[{"width", "height", "depth"}]}]}``. ``error_kind`` says why a display cannot be used: ``name`` (not a
+display name), ``connect`` (no server reached), ``refused`` (a server answered the connection setup and
+turned it away: authorization, too many clients), ``query`` (a query failed). It decides nothing:
+:mod:`renderd.platforms.x11` turns these facts into reasons. Running it in a child means an X server that accepts the connection but never answers cannot
 block the caller (the parent applies a deadline), and python-xlib's warnings stay out of the caller.
 """
 
@@ -25,7 +27,16 @@ def probe_one(name: str) -> dict:
         facts["error"] = f"not a valid X display name ({exc})"
         facts["error_kind"] = "name"
         return facts
-    except (Xlib.error.DisplayConnectionError, ConnectionError, OSError) as exc:
+    except Xlib.error.DisplayConnectionError as exc:
+        if isinstance(exc.msg, bytes):  # the server's own answer to the connection setup: it runs, and refused
+            said = exc.msg.decode("utf-8", "replace").strip() or "no reason given"
+            facts["error"] = f"the X server refused the connection ({said})".replace("\n", " ")
+            facts["error_kind"] = "refused"
+            return facts
+        facts["error"] = f"cannot connect ({exc})".replace("\n", " ").strip()
+        facts["error_kind"] = "connect"
+        return facts
+    except (ConnectionError, OSError) as exc:
         facts["error"] = f"cannot connect ({exc})".replace("\n", " ").strip()
         facts["error_kind"] = "connect"
         return facts

@@ -13,6 +13,7 @@ import concurrent.futures
 import glob
 import logging
 import os
+import pwd
 import re
 import subprocess
 import sys
@@ -245,6 +246,8 @@ def screen_reasons(
             return [_PROBE_FIXES[facts.error_kind](facts, base)]
         if facts.error_kind == "name":
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
+        if facts.error_kind == "refused":
+            return [_refused_reason(facts, base)]
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         # with every screen up to the one asked for: a server with screen 0 only would fail the next check
         screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
@@ -297,6 +300,30 @@ _PROBE_FIXES = {
         f"{_PROBE_SCRIPT} {facts.name}` to see why (renderd's Python installation may be broken)"
     ),
 }
+
+
+#: What an X server says when it turns a client away for want of authorization (Xorg, Xvfb, Xwayland).
+_AUTH_REFUSAL_RE = re.compile(r"authoriz|protocol specified|cookie|access", re.IGNORECASE)
+
+
+def _refused_reason(facts: DisplayFacts, base: str) -> str:
+    """A server that answered the connection setup with a refusal runs: it is not to be started, but let in."""
+    head = f"X display {facts.name} does not let renderd in: {facts.error}; fix: "
+    if _AUTH_REFUSAL_RE.search(facts.error):
+        try:
+            user = pwd.getpwuid(os.geteuid()).pw_name
+        except KeyError:
+            user = str(os.geteuid())
+        return head + (
+            "its X server runs and wants a cookie renderd does not send: set XAUTHORITY (in the environment's env, "
+            "which the player gets too) to the file that holds it (`xauth -f FILE list` shows the displays a file "
+            f"has cookies for), or let this user in on that server (DISPLAY={base} xhost +SI:localuser:{user}), "
+            f"or {MANAGED_FIX}"
+        )
+    return head + (
+        "its X server runs but turned the connection away for the reason it gives (too many clients: close some "
+        f"or restart it), or {MANAGED_FIX}"
+    )
 
 
 #: What a managed Xvfb needs: Xvfb itself (Debian/Ubuntu package ``xvfb``) and the Mesa drivers its GLX loads.
