@@ -477,9 +477,11 @@ class Decoder:
     stream ended; it raises :class:`ProtocolError` if that happened inside a message. Errors leave the
     decoder failed: every later call raises the same error, except that whole messages decoded before the
     malformed bytes (read together with them) are still handed out by ``next_message()`` first; the call
-    that fed those bytes then returns without raising. Limits, each a :class:`ProtocolError` from a
-    field's header alone: ``max_body_size`` per body, ``max_fields`` per message, and ``max_message_size``
-    for a whole message (default: :data:`MESSAGE_SIZE_IN_BODIES` times ``max_body_size``).
+    that fed those bytes then returns without raising. An unknown field type fails from its type byte
+    alone, as soon as that arrives, without waiting for the rest of its header. Limits, each a
+    :class:`ProtocolError` from a field's header alone: ``max_body_size`` per body, ``max_fields`` per
+    message, and ``max_message_size`` for a whole message (default: :data:`MESSAGE_SIZE_IN_BODIES` times
+    ``max_body_size``).
 
     Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
     ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
@@ -598,10 +600,8 @@ class Decoder:
         if pending:
             if pending < HEADER_SIZE:
                 t = self._scratch[self._start]  # the type byte is there: name what the header announced
-                what = _FIELD_TYPE_OF[t]
-                if what is None:
-                    announced = f"type byte {t}, not a field type"
-                elif what is FieldType.END_OF_MESSAGE:
+                what = _FIELD_TYPE_OF[t]  # a valid type: an unknown one failed as soon as it arrived
+                if what is FieldType.END_OF_MESSAGE:
                     announced = "the end-of-message marker"
                 else:
                     announced = f"the header of a {what.name} field"
@@ -670,6 +670,9 @@ class Decoder:
         self._error = ProtocolError(message, offset=offset, field_type=ftype)
         raise self._error
 
+    def _unknown_type(self, t: int) -> None:
+        self._fail(f"unknown field type {t} (expected 1-16 or 255)", self._consumed, t)
+
     def _compact(self) -> None:
         # Move unparsed bytes to the front of scratch so the free space is as large as possible.
         if self._start == self._end:
@@ -730,12 +733,16 @@ class Decoder:
         while self._body is None:
             avail = self._end - self._start
             if avail < HEADER_SIZE:
+                # A type byte that starts no field fails now, not once (if ever) the rest of its header came:
+                # a player that wrote garbage and hung is a ProtocolError, not a timeout.
+                if avail and _FIELD_TYPE_OF[scratch[self._start]] is None:
+                    self._unknown_type(scratch[self._start])
                 return
             offset = self._consumed
             t, length = HEADER.unpack_from(scratch, self._start)
             ftype = _FIELD_TYPE_OF[t]
             if ftype is None:
-                self._fail(f"unknown field type {t} (expected 1-16 or 255)", offset, t)
+                self._unknown_type(t)
             if ftype is FieldType.END_OF_MESSAGE:
                 if length != 0:
                     self._fail(f"end-of-message marker with length {length} (expected 0)", offset, ftype)

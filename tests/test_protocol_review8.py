@@ -91,9 +91,16 @@ def test_a_cut_inside_a_header_names_the_field_its_type_byte_announces(cut, ftyp
 
 
 def test_a_cut_inside_a_header_with_an_unknown_type_byte_says_so():
-    e = _eof_error(b"\x63\x00")
-    assert "inside a field header: got 2 of 5 bytes" in str(e) and "99" in str(e) and "not a field type" in str(e)
+    # The unknown type byte fails as soon as it arrives, before the input ends; the end then raises the same.
+    d = Decoder()
+    with pytest.raises(ProtocolError) as info:
+        d.receive_data(b"\x63\x00")
+    e = info.value
+    assert "unknown field type 99" in str(e)
     assert e.offset == 0
+    with pytest.raises(ProtocolError) as again:
+        d.end_of_input()
+    assert again.value is e
 
 
 def test_a_cut_between_fields_says_where_input_ended_and_after_which_field():

@@ -1,0 +1,70 @@
+"""Review of the wire codec: a stream whose first byte already cannot start a field fails at once, and the
+message size limit counts the whole message."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import pytest
+
+import renderd
+from renderd.errors import PlayerTimeout, ProtocolError
+from renderd.protocol import HEADER, HEADER_SIZE, NEED_DATA, Decoder, FieldType, encode_message
+from tests.test_protocol import feed_readv, join
+
+# -- an impossible type byte fails without waiting for the rest of its header ------------------------------
+
+
+@pytest.mark.parametrize("mode", ["receive_data", "readv"])
+@pytest.mark.parametrize("garbage", [b"\x63", b"\x00", b"H", b"\x11\x00\x00"])
+def test_an_unknown_type_byte_fails_before_the_rest_of_its_header(mode, garbage):
+    good = join(encode_message([(FieldType.METADATA, b"\x80")]))  # a whole message first: 11 bytes
+    d = Decoder()
+    with pytest.raises(ProtocolError) as info:
+        if mode == "receive_data":
+            d.receive_data(good + garbage)
+        else:
+            feed_readv(d, good + garbage, len(good) + len(garbage))
+        d.next_message()  # the message before the garbage is handed out first
+        d.next_message()
+    e = info.value
+    assert f"unknown field type {garbage[0]} (expected 1-16 or 255)" in str(e)
+    assert e.offset == len(good) and e.field_type == garbage[0]
+    with pytest.raises(ProtocolError) as again:  # failed for good
+        d.receive_data(b"\x00" * HEADER_SIZE)
+    assert again.value is e
+
+
+def test_a_valid_type_byte_alone_still_waits_for_its_header():
+    for ftype in (FieldType.METADATA, FieldType.THIRD_PARTY_FLOW, FieldType.END_OF_MESSAGE):
+        d = Decoder()
+        for byte in HEADER.pack(ftype, 0)[:-1]:
+            d.receive_data(bytes([byte]))
+            assert d.next_message() is NEED_DATA and d.failed is None
+
+
+# A player that writes one byte that cannot start a field, then hangs without closing its pipe.
+_GARBAGE_PLAYER = """
+import os, time
+fd = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+os.write(fd, b"E")
+time.sleep(60)
+"""
+
+
+def test_a_player_that_writes_one_impossible_byte_is_a_protocol_error_not_a_timeout(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(ProtocolError) as info:
+        renderd.launch(
+            executable=[sys.executable, "-c", _GARBAGE_PLAYER],
+            width=32,
+            height=24,
+            platform="headless",
+            start_timeout=20,
+            log_path=str(tmp_path / "player.log"),
+        )
+    assert not isinstance(info.value, PlayerTimeout)
+    assert time.monotonic() - started < 10  # not the start timeout
+    assert "unknown field type 69" in str(info.value)
