@@ -152,6 +152,9 @@ class Player:
         self.config: EnvironmentConfig = environment.config
         self.selection: Any = None
         self.display: Any = None  # the managed display (if any) the running process was started on
+        #: ``(selection, platform env, platform args, managed display)`` of its latest start, kept while the slot
+        #: is outdated: while a rollout is held it restarts on its own configuration with them (see _keeps_config).
+        self.launch: tuple[Any, dict[str, str], list[str], Any] | None = None
         self.pair: FifoPair | None = None
         self.holder: FifoChannel | None = None  # the daemon's reader of server.pipe
         self.writer_fd: int | None = None  # the daemon's writer of client.pipe
@@ -1016,8 +1019,9 @@ class Supervisor:
             return
         for p in live:
             # Slots serving nobody (their process exited) take the new configuration at once: they would start
-            # with it anyway.
-            if p.outdated and p.state in (State.BACKOFF, State.FAILED, State.EXITED):
+            # with it anyway. Not while a slot of the new configuration has not come up (the rollout is held):
+            # they restart on their own, the previous configuration, and keep serving.
+            if p.outdated and p.state in (State.BACKOFF, State.FAILED, State.EXITED) and not self._keeps_config(p):
                 p.config = env.config
                 p.boot_failures = p.backoff_failures = 0
                 p.deadline = None
@@ -1025,7 +1029,7 @@ class Supervisor:
         # A slot of the new configuration that has not come up holds the rollout: the players of the previous one
         # keep serving (and are leased) until it is READY. One that ends FAILED holds it until a reload or a PUT
         # retries it (or declares another configuration).
-        coming = [p for p in live if not p.outdated and p.state not in (State.READY, State.LEASED, State.EXITED)]
+        coming = self._coming(env)
         failing = [p for p in coming if p.boot_failures > 0]
         if failing or not coming:
             self._set_hold(env, failing[0] if failing else None)
@@ -1042,6 +1046,19 @@ class Supervisor:
                     self._begin_stop(p, _Stop("configuration changed", "respawn"))
                     break
         # Keep failed or exited slots where they are, unless the policy or a new declaration says otherwise.
+
+    @staticmethod
+    def _coming(env: Environment) -> list[Player]:
+        """The live slots of ``env``'s current configuration that have not come up (starting, backing off after
+        a failure, FAILED): while there is one, a rollout to that configuration is held (lock held)."""
+        return [p for p in env.live()
+                if not p.outdated and p.state not in (State.READY, State.LEASED, State.EXITED)]
+
+    def _keeps_config(self, p: Player) -> bool:
+        """Whether the outdated slot ``p`` starts again on its own (the previous) configuration: while a rollout is
+        held, a player of the previous configuration that exits or is recycled must keep serving, not become one
+        more slot of a configuration that does not come up (lock held)."""
+        return p.outdated and not p.environment.removing and any(q is not p for q in self._coming(p.environment))
 
     def _set_hold(self, env: Environment, p: Player | None) -> None:
         """Say (log, status line) that ``env``'s rollout is held because ``p``, a slot of the new configuration,
@@ -1096,13 +1113,20 @@ class Supervisor:
         self._close_player_resources(p)
         if p in env.players:
             env.players.remove(p)
+        self._drop_launch(p)
         log.info("environment %s: player %d removed", env.name, p.index)
 
     # -- spawning (loop thread) --------------------------------------------------------------------------
     def _spawn(self, p: Player) -> None:
         env = p.environment
-        cfg = env.config
+        launch = p.launch if self._keeps_config(p) else None
+        if launch is not None and launch[3] is not None and not launch[3].alive():
+            log.info("%s[%d]: the managed display of the previous configuration died: it starts on the new one",
+                     env.name, p.index)
+            launch = None
+        cfg = p.config if launch is not None else env.config
         p.config = cfg
+        previous, p.launch = p.launch, None
         p.reason = p.reason if p.boot_failures else ""
         p.stop = None
         p.stop_done.clear()
@@ -1111,18 +1135,27 @@ class Supervisor:
         p.awaiting_platform = False
         p.eof_reason = None
         try:
-            try:
-                selection = self._selection(env)
-            except _SelectionPending:
-                p.state = State.BACKOFF  # spawned once the selection thread wakes the loop
-                p.deadline = None
-                p.awaiting_platform = True
-                if not p.reason:
-                    p.reason = "waiting for its platform to be selected"
-                return
+            if launch is not None:  # the rollout is held: on the previous configuration, as it last started
+                selection = launch[0]
+            else:
+                try:
+                    selection = self._selection(env)
+                except _SelectionPending:
+                    p.state = State.BACKOFF  # spawned once the selection thread wakes the loop
+                    p.deadline = None
+                    p.awaiting_platform = True
+                    if not p.reason:
+                        p.reason = "waiting for its platform to be selected"
+                    if previous is not None:
+                        self._release_selection(previous[0])
+                    return
             p.selection = selection
+            if previous is not None and previous[0] is not selection:
+                self._release_selection(previous[0])
             prepared = env.prepared
-            if prepared is not None and prepared[0] is selection:
+            if launch is not None:
+                platform_env, platform_args, p.display = dict(launch[1]), list(launch[2]), launch[3]
+            elif prepared is not None and prepared[0] is selection:
                 # (a managed display: prepared on the selection's thread, for the display found alive just now)
                 slot_env, slot_args = prepared[2][p.index % len(prepared[2])]
                 platform_env, platform_args = dict(slot_env), list(slot_args)
@@ -1155,6 +1188,7 @@ class Supervisor:
             # (GPUs spread round-robin) is the player's. Every other variable of ``env`` overrides the platform's.
             if "DISPLAY" in platform_env:
                 child_env["DISPLAY"] = platform_env["DISPLAY"]
+            p.launch = (selection, dict(platform_env), list(platform_args), p.display)
             p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
         except Exception as exc:  # whatever stops this player from starting is its boot failure, never the loop's end
             if isinstance(exc, RenderdError):
@@ -1181,9 +1215,9 @@ class Supervisor:
         self._watch(p.holder.fileno(), ("ready", p))
         self._watch(p.proc.fileno(), ("exit", p))
         log.info(
-            "started %s[%d] pid %d (%dx%d, %s, log %s)",
+            "started %s[%d] pid %d (%dx%d, %s, log %s)%s",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
-            p.log_path,
+            p.log_path, " on the previous configuration: the rollout is held" if launch is not None else "",
         )
         self._watch_display(p.display)  # (last: a display found dead here stops the player at once)
         self._status_update()
@@ -1390,7 +1424,9 @@ class Supervisor:
         if selection is None:
             return
         for env in self.environments.values():
-            if env.selection is selection or any(p.selection is selection for p in env.players):
+            if env.selection is selection or any(
+                p.selection is selection or (p.launch is not None and p.launch[0] is selection) for p in env.players
+            ):
                 return
         # Its managed display, if another environment shares it, runs on: stop watching it for this one.
         self._unwatch_display(getattr(selection, "display", None))
@@ -1889,8 +1925,19 @@ class Supervisor:
         p.assembler = None
         p.display = None
         old_selection, p.selection = p.selection, None
+        launch = None
+        if not p.outdated or self._stopping:  # (kept for a restart on the previous configuration: _keeps_config)
+            launch, p.launch = p.launch, None
         if old_selection is not None and old_selection is not p.environment.selection:
             self._release_selection(old_selection)
+        if launch is not None and launch[0] is not old_selection and launch[0] is not p.environment.selection:
+            self._release_selection(launch[0])
+
+    def _drop_launch(self, p: Player) -> None:
+        """Forget how ``p`` last started, giving back its selection if nothing else uses it (lock held)."""
+        launch, p.launch = p.launch, None
+        if launch is not None:
+            self._release_selection(launch[0])
 
     # -- stopping everything -----------------------------------------------------------------------------
     def _shutdown_players(self) -> None:

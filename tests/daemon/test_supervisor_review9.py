@@ -1,0 +1,81 @@
+"""The supervisor while a rollout is held: real players, real FIFOs, an in-process Supervisor
+(tests/daemon/test_robustness.py's ``supervisor_with``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+
+from renderd.config import loads
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
+
+#: An executable that exits at once, before any first frame: a build that does not come up.
+EXITS_AT_START = '["/bin/sh", "-c", "echo cannot load the scene >&2; exit 3"]'
+
+
+def _states(sup) -> list[tuple[str, int | None, bool]]:
+    with sup.lock:
+        return [(p.state.value, p.pid, p.outdated) for p in sup.environments["demo"].players]
+
+
+def _config(**kwargs) -> str:
+    """Two players; a slot that fails to boot once is FAILED (the rollout stops at once)."""
+    return fast_config(instances=2, **kwargs).replace("max_boot_failures = 3", "max_boot_failures = 1")
+
+
+def _start_held_rollout(sup) -> set[int]:
+    """Declares a configuration whose players exit at start; returns the pids of the previous configuration's
+    players once the replaced slot is FAILED and the other one serves on."""
+    wait_for(lambda: [s for s, _, _ in _states(sup)] == ["READY"] * 2, DEADLINE, "two READY players")
+    old = {pid for _, pid, _ in _states(sup)}
+    bad = loads(textwrap.dedent(_config(executable=EXITS_AT_START)))
+    sup.put_environment(bad.environments["demo"], source="file")
+    wait_for(lambda: sorted(s for s, _, _ in _states(sup)) == ["FAILED", "READY"], DEADLINE,
+             "the replaced player FAILED, the other READY")
+    return old
+
+
+def _after_restart(sup, old: set[int]) -> list[tuple[str, int | None, bool]]:
+    """The states once the slot of the previous configuration is READY again as a new process, or once both
+    slots are FAILED."""
+
+    def check():
+        states = _states(sup)
+        ready_old = [pid for s, pid, outdated in states if s == "READY" and outdated and pid not in old]
+        return states if ready_old or [s for s, _, _ in states] == ["FAILED"] * 2 else None
+
+    return wait_for(check, DEADLINE, f"the slot of the previous configuration restarted: {_states(sup)}")
+
+
+# -- 1. while a rollout is held, a player of the previous configuration restarts on it ---------------------------
+def test_an_old_player_that_crashes_while_the_rollout_is_held_restarts_on_the_old_configuration(supervisor_with):
+    sup = supervisor_with(_config())
+    old = _start_held_rollout(sup)
+    victim = next(pid for s, pid, outdated in _states(sup) if s == "READY" and outdated)
+    os.kill(victim, signal.SIGKILL)
+    wait_for(lambda: pid_gone(victim), DEADLINE, "the killed player reaped")
+    states = _after_restart(sup, old)
+    # Before, it restarted on the new configuration, failed to boot like the first replaced slot: nothing served.
+    assert sorted((s, outdated) for s, _, outdated in states) == [("FAILED", False), ("READY", True)], states
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        assert (answer["width"], answer["height"]) == (300, 300), answer
+    finally:
+        sup.release(lease.id)
+
+
+def test_an_old_player_recycled_after_its_lease_while_the_rollout_is_held_restarts_on_the_old_configuration(
+        supervisor_with):
+    sup = supervisor_with(_config())
+    old = _start_held_rollout(sup)
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    assert answer["pid"] in old, answer
+    assert sup.release(lease.id, clean=False)["recycled"]
+    wait_for(lambda: pid_gone(answer["pid"]), DEADLINE, "the recycled player reaped")
+    states = _after_restart(sup, old)
+    assert sorted((s, outdated) for s, _, outdated in states) == [("FAILED", False), ("READY", True)], states
+
