@@ -4,8 +4,8 @@ The probe (:mod:`renderd.platforms._vkprobe`) loads ``libvulkan.so.1``, creates 
 the physical devices with their names, types and UUIDs, in the order ``vkEnumeratePhysicalDevices``
 gives them: the order Unity's ``-force-device-index`` counts in. It runs with the environment the
 player will get (``VK_ICD_FILENAMES``, ``VK_DRIVER_FILES`` and implicit layers change the answer), and
-results are cached per relevant environment for :data:`VULKAN_PROBE_CACHE_SECONDS` (all but a probe that
-missed its deadline).
+results are cached per relevant environment and state of the installed drivers for
+:data:`VULKAN_PROBE_CACHE_SECONDS` (all but a probe that missed its deadline).
 """
 
 from __future__ import annotations
@@ -87,8 +87,12 @@ class VulkanProbe:
     raw: dict[str, Any] = field(default_factory=dict)
 
 
-_cache: dict[tuple[tuple[str, str], ...], tuple[float, VulkanProbe]] = {}
+_cache: dict[tuple[object, ...], tuple[float, VulkanProbe]] = {}
 _cache_lock = threading.Lock()
+
+#: The dynamic linker's cache: rewritten (ldconfig) when a package installs or removes a shared library, such
+#: as the Vulkan loader or a driver.
+LD_SO_CACHE = "/etc/ld.so.cache"
 
 
 def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
@@ -96,6 +100,37 @@ def loader_env_key(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(
         sorted((k, v) for k, v in env.items() if k.startswith(VULKAN_ENV_PREFIXES) or k in VULKAN_ENV_VARS)
     )
+
+
+def _icd_search_dirs(env: Mapping[str, str]) -> list[str]:
+    """The directories the loader searches for ICD manifests when no variable names them (Linux), in its
+    order: the XDG configuration directories (home first), /etc, then the XDG data directories (home first)."""
+    home = env.get("HOME", "")
+    config_home = env.get("XDG_CONFIG_HOME") or (os.path.join(home, ".config") if home else "")
+    data_home = env.get("XDG_DATA_HOME") or (os.path.join(home, ".local", "share") if home else "")
+    config_dirs = (env.get("XDG_CONFIG_DIRS") or "/etc/xdg").split(os.pathsep)
+    data_dirs = (env.get("XDG_DATA_DIRS") or "/usr/local/share:/usr/share").split(os.pathsep)
+    bases = [config_home, *config_dirs, "/etc", data_home, *data_dirs]
+    return [os.path.join(base, "vulkan", "icd.d") for base in bases if base]
+
+
+def driver_fingerprint(env: Mapping[str, str]) -> tuple[tuple[str, tuple[int, int, int] | None], ...]:
+    """What the Vulkan drivers the loader would find look like on disk now: the identity, size and change
+    time of each manifest file or directory the ICD variables name, of each directory the loader searches,
+    and of the dynamic linker's cache (see :data:`LD_SO_CACHE`). A manifest or driver installed, changed or
+    removed changes it (part of the probe cache's key): the next check probes again."""
+    paths = [p for var in ICD_ENV_VARS for p in env.get(var, "").split(os.pathsep) if p]
+    paths += _icd_search_dirs(env)
+    paths.append(LD_SO_CACHE)
+    found = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except (OSError, ValueError):
+            found.append((path, None))
+        else:
+            found.append((path, (st.st_ino, st.st_size, st.st_mtime_ns)))
+    return tuple(found)
 
 
 #: Failures to start the probe that say this process is short of something now, not what Vulkan is.
@@ -112,8 +147,11 @@ def probe_vulkan(
     env: Mapping[str, str], *, timeout: float = VULKAN_PROBE_TIMEOUT, use_cache: bool = True
 ) -> VulkanProbe:
     """Probe Vulkan with ``env`` (the player's environment). Never raises for the driver's problems:
-    a missing loader, a failing ``vkCreateInstance``, a crash or a hang are reported in ``error``."""
-    key = loader_env_key(env)
+    a missing loader, a failing ``vkCreateInstance``, a crash or a hang are reported in ``error``.
+
+    A result is reused for the same loader environment (:func:`loader_env_key`) while the drivers on disk do
+    not change (:func:`driver_fingerprint`), for at most :data:`VULKAN_PROBE_CACHE_SECONDS`."""
+    key = (loader_env_key(env), driver_fingerprint(env))
     now = time.monotonic()
     if use_cache:
         with _cache_lock:
