@@ -165,15 +165,15 @@ def _segments(environ: dict[str, Any], path_info: str) -> list[str] | None:
     return [_text(urllib.parse.unquote_to_bytes(part)) for part in raw[1:].split("/")]
 
 
-def _proc_ids(pid: int) -> tuple[int, list[int]] | None:
-    """``pid``'s parent and its pids in each pid namespace it is in, the daemon's first (``PPid`` and
-    ``NSpid`` of /proc/PID/status); None when it is gone."""
+def _proc_ids(pid: int) -> tuple[int, list[int], int] | None:
+    """``pid``'s parent, its pids in each pid namespace it is in (the daemon's first) and its real user id
+    (``PPid``, ``NSpid`` and ``Uid`` of /proc/PID/status); None when it is gone."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
             text = f.read().decode("ascii", "replace")
     except OSError:
         return None
-    ppid, nspids = 0, [pid]
+    ppid, nspids, uid = 0, [pid], -1
     for line in text.splitlines():
         key, _, value = line.partition(":")
         try:
@@ -181,9 +181,11 @@ def _proc_ids(pid: int) -> tuple[int, list[int]] | None:
                 ppid = int(value)
             elif key == "NSpid":  # (Linux 4.1 and later: without it, one namespace is all there is)
                 nspids = [int(v) for v in value.split()] or [pid]
-        except ValueError:
+            elif key == "Uid":
+                uid = int(value.split()[0])
+        except (ValueError, IndexError):
             return None
-    return ppid, nspids
+    return ppid, nspids, uid
 
 
 def _children(pid: int) -> list[int]:
@@ -204,11 +206,11 @@ def _children(pid: int) -> list[int]:
 
 def _client_process(client_pid: int, peer_pid: int) -> int:
     """The process a lease request's ``client_pid`` names, as the daemon numbers it: the process that sent the
-    request (``peer_pid``, from the socket's credentials), one of its ancestors (a shell script whose ``curl``
-    asks for it) or one of its descendants, named by its pid in the daemon's pid namespace or in the sender's
-    (a client in a container sends the pid its own namespace gives it, which in the daemon's is another
-    process, or none). Raises HTTPError 400 for any other process: the daemon would watch a process
-    unrelated to the client, and end the lease when that one exits, or never."""
+    request (``peer_pid``, from the socket's credentials), or one of its ancestors (a shell script whose ``curl``
+    asks for it) or descendants that runs as the same user and is not init, named by its pid in the daemon's
+    pid namespace or in the sender's (a client in a container sends the pid its own namespace gives it, which
+    in the daemon's is another process, or none). Raises HTTPError 400 for any other process: the daemon would
+    watch a process unrelated to the client, and end the lease when that one exits, or never."""
     if client_pid == peer_pid:
         return peer_pid
     if peer_pid <= 0:
@@ -218,12 +220,14 @@ def _client_process(client_pid: int, peer_pid: int) -> int:
     peer = _proc_ids(peer_pid)
     depth = len(peer[1]) if peer is not None else 1
 
-    def names(pid: int, nspids: list[int]) -> bool:
-        return pid == client_pid or (len(nspids) == depth and nspids[-1] == client_pid)
+    def names(pid: int, ids: tuple[int, list[int], int]) -> bool:
+        if pid == 1 or (peer is not None and ids[2] != peer[2]):
+            return False  # (init never exits; another user's process is not the client's)
+        return pid == client_pid or (len(ids[1]) == depth and ids[1][-1] == client_pid)
 
     pid, ids, seen = peer_pid, peer, 0
     while ids is not None and seen < MAX_CLIENT_PROCESSES:  # the sender and its ancestors, nearest first
-        if names(pid, ids[1]):
+        if names(pid, ids):
             return pid
         seen += 1
         pid = ids[0]
@@ -233,7 +237,7 @@ def _client_process(client_pid: int, peer_pid: int) -> int:
         pid = todo.pop(0)
         seen += 1
         ids = _proc_ids(pid)
-        if ids is not None and names(pid, ids[1]):
+        if ids is not None and names(pid, ids):
             return pid
         todo += _children(pid)
     shown = f"pid {peer_pid}" + (f", {peer[1][-1]} in its own pid namespace" if peer and len(peer[1]) > 1 else "")
@@ -242,8 +246,8 @@ def _client_process(client_pid: int, peer_pid: int) -> int:
                 "ancestors or descendants in the asker's pid namespace")
     else:
         what = (f"is neither the process asking for the lease ({shown}) nor one of its ancestors or "
-                "descendants: the daemon watches client_pid to end the lease when the client exits, so it must "
-                "be the client's own process (os.getpid())")
+                "descendants of the same user (init excluded): the daemon watches client_pid to end the lease "
+                "when the client exits, so it must be the client's own process (os.getpid())")
     raise HTTPError(400, LeaseError(f"client_pid {client_pid} {what}"))
 
 

@@ -78,6 +78,10 @@ def test_a_client_pid_unrelated_to_the_asking_process_is_refused(daemon):
         assert info.value.status == 400
         assert f"client_pid {unrelated} is neither the process asking for the lease (pid {os.getpid()})" in str(
             info.value)
+        # Nor init: an ancestor of every process, which never exits (the lease would never end with its client).
+        with pytest.raises(LeaseError) as info:
+            d.client.request("POST", "/v1/environments/demo/leases", {"client_pid": 1, "timeout": 5})
+        assert info.value.status == 400 and "client_pid 1 is neither the process asking" in str(info.value)
         assert d.players()[0]["state"] == "READY"
     finally:
         os.kill(unrelated, signal.SIGKILL)
