@@ -480,8 +480,8 @@ class Decoder:
     that fed those bytes then returns without raising. An unknown field type fails from its type byte
     alone, as soon as that arrives, without waiting for the rest of its header. Limits, each a
     :class:`ProtocolError` from a field's header alone: ``max_body_size`` per body, ``max_fields`` per
-    message, and ``max_message_size`` for a whole message (default: :data:`MESSAGE_SIZE_IN_BODIES` times
-    ``max_body_size``).
+    message, and ``max_message_size`` for a whole message, its end-of-message marker included (so every
+    :attr:`Message.nbytes` is at most that; default: :data:`MESSAGE_SIZE_IN_BODIES` times ``max_body_size``).
 
     Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
     ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
@@ -504,8 +504,8 @@ class Decoder:
             raise ValueError("max_body_size must be >= 0")
         if max_message_size is None:
             max_message_size = MESSAGE_SIZE_IN_BODIES * max(max_body_size, 1)
-        if max_message_size < 0:
-            raise ValueError("max_message_size must be >= 0")
+        if max_message_size < HEADER_SIZE:
+            raise ValueError(f"max_message_size must be >= {HEADER_SIZE} (the end-of-message marker alone)")
         self.max_message_size = max_message_size
         if pool_bytes < 0:
             raise ValueError("pool_bytes must be >= 0")
@@ -529,7 +529,8 @@ class Decoder:
         self._fields: list[tuple[FieldType, Any]] = []
         self._offsets: list[int] = []
         self._msg_offset: int | None = None
-        self._msg_size = 0  # bytes of the message being assembled, counted from each field's header
+        # Bytes of the message being assembled, counted from each field's header, its end marker included.
+        self._msg_size = HEADER_SIZE
         self._ready: list[Message] = []
         self._error: ProtocolError | None = None
         self._eof = False
@@ -753,7 +754,7 @@ class Decoder:
                 self._fields = []
                 self._offsets = []
                 self._msg_offset = None
-                self._msg_size = 0
+                self._msg_size = HEADER_SIZE
                 continue
             if len(self._fields) >= self.max_fields:  # from the header: the body is never read or allocated
                 self._fail(
@@ -771,8 +772,8 @@ class Decoder:
             msg_size = self._msg_size + HEADER_SIZE + length
             if msg_size > self.max_message_size:
                 self._fail(
-                    f"message grows to {msg_size} bytes with this {ftype.name} field, over the limit of "
-                    f"{self.max_message_size} bytes (max_message_size)",
+                    f"message grows to {msg_size} bytes with this {ftype.name} field and its end-of-message "
+                    f"marker, over the limit of {self.max_message_size} bytes (max_message_size)",
                     offset,
                     ftype,
                 )

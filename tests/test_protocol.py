@@ -504,18 +504,18 @@ def test_too_many_fields_without_end_marker():
 
 
 def test_a_message_over_max_message_size_is_refused_from_the_crossing_header():
-    # Four bodies of 100 bytes fit max_message_size=420 with their headers (4 x 105); a fifth field's
-    # header crosses it, before its body is read. The count restarts with each message.
+    # Four bodies of 100 bytes fit max_message_size=425 with their headers (4 x 105) and the end marker (5);
+    # a fifth field's header crosses it, before its body is read. The count restarts with each message.
     body = b"x" * 100
     whole = join(encode_message([(FieldType.RGB_IMAGE, body)] * 4))
-    d = Decoder(max_body_size=200, max_message_size=420)
+    d = Decoder(max_body_size=200, max_message_size=425)
     stream = whole + whole
     for i in range(len(stream)):  # a byte at a time: a header seen again while its body is missing counts once
         d.receive_data(stream[i : i + 1])
     assert len(drain(d)) == 2
     fields = join(encode_message([(FieldType.RGB_IMAGE, body)] * 4))[:-5]  # no end marker
-    e = _err(fields + struct.pack("!BI", FieldType.DEPTH_IMAGE, 1), max_body_size=200, max_message_size=420)
-    assert "message grows to 426 bytes with this DEPTH_IMAGE field" in str(e) and "420" in str(e)
+    e = _err(fields + struct.pack("!BI", FieldType.DEPTH_IMAGE, 1), max_body_size=200, max_message_size=425)
+    assert "message grows to 431 bytes with this DEPTH_IMAGE field" in str(e) and "425" in str(e)
     assert e.offset == 4 * 105 and e.field_type == FieldType.DEPTH_IMAGE
     assert Decoder(max_body_size=1000).max_message_size == 16000  # by default, sixteen of the largest bodies
     # A 4096 x 4096 RGBA agent with RGB, depth, normals, instance and class segmentation fits the default.

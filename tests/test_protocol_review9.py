@@ -68,3 +68,37 @@ def test_a_player_that_writes_one_impossible_byte_is_a_protocol_error_not_a_time
     assert not isinstance(info.value, PlayerTimeout)
     assert time.monotonic() - started < 10  # not the start timeout
     assert "unknown field type 69" in str(info.value)
+
+
+# -- max_message_size is the size of a whole message, its end-of-message marker included -------------------
+
+
+def _messages(data: bytes, **kw) -> list:
+    d = Decoder(**kw)
+    d.receive_data(data)
+    out = []
+    while (m := d.next_message()) is not NEED_DATA:
+        out.append(m)
+    return out
+
+
+def test_no_message_longer_than_max_message_size_is_accepted():
+    # Four 100-byte fields (4 x 105 bytes) and the end marker make a message of 425 bytes.
+    whole = join(encode_message([(FieldType.RGB_IMAGE, b"x" * 100)] * 4))
+    assert len(whole) == 425
+    (m,) = _messages(whole, max_body_size=200, max_message_size=425)
+    assert m.nbytes == 425
+    with pytest.raises(ProtocolError) as info:
+        _messages(whole, max_body_size=200, max_message_size=424)
+    e = info.value
+    assert "message grows to 425 bytes with this RGB_IMAGE field and its end-of-message marker" in str(e)
+    assert "over the limit of 424 bytes (max_message_size)" in str(e)
+    assert e.offset == 3 * 105 and e.field_type == FieldType.RGB_IMAGE  # from the header of the crossing field
+
+
+def test_max_message_size_must_hold_at_least_the_end_marker():
+    assert Decoder(max_message_size=HEADER_SIZE).max_message_size == HEADER_SIZE
+    (m,) = _messages(join(encode_message([])), max_message_size=HEADER_SIZE)  # an empty message fits exactly
+    assert m.nbytes == HEADER_SIZE and not m.fields
+    with pytest.raises(ValueError, match="max_message_size must be >= 5"):
+        Decoder(max_message_size=HEADER_SIZE - 1)
