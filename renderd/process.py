@@ -648,7 +648,17 @@ class PlayerProcess:
         }
 
     # -- stopping --------------------------------------------------------------------------------------
+    def _group_id_recycled(self) -> bool:
+        """Whether the player's process group id may now name someone else's group. Never while the leader
+        is unreaped: its zombie holds the id. Once something else reaped it (this process ignores SIGCHLD, a
+        handler reaps every child), a group that still has members keeps the id from being given out, so a
+        process that has it as its pid means the group is gone and the id taken by another."""
+        return self._popen.returncode is not None and os.path.exists(f"/proc/{self.pgid}")
+
     def _signal_group(self, sig: signal.Signals) -> None:
+        if self._group_id_recycled():
+            log.debug("not sending %s to process group %d: the id was given to another process", sig.name, self.pgid)
+            return
         try:
             os.killpg(self.pgid, sig)
         except ProcessLookupError:
@@ -659,6 +669,8 @@ class PlayerProcess:
     def _group_running(self) -> bool:
         """Whether a process of the player's group other than an exited leader still runs (a wrapper
         script's child, say). Reads ``/proc``; only asked while stopping."""
+        if self._group_id_recycled():
+            return False
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import subprocess
 import time
 
 import psutil
@@ -58,3 +59,66 @@ def test_a_stopped_player_ends_on_sigterm_without_waiting_out_the_grace(tmp_path
         assert not [r for r in caplog.records if "SIGKILL" in r.getMessage()]
     finally:
         proc.stop(1.0)
+
+
+NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
+
+
+@pytest.mark.skipif(not os.access(NS_LAST_PID, os.W_OK), reason="choosing the next pid needs CAP_SYS_ADMIN")
+def test_the_group_id_of_a_player_reaped_elsewhere_is_not_signalled_once_recycled(tmp_path):
+    # This process ignores SIGCHLD, so the kernel reaps the player as it exits: its pid and process group id
+    # are free again (no zombie holds them). When that id is given to a new group leader (another player,
+    # any setsid'd program) before the session is closed, stop() must not SIGTERM and SIGKILL that group.
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        proc = PlayerProcess.spawn(["sh", "-c", "exit 3"], None, tmp_path / "player.log")
+        assert wait_until(lambda: proc.poll() is not None, 10)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    victim = None
+    try:
+        assert proc.status_unknown and pid_gone(proc.pid)
+        for _ in range(50):  # (other processes may take the pid first)
+            with open(NS_LAST_PID, "w") as f:
+                f.write(str(proc.pgid - 1))
+            candidate = subprocess.Popen(["sleep", "600"], start_new_session=True)
+            if candidate.pid == proc.pgid:
+                victim = candidate
+                break
+            candidate.kill()
+            candidate.wait()
+        if victim is None:
+            pytest.skip(f"pid {proc.pgid} could not be given to a new process")
+        assert os.getpgid(victim.pid) == proc.pgid
+        proc.stop(1.0)
+        with pytest.raises(subprocess.TimeoutExpired):
+            victim.wait(0.5)  # (a signal sent to it would end it at once)
+    finally:
+        proc.stop(1.0)
+        if victim is not None:
+            victim.kill()
+            victim.wait()
+
+
+def test_the_group_of_a_player_reaped_elsewhere_is_still_stopped_while_it_has_members(tmp_path):
+    # The other side of the test above: the leader was reaped by the kernel (SIGCHLD ignored), but a process
+    # of its group runs on, which keeps the group id from being given out: stop() ends it.
+    log_path = tmp_path / "player.log"
+    previous = signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    try:
+        proc = PlayerProcess.spawn(["sh", "-c", "sleep 600 & echo child $!; exit 3"], None, log_path)
+        assert wait_until(lambda: proc.poll() is not None, 10)
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    child = None
+    try:
+        assert proc.status_unknown
+        assert wait_until(lambda: "\n" in log_path.read_text(), 10)
+        child = int(log_path.read_text().split()[1])
+        assert os.getpgid(child) == proc.pgid
+        proc.stop(1.0)
+        assert wait_until(lambda: pid_gone(child), 5), "the player's group was left running"
+    finally:
+        proc.stop(1.0)
+        if child is not None and not pid_gone(child):
+            os.kill(child, signal.SIGKILL)
