@@ -847,40 +847,40 @@ def build_events(
         ev = Event(agent, sequence_id)
         cameras = None
         # Only the image types the message holds (usually one or two of the seventeen).
-        for ftype, items in images.items():
-            attr = _AGENT_SETTERS.get(ftype)
-            if ftype == FieldType.IDS_IMAGE:
+        for image_type, items in images.items():
+            attr = _AGENT_SETTERS.get(image_type)
+            if image_type == FieldType.IDS_IMAGE:
                 if i < len(items):
                     body, off = items[i]
-                    ids = ev._ids = _image(body, ftype, width, height, off, alpha=True)
+                    ids = ev._ids = _image(body, image_type, width, height, off, alpha=True)
                     ev.instance_segmentation_frame = ids[..., :3]
             elif attr is not None:
                 if i < len(items):
                     body, off = items[i]
-                    setattr(ev, attr, _image(body, ftype, width, height, off))
-            elif ftype == FieldType.DEPTH_IMAGE:
+                    setattr(ev, attr, _image(body, image_type, width, height, off))
+            elif image_type == FieldType.DEPTH_IMAGE:
                 if i < len(items):
                     body, off = items[i]
-                    ev.depth_frame = _depth(body, ftype, width, height, off, agent)
+                    ev.depth_frame = _depth(body, image_type, width, height, off, agent)
             else:  # a third-party camera's image
                 if cameras is None:
                     cameras = agent.get("thirdPartyCameras") or metadata.get("thirdPartyCameras") or []
                     n_cameras = len(cameras) if isinstance(cameras, list) else 0
                 count = min(len(items), n_cameras) if n_cameras else len(items)
-                if ftype == FieldType.THIRD_PARTY_DEPTH:
+                if image_type == FieldType.THIRD_PARTY_DEPTH:
                     frames = ev.third_party_depth_frames
                     for body, off in items[:count]:
-                        frames.append(_depth(body, ftype, width, height, off, agent))
-                elif ftype == FieldType.THIRD_PARTY_IMAGE_IDS:
+                        frames.append(_depth(body, image_type, width, height, off, agent))
+                elif image_type == FieldType.THIRD_PARTY_IMAGE_IDS:
                     frames = ev.third_party_instance_segmentation_frames
                     for body, off in items[:count]:
-                        ids = _image(body, ftype, width, height, off, alpha=True)
+                        ids = _image(body, image_type, width, height, off, alpha=True)
                         ev._third_party_ids.append(ids)
                         frames.append(ids[..., :3])
                 else:
-                    frames = getattr(ev, _THIRD_PARTY_LISTS[ftype])
+                    frames = getattr(ev, _THIRD_PARTY_LISTS[image_type])
                     for body, off in items[:count]:
-                        frames.append(_image(body, ftype, width, height, off))
+                        frames.append(_image(body, image_type, width, height, off))
         events.append(ev)
     active = metadata.get("activeAgentId", 0)
     if not isinstance(active, int) or not 0 <= active < len(events):
