@@ -456,6 +456,8 @@ class PlayerProcess:
         #: ignores SIGCHLD, or a SIGCHLD handler reaps every child): ``returncode`` is then 0 (Popen's
         #: convention), and :meth:`crashed` says the status is unknown.
         self.status_unknown = False
+        #: Whether the signal that killed the player made it dump core (known once :meth:`poll` saw the exit).
+        self.core_dumped = False
         #: The thread that spawned the player with PR_SET_PDEATHSIG (set by :meth:`spawn`): its exit kills it.
         self.spawned_by: threading.Thread | None = None
 
@@ -556,6 +558,7 @@ class PlayerProcess:
         if info.si_code == os.CLD_EXITED:
             self._returncode = info.si_status
         else:  # CLD_KILLED, CLD_DUMPED
+            self.core_dumped = info.si_code == os.CLD_DUMPED
             self._returncode = -info.si_status
         return self._returncode
 
@@ -588,9 +591,12 @@ class PlayerProcess:
         return self.wait(timeout) is not None
 
     def exit_description(self) -> str:
-        """``exit code N``, ``killed by SIGNAME``, ``still running``, or ``exited (exit status unknown)``."""
+        """``exit code N``, ``killed by SIGNAME`` (``(core dumped)`` added when it did), ``still running``, or
+        ``exited (exit status unknown)``."""
         code = self.poll()
-        return "exited (exit status unknown)" if code is not None and self.status_unknown else describe_exit(code)
+        if code is not None and self.status_unknown:
+            return "exited (exit status unknown)"
+        return describe_exit(code) + (" (core dumped)" if self.core_dumped else "")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the player's log ("" when there is none)."""
@@ -608,6 +614,8 @@ class PlayerProcess:
                 "a player is set to die with the thread that started it (PR_SET_PDEATHSIG), so start long-lived "
                 "players from a long-lived thread"
             )
+        elif self.core_dumped:
+            message += "; it dumped core"
         elif self.status_unknown:
             code = None
             message += (

@@ -122,3 +122,20 @@ def test_the_group_of_a_player_reaped_elsewhere_is_still_stopped_while_it_has_me
         proc.stop(1.0)
         if child is not None and not pid_gone(child):
             os.kill(child, signal.SIGKILL)
+
+
+def test_a_player_that_dumped_core_says_so(tmp_path):
+    # A crash that left a core dump is the first thing to look at: the error and the exit description say
+    # that the player dumped core, besides the signal that killed it.
+    proc = PlayerProcess.spawn(["sh", "-c", "ulimit -c unlimited 2>/dev/null; kill -SEGV $$"], None,
+                               tmp_path / "player.log", cwd=tmp_path)
+    try:
+        info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)  # (waits; leaves it to the PlayerProcess)
+        if info.si_code != os.CLD_DUMPED:
+            pytest.skip("no core is dumped here (core size limit, or core_pattern's handler)")
+        assert proc.exit_description() == "killed by SIGSEGV (core dumped)"
+        error = proc.crashed("the player exited")
+        assert error.returncode == -signal.SIGSEGV
+        assert "dumped core" in str(error) and "killed by SIGSEGV" in str(error), str(error)
+    finally:
+        proc.stop(1.0)
