@@ -86,6 +86,8 @@ SHUTDOWN_SLACK = 5.0
 #: Extra seconds, beyond its grace and KILL_REAP_TIMEOUT, that the end of a shutdown waits for a player's stop
 #: under way (scanning /proc for its group, a busy machine) before it leaves that stop to its thread.
 STOP_BOUND_SLACK = 2.0
+#: Grace (seconds) that what is left of an exited player's process group gets between SIGTERM and SIGKILL.
+REAP_CLEANUP_GRACE = 0.1
 #: Log lines of a player quoted in its failure reason.
 REASON_LOG_LINES = 8
 #: Longest, in seconds, a stopping daemon waits for a platform selection under way (its probes end within
@@ -1726,7 +1728,11 @@ class Supervisor:
             p.stop_done.set()
             return
         self._unwatch(proc.fileno())
-        grace = self.daemon_config.stop_grace
+        self._start_stopper(proc, self.daemon_config.stop_grace, p)
+
+    def _start_stopper(self, proc: PlayerProcess, grace: float, p: Player | None) -> None:
+        """``proc.stop(grace)`` on a thread of its own (lock held); then, with ``p``, mark ``p``'s stop done and
+        wake the loop. A stopping daemon waits for it (_finish), within its bound."""
 
         def stopper() -> None:
             try:
@@ -1734,8 +1740,9 @@ class Supervisor:
             except Exception:  # never lose the loop's wake-up
                 log.exception("stopping player pid %d failed", proc.pid)
             finally:
-                p.stop_done.set()
-                self.wake()
+                if p is not None:
+                    p.stop_done.set()
+                    self.wake()
 
         t = threading.Thread(target=stopper, name=f"renderd-stop-{proc.pid}", daemon=True)
         until = time.monotonic() + grace + KILL_REAP_TIMEOUT + STOP_BOUND_SLACK
@@ -1796,12 +1803,15 @@ class Supervisor:
         p.returncode = code
         if p.holder is not None and not p.holder.closed:
             self._unwatch(p.holder.fileno())
-        self._unwatch(p.proc.fileno())
-        try:
-            p.proc.stop(0.1)  # reaped already: this only kills leftovers of its group and closes the pidfd
-        except Exception:
-            log.exception("cleaning up after player pid %d failed", p.proc.pid)
+        proc = p.proc
+        self._unwatch(proc.fileno())
+        # What is left to do (kill leftovers of its group, after REAP_CLEANUP_GRACE for any that ignore SIGTERM;
+        # reap it; close its pidfd) runs on a thread, never with the lock held: it scans /proc and may wait out
+        # that grace, while status, lease and release requests wait for the lock. (stop_done: its stop is taken
+        # care of, _close_player_resources does not stop it again.)
+        p.stop_done.set()
         self._after_exit(p, code, reason, booting)
+        self._start_stopper(proc, REAP_CLEANUP_GRACE, None)
 
     def _classify_exit(self, p: Player, code: int, lease: Lease | None, *, booting: bool = False) -> str:
         """Log and count an exit renderd did not ask for; returns the reason kept for ``renderd status``.

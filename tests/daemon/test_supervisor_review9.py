@@ -1,15 +1,19 @@
-"""The supervisor while a rollout is held: real players, real FIFOs, an in-process Supervisor
-(tests/daemon/test_robustness.py's ``supervisor_with``)."""
+"""The supervisor while a rollout is held, and its lock while it cleans up after a player: real players, real
+FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
 import os
 import signal
 import textwrap
+import time
+
+import psutil
 
 from renderd.config import loads
-from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.supervisor_helpers import DEADLINE
+from renderd.process import PlayerProcess
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
@@ -79,3 +83,45 @@ def test_an_old_player_recycled_after_its_lease_while_the_rollout_is_held_restar
     states = _after_restart(sup, old)
     assert sorted((s, outdated) for s, _, outdated in states) == [("FAILED", False), ("READY", True)], states
 
+
+# -- 2. cleaning up after a player that exited never holds the supervisor's lock ---------------------------------
+#: A player whose launcher left, in the player's process group, a process that ignores SIGTERM (a crash handler, a
+#: shader compiler): once the player exits, renderd's clean-up gives it its grace (0.1 s) before SIGKILL.
+LEAVES_A_HELPER = (f"""["/bin/sh", "-c", '(trap "" TERM; exec sleep 30) & exec "$0" "$@"', "{PLAYER}", """
+                   """"--static-frame"]""")
+
+
+def test_the_clean_up_after_a_player_that_exited_runs_without_the_supervisors_lock(supervisor_with, monkeypatch):
+    calls: list[tuple[int, bool, float]] = []
+    real_stop = PlayerProcess.stop
+    sup_box: list = []
+
+    def spy(self, grace=2.0):  # the real stop, noting whether the supervisor's lock is held around it
+        held = bool(sup_box) and sup_box[0].lock._is_owned()
+        started = time.monotonic()
+        try:
+            return real_stop(self, grace)
+        finally:
+            calls.append((self.pid, held, time.monotonic() - started))
+
+    monkeypatch.setattr(PlayerProcess, "stop", spy)
+    sup = supervisor_with(fast_config(executable=LEAVES_A_HELPER).replace("stop_grace = 2.0", "stop_grace = 0.2"))
+    sup_box.append(sup)
+    pid = ready_pid(sup)
+    helpers = wait_for(lambda: [q.pid for q in psutil.process_iter() if q.pid != pid and _pgid(q.pid) == pid],
+                       DEADLINE, "the helper in the player's process group")
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: all(pid_gone(h) for h in [pid, *helpers]), DEADLINE, "the player and its helper gone")
+    wait_for(lambda: ready_pid(sup) != pid, DEADLINE, "the player restarted")
+    mine = [c for c in calls if c[0] == pid]
+    assert mine, calls
+    # Before, the supervisor waited out the helper's grace with its lock held: no status, lease or release
+    # request was answered meanwhile.
+    assert not any(held for _, held, _ in mine), mine
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
