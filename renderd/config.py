@@ -26,6 +26,7 @@ and resolves executables to absolute paths (an executable that cannot be found i
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import grp
 import ipaddress
 import math
@@ -837,6 +838,22 @@ def _owner(f: dataclasses.Field) -> type:
     raise KeyError(f.name)
 
 
+#: Where each key belongs, for an unknown key's message: the table a key of another one goes in.
+_TABLE_OF = {DaemonConfig: "[daemon]", EnvironmentConfig: "[environments.NAME]"}
+
+
+def _unknown_key_hint(name: Any, known: list[str], cls: type | None) -> str:
+    """What an unknown key ``name`` (in a table of ``cls``; None: at the top of the file) was likely meant to
+    be: a key of another table, or a known key it is a typo of ("" when neither)."""
+    if not isinstance(name, str):
+        return ""
+    for other, table in _TABLE_OF.items():
+        if other is not cls and any(f.name == name for f in settings(other)):
+            return f"; {name} is a key of {table}"
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _table(cls: type, data: Any, source: str, prefix: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"expected a table, got {_value_name(data)}", path=source, key=prefix)
@@ -846,9 +863,8 @@ def _table(cls: type, data: Any, source: str, prefix: str) -> dict[str, Any]:
         key = f"{prefix}.{name}"
         f = known.get(name)
         if f is None:
-            raise ConfigError(
-                f"unknown key (known keys: {', '.join(known)})", path=source, key=key
-            )
+            hint = _unknown_key_hint(name, list(known), cls)
+            raise ConfigError(f"unknown key{hint} (known keys: {', '.join(known)})", path=source, key=key)
         values[name] = _check_value(f, value, source, key)
     return values
 
@@ -991,12 +1007,23 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
         raise ConfigError(f"not valid TOML: {exc}", path=path) from None
     unknown = sorted(set(data) - {"daemon", "environments"})
     if unknown:
-        raise ConfigError("unknown table or key (known: daemon, environments)", path=path, key=unknown[0])
+        hint = _unknown_key_hint(unknown[0], ["daemon", "environments"], None)
+        raise ConfigError(f"unknown table or key{hint} (known: daemon, environments)", path=path, key=unknown[0])
     daemon = DaemonConfig(**_table(DaemonConfig, data.get("daemon", {}), path, "daemon"))
     _check_daemon(daemon, path)
     envs_data = data.get("environments", {})
     if not isinstance(envs_data, dict):
         raise ConfigError(f"expected a table, got {_value_name(envs_data)}", path=path, key="environments")
+    for name, table in envs_data.items():
+        if not isinstance(table, dict) and any(f.name == name for f in settings(EnvironmentConfig)):
+            # (`[environments]` then `width = 3`: the keys of an environment written straight into the table
+            # of environments, which holds one table per environment)
+            raise ConfigError(
+                f"expected a table (an environment named {name!r}), got {_value_name(table)}: {name} is a key of "
+                "an environment, and each environment is a table of its own: [environments.NAME], such as "
+                "[environments.demo]",
+                path=path, key=f"environments.{name}",
+            )
     environments = {
         name: parse_environment(name, table, source=path, resolve=resolve) for name, table in envs_data.items()
     }
