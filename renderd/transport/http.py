@@ -957,6 +957,9 @@ MIN_BODY_RATE = 64 * 1024.0
 #: is not yet delivered (the "lingering close" of RFC 9112 9.6).
 LINGER_TIMEOUT = 2.0
 LINGER_MAX_BYTES = 4 << 20
+#: Most refused connections (503) lingered on at once (each for up to LINGER_TIMEOUT, by the accept loop);
+#: beyond this a refused connection is closed at once, even if that resets it.
+MAX_REFUSED_LINGERING = 64
 #: How long :meth:`PlayerHttpServer.stop` waits for its threads (seconds).
 STOP_TIMEOUT = 5.0
 #: Backlog of the listening socket.
@@ -1462,6 +1465,9 @@ class PlayerHttpServer:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         self._connections: set[_Connection] = set()
+        # Refused connections (503) the accept loop lingers on: fd -> (socket, close by, bytes drained).
+        self._refused: dict[int, tuple[Any, float, int]] = {}
+        self._drain_buffer = bytearray(64 * 1024)
         self.stopping = False
 
     def start(self) -> PlayerHttpServer:
@@ -1506,16 +1512,31 @@ class PlayerHttpServer:
         return int(self._bound[1]) if self._bound is not None else self._port
 
     def _accept_loop(self) -> None:
-        import socket
-
         poller = select.poll()
         poller.register(self._sock.fileno(), select.POLLIN)
         poller.register(self._wake_r, select.POLLIN)
+        try:
+            self._accept_until_stopped(poller)
+        finally:
+            for sock, _, _ in self._refused.values():  # (stop() or a bug ended the loop)
+                sock.close()
+            self._refused.clear()
+
+    def _accept_until_stopped(self, poller: Any) -> None:
+        import socket
+
         next_log, quiet = 0.0, 0  # accept failures are logged once per ACCEPT_ERROR_LOG_INTERVAL
+        listener = self._sock.fileno()
         while not self.stopping:
-            events = poller.poll()
+            timeout = None
+            if self._refused:
+                timeout = max(0.0, min(d for _, d, _ in self._refused.values()) - time.monotonic())
+            events = poller.poll(None if timeout is None else timeout * 1000)
             if self.stopping or any(fd == self._wake_r for fd, _ in events):
                 return
+            self._drain_refused(poller, [fd for fd, _ in events if fd in self._refused])
+            if not any(fd == listener for fd, _ in events):
+                continue
             try:
                 conn, addr = self._sock.accept()
             except OSError as exc:
@@ -1540,12 +1561,7 @@ class PlayerHttpServer:
                     self._connections.add(connection)
             if full:
                 logger.warning("refused an HTTP connection from %s: %d connections open", addr[0], self.max_connections)
-                try:
-                    conn.settimeout(1.0)
-                    conn.sendall(_error_bytes(503, f"too many connections (limit {self.max_connections})", "RenderdError"))
-                except OSError:
-                    pass
-                conn.close()
+                self._refuse(poller, conn, f"too many connections (limit {self.max_connections})")
                 continue
             try:
                 connection.thread.start()
@@ -1553,11 +1569,53 @@ class PlayerHttpServer:
                 logger.error("cannot serve an HTTP connection from %s: %s", addr[0], exc)
                 with self._lock:
                     self._connections.discard(connection)
-                try:
-                    conn.settimeout(1.0)
-                    conn.sendall(_error_bytes(503, "the server cannot start a thread for this connection", "RenderdError"))
-                except OSError:
-                    pass
+                self._refuse(poller, conn, "the server cannot start a thread for this connection")
+
+    def _refuse(self, poller: Any, conn: Any, message: str) -> None:
+        """Answer ``conn`` 503 and close it without a thread of its own: the accept loop half-closes it and
+        drains what the client sends (its request) for up to :data:`LINGER_TIMEOUT`, as a connection thread
+        does after its last answer; closing at once with the request unread would reset the connection and
+        the client would never read the 503. Past :data:`MAX_REFUSED_LINGERING` such connections, a new
+        one is closed at once."""
+        import socket
+
+        try:
+            conn.setblocking(False)
+            data = _error_bytes(503, message, "RenderdError")
+            if conn.send(data) != len(data):  # (a new connection's send buffer holds far more)
+                raise OSError(errno.EAGAIN, "short write")
+            conn.shutdown(socket.SHUT_WR)
+        except OSError:
+            conn.close()
+            return
+        if len(self._refused) >= MAX_REFUSED_LINGERING:
+            conn.close()
+            return
+        fd = conn.fileno()
+        self._refused[fd] = (conn, time.monotonic() + LINGER_TIMEOUT, 0)
+        poller.register(fd, select.POLLIN)
+
+    def _drain_refused(self, poller: Any, ready: list[int]) -> None:
+        """Read and discard what refused connections sent; close those whose client closed, that failed,
+        sent :data:`LINGER_MAX_BYTES` or lingered :data:`LINGER_TIMEOUT`."""
+        now = time.monotonic()
+        for fd in ready:
+            conn, deadline, drained = self._refused[fd]
+            try:
+                n = conn.recv_into(self._drain_buffer)
+            except BlockingIOError:
+                continue
+            except OSError:
+                n = 0
+            drained += n
+            if n and drained < LINGER_MAX_BYTES:
+                self._refused[fd] = (conn, deadline, drained)
+            else:
+                self._refused[fd] = (conn, now, drained)  # done: closed below
+        for fd, (conn, deadline, _) in list(self._refused.items()):
+            if deadline <= now:
+                poller.unregister(fd)
+                del self._refused[fd]
                 conn.close()
 
     def _notify_closed(self, connection: _Connection) -> None:

@@ -1,0 +1,104 @@
+"""The players' HTTP server over real sockets: refusals that must reach the client whole (the 503 of a full
+server is not lost to a TCP reset)."""
+
+from __future__ import annotations
+
+import select
+import socket
+import threading
+
+from renderd.transport import http as http_transport
+from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+
+from tests.helpers.http_util import DEADLINE, RawClient, connect
+from tests.helpers.leaks import open_fds, wait_for
+
+_POLL_CLOSED = select.POLLHUP | select.POLLERR | select.POLLRDHUP
+
+
+def _refused_answer(port: int, request: bytes) -> bytes:
+    """Connect, send ``request`` at once, wait until the server has closed its end, then read everything.
+
+    Raises ConnectionResetError when the server's close reset the connection (the answer is lost)."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=DEADLINE)
+    try:
+        sock.sendall(request)
+        poller = select.poll()
+        poller.register(sock.fileno(), _POLL_CLOSED)
+        assert poller.poll(DEADLINE * 1000), "the server never closed the refused connection"
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+    finally:
+        sock.close()
+
+
+# -- 503: the answer of a full server ----------------------------------------------------------------------
+
+
+def test_a_full_servers_503_survives_the_request_it_did_not_read(no_leaks):
+    # The 503 for one connection too many was sent and the socket closed at once, with the client's request
+    # unread: a close with unread bytes resets the connection, and the client saw "connection reset"
+    # instead of the answer (most of the time, on loopback). The refused connection is half-closed and
+    # drained (as LINGER_TIMEOUT says for every answer the server closes after) without holding up accepts.
+    server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=1).start()
+    first = None
+    try:
+        first = RawClient(server.port)
+        first.send(b"GET /ping HTTP/1.1\r\n\r\n")
+        assert first.response().body == b"pong"  # the one connection allowed is taken
+        for _ in range(8):
+            data = _refused_answer(server.port, b"POST /train HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
+            assert data.startswith(b"HTTP/1.1 503 Service Unavailable") and b"too many connections" in data, data
+        first.send(b"GET /ping HTTP/1.1\r\n\r\n")  # the connection being served is unaffected
+        assert first.response().body == b"pong"
+    finally:
+        if first is not None:
+            first.close()
+        server.stop()
+
+
+def test_a_503_for_a_connection_no_thread_can_serve_survives_its_request(served, monkeypatch):
+    real_start = threading.Thread.start
+    failed = []
+
+    def start_failing(self):
+        if self.name.startswith("renderd-http-conn") and len(failed) < 4:
+            failed.append(self.name)
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start_failing)
+    _, server, _ = served
+    for _ in range(4):
+        data = _refused_answer(server.port, b"GET /ping HTTP/1.1\r\n\r\n")
+        assert data.startswith(b"HTTP/1.1 503 Service Unavailable") and b"cannot start a thread" in data, data
+    client = connect(served)  # then connections are served again
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+
+
+def test_refused_connections_are_closed_when_their_client_lingers_and_at_stop(no_leaks, monkeypatch):
+    # A refused client that neither reads nor closes is closed after LINGER_TIMEOUT; one still lingering
+    # when the server stops is closed by stop() (no descriptor is left: no_leaks).
+    monkeypatch.setattr(http_transport, "LINGER_TIMEOUT", 0.3)
+    server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=0).start()
+    clients = []
+    try:
+        before = open_fds()
+        clients.append(RawClient(server.port))
+        assert clients[0].response().status == 503  # (so the server has accepted it: one more descriptor)
+        ours = before | {str(clients[0].sock.fileno())}
+        wait_for(lambda: open_fds() == ours, DEADLINE, "the server to close the refused connection")
+        monkeypatch.setattr(http_transport, "LINGER_TIMEOUT", 3600.0)
+        clients.append(RawClient(server.port))
+        assert clients[1].response().status == 503
+        wait_for(lambda: len(server._refused) == 1, DEADLINE, "the refused connection to linger")
+    finally:
+        server.stop()
+        for client in clients:
+            client.close()
+    assert not server._refused
