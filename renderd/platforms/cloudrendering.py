@@ -40,7 +40,9 @@ class CloudRendering(Platform):
             listed = gpu_mod.vulkaninfo_devices(env)
             if len(listed) == len(devices):
                 devices = [d if d.uuid else listed[d.index] for d in devices]
-        plan = gpu_mod.plan_vulkan(request.gpus, cuda_visible, cuda, devices)
+        plan = gpu_mod.plan_vulkan(
+            request.gpus, cuda_visible, cuda, devices, device_order=env.get("CUDA_DEVICE_ORDER")
+        )
         if nvidia_problem is not None:
             plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as Vulkan device indices, which need not be CUDA's")
         details = {

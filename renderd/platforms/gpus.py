@@ -1,7 +1,8 @@
 """GPU spreading: which device each player instance renders on.
 
-An environment's ``gpus`` list names GPUs the way CUDA and ``nvidia-smi`` do; players are spread over
-it round-robin. Unity picks its Vulkan device with ``-force-device-index N`` where ``N`` counts in
+An environment's ``gpus`` list names GPUs the way ``nvidia-smi`` does (PCI bus order: CUDA's with
+``CUDA_DEVICE_ORDER=PCI_BUS_ID``, or when the GPUs are alike; a plan notes when they may differ); players are
+spread over it round-robin. Unity picks its Vulkan device with ``-force-device-index N`` where ``N`` counts in
 ``vkEnumeratePhysicalDevices`` order, which need not be the ``nvidia-smi`` (PCI bus) order. The two are
 joined by device UUID: ``nvidia-smi -L`` prints ``GPU-<uuid>`` and Vulkan reports the same 16 bytes as
 ``deviceUUID``::
@@ -169,6 +170,33 @@ def map_cuda_to_vulkan(cuda: Sequence[CudaDevice], vulkan: Sequence[VulkanDevice
     return {d.index: by_uuid[d.uuid] for d in cuda if d.uuid in by_uuid}
 
 
+#: The value of ``CUDA_DEVICE_ORDER`` under which CUDA counts GPUs as ``nvidia-smi`` does (PCI bus order). CUDA's
+#: default, ``FASTEST_FIRST``, puts the fastest first: the same order only when the GPUs are alike.
+CUDA_BUS_ORDER = "PCI_BUS_ID"
+
+
+def order_note(
+    gpus: Sequence[int], cuda_visible: str | None, cuda: Sequence[CudaDevice], device_order: str | None
+) -> str | None:
+    """A note when ``gpus`` or the indices in ``CUDA_VISIBLE_DEVICES`` (taken in ``nvidia-smi`` order here) may
+    name other GPUs for CUDA: the GPUs are not all of one model and ``CUDA_DEVICE_ORDER`` (``device_order``)
+    is not :data:`CUDA_BUS_ORDER`. None when nothing depends on the order (identical GPUs, GPUs named by
+    UUID, no spreading)."""
+    names = list(dict.fromkeys(d.name for d in cuda))
+    if len(names) < 2 or (device_order or "").strip() == CUDA_BUS_ORDER:
+        return None
+    indices = [e.strip() for e in (cuda_visible or "").split(",") if e.strip().isdigit()]
+    if not indices and not (cuda_visible is None and gpus):
+        return None
+    setting = "is not set" if device_order is None else f"is {device_order!r}"
+    return (
+        f"the GPUs are not all alike ({', '.join(names)}) and CUDA_DEVICE_ORDER {setting}: CUDA then counts them "
+        "fastest first, while gpus and the indices in CUDA_VISIBLE_DEVICES are taken in nvidia-smi (PCI bus) "
+        f"order, so an index may name another GPU than in your CUDA code; set CUDA_DEVICE_ORDER={CUDA_BUS_ORDER} "
+        "(for renderd and your CUDA code), or name the GPUs by UUID in CUDA_VISIBLE_DEVICES"
+    )
+
+
 @dataclass
 class GpuPlan:
     """Where each slot renders: ``slots[i]`` is the device for instance ``i % len(slots)`` (empty: no
@@ -185,12 +213,14 @@ def plan_vulkan(
     cuda_visible: str | None,
     cuda: Sequence[CudaDevice],
     vulkan: Sequence[VulkanDevice],
+    *,
+    device_order: str | None = None,
 ) -> GpuPlan:
     """Vulkan device indices for CloudRendering's ``-force-device-index``, one per slot.
 
     With ``nvidia-smi`` devices known, ``gpus`` index the CUDA-visible list (all visible devices when
     ``gpus`` is empty and ``CUDA_VISIBLE_DEVICES`` is set) and are mapped by UUID. Without them,
-    ``gpus`` are Vulkan indices.
+    ``gpus`` are Vulkan indices. ``device_order`` is ``CUDA_DEVICE_ORDER`` (see :func:`order_note`).
     """
     plan = GpuPlan()
     if not cuda:
@@ -210,6 +240,9 @@ def plan_vulkan(
         return plan
     visible, plan.notes = apply_cuda_visible_devices(cuda, cuda_visible)
     wanted = list(gpus) if gpus else (list(range(len(visible))) if cuda_visible is not None else [])
+    note = order_note(wanted, cuda_visible, cuda, device_order)
+    if note is not None:
+        plan.notes.append(note)
     mapping = map_cuda_to_vulkan(cuda, vulkan)
     for g in wanted:
         if g >= len(visible):
@@ -237,17 +270,22 @@ def plan_screens(
     gpus: Sequence[int],
     cuda_visible: str | None,
     cuda: Sequence[CudaDevice],
+    *,
+    device_order: str | None = None,
 ) -> GpuPlan:
     """X screen numbers for Linux64, one per slot: screen ``k`` of a multi-screen display is taken to be
     driven by ``nvidia-smi`` GPU ``k`` (one screen per GPU, in bus order, as GPU X servers are usually
     configured). ``gpus`` index the CUDA-visible list when ``nvidia-smi`` is present; otherwise they are
-    screen numbers."""
+    screen numbers. ``device_order`` is ``CUDA_DEVICE_ORDER`` (see :func:`order_note`)."""
     plan = GpuPlan()
     if not cuda:
         plan.slots = list(gpus)
         plan.labels = [f"gpu {g} -> screen {g}" for g in gpus]
         return plan
     visible, plan.notes = apply_cuda_visible_devices(cuda, cuda_visible)
+    note = order_note(gpus, cuda_visible, cuda, device_order) if gpus else None
+    if note is not None:
+        plan.notes.append(note)
     for g in gpus:
         if g >= len(visible):
             plan.reasons.append(

@@ -50,7 +50,9 @@ class Linux64(Platform):
             return self._managed_report(request, xvfb_path, [])
 
         cuda, nvidia_problem = gpu_mod.nvidia_survey(env) if request.gpus else ([], None)
-        plan = gpu_mod.plan_screens(request.gpus, env.get("CUDA_VISIBLE_DEVICES"), cuda)
+        plan = gpu_mod.plan_screens(
+            request.gpus, env.get("CUDA_VISIBLE_DEVICES"), cuda, device_order=env.get("CUDA_DEVICE_ORDER")
+        )
         if nvidia_problem is not None:
             plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as X screen numbers")
         if plan.reasons:

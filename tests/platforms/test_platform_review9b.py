@@ -1,16 +1,21 @@
-"""CloudRendering, ninth review: a Vulkan driver put in place after a failed check is seen by the next check."""
+"""CloudRendering and GPUs, ninth review: a Vulkan driver put in place after a failed check is seen by the next
+check; a report says when CUDA may count the GPUs in another order than renderd."""
 
 from __future__ import annotations
 
 import glob
 import json
 import os
+import stat
+import sys
 
 import pytest
 
-from renderd.platforms import vulkan
+from renderd.platforms import gpus, vulkan
 from renderd.platforms.cloudrendering import CloudRendering
 from renderd.platforms.request import PlatformRequest
+
+from .conftest import fixture_text
 
 
 def _working_manifest() -> dict:
@@ -47,3 +52,65 @@ def test_a_driver_installed_after_a_failed_check_is_seen_by_the_next_one(tmp_pat
         assert not gone.valid and "does not exist" in gone.reasons[0], gone.reasons
     finally:
         vulkan.clear_cache()
+
+
+# -- CUDA's device order ------------------------------------------------------------------------------------
+
+
+def _recorded_two_gpus():
+    # an RTX 3090 (nvidia-smi 0) and an RTX A6000 (nvidia-smi 1): not alike, so CUDA's default order
+    # (fastest first) need not be nvidia-smi's PCI bus order
+    return (
+        gpus.parse_nvidia_smi(fixture_text("nvidia-smi-L-2gpu.txt")),
+        gpus.parse_vulkaninfo(fixture_text("vulkaninfo-2gpu.txt")),
+    )
+
+
+def _order_notes(plan) -> list[str]:
+    return [n for n in plan.notes if "CUDA_DEVICE_ORDER" in n]
+
+
+def test_gpus_of_different_models_counted_in_bus_order_are_said_to_need_pci_bus_id():
+    # gpus (and CUDA_VISIBLE_DEVICES indices) were documented as CUDA's indices but taken in nvidia-smi's PCI
+    # bus order, which CUDA counts in only with CUDA_DEVICE_ORDER=PCI_BUS_ID (or identical GPUs): by default
+    # it counts fastest first, so on a machine with different models a player silently rendered on another
+    # GPU than the one the caller's CUDA code calls gpu 0.
+    cuda, vk = _recorded_two_gpus()
+    [note] = _order_notes(gpus.plan_vulkan([0], None, cuda, vk))
+    assert "NVIDIA GeForce RTX 3090" in note and "NVIDIA RTX A6000" in note and "CUDA_DEVICE_ORDER=PCI_BUS_ID" in note
+    assert _order_notes(gpus.plan_vulkan([], "1", cuda, vk))  # an index in CUDA_VISIBLE_DEVICES: the same
+    assert _order_notes(gpus.plan_screens([1], None, cuda))
+    # PCI_BUS_ID: both count alike; GPUs named by UUID, or identical ones: nothing depends on the order
+    assert not _order_notes(gpus.plan_vulkan([0], None, cuda, vk, device_order="PCI_BUS_ID"))
+    assert not _order_notes(gpus.plan_screens([1], None, cuda, device_order="PCI_BUS_ID"))
+    by_uuid = ",".join(f"GPU-{d.uuid}" for d in reversed(cuda))
+    assert not _order_notes(gpus.plan_vulkan([0, 1], by_uuid, cuda, vk))
+    assert not _order_notes(gpus.plan_vulkan([], None, cuda, vk))  # no spreading: the player picks
+    four = gpus.parse_nvidia_smi(fixture_text("nvidia-smi-L-4gpu.txt"))
+    assert not _order_notes(gpus.plan_screens([0, 3], None, four))
+
+
+@pytest.mark.vulkan
+def test_a_report_on_gpus_of_different_models_says_how_cuda_counts_them(tmp_path):
+    probe = vulkan.probe_vulkan(dict(os.environ))
+    if not probe.ok or not probe.devices or not probe.devices[0].uuid:
+        pytest.skip(f"no Vulkan device with a UUID here: {probe.error}")
+    device = probe.devices[0]
+    fake = tmp_path / "nvidia-smi"  # nvidia-smi cannot exist here: a stand-in, its GPU 0 this machine's device
+    fake.write_text(
+        f"#!{sys.executable}\nprint('GPU 0: NVIDIA Stand-in (UUID: GPU-{device.uuid})')\n"
+        "print('GPU 1: NVIDIA Other Model (UUID: GPU-00000000-0000-0000-0000-000000000001)')\n",
+        encoding="utf-8",
+    )
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    path = f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"
+    gpus.clear_cache()
+    try:
+        report = CloudRendering().check(PlatformRequest(platform="CloudRendering", gpus=(0,), env={"PATH": path}))
+        assert report.valid and report.details["device_indices"] == [device.index], report
+        assert [n for n in report.details.get("notes", []) if "CUDA_DEVICE_ORDER=PCI_BUS_ID" in n], report.details
+        env = {"PATH": path, "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
+        report = CloudRendering().check(PlatformRequest(platform="CloudRendering", gpus=(0,), env=env))
+        assert report.valid and not report.details.get("notes"), report.details
+    finally:
+        gpus.clear_cache()
