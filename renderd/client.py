@@ -470,7 +470,8 @@ class Session:
         Idempotent; never raises for a player that already died. Errors from ``on_close`` propagate. In a
         process forked from the one that made the session, it only marks this copy closed: the player, its
         pipes and its lease stay the parent's. Called from another thread while a step waits, it stops an
-        owned player first and closes the pipes once that step has left them (at most
+        owned player first (runs ``on_close`` first for one it does not own: a lease released uncleanly has the
+        daemon stop it) and closes the pipes once that step has left them (at most
         :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`.
         """
         if self._state is SessionState.CLOSED:
@@ -485,16 +486,26 @@ class Session:
         error = self._error
         if error is None and self._state is SessionState.PENDING:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
+        waiter = (self.process is not None or self._on_close is not None) and self._other_thread_inside()
+        if error is None and waiter:  # (a send in another thread may have written part of its action)
+            error = CallOrderError("the session was closed while another thread's step used its pipes")
         self._state = SessionState.CLOSED
         self._pending = None
         try:
-            if self.process is not None and self._other_thread_inside():
+            if waiter:
                 # Another thread's step waits on the pipes (close() called from a thread of its own). Closing
-                # them under it would have it poll and read descriptors that may by then belong to other
-                # files. The player's exit ends its wait: stop the player first, then close the pipes once
-                # that thread has left (it raises CallOrderError, saying the session was closed).
+                # them under it would have it poll, read and write descriptors that may by then belong to
+                # other files (the socket that releases a lease takes the number server.pipe freed). The
+                # player's exit ends its wait: stop the player first (an owned one here; a leased one is
+                # stopped by the daemon once on_close has released its lease uncleanly), then close the pipes
+                # once that thread has left (it raises CallOrderError, saying the session was closed).
                 try:
-                    self.process.stop(self.stop_grace)
+                    if self.process is not None:
+                        self.process.stop(self.stop_grace)
+                    else:
+                        on_close, self._on_close = self._on_close, None
+                        if on_close is not None:
+                            on_close(error)
                 finally:
                     deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
                     while self._other_thread_inside():
