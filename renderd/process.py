@@ -352,12 +352,44 @@ _ESCAPES = {c: f"\\x{c:02x}" for c in (*range(0x00, 0x20), *range(0x7F, 0xA0)) i
 _ESCAPES.update({0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
-def _read_log_tail(path: str | None, lines: int) -> str:
+#: How many bytes before a player's first one in an appended log are kept, to tell later whether the file
+#: still holds them there (else it was rewritten, and all of it is the player's).
+LOG_MARK_BYTES = 64
+
+
+def _log_start(fd: int) -> tuple[int, int, int, bytes] | None:
+    """Where a player's output begins in the log file open (for writing) as ``fd``, a log appended to from
+    run to run: ``(st_dev, st_ino, offset, the bytes just before it)``, or None for a file that is not
+    regular."""
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    if not stat.S_ISREG(st.st_mode):
+        return None
+    size = min(LOG_MARK_BYTES, st.st_size)
+    before = b""
+    try:  # (the same file, open for reading: fd is write-only)
+        rfd = os.open(f"/proc/self/fd/{fd}", os.O_RDONLY | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError:
+        pass
+    else:
+        try:
+            before = os.pread(rfd, size, st.st_size - size)
+        except OSError:
+            pass
+        finally:
+            os.close(rfd)
+    return st.st_dev, st.st_ino, st.st_size, before
+
+
+def _read_log_tail(path: str | None, lines: int, since: tuple[int, int, int, bytes] | None = None) -> str:
     """The last ``lines`` lines of the log file ``path`` (from its last :data:`LOG_TAIL_BYTES`), as text to
     quote: lines are split at newlines only, control characters escaped, lines longer than
     :data:`LOG_LINE_CHARS` cut. "" when there is no such regular file: a FIFO or a device (a logger reading
     the log, ``/dev/null``) is never opened for reading, which could wait forever or take another
-    reader's bytes."""
+    reader's bytes. ``since`` (from :func:`_log_start`) leaves out what the file held before the player
+    started, while it still holds it (not truncated, rewritten or replaced meanwhile)."""
     if not path or lines <= 0:
         return ""
     try:
@@ -368,7 +400,13 @@ def _read_log_tail(path: str | None, lines: int) -> str:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return ""
-        start = max(0, st.st_size - LOG_TAIL_BYTES)
+        floor = 0
+        if since is not None:
+            dev, ino, offset, before = since
+            if (st.st_dev, st.st_ino) == (dev, ino) and offset <= st.st_size:
+                if os.pread(fd, len(before), offset - len(before)) == before:
+                    floor = offset
+        start = max(floor, st.st_size - LOG_TAIL_BYTES)
         data = os.pread(fd, LOG_TAIL_BYTES, start)
     except OSError:
         return ""
@@ -378,7 +416,7 @@ def _read_log_tail(path: str | None, lines: int) -> str:
     if text.endswith("\n"):
         text = text[:-1]
     tail = text.split("\n")
-    if start > 0 and len(tail) > 1:
+    if start > floor and len(tail) > 1:
         tail = tail[1:]  # (the first one was cut by where the read began)
     quoted = []
     for line in tail[-lines:]:
@@ -437,11 +475,19 @@ class PlayerProcess:
     the exit status is kept, so errors can always say how the player ended.
     """
 
-    def __init__(self, popen: subprocess.Popen, *, log_path: str | None, show_log_path: bool = True) -> None:
+    def __init__(
+        self,
+        popen: subprocess.Popen,
+        *,
+        log_path: str | None,
+        show_log_path: bool = True,
+        log_start: tuple[int, int, int, bytes] | None = None,
+    ) -> None:
         self._popen = popen
         self.pid: int = popen.pid
         self.pgid: int = popen.pid  # the player leads its own group
         self.log_path = log_path
+        self._log_start = log_start  # where its output begins in an appended log (see _log_start)
         self.show_log_path = show_log_path
         self.pidfd: int | None = _open_pidfd(popen.pid)
         self.started_at = time.monotonic()
@@ -481,6 +527,7 @@ class PlayerProcess:
         cannot be started (the OSError is chained).
         """
         log_fd: int | None = None
+        log_start = None
         if log_path is not None:
             log_path = os.fspath(log_path)
             try:
@@ -493,6 +540,7 @@ class PlayerProcess:
                 if log_group is not None:
                     os.fchown(log_fd, -1, log_group)
                     os.fchmod(log_fd, 0o640)
+                log_start = _log_start(log_fd)
             except OSError as exc:
                 if log_fd is not None:
                     os.close(log_fd)
@@ -520,7 +568,7 @@ class PlayerProcess:
             from renderd.config import redact_argv  # (config imports this module)
 
             log.debug("spawned player pid %d: %s", popen.pid, " ".join(redact_argv(list(argv))))
-        proc = cls(popen, log_path=log_path, show_log_path=show_log_path)
+        proc = cls(popen, log_path=log_path, show_log_path=show_log_path, log_start=log_start)
         if die_with_parent:
             proc.spawned_by = threading.current_thread()
         return proc
@@ -599,8 +647,9 @@ class PlayerProcess:
         return describe_exit(code) + (" (core dumped)" if self.core_dumped else "")
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        """The last ``lines`` lines of the player's log ("" when there is none)."""
-        return _read_log_tail(self.log_path, lines)
+        """The last ``lines`` lines of the player's log ("" when there is none), of what it wrote there: not
+        what an appended log held before it started."""
+        return _read_log_tail(self.log_path, lines, self._log_start)
 
     def crashed(self, context: str) -> PlayerCrashed:
         """A :class:`PlayerCrashed` for ``context``, with the exit status and the tail of the log."""

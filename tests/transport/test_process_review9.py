@@ -139,3 +139,46 @@ def test_a_player_that_dumped_core_says_so(tmp_path):
         assert "dumped core" in str(error) and "killed by SIGSEGV" in str(error), str(error)
     finally:
         proc.stop(1.0)
+
+
+PREVIOUS_RUN = "".join(f"previous run line {i}\n" for i in range(30)) + "Traceback: the previous run's error\n"
+
+
+@pytest.mark.parametrize(
+    ("script", "tail"),
+    [
+        ("kill -KILL $$", ""),  # said nothing at all
+        ("echo this run; exit 3", "this run"),
+    ],
+    ids=["silent", "one-line"],
+)
+def test_the_log_tail_quotes_only_what_this_player_wrote(tmp_path, script, tail):
+    # The log is appended to (a launch(log_path=...) kept from run to run): a player that crashes having
+    # written little or nothing must not have the previous run's last lines quoted as its own.
+    log_path = tmp_path / "player.log"
+    log_path.write_text(PREVIOUS_RUN)
+    proc = PlayerProcess.spawn(["sh", "-c", script], None, log_path)
+    try:
+        assert proc.wait(10) is not None
+        error = proc.crashed("the player exited")
+        assert error.log_tail == tail, error.log_tail
+        assert proc.log_tail() == tail
+        assert log_path.read_text().startswith(PREVIOUS_RUN)  # (still appended: nothing of the log is lost)
+    finally:
+        proc.stop(1.0)
+
+
+def test_a_log_the_player_rewrote_from_its_start_is_quoted_whole(tmp_path):
+    # A player that truncates its -logFile and writes it anew (as Unity players do) past the length the
+    # file had before: its own lines are all after the old end, and all of them are quoted.
+    log_path = tmp_path / "player.log"
+    log_path.write_text("old\n" * 50)
+    script = f"for i in $(seq 1 30); do echo new line $i; done > {log_path}; exit 3"
+    proc = PlayerProcess.spawn(["sh", "-c", script], None, log_path)
+    try:
+        assert proc.wait(10) == 3
+        assert log_path.stat().st_size > 200
+        tail = proc.log_tail().split("\n")
+        assert tail[0] == "new line 11" and tail[-1] == "new line 30", tail
+    finally:
+        proc.stop(1.0)
