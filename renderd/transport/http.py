@@ -819,21 +819,29 @@ REFUSAL_LOG_INTERVAL = 10.0
 
 
 class _RefusalLog:
+    """Refusals of one kind, logged at most once per :data:`REFUSAL_LOG_INTERVAL`."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._next = 0.0
+        self._last = -float("inf")  # time.monotonic() of the last line
         self._quiet = 0
 
-    def note(self, address: str, what: str) -> None:
+    def due(self) -> str | None:
+        """None if a refusal was logged less than REFUSAL_LOG_INTERVAL ago (this one is counted), else
+        the text to append to this one's line: how many were not logged since the last."""
         now = time.monotonic()
         with self._lock:
-            if now < self._next:
+            if now - self._last < REFUSAL_LOG_INTERVAL:
                 self._quiet += 1
-                return
+                return None
             quiet, self._quiet = self._quiet, 0
-            self._next = now + REFUSAL_LOG_INTERVAL
-        more = f" ({quiet} more refused since the last report)" if quiet else ""
-        logger.warning("refused POST /train from %s: %s token (403)%s", address, what, more)
+            self._last = now
+        return f" ({quiet} more refused since the last report)" if quiet else ""
+
+    def note(self, address: str, what: str) -> None:
+        more = self.due()
+        if more is not None:
+            logger.warning("refused POST /train from %s: %s token (403)%s", address, what, more)
 
 
 def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
@@ -1468,6 +1476,7 @@ class PlayerHttpServer:
         # Refused connections (503) the accept loop lingers on: fd -> (socket, close by, bytes drained).
         self._refused: dict[int, tuple[Any, float, int]] = {}
         self._drain_buffer = bytearray(64 * 1024)
+        self._connection_refusals = _RefusalLog()  # (logged once per REFUSAL_LOG_INTERVAL)
         self.stopping = False
 
     def start(self) -> PlayerHttpServer:
@@ -1560,7 +1569,11 @@ class PlayerHttpServer:
                 if not full:
                     self._connections.add(connection)
             if full:
-                logger.warning("refused an HTTP connection from %s: %d connections open", addr[0], self.max_connections)
+                more = self._connection_refusals.due()
+                if more is not None:
+                    logger.warning(
+                        "refused an HTTP connection from %s: %d connections open (503)%s", addr[0], self.max_connections, more
+                    )
                 self._refuse(poller, conn, f"too many connections (limit {self.max_connections})")
                 continue
             try:

@@ -3,6 +3,7 @@ server is not lost to a TCP reset)."""
 
 from __future__ import annotations
 
+import logging
 import select
 import socket
 import threading
@@ -102,3 +103,25 @@ def test_refused_connections_are_closed_when_their_client_lingers_and_at_stop(no
         for client in clients:
             client.close()
     assert not server._refused
+
+
+def test_refused_connections_are_logged_once_per_interval_with_a_count(caplog, no_leaks, monkeypatch):
+    # Every connection over the limit logged a warning: a client reconnecting in a loop (or anyone who can
+    # reach the port) wrote a log line per connection. They are logged at most once per
+    # REFUSAL_LOG_INTERVAL, the next line counting the ones not logged, as refused tokens are.
+    caplog.set_level(logging.WARNING, logger="renderd.transport.http")
+    server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=0).start()
+    try:
+        for _ in range(5):
+            data = _refused_answer(server.port, b"GET /ping HTTP/1.1\r\n\r\n")
+            assert b" 503 " in data, data
+        lines = [r.getMessage() for r in caplog.records if "refused an HTTP connection" in r.getMessage()]
+        assert len(lines) == 1, lines
+        monkeypatch.setattr(http_transport, "REFUSAL_LOG_INTERVAL", 0.0)
+        assert b" 503 " in _refused_answer(server.port, b"GET /ping HTTP/1.1\r\n\r\n")
+        wait_for(lambda: len([r for r in caplog.records if "refused an HTTP connection" in r.getMessage()]) == 2,
+                 DEADLINE, "the next refusal to be logged")
+        lines = [r.getMessage() for r in caplog.records if "refused an HTTP connection" in r.getMessage()]
+        assert "4 more refused" in lines[1], lines
+    finally:
+        server.stop()
