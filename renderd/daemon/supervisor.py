@@ -62,7 +62,7 @@ from renderd.errors import (
     os_error_message,
 )
 from renderd.event import FrameAssembler
-from renderd.process import KILL_REAP_TIMEOUT, PlayerProcess, player_argv, player_env
+from renderd.process import KILL_REAP_TIMEOUT, PlayerProcess, player_argv, player_env, poll_readable
 from renderd.protocol import NEED_DATA, FieldType, decode_metadata, encode_action
 from renderd.transport.fifo import FifoChannel, FifoPair
 
@@ -504,8 +504,9 @@ class Supervisor:
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
         in every case), when no player became ready in time (saying why: none
-        wanted, all failed, all busy, or the request came after its deadline), or when the daemon or
-        environment stops meanwhile.
+        wanted, all failed, all busy, or the request came after its deadline), when the client process exited
+        while the request waited (a lease would only have its player recycled), or when the daemon or environment
+        stops meanwhile.
         """
         if timeout is None:
             timeout = self.daemon_config.lease_timeout
@@ -538,6 +539,13 @@ class Supervisor:
                             log.info("client pid %d hung up while waiting for a player of %s: no lease",
                                      client_pid, name)
                             raise LeaseError("the client hung up before a player was ready")
+                        if pidfd is not None and poll_readable(pidfd, 0):
+                            # Granted, the lease would end at the loop's next pass and its player be recycled:
+                            # a restart for nobody.
+                            log.info("client pid %d exited while waiting for a player of %s: no lease",
+                                     client_pid, name)
+                            raise LeaseError(f"client pid {client_pid} exited before a player of {name!r} was "
+                                             "ready: no lease")
                         if env.waiters[0] is token:
                             # An up-to-date player first; while a changed configuration is rolled out one
                             # player at a time, an idle one of the previous configuration serves rather than

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import textwrap
+import threading
 import time
 
 import psutil
 
 from renderd.config import loads
+from renderd.errors import LeaseError
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
@@ -125,3 +128,37 @@ def _pgid(pid: int) -> int | None:
         return os.getpgid(pid)
     except OSError:
         return None
+
+
+# -- 3. a lease request whose client exited while it waited gets no player --------------------------------------
+def test_a_lease_request_whose_client_exits_while_it_waits_leases_nothing_and_recycles_nothing(supervisor_with):
+    sup = supervisor_with()
+    pid = ready_pid(sup)
+    mine, _ = sup.acquire("demo", os.getpid(), DEADLINE)  # the only player is busy: the next request waits
+    client = subprocess.Popen(["sleep", "30"])
+    outcome: list = []
+
+    def request() -> None:
+        try:
+            outcome.append(sup.acquire("demo", client.pid, DEADLINE))
+        except Exception as exc:  # noqa: BLE001  (what the request ended with is the point)
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=request, name="lease-request")
+    waiter.start()
+    try:
+        wait_for(lambda: sup.describe("demo")["waiting_clients"] == 1, DEADLINE, "the request waiting")
+        client.kill()
+        client.wait()
+        sup.release(mine.id)
+        waiter.join(DEADLINE)
+        assert not waiter.is_alive()
+    finally:
+        client.kill()
+        client.wait()
+    # Before, the player was leased to the dead client and recycled at once: a restart for nobody.
+    assert isinstance(outcome[0], LeaseError), outcome
+    assert f"client pid {client.pid} exited" in str(outcome[0]), outcome
+    assert ready_pid(sup) == pid
+    with sup.lock:
+        assert not sup.leases
