@@ -251,8 +251,9 @@ def screen_reasons(
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         # with every screen up to the one asked for: a server with screen 0 only would fail the next check
         screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
+        stale = "" if remote or parsed is None else _stale_lock_fix(parsed.number)
         return [
-            f"X display {facts.name} is not reachable: {facts.error}; fix: start an X server there "
+            f"X display {facts.name} is not reachable: {facts.error}; fix: {stale}start an X server there "
             f"({where} {screen_args} +extension GLX &), check DISPLAY and XAUTHORITY, "
             f"or {MANAGED_FIX}"
         ]
@@ -300,6 +301,51 @@ _PROBE_FIXES = {
         f"{_PROBE_SCRIPT} {facts.name}` to see why (renderd's Python installation may be broken)"
     ),
 }
+
+
+#: Where an X server on this machine locks its display number (it holds the server's pid).
+X_LOCK_FILE = "/tmp/.X{number}-lock"
+
+
+def _stale_lock_fix(number: int) -> str:
+    """The first step of the fix for a local display nothing could be reached on, when its lock file names a
+    live process: an X server refuses a display whose lock names a running process ("Server is already
+    active"), and a process that holds the lock of a display it does not serve is (unless it is a server
+    starting up) another one that took a dead server's pid, as when a container restarts with its /tmp.
+    Empty when there is no lock, or it names no running process (an X server replaces such a lock itself)."""
+    path = X_LOCK_FILE.format(number=number)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return ""
+    try:
+        data = os.read(fd, 64)
+    except OSError:
+        return ""
+    finally:
+        os.close(fd)
+    try:
+        pid = int(data.strip())
+    except ValueError:
+        return ""
+    if pid <= 0:
+        return ""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return ""
+    except OSError:
+        pass  # EPERM: it runs, as another user
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
+            what = f" ({f.read().strip()})"
+    except OSError:
+        what = ""
+    return (
+        f"{path} names pid {pid}{what}, which runs but does not serve the display: unless an X server is "
+        f"starting there, the lock is stale (its pid taken again since, as when a container restarts with its "
+        f"/tmp) and every X server refuses display :{number} while it is there: remove {path}, then "
+    )
 
 
 #: What an X server says when it turns a client away for want of authorization (Xorg, Xvfb, Xwayland).

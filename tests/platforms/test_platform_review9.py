@@ -1,10 +1,12 @@
-"""Platforms, ninth review: what an X display that turns renderd away is told to do."""
+"""Platforms, ninth review: what an X display that turns renderd away, or one a stale lock keeps from starting,
+is told to do."""
 
 from __future__ import annotations
 
 import os
 import socket
 import struct
+import subprocess
 
 import pytest
 
@@ -48,3 +50,36 @@ def test_a_display_that_refuses_renderd_is_not_told_to_be_started(xvfb, tmp_path
     # what the fix says is what works
     allowed = Linux64().check(PlatformRequest(x_display=server.name, width=64, height=64, env={"XAUTHORITY": auth}))
     assert allowed.valid, allowed.reasons
+
+
+def _free_display_number() -> int:
+    """A display number far above those Xvfb -displayfd hands out, with no lock file and no socket."""
+    for number in range(5900, 6000):
+        if not os.path.lexists(f"/tmp/.X{number}-lock") and not os.path.lexists(f"/tmp/.X11-unix/X{number}"):
+            return number
+    pytest.skip("no free display number in 5900..5999")
+
+
+def test_a_stale_lock_that_keeps_a_server_from_starting_is_named(tmp_path):
+    # A lock file /tmp/.XN-lock naming a live process that is no X server (a container restarted with its
+    # /tmp kept: the pid is taken again) makes every X server refuse display N ("Server is already active").
+    # The reason told to start one there, which fails, and said nothing of the lock.
+    number = _free_display_number()
+    lock = f"/tmp/.X{number}-lock"
+    fd = os.open(lock, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o444)
+    try:
+        os.write(fd, b"%10d\n" % os.getpid())
+        os.close(fd)
+        report = Linux64().check(PlatformRequest(x_display=f":{number}", width=64, height=64))
+        [reason] = report.reasons
+        assert reason.startswith(f"X display :{number} is not reachable"), reason
+        assert f"{lock} names pid {os.getpid()}" in reason and f"remove {lock}" in reason, reason
+        # a lock naming a process that is gone is no obstacle: an X server replaces it, nothing is said of it
+        gone = subprocess.Popen(["true"])
+        gone.wait()
+        with open(lock, "w", encoding="ascii") as f:
+            f.write("%10d\n" % gone.pid)
+        [reason] = Linux64().check(PlatformRequest(x_display=f":{number}", width=64, height=64)).reasons
+        assert "lock" not in reason, reason
+    finally:
+        os.unlink(lock)
