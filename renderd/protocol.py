@@ -366,6 +366,17 @@ def _msgpack_default(obj: Any) -> Any:
     raise TypeError(f"metadata value of type {type(obj).__name__} cannot be packed: {obj!r}")
 
 
+# How msgpack refuses a count over the limits it derives from the body's size, and what each counts.
+_OVER_MSGPACK_LIMIT = re.compile(r"(\d+) exceeds max_(str|bin|array|map|ext)_len\(\d+\)$")
+_MSGPACK_COUNTED = {
+    "str": "-byte string",
+    "bin": "-byte binary",
+    "array": "-element array",
+    "map": "-entry map",
+    "ext": "-byte extension",
+}
+
+
 def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = FieldType.METADATA) -> dict:
     """Unpack a METADATA or METADATA_PATCH body; anything but a msgpack map is a ProtocolError."""
     # Metadata with many objects unpacks into thousands of small containers, none in a reference cycle;
@@ -379,9 +390,15 @@ def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = 
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         # Some carry no text (StackError, FormatError): their class's description says what they mean.
         detail = str(exc) or (type(exc).__doc__ or "").strip().split("\n")[0].rstrip(".") or "no details"
-        raise ProtocolError(
-            f"{ftype.name} body is not valid msgpack ({type(exc).__name__}: {detail})", offset=offset, field_type=ftype
-        ) from exc
+        what = f" ({type(exc).__name__}: {detail})"
+        # msgpack limits each count to what the body could hold ("3000 exceeds max_array_len(100)"): over it,
+        # the body ends before what it announces; no limit a user could raise was reached.
+        short = _OVER_MSGPACK_LIMIT.match(detail)
+        if short is not None:
+            counted = f"{short[1]}{_MSGPACK_COUNTED[short[2]]}"
+            size = memoryview(body).nbytes
+            what = f": it is {size} bytes, too few for the {counted} it announces (cut short, or not msgpack){what}"
+        raise ProtocolError(f"{ftype.name} body is not valid msgpack{what}", offset=offset, field_type=ftype) from exc
     finally:
         if collecting:
             gc.enable()

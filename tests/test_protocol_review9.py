@@ -102,3 +102,29 @@ def test_max_message_size_must_hold_at_least_the_end_marker():
     assert m.nbytes == HEADER_SIZE and not m.fields
     with pytest.raises(ValueError, match="max_message_size must be >= 5"):
         Decoder(max_message_size=HEADER_SIZE - 1)
+
+
+# -- a metadata body cut short says so, not that a msgpack limit was exceeded ---------------------------
+
+
+def test_metadata_cut_short_inside_a_long_array_says_it_is_cut_short():
+    from renderd.event import FrameAssembler
+    from renderd.protocol import encode_metadata
+
+    whole = encode_metadata({"agents": [{"screenWidth": 2, "screenHeight": 2}], "objects": list(range(3000))})
+    for cut in (60, 100):  # inside the 3000-element array's items: its count is more than the rest can hold
+        d = Decoder()
+        d.receive_data(join(encode_message([(FieldType.METADATA, whole[:cut])])))
+        with pytest.raises(ProtocolError) as info:
+            FrameAssembler().event(d.next_message())
+        text = str(info.value)
+        assert f"METADATA body is not valid msgpack: it is {cut} bytes, too few for the 3000-element array" in text
+        assert "cut short" in text and info.value.offset == 0
+        assert text.index("too few") < text.index("max_array_len")  # msgpack's own words come after
+
+
+def test_a_map_announcing_more_entries_than_its_body_holds_says_so():
+    from renderd.protocol import decode_metadata
+
+    with pytest.raises(ProtocolError, match="it is 1 bytes, too few for the 1-entry map it announces"):
+        decode_metadata(b"\x81", offset=3)
