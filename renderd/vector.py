@@ -36,6 +36,7 @@ threads are kept until :meth:`VectorSession.close`.
 from __future__ import annotations
 
 import enum
+import errno
 import functools
 import logging
 import math
@@ -94,6 +95,11 @@ MAX_SLOTS = 1024
 TAG_VARIABLE = "RENDERD_VECTOR_TAG"
 #: How often :meth:`VectorSession.close` looks for a booting replacement to stop while it waits for one.
 CANCEL_POLL = 0.05
+#: While ``recv`` works, a slot's action whose player has not opened ``client.pipe`` yet (a replacement
+#: that sent its first frame) waits for it without holding up the other slots: whether the player has
+#: opened it is checked again after this long, doubling up to :data:`OPEN_POLL_MAX`.
+OPEN_POLL_FIRST = 0.001
+OPEN_POLL_MAX = 0.05
 #: Most sessions closed at the same time (one thread each): players that ignore SIGTERM cost one stop grace
 #: per this many slots, not one per slot.
 CLOSE_THREADS = 64
@@ -167,6 +173,8 @@ class _Slot:
         "in_flight",
         "index",
         "init_params",
+        "open_pause",
+        "open_retry",
         "reset_errors",
         "reset_queue",
         "reset_requested",
@@ -177,6 +185,7 @@ class _Slot:
         "session",
         "state",
         "superseded",
+        "unopened",
     )
 
     def __init__(self, index: int, session: Any) -> None:
@@ -188,6 +197,11 @@ class _Slot:
         self.sent_at = 0.0  # time.monotonic() when the action in flight was sent
         self.sent_action = ""  # its name
         self.fds: tuple[int, ...] = ()  # registered with the poller while something is in flight
+        # The action in flight, not written yet: its player has not opened client.pipe (see _defer_open),
+        # which is checked again at open_retry (time.monotonic()), then open_pause later.
+        self.unopened: str | dict[str, Any] | None = None
+        self.open_retry = 0.0
+        self.open_pause = OPEN_POLL_FIRST
         self.reset_queue: deque[dict[str, Any]] = deque()
         self.scene: str | None = None  # the scene of the last reset asked for (a replacement loads it too)
         self.init_params: dict[str, Any] = {}  # Initialize parameters, accumulated across resets
@@ -291,6 +305,31 @@ def _writer_fd(session: Any) -> int | None:
     writer_fileno = getattr(getattr(session, "channel", None), "writer_fileno", None)
     fd = writer_fileno() if writer_fileno is not None else None
     return fd if isinstance(fd, int) else None
+
+
+#: What :func:`_hold_client_pipe` returns when the player has not opened ``client.pipe`` yet.
+_UNOPENED = -1
+
+
+def _hold_client_pipe(session: Any) -> int | None:
+    """For a FIFO session whose channel has not opened ``client.pipe`` yet: a write end of it, if the player
+    has opened its read end (held while the channel opens its own, so the player never sees the last writer
+    go), or :data:`_UNOPENED` if it has not. None when there is nothing to wait for (the channel's write end
+    is open, it is no FIFO channel, or the pipe cannot be opened: the channel's own send reports why)."""
+    channel = getattr(session, "channel", None)
+    path = getattr(channel, "client_path", None)
+    if not isinstance(path, str) or _writer_fd(session) is not None or getattr(channel, "closed", True):
+        return None
+    try:
+        return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return _UNOPENED if exc.errno == errno.ENXIO else None
+
+
+def _player_exited(session: Any) -> bool:
+    player = getattr(getattr(session, "channel", None), "player", None)
+    exited = getattr(player, "exited", None)
+    return bool(exited()) if exited is not None else False
 
 
 def _close_sessions(
@@ -736,6 +775,8 @@ class VectorSession:
         slot.reset_queue = self._reset_actions(slot, scene)
         slot.reset_errors = []
         slot.state = SlotState.RESETTING
+        if slot.unopened is not None:
+            self._done_waiting(slot)  # (never written: this reset's first action goes instead)
         if slot.in_flight is None:
             self._send_next_reset(slot)
         else:  # its answer is taken first, and is not this reset's
@@ -746,6 +787,26 @@ class VectorSession:
 
     # -- I/O ---------------------------------------------------------------------------------------------
     def _send(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
+        held: int | None = None
+        if self._send_start is None and isinstance(slot.session, Session):
+            # recv is working (a replacement's reset, the next action of a reset): a player that has not
+            # opened client.pipe holds no other slot up while it is waited for (see _defer_open).
+            held = _hold_client_pipe(slot.session)
+            if held == _UNOPENED:
+                self._defer_open(slot, message, kind)
+                return
+        self._send_holding(slot, message, kind, held)
+
+    def _send_holding(self, slot: _Slot, message: str | dict[str, Any], kind: str, held: int | None) -> None:
+        """Send, holding ``held`` (a write end of client.pipe, or None) until the channel has opened its own:
+        a player whose open just returned must not see the last writer go (end of file: it would exit)."""
+        try:
+            self._send_now(slot, message, kind)
+        finally:
+            if held is not None:
+                os.close(held)
+
+    def _send_now(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
         session = slot.session
         limit = self._send_limit
         if self._send_start is not None:  # one call sending to many slots: one step_timeout for all of them
@@ -797,8 +858,46 @@ class VectorSession:
                 self._fd_slots[wfd] = slot
                 self._writer_fds[wfd] = slot
 
+    def _defer_open(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
+        """Keep ``message`` as the slot's action in flight, unwritten: its player has not opened client.pipe.
+        recv checks again now and then (:meth:`_retry_open`; its player's exit wakes the poll) and writes it
+        once the player has; the slot fails if that takes longer than the action's deadline."""
+        session = slot.session
+        slot.unopened = message
+        slot.in_flight = kind
+        slot.sent_at = time.monotonic()
+        slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
+        slot.deadline = slot.sent_at + session.step_timeout
+        slot.open_pause = OPEN_POLL_FIRST
+        slot.open_retry = slot.sent_at + slot.open_pause
+        fds = _channel_fds(session) or ()
+        slot.fds = fds[1:]  # (the player's pidfd: its exit is noticed at once)
+        for fd in slot.fds:
+            self._poller.register(fd, _READ_EVENTS)
+            self._fd_slots[fd] = slot
+
+    def _retry_open(self, slot: _Slot) -> bool:
+        """Write the slot's unwritten action if its player has opened client.pipe by now (or report its
+        crash if it exited); True once the action is no longer waiting for that."""
+        message, kind = slot.unopened, slot.in_flight
+        assert message is not None and kind is not None
+        held = _hold_client_pipe(slot.session)
+        exited = held == _UNOPENED and _player_exited(slot.session)
+        if held == _UNOPENED and not exited:
+            slot.open_pause = min(slot.open_pause * 2, OPEN_POLL_MAX)
+            slot.open_retry = time.monotonic() + slot.open_pause
+            return False
+        superseded = slot.superseded
+        self._done_waiting(slot)
+        slot.superseded = superseded
+        # The action is sent from now, with its step_timeout counted from now; a player that exited fails
+        # at once (the channel's open sees its exit).
+        self._send_holding(slot, message, kind, None if exited else held)
+        return True
+
     def _done_waiting(self, slot: _Slot) -> None:
         slot.superseded = False  # (the answer in flight, if any, is taken or given up)
+        slot.unopened = None
         for fd in slot.fds:
             try:
                 self._poller.unregister(fd)
@@ -870,6 +969,7 @@ class VectorSession:
         idle = not wait_resets and not any(s.in_flight == "action" for s in slots)
         while True:
             self._install_replacements(rnd)
+            self._retry_opens()
             now = time.monotonic()
             must_wait = False
             expired = False
@@ -890,6 +990,8 @@ class VectorSession:
                     continue
                 must_wait = must_wait or blocking
                 limit = min(limit, expiry)  # type: ignore[type-var]
+                if slot.unopened is not None:
+                    limit = min(limit, slot.open_retry)
             if expired:
                 continue  # states changed: look again
             if wait_resets and replacing:
@@ -900,7 +1002,7 @@ class VectorSession:
                     limit = min(limit, overall)
                 must_wait = True
             if not must_wait:
-                if idle and (replacing or self._fd_slots):
+                if idle and (replacing or self._fd_slots or any(s.unopened is not None for s in slots)):
                     idle = False
                     if overall is not None:
                         limit = min(limit, overall)
@@ -921,6 +1023,7 @@ class VectorSession:
                 s
                 for s in self._slots
                 if s.in_flight is not None
+                and s.unopened is None
                 and (not s.fds or (self._sequential_recv and s.in_flight == "action" and not _unsent(s.session)))
             ]
             if serial:
@@ -928,8 +1031,8 @@ class VectorSession:
                     remaining = None if overall is None else max(overall - time.monotonic(), 0.0)
                     self._receive(slot, rnd, remaining)
                 return
-        if not self._fd_slots and self._wake_fd is None:
-            return
+        if not self._fd_slots and self._wake_fd is None and (wait <= 0 or math.isinf(wait)):
+            return  # (a finite wait with nothing to poll waits for an unopened client.pipe's next check)
         ms = 0 if wait <= 0 else (-1 if math.isinf(wait) else max(1, math.ceil(wait * 1000)))
         ready = self._poller.poll(ms)
         if not ready:
@@ -961,6 +1064,9 @@ class VectorSession:
             # answer or exit, then reports it as a crash.
             if slot.in_flight is None:
                 continue
+            if slot.unopened is not None:  # its player exited (or opened client.pipe meanwhile)
+                self._retry_open(slot)
+                continue
             if slot in input_closed and _unsent(slot.session):
                 self._write_more(slot)  # the player closed client.pipe: this reports its crash
                 continue
@@ -982,7 +1088,21 @@ class VectorSession:
                 self._poller.modify(wfd, 0)  # (POLLERR only again: see _send)
         return done
 
+    def _retry_opens(self) -> None:
+        now = time.monotonic()
+        for slot in self._slots:
+            if slot.unopened is not None and now >= slot.open_retry:
+                self._retry_open(slot)
+
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
+        if slot.unopened is not None:
+            # (Opened at the last moment: the action is sent now, its deadline counted anew.)
+            if not self._retry_open(slot):
+                if timeout is None:
+                    self._fail(slot, self._unopened_error(slot, "step_timeout", slot.session.step_timeout))
+                else:
+                    self._fail(slot, self._unopened_error(slot, "recv timeout", timeout))
+            return
         if _unsent(slot.session) and not self._write_more(slot):
             if slot.in_flight is not None:  # (a crash found by the write failed the slot already)
                 seconds = slot.session.step_timeout if timeout is None else timeout
@@ -1030,6 +1150,20 @@ class VectorSession:
             f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after it was sent, {_unsent(session)} of its "
             "bytes were still unwritten: client.pipe stayed full). It does not read client.pipe (hung, or "
             "stopped); its session was closed",
+            deadline=deadline,
+            seconds=seconds,
+        )
+
+    @staticmethod
+    def _unopened_error(slot: _Slot, deadline: str, seconds: float) -> PlayerTimeout:
+        """The PlayerTimeout of a slot whose player had not opened client.pipe by ``deadline``."""
+        session = slot.session
+        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        return PlayerTimeout(
+            f"{slot.sent_action}: the player (pid {session.pid}) did not open client.pipe within {within} "
+            f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after its action was due; nothing was "
+            "written to it). It sent its first frame but reads no action (hung, or stopped); its session was "
+            "closed",
             deadline=deadline,
             seconds=seconds,
         )

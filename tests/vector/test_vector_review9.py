@@ -1,0 +1,113 @@
+"""Vector sessions: a replacement player that has not opened client.pipe yet, while recv works."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import renderd
+from renderd.errors import PlayerTimeout
+from renderd.vector import SlotState
+from tests.vector.conftest import SIZE, START_TIMEOUT, STEP_TIMEOUT
+
+PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
+#: The player a slot starts, by what the marker file says when it starts (a crashed slot's replacements
+#: start after a test changed it): the reference player while there is no marker; "serve": the scripted
+#: peer; "no-client": the peer that sends its first frame and never opens client.pipe; "late S": a peer
+#: that opens client.pipe S seconds after its first frame, then answers every action.
+WRAPPER = """
+import os, sys, time
+marker, peer, *rest = sys.argv[1:]
+mode = open(marker).read().split() if os.path.exists(marker) else ["reference"]
+if mode[0] == "reference":
+    os.execv(sys.executable, [sys.executable, "-m", "renderd.player", "--static-frame", *rest])
+if mode[0] != "late":
+    os.execv(sys.executable, [sys.executable, peer, mode[0]])
+sys.path.insert(0, os.path.dirname(peer))
+import peer as p
+size = int(os.environ["PEER_WIDTH"])
+out = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+p.write_all(out, p.message(0, size, size))
+time.sleep(float(mode[1]))
+inp = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+while (action := p.read_action(inp)) is not None:
+    p.write_all(out, p.message(int(action["sequenceId"]), size, size))
+"""
+#: The slots' step_timeout: what the old code held recv for.
+HOLD = 2.0
+#: How long the healthy slot works on its action (the replacement becomes ready meanwhile).
+SLOW = 1.0
+GRACE = 0.3
+#: How long after its first frame the late replacement opens client.pipe.
+LATE = 0.3
+
+
+def _launch(n: int, marker: Path, **kw) -> renderd.VectorSession:
+    vs = renderd.launch_many(
+        n, [sys.executable, "-c", WRAPPER, str(marker), PEER], width=SIZE, height=SIZE,
+        env={"PEER_WIDTH": str(SIZE), "PEER_HEIGHT": str(SIZE)}, start_timeout=START_TIMEOUT, **kw,
+    )
+    for session in vs.sessions:
+        session.stop_grace = GRACE
+    return vs
+
+
+def test_a_replacement_that_has_not_opened_its_pipe_holds_no_other_slot_up(tmp_path, no_leaks):
+    marker = tmp_path / "mode"
+    vs = _launch(2, marker, replace_on_crash=True, step_timeout=HOLD)
+    try:
+        vs.reset()  # (so a replacement is given the slot's reset)
+        marker.write_text("no-client")
+        os.kill(vs.pids[0], signal.SIGKILL)
+        started = time.monotonic()
+        out = vs.step(["Pass", {"action": "RenderdFault", "fault": "sleep", "seconds": SLOW}])
+        took = time.monotonic() - started
+        assert out.infos[0]["error_type"] == "PlayerCrashed", out.infos[0]
+        assert out.observations[1] is not None and out.infos[1]["dropped_action"] is False
+        # The replacement was ready while slot 1 worked: its Reset waits for client.pipe to be opened
+        # without holding the step (which waits only for slot 1) until its step_timeout.
+        assert vs.slot_states[0] is SlotState.RESETTING, vs.slot_states
+        assert took < HOLD, f"step() took {took:.2f} s: held by a replacement that has not opened client.pipe"
+        # It fails at its Reset's step_timeout, saying what the player did not do.
+        replacement = vs.pids[0]
+        deadline = time.monotonic() + HOLD + 5.0
+        while True:
+            out = vs.step(["Pass", {"action": "RenderdFault", "fault": "sleep", "seconds": 0.2}])
+            if "error" in out.infos[0]:
+                break
+            assert time.monotonic() < deadline, "the replacement that never opened client.pipe did not fail"
+            assert out.infos[0]["resetting"] and out.observations[0] is None, out.infos[0]
+        failed = time.monotonic()
+        err = out.infos[0]["error"]
+        assert isinstance(err, PlayerTimeout) and err.deadline == "step_timeout", repr(err)
+        assert str(err).startswith(f"Reset: the player (pid {replacement}) did not open client.pipe within "
+                                   f"step_timeout = {HOLD:g} s"), str(err)
+        assert failed - started >= HOLD, f"failed {failed - started:.2f} s after the crash, before its step_timeout"
+        assert out.infos[1]["dropped_action"] is False and out.observations[1] is not None
+    finally:
+        vs.close()
+
+
+def test_a_replacement_that_opens_its_pipe_late_is_reset_and_steps(tmp_path, no_leaks):
+    marker = tmp_path / "mode"
+    marker.write_text("serve")
+    vs = _launch(2, marker, replace_on_crash=True, step_timeout=STEP_TIMEOUT)
+    try:
+        vs.reset()
+        marker.write_text(f"late {LATE}")
+        os.kill(vs.pids[0], signal.SIGKILL)
+        out = vs.step(["Pass", "Pass"])
+        assert out.infos[0]["error_type"] == "PlayerCrashed", out.infos[0]
+        # (Most likely ready during this step's recv: its Reset is written once it has opened client.pipe.)
+        out = vs.step(["Pass", "Pass"], wait_resets=True)
+        replacement = vs.pids[0]
+        assert out.infos[0].get("reset_complete") and "error" not in out.infos[0], out.infos[0]
+        assert out.observations[0] is not None and out.observations[0].frame.shape == (SIZE, SIZE, 3)
+        out = vs.step(["Pass", "Pass"])
+        assert out.infos[0]["dropped_action"] is False and out.observations[0] is not None, out.infos[0]
+        assert vs.pids[0] == replacement and vs.slot_states == [SlotState.RUNNING] * 2
+    finally:
+        vs.close()
