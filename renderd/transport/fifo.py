@@ -122,6 +122,11 @@ def _ms(seconds: float) -> int:
     return math.ceil(seconds * 1000)
 
 
+def _kept(views: list[memoryview]) -> list[memoryview]:
+    """``views`` to keep past a send: a copy of any buffer the caller might reuse (encode_action's are bytes)."""
+    return [v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in views]
+
+
 class FifoPair:
     """``server.pipe`` and ``client.pipe`` in a private directory (0700) of their own.
 
@@ -448,6 +453,7 @@ class FifoChannel:
 
         With ``partial_sends``, it waits only to open ``client.pipe``: it writes what the pipe takes now
         and keeps the rest (:attr:`unsent`) for :meth:`flush`; a message sent meanwhile queues behind it.
+        Either way the caller may reuse its buffers once this returns: what is kept of them is a copy.
         """
         if self._rfd is None:
             raise ValueError("I/O on a closed FifoChannel")
@@ -457,7 +463,7 @@ class FifoChannel:
         if unsent:
             # The rest of an earlier action first, so that the player reads whole actions.
             if self.partial_sends:
-                unsent.extend(byte_views(buffers))
+                unsent.extend(_kept(byte_views(buffers)))
                 self._write_some()
                 return
             self._write_rest(deadline, deadline_name)
@@ -473,8 +479,7 @@ class FifoChannel:
         if n < message_nbytes(buffers):
             rest = byte_views(buffers)
             drop_written(rest, n)
-            # Kept past this call: a copy of any buffer the caller might reuse (encode_action's are bytes).
-            unsent.extend(v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in rest)
+            unsent.extend(_kept(rest))
             if not self.partial_sends:
                 self._write_rest(deadline, deadline_name)
 
