@@ -4,6 +4,7 @@ FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import textwrap
@@ -11,6 +12,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from renderd.config import loads
 from renderd.errors import LeaseError
@@ -18,6 +20,7 @@ from renderd.process import PlayerProcess
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.daemon.test_supervisor_review8b import xvfb_spawner  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 #: An executable that exits at once, before any first frame: a build that does not come up.
@@ -162,3 +165,29 @@ def test_a_lease_request_whose_client_exits_while_it_waits_leases_nothing_and_re
     assert ready_pid(sup) == pid
     with sup.lock:
         assert not sup.leases
+
+
+# -- 4. the same on a managed Xvfb: the previous configuration's display is kept for it -------------------------
+MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
+
+
+@pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+def test_an_old_player_restarts_on_the_previous_configurations_managed_display_while_the_rollout_is_held(
+        xvfb_spawner, supervisor_with):
+    sup = supervisor_with(_config().replace('platform = "headless"', MANAGED))
+    wait_for(lambda: [s for s, _, _ in _states(sup)] == ["READY"] * 2, DEADLINE, "two READY players")
+    with sup.lock:
+        old_display = sup.environments["demo"].players[0].display
+    old = {pid for _, pid, _ in _states(sup)}
+    bad = _config(executable=EXITS_AT_START).replace('platform = "headless"', MANAGED.replace("48", "40"))
+    sup.put_environment(loads(textwrap.dedent(bad)).environments["demo"], source="file")
+    wait_for(lambda: sorted(s for s, _, _ in _states(sup)) == ["FAILED", "READY"], DEADLINE,
+             "the replaced player FAILED, the other READY")
+    victim = next(pid for s, pid, outdated in _states(sup) if s == "READY" and outdated)
+    os.kill(victim, signal.SIGKILL)
+    states = _after_restart(sup, old)
+    assert sorted((s, outdated) for s, _, outdated in states) == [("FAILED", False), ("READY", True)], states
+    with sup.lock:
+        (p,) = [p for p in sup.environments["demo"].players if p.state.value == "READY"]
+        assert p.display is old_display and old_display.alive()
+        assert (p.config.width, p.config.height) == (64, 48)
