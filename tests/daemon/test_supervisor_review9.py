@@ -191,3 +191,13 @@ def test_an_old_player_restarts_on_the_previous_configurations_managed_display_w
         (p,) = [p for p in sup.environments["demo"].players if p.state.value == "READY"]
         assert p.display is old_display and old_display.alive()
         assert (p.config.width, p.config.height) == (64, 48)
+    # Stopping gives back the kept selection too: no Xvfb of either configuration outlives the supervisor.
+    with sup.lock:
+        displays = {id(q.display): q.display for q in sup.environments["demo"].players if q.display is not None}
+    displays[id(old_display)] = old_display
+    sup.request_stop()
+    (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+    loop.join(DEADLINE)
+    assert not loop.is_alive()
+    for display in displays.values():
+        assert pid_gone(display.pid), f"the managed Xvfb {display.name} outlived the supervisor"
