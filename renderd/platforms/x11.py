@@ -251,11 +251,28 @@ def screen_reasons(
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         # with every screen up to the one asked for: a server with screen 0 only would fail the next check
         screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
-        stale = "" if remote or parsed is None else _stale_lock_fix(parsed.number)
+        holder = None if remote or parsed is None else _lock_holder(parsed.number)
+        head = f"X display {facts.name} is not reachable: {facts.error}; fix: "
+        if holder is not None and holder[1].startswith("X"):  # Xorg, Xvfb, Xwayland, Xvnc ...: not stale
+            path, (pid, comm) = X_LOCK_FILE.format(number=parsed.number), holder
+            return [
+                head + f"{path} names pid {pid} ({comm}), an X server that runs: if it serves display "
+                f":{parsed.number}, renderd cannot reach its socket {X11_SOCKET_DIR}/X{parsed.number} (removed by a "
+                "/tmp cleaner, not writable for this user, or renderd sees another /tmp than the server): restart "
+                f"that server, check DISPLAY, or {MANAGED_FIX}"
+            ]
+        stale = ""
+        if holder is not None:
+            path, (pid, comm) = X_LOCK_FILE.format(number=parsed.number), holder
+            stale = (
+                f"{path} names pid {pid}{f' ({comm})' if comm else ''}, which runs but does not serve the display: "
+                "unless an X server is starting there, the lock is stale (its pid taken again since, as when a "
+                f"container restarts with its /tmp) and every X server refuses display :{parsed.number} while it "
+                f"is there: remove {path}, then "
+            )
         return [
-            f"X display {facts.name} is not reachable: {facts.error}; fix: {stale}start an X server there "
-            f"({where} {screen_args} +extension GLX &), check DISPLAY and XAUTHORITY, "
-            f"or {MANAGED_FIX}"
+            f"{head}{stale}start an X server there ({where} {screen_args} +extension GLX &), check DISPLAY and "
+            f"XAUTHORITY, or {MANAGED_FIX}"
         ]
     if screen >= facts.screen_count:
         plural = "s" if facts.screen_count != 1 else ""
@@ -307,45 +324,41 @@ _PROBE_FIXES = {
 X_LOCK_FILE = "/tmp/.X{number}-lock"
 
 
-def _stale_lock_fix(number: int) -> str:
-    """The first step of the fix for a local display nothing could be reached on, when its lock file names a
-    live process: an X server refuses a display whose lock names a running process ("Server is already
-    active"), and a process that holds the lock of a display it does not serve is (unless it is a server
-    starting up) another one that took a dead server's pid, as when a container restarts with its /tmp.
-    Empty when there is no lock, or it names no running process (an X server replaces such a lock itself)."""
+def _lock_holder(number: int) -> tuple[int, str] | None:
+    """``(pid, process name)`` of the running process the lock file of local display ``number`` names, else
+    None (no lock, unreadable, or its process is gone: an X server replaces such a lock itself).
+
+    An X server refuses a display whose lock names a running process ("Server is already active"). When
+    nothing could be reached on the display, a lock naming a process that is no X server is stale (its pid
+    was taken again, as when a container restarts with its /tmp), unless a server is just starting there."""
     path = X_LOCK_FILE.format(number=number)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        return ""
+        return None
     try:
         data = os.read(fd, 64)
     except OSError:
-        return ""
+        return None
     finally:
         os.close(fd)
     try:
         pid = int(data.strip())
     except ValueError:
-        return ""
+        return None
     if pid <= 0:
-        return ""
+        return None
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
-        return ""
+        return None
     except OSError:
         pass  # EPERM: it runs, as another user
     try:
         with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as f:
-            what = f" ({f.read().strip()})"
+            return pid, f.read().strip()
     except OSError:
-        what = ""
-    return (
-        f"{path} names pid {pid}{what}, which runs but does not serve the display: unless an X server is "
-        f"starting there, the lock is stale (its pid taken again since, as when a container restarts with its "
-        f"/tmp) and every X server refuses display :{number} while it is there: remove {path}, then "
-    )
+        return pid, ""
 
 
 #: What an X server says when it turns a client away for want of authorization (Xorg, Xvfb, Xwayland).

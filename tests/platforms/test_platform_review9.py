@@ -60,7 +60,7 @@ def _free_display_number() -> int:
     pytest.skip("no free display number in 5900..5999")
 
 
-def test_a_stale_lock_that_keeps_a_server_from_starting_is_named(tmp_path):
+def test_a_stale_lock_that_keeps_a_server_from_starting_is_named(xvfb):
     # A lock file /tmp/.XN-lock naming a live process that is no X server (a container restarted with its
     # /tmp kept: the pid is taken again) makes every X server refuse display N ("Server is already active").
     # The reason told to start one there, which fails, and said nothing of the lock.
@@ -81,5 +81,12 @@ def test_a_stale_lock_that_keeps_a_server_from_starting_is_named(tmp_path):
             f.write("%10d\n" % gone.pid)
         [reason] = Linux64().check(PlatformRequest(x_display=f":{number}", width=64, height=64)).reasons
         assert "lock" not in reason, reason
+        # a lock naming a running X server is no stale one (its socket is out of reach): it is not to be removed
+        server = xvfb("-screen", "0", "64x64x24")
+        with open(lock, "w", encoding="ascii") as f:
+            f.write("%10d\n" % server.pid)
+        [reason] = Linux64().check(PlatformRequest(x_display=f":{number}", width=64, height=64)).reasons
+        assert f"{lock} names pid {server.pid} (Xvfb), an X server that runs" in reason, reason
+        assert f"remove {lock}" not in reason and "start an X server there" not in reason, reason
     finally:
         os.unlink(lock)
