@@ -1,5 +1,5 @@
-"""Review of the wire codec: a stream whose first byte already cannot start a field fails at once, and the
-message size limit counts the whole message."""
+"""Review of the wire codec: a stream whose first byte already cannot start a field fails at once, the
+message size limit counts the whole message, and a metadata body cut short says so."""
 
 from __future__ import annotations
 
