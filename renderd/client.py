@@ -168,7 +168,7 @@ class Session:
     ) -> None:
         self.channel = channel
         self.process = process
-        self.step_timeout = float(step_timeout)
+        self._step_timeout = check_seconds(step_timeout, "step_timeout")
         self.stop_grace = stop_grace
         self.last_event: Event | None = last_event
         self._on_close = on_close
@@ -192,6 +192,18 @@ class Session:
     def pid(self) -> int | None:
         """The player's process id (None if the transport does not know it)."""
         return self._pid
+
+    @property
+    def step_timeout(self) -> float:
+        """Seconds each step has (to write the action and to answer); may be changed between steps. Setting
+        it to anything but a finite number of seconds greater than 0, at most
+        :data:`renderd.config.MAX_SECONDS`, raises :class:`~renderd.config.ArgumentError` (a ValueError) and
+        keeps the deadline it had."""
+        return self._step_timeout
+
+    @step_timeout.setter
+    def step_timeout(self, seconds: float) -> None:
+        self._step_timeout = check_seconds(seconds, "step_timeout")
 
     @property
     def width(self) -> int | None:
@@ -296,8 +308,9 @@ class Session:
         else:
             seq = message["sequenceId"] = check_sequence_id(seq)
         buffers = encode_action(message)
-        deadline = time.monotonic() + self.step_timeout
-        write_by, name, seconds = deadline, "step_timeout", self.step_timeout
+        step_timeout = self._step_timeout
+        deadline = time.monotonic() + step_timeout
+        write_by, name, seconds = deadline, "step_timeout", step_timeout
         if limit is not None and limit[0] < deadline:
             write_by, name, seconds = limit
         try:
@@ -332,7 +345,7 @@ class Session:
             seq, name, _ = self._pending
             self._pending = (seq, name, time.monotonic() + timeout)
             return self._receive("recv timeout", timeout)
-        return self._receive("step_timeout", self.step_timeout)
+        return self._receive("step_timeout", self._step_timeout)
 
     def step(self, action: str | Mapping[str, Any] | None = None, **kwargs: Any) -> Event:
         """Send one action and return the player's answer: ``send()`` then ``recv()``.
@@ -406,7 +419,7 @@ class Session:
         sending: bool = False,
     ) -> PlayerTimeout:
         if seconds is None:
-            seconds = self.step_timeout
+            seconds = self._step_timeout
         alive = ""
         if self.process is not None:
             alive = " The player is still running (hung, or busy for longer than the deadline allows)."
