@@ -1299,19 +1299,28 @@ class _Connection:
         # An answer gets the time a request body of its size gets (REQUEST_TIMEOUT plus its size at
         # MIN_BODY_RATE), not whatever timeout the last read left on the socket: that was IDLE_TIMEOUT (an
         # hour) when the request came whole in one read, and next to nothing when its body arrived just
-        # before its deadline. A peer that reads nothing for that long has its connection closed.
+        # before its deadline. A peer that reads nothing for that long has its connection closed, and its
+        # player's client is told that renderd closed it (not that the player hung up).
         if isinstance(data, (bytes, bytearray)):
             size = len(data)
         else:
             size = message_nbytes(data)
+        seconds = REQUEST_TIMEOUT + size / MIN_BODY_RATE
         try:
-            self.sock.settimeout(REQUEST_TIMEOUT + size / MIN_BODY_RATE)
+            self.sock.settimeout(seconds)
             if isinstance(data, (bytes, bytearray)):
                 self.sock.sendall(data)
             else:
                 for chunk in data:
                     self.sock.sendall(chunk)
             return True
+        except TimeoutError:
+            if self.closed_because is None:
+                self.closed_because = (
+                    f"the player did not read its answer of {size} bytes within {seconds:.3g} s "
+                    "(REQUEST_TIMEOUT + its size at MIN_BODY_RATE)"
+                )
+            return False
         except OSError:
             return False
 

@@ -125,3 +125,32 @@ def test_refused_connections_are_logged_once_per_interval_with_a_count(caplog, n
         assert "4 more refused" in lines[1], lines
     finally:
         server.stop()
+
+
+# -- who closed the connection ---------------------------------------------------------------------------
+
+
+def test_an_answer_the_player_does_not_read_in_time_is_not_blamed_on_a_hang_up(served, monkeypatch):
+    # The server gives up sending an answer the player does not read (REQUEST_TIMEOUT plus its size at
+    # MIN_BODY_RATE) and closes the connection. The client's PlayerCrashed said "<player> closed its HTTP
+    # connection", a hang-up the player never did; it says renderd closed it, and why.
+    import time
+
+    from renderd.errors import PlayerCrashed
+    from renderd.protocol import encode_action
+    from tests.helpers.http_util import frame_body, request_bytes
+
+    monkeypatch.setattr(http_transport, "REQUEST_TIMEOUT", 0.3)
+    monkeypatch.setattr(http_transport, "MIN_BODY_RATE", 1e12)
+    registry, _, _ = served
+    bridge = registry.register(name="slow reader")
+    client = connect(served)
+    client.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    client.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(time.monotonic() + DEADLINE)
+    bridge.send(encode_action({"action": "Pass", "blob": "x" * (8 << 20)}), time.monotonic() + DEADLINE)
+    wait_for(lambda: bridge.error is not None, DEADLINE, "the unread answer's connection to be closed")
+    message = str(bridge.error)
+    assert isinstance(bridge.error, PlayerCrashed), bridge.error
+    assert "renderd closed the HTTP connection of slow reader" in message, message
+    assert "did not read" in message and "REQUEST_TIMEOUT" in message, message
