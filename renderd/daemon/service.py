@@ -1099,7 +1099,10 @@ class Daemon:
                     http_players.start()
                 except OSError as exc:
                     http_players = None
-                    raise DaemonError(f"cannot start the HTTP listener: {exc}") from exc
+                    # (its message names the address and the reason; str(exc) would put "[Errno 98]" first)
+                    raise DaemonError(
+                        f"cannot start the HTTP listener ([daemon] http, --http): {exc.strerror or exc}"
+                    ) from exc
                 log.info("HTTP players: listening on %s:%d", *http_players.address)
             self.supervisor = Supervisor(
                 self.config,
