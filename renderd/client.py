@@ -558,6 +558,15 @@ class Session:
     def __repr__(self) -> str:
         return f"<renderd.Session pid={self._pid} {self._state.value} seq={self._sequence_id}>"
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # (what copy.copy, copy.deepcopy and pickle ask for) A copy would share this session's pipes and player,
+        # and the garbage collection of a shallow copy would close them under this session.
+        raise TypeError(
+            f"a renderd Session (player pid {self._pid}) cannot be copied or pickled: it stands for one player's "
+            "pipes and process, which only this object may use. Pass what launch() or connect() was given "
+            "instead, and make a session where it is needed"
+        )
+
 
 #: The code of the methods a step waits in: a thread inside one of them is using the session's pipes.
 _IO_CODES = frozenset(

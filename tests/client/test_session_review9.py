@@ -1,7 +1,11 @@
-"""Session, review 9: what a session accepts as its step deadline. Real processes, real FIFOs; nothing may be
-left behind (``no_leaks``)."""
+"""Session, review 9: what a session accepts as its step deadline, and copies of a session. Real processes,
+real FIFOs; nothing may be left behind (``no_leaks``)."""
 
 from __future__ import annotations
+
+import copy
+import gc
+import pickle
 
 import pytest
 
@@ -37,3 +41,21 @@ def test_a_session_built_with_a_bad_step_timeout_is_refused():
 
     with pytest.raises(ArgumentError, match="step_timeout"):
         Session(NoChannel(), step_timeout=float("nan"))
+
+
+def test_a_session_cannot_be_copied_and_a_copy_attempt_leaves_it_working():
+    # copy.copy(session) made a second Session sharing the channel and the player, whose garbage collection
+    # closed them (its __del__), so the original's next step failed (its pipes closed, its player stopped);
+    # pickle and deepcopy failed with "cannot pickle memoryview objects", which names nothing of renderd.
+    # Each is a TypeError saying that a session is its player's pipes and process, and the session goes on.
+    with renderd.launch(peer_argv(), start_timeout=START) as session:
+        for how, copier in (("copy", copy.copy), ("deepcopy", copy.deepcopy), ("pickle", pickle.dumps)):
+            refused: TypeError | None = None
+            try:
+                copier(session)  # (a copy, if one is made, is dropped at once)
+            except TypeError as exc:
+                refused = exc
+            gc.collect()
+            assert session.step("Pass") and session.state is SessionState.READY, how
+            assert refused is not None, f"{how} of a session succeeded"
+            assert "Session" in str(refused) and "pipes" in str(refused), str(refused)
