@@ -38,8 +38,15 @@ class Platform:
         when a resource it needs cannot be had after all (a managed display that fails to start)."""
         raise NotImplementedError
 
-    def report(self, request: PlatformRequest, reasons: list[str], **details: Any) -> PlatformReport:
-        return PlatformReport(self.name, not reasons, reasons, self.instructions, details)
+    def report(
+        self, request: PlatformRequest, reasons: list[str], *, instructions: str | None = None, **details: Any
+    ) -> PlatformReport:
+        """A report with :attr:`instructions`, or ``instructions`` given: ``""`` when the platform is installed
+        and what is wrong is a setting (a variable naming no driver, a GPU index out of range), so that what to
+        install is not offered as the fix (each reason carries its own)."""
+        return PlatformReport(
+            self.name, not reasons, reasons, self.instructions if instructions is None else instructions, details
+        )
 
     def base_env(self) -> dict[str, str]:
         return {PLATFORM_ENV_VAR: self.name}

@@ -23,7 +23,12 @@ class CloudRendering(Platform):
         env = request.environ()
         probe = vulkan.probe_vulkan(env)
         if not probe.ok:
-            return self.report(request, [f"Vulkan is not usable: {probe.error}; fix: {probe.fix}"])
+            # Installing is the fix only when the loader or a driver is missing or broken; not when a variable
+            # hides the installed drivers, or this process is short of descriptors.
+            install = probe.fix in (vulkan.LOADER_FIX, vulkan.DRIVER_FIX, vulkan.DRIVER_BROKEN_FIX)
+            return self.report(
+                request, [f"Vulkan is not usable: {probe.error}; fix: {probe.fix}"], instructions=None if install else ""
+            )
         if not probe.devices:
             return self.report(
                 request,
@@ -58,7 +63,8 @@ class CloudRendering(Platform):
             details["notes"] = plan.notes
         if all(d.type == "CPU" for d in devices):
             details["note"] = "only a CPU Vulkan device (software rendering: it works, slowly)"
-        return self.report(request, plan.reasons, **details)
+        # Vulkan works here: what is wrong is the GPUs asked for (each reason says what to do), not an install.
+        return self.report(request, plan.reasons, instructions="" if plan.reasons else None, **details)
 
     def prepare(self, request: PlatformRequest, report: PlatformReport) -> Selection:
         args = list(HEADLESS_ARGS) if request.headless else []

@@ -55,8 +55,8 @@ class Linux64(Platform):
         )
         if nvidia_problem is not None:
             plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as X screen numbers")
-        if plan.reasons:
-            return self.report(request, plan.reasons, notes=plan.notes)
+        if plan.reasons:  # the GPUs asked for: each reason says what to do, nothing is to be installed
+            return self.report(request, plan.reasons, instructions="", notes=plan.notes)
         wanted = plan.slots or None
 
         notes = list(plan.notes)

@@ -82,7 +82,9 @@ class PlatformReport:
     """One platform's answer to a request.
 
     ``valid``: it can serve the request. ``reasons``: why not, one sentence each, each ending with its
-    fix. ``instructions``: what to install or start for this platform in general. ``details``: what was
+    fix. ``instructions``: what to install or start for this platform in general; empty when the platform
+    is installed and what is wrong is a setting (a variable naming no driver, a GPU index out of range), whose
+    reasons say what to do. ``details``: what was
     found (device names, the display, the executable ...).
     """
 

@@ -1,5 +1,6 @@
 """CloudRendering and GPUs, ninth review: a Vulkan driver put in place after a failed check is seen by the next
-check; a report says when CUDA may count the GPUs in another order than renderd."""
+check; a report says when CUDA may count the GPUs in another order than renderd; what is installed is not
+offered as the fix."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import stat
 import sys
 
 import pytest
+from click.testing import CliRunner
 
 from renderd.platforms import gpus, vulkan
 from renderd.platforms.cloudrendering import CloudRendering
+from renderd.platforms.doctor import doctor_command
 from renderd.platforms.request import PlatformRequest
 
 from .conftest import fixture_text
@@ -114,3 +117,47 @@ def test_a_report_on_gpus_of_different_models_says_how_cuda_counts_them(tmp_path
         assert report.valid and not report.details.get("notes"), report.details
     finally:
         gpus.clear_cache()
+
+
+# -- what to install -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.vulkan
+def test_a_setting_that_hides_the_installed_vulkan_is_not_told_to_install_it():
+    # VK_ICD_FILENAMES naming no file hides the installed drivers: the reason says to unset it or point it at
+    # a manifest, but the report (and doctor, and the PlatformError) went on "To use CloudRendering: install
+    # the Vulkan loader and a driver: apt-get install libvulkan1 mesa-vulkan-drivers", which changes nothing.
+    _working_manifest()
+    vulkan.clear_cache()
+    try:
+        hidden = CloudRendering().check(PlatformRequest(env={"VK_ICD_FILENAMES": "/nonexistent.json"}))
+        assert not hidden.valid and "unset it" in hidden.reasons[0], hidden.reasons
+        assert hidden.instructions == "" and "apt-get install" not in hidden.describe(), hidden.describe()
+        # a GPU index Vulkan does not list: Vulkan works, there is nothing to install either
+        beyond = CloudRendering().check(PlatformRequest(gpus=(7,)))
+        assert not beyond.valid and "GPU 7 was asked for" in beyond.reasons[0], beyond.reasons
+        assert beyond.instructions == "" and "apt-get install" not in beyond.describe(), beyond.describe()
+        result = CliRunner().invoke(
+            doctor_command, ["--platform", "CloudRendering"], env={"VK_ICD_FILENAMES": "/nonexistent.json"}
+        )
+        assert result.exit_code == 1 and "unset it" in result.output, result.output
+        assert "install the Vulkan loader" not in result.output, result.output
+    finally:
+        vulkan.clear_cache()
+
+
+@pytest.mark.vulkan
+def test_a_machine_without_a_vulkan_driver_is_still_told_to_install_one(tmp_path):
+    # the loader's search directories hold no manifest (XDG_DATA_DIRS points at an empty one): no driver is
+    # installed as far as Vulkan can tell, and installing one is the fix
+    _working_manifest()
+    empty = str(tmp_path)
+    env = {"XDG_DATA_DIRS": empty, "XDG_CONFIG_DIRS": empty, "HOME": empty}
+    vulkan.clear_cache()
+    try:
+        report = CloudRendering().check(PlatformRequest(env=env))
+    finally:
+        vulkan.clear_cache()
+    if report.valid or "no Vulkan driver (ICD) was found" not in report.reasons[0]:
+        pytest.skip(f"a Vulkan driver outside the XDG directories here: {report.reasons or report.details}")
+    assert report.instructions == vulkan.INSTALL_HINT and "To use CloudRendering: install" in report.describe()
