@@ -519,7 +519,8 @@ class RenderdVectorEnv(VectorEnv):
         """Reset all sub-environments (or those in ``options["reset_mask"]``), concurrently.
 
         ``seed``: an int (sub-environment i gets ``seed + i``), a list of per-environment seeds, or None.
-        ``options["scene"]``: the scene for every reset one. Raises ``ValueError`` for a bad mask or a
+        ``options["scene"]``: the scene for every reset one. Raises :class:`CallOrderError` for a mask that
+        leaves out a sub-environment never reset (nothing is sent), ``ValueError`` for a bad mask or a
         reset the players refuse (after every other sub-environment was reset; the refused ones are reset
         again at the next step), and what :meth:`renderd.VectorSession.reset` raises.
         """
@@ -542,6 +543,12 @@ class RenderdVectorEnv(VectorEnv):
             if mask.shape != (n,) or mask.dtype != np.bool_ or not mask.any():
                 raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
             slots = [int(i) for i in np.flatnonzero(mask)]
+            unset = [i for i in range(n) if self._events[i] is None and i not in slots]
+            if unset:  # (their observations would be missing from the batch)
+                raise CallOrderError(
+                    f"reset(options={{'reset_mask': ...}}) leaves out sub-environment {unset[0]}, which was never "
+                    "reset: call reset() without a mask first; nothing was reset"
+                )
         for i in slots:
             if seeds[i] is not None:
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
