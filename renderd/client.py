@@ -674,12 +674,14 @@ def _has_no_bytes(text: str) -> bool:
 
 
 def _checked_args_env(
-    args: Sequence[Any], env: Mapping[Any, Any] | None
+    args: Sequence[Any] | None, env: Mapping[Any, Any] | None
 ) -> tuple[list[str], dict[str, str] | None]:
     """``args`` and ``env`` as the strings a process gets; :class:`ConfigError` (``key`` ``args`` or ``env``)
     for what no process can get (a NUL byte, ``=`` in a variable's name, a lone surrogate) or what is surely
     a mistake (a variable set to None, bytes, a bool or a container). Numbers (numpy's too) and paths are
     written out."""
+    if args is None:  # (as env=None: nothing added)
+        args = ()
     if isinstance(args, (str, bytes, bytearray, os.PathLike)):  # (iterating it would pass each character)
         raise ConfigError(f"is a sequence of arguments, not one {type(args).__name__}: args=[{args!r}]", key="args")
     checked_args = []
@@ -696,6 +698,10 @@ def _checked_args_env(
         checked_args.append(text)
     if env is None:
         return checked_args, None
+    if not isinstance(env, Mapping):
+        raise ConfigError(
+            f"is a mapping of variable names to values (a dict), not a {type(env).__name__}: {env!r}", key="env"
+        )
     checked_env: dict[str, str] = {}
     for name, value in env.items():
         if not isinstance(name, str) or not name or "=" in name or "\0" in name:
@@ -726,7 +732,7 @@ def launch_player(
     height: int = 300,
     platform: str = "auto",
     x_display: str | None = None,
-    args: Sequence[str] = (),
+    args: Sequence[str] | None = (),
     env: Mapping[str, str] | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
     step_timeout: float = DEFAULT_STEP_TIMEOUT,
@@ -844,7 +850,7 @@ def launch(
     platform: str = "auto",
     x_display: str | None = None,
     transport: str = "fifo",
-    args: Sequence[str] = (),
+    args: Sequence[str] | None = (),
     env: Mapping[str, str] | None = None,
     start_timeout: float = DEFAULT_START_TIMEOUT,
     step_timeout: float = DEFAULT_STEP_TIMEOUT,
@@ -856,11 +862,11 @@ def launch(
 
     ``executable``: a path, a name (looked up next to this Python, then on ``PATH``) or an argv list.
     ``platform``/``x_display``: see :mod:`renderd.platforms`. ``args``: extra player arguments after the
-    Unity flags. ``env``: variables added to this process's environment for the player (they override
+    Unity flags (None: none). ``env``: variables added to this process's environment for the player (they override
     everything, including the ``AI2THOR_*`` endpoint). ``log_path``: where the player's log (its
     ``-logFile`` and its stdout/stderr) goes and stays; by default a file in the private pipe directory,
     removed at close (a :class:`PlayerCrashed` quotes its last lines). ``pipe_size``: buffer of the
-    player -> client pipe (default 1 MiB, capped by the kernel).
+    player -> client pipe, bytes greater than 0 (default 1 MiB, capped by the kernel).
 
     ``start_timeout`` and ``step_timeout`` are finite numbers of seconds, greater than 0 and at most
     :data:`renderd.config.MAX_SECONDS` (7 days).
@@ -897,6 +903,9 @@ def launch(
         )
     if transport != "fifo":
         raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}", key="transport")
+    if pipe_size is not None and (isinstance(pipe_size, bool) or not isinstance(pipe_size, numbers.Integral)
+                                  or pipe_size <= 0):
+        raise ConfigError(f"must be a number of bytes greater than 0 (or None: 1 MiB), got {pipe_size!r}", key="pipe_size")
 
     # Imported here so that `import renderd.client` stays cheap for HTTP-only users.
     from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair
@@ -905,7 +914,7 @@ def launch(
     channel: FifoChannel | None = None
     try:  # (until launch_player owns them: an interruption here, Ctrl-C, leaves no pipe behind)
         channel = FifoChannel(
-            pair.server_path, pair.client_path, pipe_size=pipe_size if pipe_size is not None else DEFAULT_PIPE_SIZE
+            pair.server_path, pair.client_path, pipe_size=int(pipe_size) if pipe_size is not None else DEFAULT_PIPE_SIZE
         )
         keep_log = log_path is not None
         if log_path is None:

@@ -1,0 +1,42 @@
+"""launch(), review 9: arguments of the wrong kind are ConfigErrors naming them, before anything starts. Real
+processes, real FIFOs; nothing may be left behind (``no_leaks``)."""
+
+from __future__ import annotations
+
+import psutil
+import pytest
+
+import renderd
+from renderd.errors import ConfigError
+
+from .conftest import START, peer_argv
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "key", "says"),
+    [
+        (dict(env=["RENDERD_TEST=1"]), "env", "list"),  # was: AttributeError 'list' object has no attribute 'items'
+        (dict(env="RENDERD_TEST=1"), "env", "str"),
+        (dict(pipe_size="1M"), "pipe_size", "'1M'"),  # was: TypeError '<' not supported between 'int' and 'str'
+        (dict(pipe_size=-1), "pipe_size", "-1"),  # was: taken, and ignored
+        (dict(pipe_size=0), "pipe_size", "0"),
+        (dict(pipe_size=True), "pipe_size", "True"),  # was: a 1-byte pipe asked for
+        (dict(pipe_size=4096.5), "pipe_size", "4096.5"),
+    ],
+    ids=["env-list", "env-str", "pipe-size-str", "pipe-size-negative", "pipe-size-zero", "pipe-size-bool",
+         "pipe-size-float"],
+)
+def test_arguments_of_the_wrong_kind_are_config_errors_naming_them(kwargs, key, says):
+    with pytest.raises(ConfigError) as info:
+        renderd.launch(peer_argv("serve"), start_timeout=START, **kwargs)
+    assert info.value.key == key
+    assert says in str(info.value)
+
+
+def test_args_none_means_no_extra_arguments():
+    # env=None is "nothing added"; args=None raised TypeError 'NoneType' object is not iterable.
+    with renderd.launch(peer_argv("serve"), args=None, start_timeout=START) as session:
+        assert psutil.Process(session.pid).cmdline()[-1] != "None"
+        assert session.step("Pass").sequence_id == 1
