@@ -1,5 +1,6 @@
 """``CloudRendering``: Unity's offscreen Vulkan player. Needs a Vulkan loader and at least one
-physical device; no X display. Spreads instances over GPUs with ``-force-device-index``."""
+physical device (none when headless: ``-nographics`` opens no graphics device); no X display. Spreads
+instances over GPUs with ``-force-device-index``."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ class CloudRendering(Platform):
     def check(self, request: PlatformRequest) -> PlatformReport:
         if request.system != "Linux":
             return self.report(request, [f"CloudRendering players run on Linux only (this system is {request.system})"])
+        if request.headless:  # -batchmode -nographics: Unity opens no graphics device, Vulkan is not touched
+            return self.report(request, [], note="headless: no Vulkan needed")
         env = request.environ()
         probe = vulkan.probe_vulkan(env)
         if not probe.ok:

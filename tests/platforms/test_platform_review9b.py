@@ -1,6 +1,6 @@
 """CloudRendering and GPUs, ninth review: a Vulkan driver put in place after a failed check is seen by the next
 check; a report says when CUDA may count the GPUs in another order than renderd; what is installed is not
-offered as the fix."""
+offered as the fix; a headless CloudRendering player needs no Vulkan."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from renderd.platforms import gpus, vulkan
+from renderd.platforms import gpus, select, vulkan
 from renderd.platforms.cloudrendering import CloudRendering
 from renderd.platforms.doctor import doctor_command
 from renderd.platforms.request import PlatformRequest
@@ -161,3 +161,22 @@ def test_a_machine_without_a_vulkan_driver_is_still_told_to_install_one(tmp_path
     if report.valid or "no Vulkan driver (ICD) was found" not in report.reasons[0]:
         pytest.skip(f"a Vulkan driver outside the XDG directories here: {report.reasons or report.details}")
     assert report.instructions == vulkan.INSTALL_HINT and "To use CloudRendering: install" in report.describe()
+
+
+# -- headless ------------------------------------------------------------------------------------------------
+
+
+def test_a_headless_cloudrendering_player_needs_no_vulkan():
+    # -batchmode -nographics renders nothing: Linux64 asks for no display then, but CloudRendering still
+    # probed Vulkan and refused a headless request on a machine without it (here: VK_ICD_FILENAMES hides it).
+    request = PlatformRequest(platform="CloudRendering", headless=True, env={"VK_ICD_FILENAMES": "/nonexistent.json"})
+    vulkan.clear_cache()
+    try:
+        report = CloudRendering().check(request)
+        assert report.valid, report.reasons
+        assert "headless" in report.details.get("note", ""), report.details
+        with select(request) as selection:
+            assert selection.name == "CloudRendering" and selection.headless
+            assert selection.for_instance(0) == ({"RENDERD_PLATFORM": "CloudRendering"}, ["-batchmode", "-nographics"])
+    finally:
+        vulkan.clear_cache()
