@@ -468,6 +468,16 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _handle_exited(handle: int | psutil.Process) -> bool:
+    """Whether the process behind a pidfd or a ``psutil.Process`` has exited (a zombie has)."""
+    if isinstance(handle, int):
+        return poll_readable(handle, 0)
+    try:
+        return not handle.is_running() or handle.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 class PlayerProcess:
     """One player this process spawned and owns: its own process group, a pidfd, a log file.
 
@@ -741,21 +751,26 @@ class PlayerProcess:
                 return True
         return False
 
-    def _outside_descendants(self) -> list[int]:
-        """pidfds of the running player's descendants that left its process group (a helper started with
-        ``setsid`` or ``start_new_session``, a wrapper script's player in a session of its own): signals to
-        the group miss them. Found with psutil (inspection only); each pidfd is checked to be the process
-        found (not a recycled pid) after it was opened, so signalling through it can hit no other."""
-        found: list[int] = []
-        if not hasattr(os, "pidfd_open"):
-            return found
+    def _outside_descendants(self) -> list[int | psutil.Process]:
+        """The running player's descendants that left its process group (a helper started with ``setsid``
+        or ``start_new_session``, a wrapper script's player in a session of its own): signals to the group
+        miss them. Each is a pidfd checked to be the process found (not a recycled pid) after it was opened,
+        so signalling through it can hit no other; or, where pidfds are unavailable (seccomp, an old kernel,
+        no descriptor left), a ``psutil.Process``, which checks its start time before each signal."""
+        found: list[int | psutil.Process] = []
         for pid in _descendants(self.pid):
             try:
                 if os.getpgid(pid) == self.pgid:
                     continue
                 proc = psutil.Process(pid)  # (notes its start time)
+            except (OSError, psutil.Error):  # gone meanwhile
+                continue
+            try:
                 fd = os.pidfd_open(pid)
-            except (OSError, psutil.Error):  # gone meanwhile, or out of descriptors: nothing to stop through it
+            except ProcessLookupError:
+                continue
+            except (AttributeError, OSError):
+                found.append(proc)
                 continue
             try:
                 same = proc.is_running()  # (compares the start time: the pid was not recycled)
@@ -768,24 +783,30 @@ class PlayerProcess:
         return found
 
     @staticmethod
-    def _signal_outside(pidfds: list[int], sig: signal.Signals) -> None:
-        for fd in pidfds:
+    def _signal_outside(handles: list[int | psutil.Process], sig: signal.Signals) -> None:
+        for handle in handles:
             try:
-                signal.pidfd_send_signal(fd, sig)
-            except ProcessLookupError:  # exited already
+                if isinstance(handle, int):
+                    signal.pidfd_send_signal(handle, sig)
+                else:
+                    handle.send_signal(sig)  # (raises NoSuchProcess for a pid given to another process)
+            except (ProcessLookupError, psutil.NoSuchProcess):  # exited already
                 pass
-            except OSError as exc:
+            except (OSError, psutil.Error) as exc:
                 log.warning("cannot send %s to a process the player started: %s", sig.name, exc)
 
     @staticmethod
-    def _wait_outside(pidfds: list[int], deadline: float) -> bool:
-        """Wait until every process behind ``pidfds`` has exited, or ``deadline`` (monotonic) passes."""
-        for fd in pidfds:
-            while not poll_readable(fd, 0):
+    def _wait_outside(handles: list[int | psutil.Process], deadline: float) -> bool:
+        """Wait until every process behind ``handles`` has exited, or ``deadline`` (monotonic) passes."""
+        for handle in handles:
+            while not _handle_exited(handle):
                 remaining = deadline - time.monotonic()
                 if not remaining > 0:  # (a NaN deadline too)
                     return False
-                poll_readable(fd, remaining)
+                if isinstance(handle, int):
+                    poll_readable(handle, remaining)
+                else:
+                    time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
 
     def _wait_group(self, timeout: float) -> bool:
@@ -822,7 +843,7 @@ class PlayerProcess:
             self._stopped = True
             self._close_pidfd()
             return self._returncode
-        outside: list[int] = []
+        outside: list[int | psutil.Process] = []
         try:
             leader_running = self.poll() is None
             if leader_running:
@@ -863,10 +884,11 @@ class PlayerProcess:
             self._close_all(outside)
 
     @staticmethod
-    def _close_all(fds: list[int]) -> None:
-        for fd in fds:
-            os.close(fd)
-        fds.clear()
+    def _close_all(handles: list[int | psutil.Process]) -> None:
+        for handle in handles:
+            if isinstance(handle, int):
+                os.close(handle)
+        handles.clear()
 
     def _kill_and_reap(self) -> int | None:
         # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill whatever is

@@ -3,6 +3,7 @@ Real child processes; nothing may be left behind (``no_leaks``)."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -182,3 +183,30 @@ def test_a_log_the_player_rewrote_from_its_start_is_quoted_whole(tmp_path):
         assert tail[0] == "new line 11" and tail[-1] == "new line 30", tail
     finally:
         proc.stop(1.0)
+
+
+def test_a_helper_outside_the_group_is_stopped_when_pidfds_are_unavailable(tmp_path, monkeypatch):
+    # pidfd_open refused (a container's seccomp profile older than the call, a kernel before 5.3): the
+    # player is watched by polling, and a helper it started in a session of its own must still get the
+    # stop's SIGTERM (by pid, checked against pid reuse), not run on after close().
+    def refused(pid, flags=0):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    script = "setsid sleep 600 & echo helper $!; wait"
+    log_path = tmp_path / "player.log"
+    proc = PlayerProcess.spawn(["sh", "-c", script], None, log_path)
+    helper_pid = None
+    try:
+        assert proc.pidfd is None
+        assert wait_until(lambda: "helper " in log_path.read_text(), 30), log_path.read_text()
+        helper_pid = int(log_path.read_text().split()[1])
+        assert wait_until(lambda: os.getpgid(helper_pid) == helper_pid, 10)  # (setsid has run)
+        started = time.monotonic()
+        proc.stop(5.0)
+        assert wait_until(lambda: pid_gone(helper_pid), 10), "the helper outlived the player's stop()"
+        assert time.monotonic() - started < 3
+    finally:
+        proc.stop(1.0)
+        if helper_pid is not None and not pid_gone(helper_pid):
+            os.kill(helper_pid, signal.SIGKILL)
