@@ -318,7 +318,12 @@ def _hold_client_pipe(session: Any) -> int | None:
     is open, it is no FIFO channel, or the pipe cannot be opened: the channel's own send reports why)."""
     channel = getattr(session, "channel", None)
     path = getattr(channel, "client_path", None)
-    if not isinstance(path, str) or _writer_fd(session) is not None or getattr(channel, "closed", True):
+    if (
+        not isinstance(path, str)
+        or getattr(channel, "writer_fileno", None) is None
+        or _writer_fd(session) is not None
+        or getattr(channel, "closed", True)
+    ):
         return None
     try:
         return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
