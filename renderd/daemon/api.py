@@ -165,6 +165,15 @@ def _segments(environ: dict[str, Any], path_info: str) -> list[str] | None:
     return [_text(urllib.parse.unquote_to_bytes(part)) for part in raw[1:].split("/")]
 
 
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[INODE]``), which a lease's answer names: a client in another one
+    (a container) cannot use the player's pid. None when /proc does not tell."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
 def _proc_ids(pid: int) -> tuple[int, list[int], int] | None:
     """``pid``'s parent, its pids in each pid namespace it is in (the daemon's first) and its real user id
     (``PPid``, ``NSpid`` and ``Uid`` of /proc/PID/status); None when it is gone."""
@@ -313,6 +322,7 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
     with ``transport = "http"`` needs it.
     """
     router = _Router()
+    pid_namespace = _pid_namespace()
 
     def health(environ: dict[str, Any], start_response: StartResponse) -> list[bytes]:
         from renderd import __version__
@@ -380,6 +390,8 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
             )
         except LeaseError as exc:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None
+        if pid_namespace is not None:  # (the player's pid is this namespace's: see renderd.daemon.client.connect)
+            answer = {**answer, "pid_namespace": pid_namespace}
         return _json_response(start_response, 201, answer)
 
     def delete_lease(environ: dict[str, Any], start_response: StartResponse, lease_id: str) -> list[bytes]:

@@ -18,6 +18,7 @@ holding the lease, the daemon notices and recycles the player.
 
 from __future__ import annotations
 
+import functools
 import http.client
 import json
 import logging
@@ -27,7 +28,7 @@ import stat
 import time
 import urllib.parse
 import weakref
-from typing import Any
+from typing import Any, Callable
 
 from renderd.config import MAX_SOCKET_PATH, default_socket_path
 from renderd.errors import LeaseBusyError, LeaseError, RenderdError, error_from_dict, os_error_message
@@ -292,6 +293,44 @@ class ControlClient:
         return self.request("DELETE", f"/v1/leases/{_segment(lease_id)}", {"clean": clean})[1]
 
 
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (``pid:[INODE]``; None when /proc does not tell)."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+@functools.cache
+def _player_in_another_pid_namespace() -> type:
+    """The :class:`~renderd.process.LeasedPlayer` of a player whose pid is the daemon's pid namespace's, not
+    this process's (a client in a container of its own): here that pid names no process, or another one, so
+    it is not watched. The player's end shows on its pipes instead (end of file on ``server.pipe``, EPIPE on
+    ``client.pipe``: the daemon holds neither a writer of the one nor a reader of the other), and how it
+    ended is asked of the daemon. (A class made on first use: renderd.process is imported only by sessions.)"""
+    from renderd.process import LeasedPlayer
+
+    class PlayerInAnotherPidNamespace(LeasedPlayer):
+        def __init__(self, pid: int, *, log_path: str | None,
+                     exit_status: Callable[[float], tuple[int | None, str | None]]) -> None:
+            super().__init__(pid, log_path=log_path, exit_status=exit_status)
+            self.close()  # (a pidfd of whatever process has that pid here, if any)
+            self._ask = exit_status
+            self._ended = False
+
+        def exited(self) -> bool:
+            """Whether the daemon has said the player ended (asked by :meth:`wait_exit` once its pipes ended)."""
+            return self._ended
+
+        def wait_exit(self, timeout: float) -> bool:
+            if not self._ended:
+                returncode, stopped_because = self._ask(max(0.0, timeout))
+                self._ended = returncode is not None or stopped_because is not None
+            return self._ended
+
+    return PlayerInAnotherPidNamespace
+
+
 def connect(
     environment: str = "demo",
     *,
@@ -329,8 +368,12 @@ def connect(
     watch = None
     channel = None
     try:
-        watch = LeasedPlayer(int(answer["pid"]), log_path=answer.get("log"),
-                             exit_status=lambda timeout: _exit_status(control, lease_id, timeout))
+        # The player's pid is the daemon's pid namespace's (``pid_namespace``, from a daemon that says): in
+        # another one it names no process here, or another process, which must not be taken for the player.
+        elsewhere = answer.get("pid_namespace") not in (None, _pid_namespace())
+        watch = (_player_in_another_pid_namespace() if elsewhere else LeasedPlayer)(
+            int(answer["pid"]), log_path=answer.get("log"),
+            exit_status=lambda timeout: _exit_status(control, lease_id, timeout))
         channel = FifoChannel(answer["server_pipe"], answer["client_pipe"], player=watch)
     except BaseException as exc:
         if watch is not None:

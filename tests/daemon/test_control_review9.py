@@ -1,4 +1,5 @@
-"""The control API on a real daemon: whose process a lease request's ``client_pid`` is."""
+"""The control API on a real daemon: whose process a lease request's ``client_pid`` is, and a client in a pid
+namespace of its own."""
 
 from __future__ import annotations
 
@@ -28,13 +29,30 @@ sys.stdin.read()
 """
 
 
-def _unshare_pid() -> list[str]:
+#: A client with a session, as in a container: its own pid namespace and its own /proc, where the player's pid
+#: names no process (or another one). It prints what each step gave, as JSON lines.
+CONTAINED_CLIENT = r"""
+import json, sys
+import renderd
+from renderd.errors import PlayerCrashed
+with renderd.connect("demo", socket=sys.argv[1], timeout=10) as session:
+    event = session.step({"action": "RenderdFault", "fault": "sleep", "seconds": 0.3})  # longer than a pid poll
+    print(json.dumps({"step": event.metadata["lastAction"]}), flush=True)
+    try:
+        session.step({"action": "RenderdFault", "fault": "exit", "code": 3})
+    except PlayerCrashed as exc:
+        print(json.dumps({"crashed": exc.returncode, "message": str(exc).splitlines()[0]}), flush=True)
+"""
+
+
+def _unshare_pid(*options: str) -> list[str]:
     """The command prefix that runs a program as pid 1 of a new pid namespace (skips the test when that is not
     permitted here)."""
-    probe = subprocess.run(["unshare", "--pid", "--fork", "true"], capture_output=True, timeout=CLIENT_TIMEOUT)
+    probe = subprocess.run(["unshare", "--pid", "--fork", *options, "true"], capture_output=True,
+                           timeout=CLIENT_TIMEOUT)
     if probe.returncode != 0:
         pytest.skip(f"cannot make a pid namespace here: {probe.stderr.decode(errors='replace').strip()}")
-    return ["unshare", "--pid", "--fork", "--kill-child"]
+    return ["unshare", "--pid", "--fork", *options, "--kill-child"]
 
 
 def test_a_client_in_another_pid_namespace_gets_its_own_process_watched(daemon):
@@ -97,3 +115,16 @@ def test_a_client_pid_unrelated_to_the_asking_process_is_refused(daemon):
     (player,) = d.players()
     assert player["state"] == "LEASED" and player["lease"]["client_pid"] == os.getpid()
     d.client.release(lease["lease"])
+
+
+def test_a_session_in_a_pid_namespace_of_its_own_is_not_told_its_player_crashed(daemon):
+    # The session watched the player by the pid the daemon gave, which in the client's namespace is no process
+    # (or another one): the first step that took longer than a poll of that pid raised PlayerCrashed ("it has
+    # exited") while the player was answering.
+    d = daemon(fast_config())
+    client = subprocess.run([*_unshare_pid("--mount-proc"), sys.executable, "-c", CONTAINED_CLIENT, d.socket],
+                            capture_output=True, text=True, timeout=CLIENT_TIMEOUT)
+    lines = [json.loads(line) for line in client.stdout.splitlines()]
+    assert lines and lines[0] == {"step": "RenderdFault"}, client.stderr[-2000:]
+    # The player's real end still shows (end of file on its pipe), with its exit status from the daemon.
+    assert lines[1]["crashed"] == 3 and "exit code 3" in lines[1]["message"], lines
