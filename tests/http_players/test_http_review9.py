@@ -1,5 +1,6 @@
-"""The players' HTTP server over real sockets: refusals that must reach the client whole (the 503 of a full
-server is not lost to a TCP reset)."""
+"""The players' HTTP server over real sockets: the 503 of a full server reaches the client whole (not lost to
+a TCP reset), refused connections are drained for a bounded time and logged at a bounded rate, and a
+connection renderd closes because its player does not read its answer is not called a hang-up."""
 
 from __future__ import annotations
 
@@ -103,6 +104,31 @@ def test_refused_connections_are_closed_when_their_client_lingers_and_at_stop(no
         for client in clients:
             client.close()
     assert not server._refused
+
+
+
+def test_refused_connections_linger_only_up_to_a_limit(no_leaks, monkeypatch):
+    # Past MAX_REFUSED_LINGERING refused connections held open at once, the next is closed at once: a flood
+    # of connections cannot make the accepting thread hold a descriptor for each for LINGER_TIMEOUT.
+    monkeypatch.setattr(http_transport, "LINGER_TIMEOUT", 3600.0)
+    monkeypatch.setattr(http_transport, "MAX_REFUSED_LINGERING", 2)
+    server = PlayerHttpServer(PlayerBridgeRegistry(), max_connections=0).start()
+    clients = []
+    try:
+        for _ in range(2):
+            clients.append(RawClient(server.port))
+            assert clients[-1].response().status == 503
+        wait_for(lambda: len(server._refused) == 2, DEADLINE, "two refused connections to linger")
+        before = open_fds()
+        clients.append(RawClient(server.port))
+        assert clients[-1].response().status == 503  # still answered
+        ours = before | {str(clients[-1].sock.fileno())}
+        wait_for(lambda: open_fds() == ours, DEADLINE, "the third refused connection to be closed at once")
+        assert len(server._refused) == 2
+    finally:
+        server.stop()
+        for client in clients:
+            client.close()
 
 
 def test_refused_connections_are_logged_once_per_interval_with_a_count(caplog, no_leaks, monkeypatch):
