@@ -504,7 +504,9 @@ class Supervisor:
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
         in every case), when no player became ready in time (saying why: none
-        wanted, all failed, all busy, or the request came after its deadline), when the client process exited
+        wanted, all failed or exited under their restart policy, all busy, or the request came after its deadline;
+        at once when every player is FAILED or EXITED: nothing starts them again before a reload or PUT), when
+        the client process exited
         while the request waited (a lease would only have its player recycled), or when the daemon or environment
         stops meanwhile.
         """
@@ -584,6 +586,10 @@ class Supervisor:
                                 f"no ready player of {name!r}: every player failed to start and is not retried "
                                 f"until the environment is reloaded or PUT again ({reasons})"
                             )
+                        if env.players and all(p.state in (State.FAILED, State.EXITED) for p in env.players):
+                            # Some exited and their restart policy lets them go, the others (if any) failed: nothing
+                            # starts them before a reload or PUT either.
+                            raise LeaseError(self._none_coming_back(env))
                         remaining = until - now
                         if remaining <= 0:
                             self.metrics.lease_timeouts.labels(name).inc()
@@ -603,6 +609,19 @@ class Supervisor:
                 os.close(pidfd)
             if done_waiting is not None:
                 done_waiting()
+
+    @staticmethod
+    def _none_coming_back(env: Environment) -> str:
+        """Why a lease request for ``env``, every player of which is EXITED or FAILED, is refused at once."""
+        failed = any(p.state == State.FAILED for p in env.players)
+        reasons = "; ".join(sorted({p.reason for p in env.players if p.reason}))
+        what = "failed to start or exited" if failed else "exited"
+        return (
+            f"no ready player of {env.name!r}: every player {what}, and one that exited is not restarted "
+            f"(restart = {env.config.restart!r}) until the environment is changed by a reload or PUT"
+            + (" (which retries a failed one even when it changes nothing)" if failed else "")
+            + (f" ({reasons})" if reasons else "")
+        )
 
     def _unread_output(self, p: Player) -> bool:
         """Whether ``p``'s server.pipe holds bytes or an end of file that the loop has not handled yet (lock
@@ -1860,6 +1879,7 @@ class Supervisor:
         if policy == "never" or (policy == "on-failure" and code == 0):
             log.info("%s[%d] not restarted (restart = %s)", env.name, p.index, policy)
             p.state = State.EXITED
+            self.changed.notify_all()  # (a lease request waiting for it is refused once no player comes back)
             return
         self._schedule_restart(p)
 

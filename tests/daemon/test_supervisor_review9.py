@@ -201,3 +201,41 @@ def test_an_old_player_restarts_on_the_previous_configurations_managed_display_w
     assert not loop.is_alive()
     for display in displays.values():
         assert pid_gone(display.pid), f"the managed Xvfb {display.name} outlived the supervisor"
+
+
+# -- 5. a lease request for an environment none of whose players will come back is answered at once --------------
+def test_a_lease_request_is_refused_at_once_when_every_player_exited_under_its_restart_policy(supervisor_with):
+    sup = supervisor_with(fast_config(extra='restart = "never"'))
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: [s for s, _, _ in _states(sup)] == ["EXITED"], DEADLINE, "the player EXITED (restart = never)")
+    started = time.monotonic()
+    with pytest.raises(LeaseError, match=r"restart = 'never'.*until the environment is changed") as caught:
+        sup.acquire("demo", os.getpid(), 6.0)
+    # Before, the request waited its whole timeout for a player nothing would start.
+    assert time.monotonic() - started < 3.0, caught.value
+
+
+def test_a_waiting_lease_request_is_refused_once_the_last_player_exits_under_its_restart_policy(supervisor_with):
+    sup = supervisor_with(fast_config(extra='restart = "never"'))
+    pid = ready_pid(sup)
+    mine, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    outcome: list = []
+
+    def request() -> None:
+        try:
+            outcome.append(sup.acquire("demo", os.getpid(), DEADLINE))
+        except Exception as exc:  # noqa: BLE001  (what the request ended with is the point)
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=request, name="lease-request")
+    waiter.start()
+    wait_for(lambda: sup.describe("demo")["waiting_clients"] == 1, DEADLINE, "the request waiting")
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)  # (it exits 0: not restarted)
+    waiter.join(DEADLINE)
+    assert not waiter.is_alive()
+    assert isinstance(outcome[0], LeaseError) and "restart = 'never'" in str(outcome[0]), outcome
+    assert time.monotonic() - started < 5.0, outcome
+    with sup.lock:
+        assert mine.ended is not None and not sup.leases
