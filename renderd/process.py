@@ -392,14 +392,38 @@ def _read_log_tail(path: str | None, lines: int, since: tuple[int, int, int, byt
     started, while it still holds it (not truncated, rewritten or replaced meanwhile)."""
     if not path or lines <= 0:
         return ""
+    fd = _open_log(path)
+    if fd is None:
+        return ""
+    try:
+        return _tail_of(fd, lines, since)
+    finally:
+        os.close(fd)
+
+
+def _open_log(path: str) -> int | None:
+    """The log file ``path`` open for reading (without blocking, never as a controlling terminal), or None
+    when it cannot be opened or is not a regular file (then it is not kept open)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
     except OSError:
+        return None
+    try:
+        regular = stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        regular = False
+    if not regular:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _tail_of(fd: int, lines: int, since: tuple[int, int, int, bytes] | None = None) -> str:
+    """What :func:`_read_log_tail` quotes, read from the regular file open as ``fd``."""
+    if lines <= 0:
         return ""
     try:
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            return ""
         floor = 0
         if since is not None:
             dev, ino, offset, before = since
@@ -410,8 +434,6 @@ def _read_log_tail(path: str | None, lines: int, since: tuple[int, int, int, byt
         data = os.pread(fd, LOG_TAIL_BYTES, start)
     except OSError:
         return ""
-    finally:
-        os.close(fd)
     text = data.decode("utf-8", errors="replace")
     if text.endswith("\n"):
         text = text[:-1]
@@ -935,8 +957,10 @@ class LeasedPlayer:
     Its exit is noticed through a pidfd when the kernel allows one, else by polling. The exit status is
     not ours to read (the daemon reaps it): ``exit_status(timeout)``, when given, asks whoever knows (the
     daemon) and returns ``(return code or None, why its owner stopped it or None)``. Errors then say how
-    the player ended, as for a player of our own, and quote its log when ``log_path`` is known.
-    ``close()`` releases the pidfd.
+    the player ended, as for a player of our own, and quote its log when ``log_path`` is known: the file
+    is opened at once and kept open, so the quote is this player's even after its owner has renamed the
+    log to start another player with that path (the daemon restarting a crashed player). ``close()``
+    releases the pidfd and the log.
     """
 
     def __init__(
@@ -956,6 +980,7 @@ class LeasedPlayer:
             self._proc: psutil.Process | None = psutil.Process(pid)
         except psutil.NoSuchProcess:
             self._proc = None
+        self._log_fd: int | None = _open_log(log_path) if log_path else None
 
     def fileno(self) -> int | None:
         return self.pidfd
@@ -983,6 +1008,10 @@ class LeasedPlayer:
         return True
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        """The last ``lines`` lines of the player's log: of the file opened when it was leased, while this
+        watch is open; else of the file now at ``log_path``."""
+        if self._log_fd is not None:
+            return _tail_of(self._log_fd, lines)
         return _read_log_tail(self.log_path, lines)
 
     @property
@@ -1017,9 +1046,12 @@ class LeasedPlayer:
                              log_path=self.log_path)
 
     def close(self) -> None:
-        fd, self.pidfd = self.pidfd, None
-        if fd is not None:
-            os.close(fd)
+        """Release the pidfd and the log file (idempotent)."""
+        pidfd, self.pidfd = self.pidfd, None
+        log_fd, self._log_fd = self._log_fd, None
+        for fd in (pidfd, log_fd):
+            if fd is not None:
+                os.close(fd)
 
     def __repr__(self) -> str:
         return f"<LeasedPlayer pid={self.pid}>"

@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from renderd.process import PlayerProcess
+from renderd.process import LeasedPlayer, PlayerProcess
 
 from tests.helpers.leaks import pid_gone
 
@@ -210,3 +210,22 @@ def test_a_helper_outside_the_group_is_stopped_when_pidfds_are_unavailable(tmp_p
         proc.stop(1.0)
         if helper_pid is not None and not pid_gone(helper_pid):
             os.kill(helper_pid, signal.SIGKILL)
+
+
+def test_a_leased_players_log_tail_is_its_own_after_the_daemon_restarted_it(tmp_path):
+    # The daemon restarts a player that crashed under a lease after a short backoff, and the new player's log
+    # takes the path (the old one is renamed to PATH.1). A client that notices the crash only at its next
+    # step, after that, must quote the crashed player's last lines, not the new player's first ones.
+    log_path = tmp_path / "demo.0.log"
+    player = PlayerProcess.spawn(["sh", "-c", "echo loading scene; echo fatal: out of video memory; kill -ABRT $$"],
+                                 None, log_path)  # (the daemon's player)
+    leased = LeasedPlayer(player.pid, log_path=str(log_path))
+    try:
+        assert player.wait(10) == -signal.SIGABRT
+        os.replace(log_path, f"{log_path}.1")  # what the daemon does when it starts the slot's next player
+        log_path.write_text("renderd-player: starting\n")
+        error = leased.crashed("the player exited while renderd waited for its answer")
+        assert error.log_tail == "loading scene\nfatal: out of video memory", error.log_tail
+    finally:
+        leased.close()
+        player.stop(1.0)
