@@ -5,6 +5,8 @@ from __future__ import annotations
 import socket
 import subprocess
 
+import pytest
+
 from tests.daemon.test_control_review8 import run_renderd
 
 
@@ -23,3 +25,18 @@ def test_an_http_listener_address_in_use_names_the_setting_without_an_errno_pref
                            f"127.0.0.1:{port}: "), last
     assert "[EADDRINUSE]" in last and "[Errno" not in last, last
     assert not (tmp_path / "run").exists() and not (tmp_path / "s.sock").exists()
+
+
+@pytest.mark.parametrize("option, value, key", [
+    ("--socket", "file/renderd.sock", "the control socket (socket, --socket)"),
+    ("--runtime-dir", "file", "runtime_dir (--runtime-dir)"),
+])
+def test_a_directory_that_is_a_file_names_the_setting(tmp_path, option, value, key):
+    # "Error: /x/file exists and is not a directory" said nothing of which setting wanted a directory there.
+    (tmp_path / "file").write_text("")
+    paths = {"--socket": str(tmp_path / "s.sock"), "--runtime-dir": str(tmp_path / "run"), option: str(tmp_path / value)}
+    result = run_renderd("start", *(item for pair in paths.items() for item in pair), stdout=subprocess.DEVNULL)
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"Error: cannot use {tmp_path / 'file'} as the directory for {key}: it exists and is not a directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]

@@ -683,6 +683,8 @@ class Daemon:
         except OSError as exc:
             raise DaemonError(os_error_message(exc, "cannot use the directory")) from exc
         if not stat.S_ISDIR(st.st_mode):
+            if key:
+                raise DaemonError(f"cannot use {path} as the directory for {key}: it exists and is not a directory")
             raise DaemonError(f"{path} exists and is not a directory")
         if must_own and st.st_uid != os.geteuid():
             raise DaemonError(
