@@ -134,6 +134,20 @@ def _encodable(text: str) -> bool:
     return True
 
 
+def _flag(value: Any, default: bool) -> bool:
+    """A per-step or Initialize switch (``renderImage``, ``renderDepthImage``, ...) as a Unity build reads it:
+    Json.NET converts the value to bool as ``Convert.ToBoolean`` does, so a number is true unless it is 0
+    and a string ``"true"``/``"false"`` (any case) is that value. ``None`` (JSON null) is taken as not
+    given: ``default``. Anything else counts as Python's truth value."""
+    if value is None:
+        return default
+    if isinstance(value, str):
+        text = value.strip().lower()
+        if text in ("true", "false"):
+            return text == "true"
+    return bool(value)
+
+
 def _yaw(degrees: float) -> float:
     """``degrees`` as a yaw in [0, 360), rounded to 4 decimals: 359.99999 rounds up to 360.0, which is 0."""
     return round(degrees % 360.0, 4) % 360.0
@@ -571,9 +585,9 @@ class Player:
             if key in action:
                 changes[attr] = _number(action, key, lo=lo, hi=hi)
         if "renderDepthImage" in action:
-            changes["render_depth"] = bool(action["renderDepthImage"])
+            changes["render_depth"] = _flag(action["renderDepthImage"], self.render_depth)
         if "renderInstanceSegmentation" in action:
-            changes["render_ids"] = bool(action["renderInstanceSegmentation"])
+            changes["render_ids"] = _flag(action["renderInstanceSegmentation"], self.render_ids)
         agent_count = action.get("agentCount", 1)
         if agent_count != 1:
             raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
@@ -848,10 +862,13 @@ class Player:
         return _View(head, tail, cameras)
 
     def _images(self, action: dict) -> Images:
-        if self.headless or action.get("renderImage", True) is False:
+        render = action.get("renderImage", True)
+        if self.headless or (render is not True and not _flag(render, True)):  # 0 and "false" too, as in Unity
             return []
-        depth_on = bool(action.get("renderDepthImage", self.render_depth))
-        ids_on = bool(action.get("renderInstanceSegmentation", self.render_ids))
+        depth = action.get("renderDepthImage")
+        depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
+        ids = action.get("renderInstanceSegmentation")
+        ids_on = self.render_ids if ids is None else _flag(ids, self.render_ids)
         # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
             key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras))

@@ -1,0 +1,39 @@
+"""Review 9 of the reference player: each test drives a real player process over real FIFOs."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+FAST = ["-screen-width", "16", "-screen-height", "16"]
+#: Deadline for a prompt answer or exit (seconds).
+PROMPT = 10.0
+
+
+def ready(spawn, *args, **kwargs):
+    p = spawn([*FAST, *args], **kwargs)
+    p.start_session()
+    return p
+
+
+def test_render_switches_are_read_as_a_unity_build_reads_them(spawn):
+    # A Unity build converts renderImage (and the other switches) to bool as Json.NET does: 0 and "false"
+    # are false. The player sent the RGB image for renderImage 0 or "false", and depth for
+    # renderDepthImage "false".
+    p = ready(spawn)
+    for off in (0, 0.0, "false", "False"):
+        ev = p.step("Pass", renderImage=off)
+        assert ev and ev.frame is None, f"renderImage={off!r} sent an image"
+    for on in (1, "true", True, None):
+        assert p.step("Pass", renderImage=on).frame is not None, f"renderImage={on!r} sent no image"
+    ev = p.step("Pass", renderDepthImage="false", renderInstanceSegmentation="false")
+    assert ev.frame is not None and ev.depth_frame is None and ev.instance_segmentation_frame is None
+    ev = p.step("Pass", renderDepthImage=1, renderInstanceSegmentation="TRUE")
+    assert ev.depth_frame is not None and ev.instance_segmentation_frame is not None
+    assert p.step("Initialize", renderDepthImage="false", renderInstanceSegmentation=0)
+    ev = p.step("Pass")
+    assert ev.depth_frame is None and ev.instance_segmentation_frame is None
+    assert p.step("Initialize", renderDepthImage="true")
+    ev = p.step("Pass", renderDepthImage=None)  # null: not given, the Initialize setting holds
+    assert ev.depth_frame is not None
