@@ -151,8 +151,16 @@ class FifoPair:
         FIFOs 0660, with that group; the daemon's ``socket_group``). Raises :class:`RenderdError`
         (OSError translated and chained) when either cannot be created; nothing is left behind then.
         """
+        if directory is None:
+            try:
+                directory = tempfile.gettempdir()
+            except FileNotFoundError as exc:  # (Python's search for a writable one found none)
+                raise RenderdError(
+                    f"cannot create a private directory for the player's pipes: {exc.strerror} (each is full, "
+                    "read-only or not writable by this user); set TMPDIR to a directory that is writable"
+                ) from exc
         try:
-            path = tempfile.mkdtemp(prefix=prefix, dir=os.fspath(directory) if directory is not None else None)
+            path = tempfile.mkdtemp(prefix=prefix, dir=os.fspath(directory))
         except OSError as exc:
             raise RenderdError(os_error_message(exc, "cannot create a private directory for the player's pipes")) from exc
         pair = cls(path)

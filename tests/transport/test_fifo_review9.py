@@ -4,10 +4,12 @@ behind (``no_leaks``)."""
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import pytest
 
+from renderd.errors import RenderdError
 from renderd.transport.fifo import FifoChannel, FifoPair
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -52,3 +54,18 @@ def test_a_message_queued_behind_an_unsent_rest_is_copied_not_borrowed(tmp_path)
         finally:
             os.close(reader)
             channel.close()
+
+
+def test_no_usable_temporary_directory_is_said_so(tmp_path, monkeypatch):
+    # Every place Python looks for a temporary directory (TMPDIR, /tmp, /var/tmp, /usr/tmp, the working
+    # directory) is full, read-only or not writable: the error must say that, name them and what to do,
+    # not "no such file or directory" about no path at all. (The candidates are substituted, since /tmp
+    # is writable here; Python's own search then runs against them.)
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    monkeypatch.setattr(tempfile, "_candidate_tempdir_list", lambda: [str(tmp_path / "missing"), "/proc"])
+    with pytest.raises(RenderdError) as info:
+        FifoPair.create()
+    message = str(info.value)
+    assert "temporary directory" in message and "/proc" in message and "TMPDIR" in message, message
+    assert "no such file or directory" not in message, message
+    assert isinstance(info.value.__cause__, OSError)
