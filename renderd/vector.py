@@ -1167,8 +1167,7 @@ class VectorSession:
         return PlayerTimeout(
             f"{slot.sent_action}: the player (pid {session.pid}) did not open client.pipe within {within} "
             f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after its action was due; nothing was "
-            "written to it). It sent its first frame but reads no action (hung, or stopped); its session was "
-            "closed",
+            "written to it). It is running but reads no action (hung, or stopped); its session was closed",
             deadline=deadline,
             seconds=seconds,
         )
