@@ -6,7 +6,8 @@ For each display name it connects with python-xlib and prints what it found as o
 display name), ``connect`` (no server reached), ``refused`` (a server answered the connection setup and
 turned it away: authorization, too many clients), ``query`` (a query failed). It decides nothing:
 :mod:`renderd.platforms.x11` turns these facts into reasons. Running it in a child means an X server that accepts the connection but never answers cannot
-block the caller (the parent applies a deadline), and python-xlib's warnings stay out of the caller.
+block the caller (the parent applies a deadline), and python-xlib's warnings stay out of the caller. A local
+display is reached the way the player's libxcb reaches it (:func:`connect_as_xcb`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,37 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+
+
+#: A local display's socket: a file, and on Linux also the same name in the abstract socket namespace.
+X11_SOCKET_PATH = "/tmp/.X11-unix/X%d"
+
+
+def connect_as_xcb() -> None:
+    """Make python-xlib reach a local display as libxcb does (and so libX11, Unity's X11 player and every GLX
+    client): on Linux through the abstract socket first, then through the file. python-xlib tries the
+    abstract socket only when the file is missing, so a file this process may not open (its mode, a
+    security module) failed the probe where the player connects."""
+    import socket
+
+    import Xlib.support.connect
+
+    if not sys.platform.startswith("linux"):
+        return
+    file_first = Xlib.support.connect.get_socket
+
+    def get_socket(dname, protocol, host, dno):  # type: ignore[no-untyped-def]
+        if protocol in (None, "unix") and host in ("", "unix", None):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.connect("\0" + X11_SOCKET_PATH % dno)
+            except OSError:
+                sock.close()
+            else:
+                return sock
+        return file_first(dname, protocol, host, dno)
+
+    Xlib.support.connect.get_socket = get_socket
 
 
 def probe_one(name: str) -> dict:
@@ -73,6 +105,7 @@ def main(argv: list[str]) -> int:
     if importlib.util.find_spec("Xlib") is None:
         sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"error": "python-xlib is not installed"}) + "\n")
         return 0
+    connect_as_xcb()
     displays = [probe_one(name) for name in argv]
     sys.stdout.write("RENDERD-X11-PROBE " + json.dumps({"displays": displays}) + "\n")
     sys.stdout.flush()

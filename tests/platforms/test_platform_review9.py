@@ -3,10 +3,13 @@ is told to do."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import struct
 import subprocess
+import sys
 
 import pytest
 
@@ -90,3 +93,48 @@ def test_a_stale_lock_that_keeps_a_server_from_starting_is_named(xvfb):
         assert f"remove {lock}" not in reason and "start an X server there" not in reason, reason
     finally:
         os.unlink(lock)
+
+
+_CHECK_WITHOUT_DAC = """
+import json, socket, sys
+from renderd.platforms.linux64 import Linux64
+from renderd.platforms.request import PlatformRequest
+name, path = sys.argv[1], sys.argv[2]
+sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+try:
+    sock.connect(path)
+    denied = False
+except PermissionError:
+    denied = True
+finally:
+    sock.close()
+report = Linux64().check(PlatformRequest(x_display=name, width=64, height=64))
+print(json.dumps({"denied": denied, "valid": report.valid, "reasons": report.reasons}))
+"""
+
+
+def test_a_display_whose_socket_file_is_closed_to_renderd_is_checked_as_the_player_reaches_it(xvfb):
+    # An X client built on libxcb (libX11, so Unity's X11 player and GLX) connects to a local display through
+    # its abstract socket first, and to /tmp/.X11-unix/XN only after. python-xlib tried the abstract socket
+    # only when the file was missing: a file this user may not open (its mode, a security module denying
+    # it) made the check call a display "not reachable" (and tell to start an X server there) that the
+    # player reaches. Here the file is another user's, mode 0700, and the check runs without the capability
+    # that lets root past file modes.
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        pytest.skip("setpriv (util-linux) is not installed")
+    server = xvfb("-screen", "0", "64x64x24", "+extension", "GLX")
+    path = f"/tmp/.X11-unix/X{server.number}"
+    os.chown(path, 65534, 65534)
+    os.chmod(path, 0o700)
+    drop = "-dac_override,-dac_read_search"
+    done = subprocess.run(
+        [setpriv, f"--bounding-set={drop}", f"--inh-caps={drop}", sys.executable, "-c", _CHECK_WITHOUT_DAC,
+         server.name, path],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.splitlines()[-1])
+    if not result["denied"]:
+        pytest.skip("the socket file could not be closed to this process (file modes do not apply here)")
+    assert result["valid"], result["reasons"]
