@@ -703,7 +703,9 @@ class Player:
 
     @_action("GetReachablePositions")
     def _reachable(self, action: dict) -> list[dict[str, float]]:
-        return [_xyz(x, AGENT_Y, z) for x, z in self.scene.reachable_positions(self.grid_size)]
+        # The points are already rounded to 4 decimals, as _xyz would round them.
+        y = round(AGENT_Y, 4)
+        return [{"x": x, "y": y, "z": z} for x, z in self.scene.reachable_positions(self.grid_size)]
 
     @_action("AddThirdPartyCamera")
     def _add_camera(self, action: dict) -> dict[str, Any]:

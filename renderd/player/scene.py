@@ -165,20 +165,32 @@ class Scene:
         return None
 
     def reachable_positions(self, grid_size: float) -> list[tuple[float, float]]:
-        """Free grid points (spacing ``grid_size``, aligned with the start pose) inside the room."""
+        """Free grid points (spacing ``grid_size``, aligned with the start pose) inside the room, ``x``-major.
+
+        Exactly the points for which :meth:`collision` is ``None`` (the same arithmetic, on whole rows and
+        columns at once: a 1 cm grid has a few hundred thousand points)."""
+        import numpy as np  # (this module is imported where numpy is not wanted yet)
+
         sx, _, sz = self.size
-        out: list[tuple[float, float]] = []
         i_lo = math.ceil((-sx / 2 - self.start.x) / grid_size)
         i_hi = math.floor((sx / 2 - self.start.x) / grid_size)
         k_lo = math.ceil((-sz / 2 - self.start.z) / grid_size)
         k_hi = math.floor((sz / 2 - self.start.z) / grid_size)
-        for i in range(i_lo, i_hi + 1):
-            for k in range(k_lo, k_hi + 1):
-                x = round(self.start.x + i * grid_size, 4)
-                z = round(self.start.z + k * grid_size, 4)
-                if self.collision(x, z) is None:
-                    out.append((x, z))
-        return out
+        xs = [round(self.start.x + i * grid_size, 4) for i in range(i_lo, i_hi + 1)]
+        zs = [round(self.start.z + k * grid_size, 4) for k in range(k_lo, k_hi + 1)]
+        if not xs or not zs:
+            return []
+        radius = AGENT_RADIUS
+        x = np.array(xs)[:, None]
+        z = np.array(zs)[None, :]
+        free = (~((x - radius < -sx / 2) | (x + radius > sx / 2))) & (~((z - radius < -sz / 2) | (z + radius > sz / 2)))
+        for part in self.box_parts():
+            (lx, _, lz), (hx, _, hz) = part.lo, part.hi
+            dx = np.maximum(np.maximum(lx - x, 0.0), x - hx)
+            dz = np.maximum(np.maximum(lz - z, 0.0), z - hz)
+            free &= ~(dx * dx + dz * dz < radius * radius)
+        rows, cols = np.nonzero(free)  # row-major: x-major, as the points were always listed
+        return list(zip(np.array(xs)[rows].tolist(), np.array(zs)[cols].tolist()))
 
 
 def _scene(name, size, boxes, start, surface_colors) -> Scene:

@@ -37,3 +37,24 @@ def test_render_switches_are_read_as_a_unity_build_reads_them(spawn):
     assert p.step("Initialize", renderDepthImage="true")
     ev = p.step("Pass", renderDepthImage=None)  # null: not given, the Initialize setting holds
     assert ev.depth_frame is not None
+
+
+def test_reachable_positions_on_a_fine_grid_come_promptly(spawn):
+    # Initialize takes gridSize down to 0.01 m: GetReachablePositions then lists about 230,000 points
+    # (8 MB of metadata), each checked against the walls and boxes one at a time in Python: 10-15 s for
+    # one answer. The points are now checked a whole grid row at a time: well under a second.
+    from renderd.player.scene import SCENES
+
+    p = ready(spawn)
+    assert p.step("Initialize", gridSize=0.01)
+    started = time.monotonic()
+    ev = p.step("GetReachablePositions", timeout=PROMPT)
+    took = time.monotonic() - started
+    positions = ev.metadata["actionReturn"]
+    assert ev and len(positions) > 200_000
+    assert took < 5.0, f"GetReachablePositions at gridSize 0.01 took {took:.1f} s"
+    scene = SCENES["FloorPlan1"]
+    assert {"x": 0.0, "y": 0.9, "z": -2.0} in positions and positions == sorted(
+        positions, key=lambda q: (q["x"], q["z"]))
+    assert all(scene.collision(q["x"], q["z"]) is None for q in positions[::997])
+    assert scene.collision(0.0, 1.0) is not None and {"x": 0.0, "y": 0.9, "z": 1.0} not in positions
