@@ -1,5 +1,5 @@
 """Platforms, ninth review: what an X display that turns renderd away, or one a stale lock keeps from starting,
-is told to do."""
+is told to do; a display is checked through the socket the player reaches it by."""
 
 from __future__ import annotations
 
