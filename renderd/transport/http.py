@@ -1072,6 +1072,7 @@ class _Connection:
         self.last_body = 0  # size of the last request body received whole
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
+        self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
@@ -1306,6 +1307,7 @@ class _Connection:
         else:
             size = message_nbytes(data)
         seconds = REQUEST_TIMEOUT + size / MIN_BODY_RATE
+        self.sending_since = time.monotonic()
         try:
             self.sock.settimeout(seconds)
             if isinstance(data, (bytes, bytearray)):
@@ -1323,6 +1325,8 @@ class _Connection:
             return False
         except OSError:
             return False
+        finally:
+            self.sending_since = None
 
     def _serve_one(self) -> bool:
         """Serve one request; False when the connection is to be closed."""
@@ -1661,6 +1665,7 @@ class PlayerHttpServer:
 
         if self.stopping:
             return
+        began = time.monotonic()
         self.stopping = True
         self.registry.close()
         if self._sock is None:
@@ -1672,11 +1677,14 @@ class PlayerHttpServer:
         with self._lock:
             connections = list(self._connections)
         # Reading ends first: idle connections wake with end of file, while a connection answering its
-        # waiting request (410 now that the bridges are closed) still gets its answer out.
+        # waiting request (410 now that the bridges are closed) still gets its answer out. A connection
+        # already sending an answer when stop() began is shut both ways at once: a shut reading end does not
+        # wake a send its peer is not reading (a hung player), which would hold stop() for STOP_TIMEOUT.
         for how in (socket.SHUT_RD, socket.SHUT_RDWR):
             for connection in connections:
+                since = connection.sending_since
                 try:
-                    connection.sock.shutdown(how)
+                    connection.sock.shutdown(socket.SHUT_RDWR if since is not None and since < began else how)
                 except OSError:
                     pass
             deadline = time.monotonic() + STOP_TIMEOUT

@@ -1,6 +1,7 @@
 """The players' HTTP server over real sockets: the 503 of a full server reaches the client whole (not lost to
 a TCP reset), refused connections are drained for a bounded time and logged at a bounded rate, and a
-connection renderd closes because its player does not read its answer is not called a hang-up."""
+connection renderd closes because its player does not read its answer is not called a hang-up, and stop()
+does not wait for such an answer."""
 
 from __future__ import annotations
 
@@ -180,3 +181,41 @@ def test_an_answer_the_player_does_not_read_in_time_is_not_blamed_on_a_hang_up(s
     assert isinstance(bridge.error, PlayerCrashed), bridge.error
     assert "renderd closed the HTTP connection of slow reader" in message, message
     assert "did not read" in message and "REQUEST_TIMEOUT" in message, message
+
+
+# -- stop() and an answer nobody reads --------------------------------------------------------------------
+
+
+def test_stop_does_not_wait_for_an_answer_its_player_is_not_reading(no_leaks):
+    # A connection blocked sending an answer its player does not read (a hung player, an action larger
+    # than the socket buffers) held stop() for STOP_TIMEOUT (5 s): the first round only shut the reading
+    # ends, which does not wake a send. An answer already being sent when stop() began is cut at once; the
+    # 410s that stop() itself causes still get out (test_http_app's stop test).
+    import time
+
+    from renderd.protocol import encode_action
+    from tests.helpers.http_util import frame_body, request_bytes
+
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry).start()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        bridge = registry.register(name="hung player")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.settimeout(DEADLINE)
+        sock.connect(("127.0.0.1", server.port))
+        sock.sendall(request_bytes(frame_body(bridge.token)))
+        bridge.recv(time.monotonic() + DEADLINE)
+        bridge.send(encode_action({"action": "Pass", "blob": "x" * (8 << 20)}), time.monotonic() + DEADLINE)
+        (connection,) = server._connections
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        assert poller.poll(DEADLINE * 1000), "the answer never started"  # (8 MiB: the rest waits in send)
+        started = time.monotonic()
+        server.stop()
+        took = time.monotonic() - started
+        assert took < http_transport.STOP_TIMEOUT / 2, f"stop() took {took:.2f} s"
+        assert not connection.thread.is_alive()
+    finally:
+        server.stop()
+        sock.close()
