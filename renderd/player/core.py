@@ -716,7 +716,7 @@ class Player:
         camera = _Camera(
             _vector(action["position"], "position"),
             _vector(action["rotation"], "rotation"),
-            _number(action, "fieldOfView", self.fov, lo=1.0, hi=179.0),
+            _number(action, "fieldOfView", DEFAULT_FOV, lo=1.0, hi=179.0),  # Unity's default, not the agent's
         )
         self._check_answer_size("AddThirdPartyCamera", self.width, self.height, len(self.cameras) + 1)
         self.cameras.append(camera)

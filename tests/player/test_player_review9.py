@@ -58,3 +58,19 @@ def test_reachable_positions_on_a_fine_grid_come_promptly(spawn):
         positions, key=lambda q: (q["x"], q["z"]))
     assert all(scene.collision(q["x"], q["z"]) is None for q in positions[::997])
     assert scene.collision(0.0, 1.0) is not None and {"x": 0.0, "y": 0.9, "z": 1.0} not in positions
+
+
+def test_a_third_party_camera_without_a_field_of_view_has_unitys_default(spawn):
+    # A Unity build gives a new third-party camera 90 degrees (DEFAULT_FOV) when no fieldOfView is
+    # passed, whatever the agent's own field of view; the player gave it the agent's (Initialize's).
+    p = ready(spawn)
+    assert p.step("Initialize", fieldOfView=60)
+    here = p.step("Pass").metadata
+    pose = {"position": here["cameraPosition"],
+            "rotation": {"x": here["agent"]["cameraHorizon"], "y": here["agent"]["rotation"]["y"], "z": 0}}
+    ev = p.step("AddThirdPartyCamera", **pose)
+    assert ev and ev.metadata["actionReturn"]["fieldOfView"] == 90
+    assert ev.metadata["thirdPartyCameras"][0]["fieldOfView"] == 90
+    seen = ev.third_party_camera_frames[0].copy()
+    assert p.step("Initialize", fieldOfView=90)
+    assert (p.step("Pass").frame == seen).all()  # rendered at 90 degrees, from the agent's own pose
