@@ -66,7 +66,8 @@ CLIENT_PIPE_NAME = "client.pipe"
 
 #: Pipe buffer requested for ``server.pipe``. A 1 MiB pipe moves frames 2-3x faster than the 64 KiB
 #: default on Linux; the kernel caps it at ``/proc/sys/fs/pipe-max-size`` for unprivileged users, and
-#: refuses (EPERM, ignored) once a user's pipes exceed ``pipe-user-pages-soft``.
+#: refuses (EPERM: warned about once, the pipe kept as it is) once a user's pipes exceed
+#: ``pipe-user-pages-soft``, after 64 such pipes by default; the kernel then gives new pipes 8 KiB.
 DEFAULT_PIPE_SIZE = 1 << 20
 PIPE_MAX_SIZE_PATH = "/proc/sys/fs/pipe-max-size"
 F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -104,9 +105,37 @@ def _set_pipe_size(fd: int, wanted: int) -> int:
     if size > current:
         try:
             return fcntl.fcntl(fd, F_SETPIPE_SZ, size)
-        except OSError as exc:  # EPERM: over this user's pipe budget; EBUSY: cannot shrink. Keep it.
+        except PermissionError:  # over this user's pipe budget
+            _warn_pipe_budget(size, current)
+        except OSError as exc:  # EBUSY: cannot shrink. Keep it.
             log.debug("could not grow pipe to %d bytes (%s); keeping %d", size, exc, current)
     return current
+
+
+PIPE_USER_PAGES_SOFT_PATH = "/proc/sys/fs/pipe-user-pages-soft"
+_pipe_budget_warned = False
+
+
+def _warn_pipe_budget(size: int, current: int) -> None:
+    """Say (once per process) that pipes are no longer grown: this user's pipe buffers are over
+    ``fs.pipe-user-pages-soft``, and the kernel gives each new pipe of the user 2 pages only."""
+    global _pipe_budget_warned
+    if _pipe_budget_warned:
+        log.debug("could not grow pipe to %d bytes (over the pipe budget); keeping %d", size, current)
+        return
+    _pipe_budget_warned = True
+    try:
+        with open(PIPE_USER_PAGES_SOFT_PATH) as f:
+            pages = f"{int(f.read().strip())} pages"
+    except (OSError, ValueError):
+        pages = "its limit"
+    log.warning(
+        "cannot grow a player's pipe to %d bytes: this user's pipe buffers are over the kernel's budget for an "
+        "unprivileged user, %s (%s), so the pipe keeps %d bytes, as every new pipe of the user does: frames "
+        "move slower. Raise the budget (sysctl fs.pipe-user-pages-soft=N), run fewer players as this user, or "
+        "ask for less with pipe_size (said once; further pipes are not grown either)",
+        size, pages, PIPE_USER_PAGES_SOFT_PATH, current,
+    )
 
 
 #: The longest single poll, in milliseconds (a C int). Callers check their timeouts

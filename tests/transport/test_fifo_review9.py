@@ -4,13 +4,14 @@ behind (``no_leaks``)."""
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 
 import pytest
 
 from renderd.errors import RenderdError
-from renderd.transport.fifo import FifoChannel, FifoPair
+from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -69,3 +70,74 @@ def test_no_usable_temporary_directory_is_said_so(tmp_path, monkeypatch):
     assert "temporary directory" in message and "/proc" in message and "TMPDIR" in message, message
     assert "no such file or directory" not in message, message
     assert isinstance(info.value.__cause__, OSError)
+
+
+def _as_nobody(tmp_dir: str) -> dict:
+    """In a child forked from this process and running as ``nobody``: use up the user's pipe budget
+    (``fs.pipe-user-pages-soft``), then make a pair and a channel; what the channel got and the warnings."""
+    import fcntl
+    import json
+    import logging
+    import pwd
+
+    from renderd.transport.fifo import F_GETPIPE_SZ, F_SETPIPE_SZ
+
+    nobody = pwd.getpwnam("nobody")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # (the child: only os._exit leaves it)
+        result: dict = {}
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(nobody.pw_gid)
+            os.setuid(nobody.pw_uid)
+            held = []
+            for _ in range(4096):  # 1 MiB pipes until the kernel refuses to grow one
+                held += os.pipe()
+                try:
+                    fcntl.fcntl(held[-2], F_SETPIPE_SZ, 1 << 20)
+                except PermissionError:
+                    break
+            result["budget_used"] = fcntl.fcntl(held[-2], F_GETPIPE_SZ) < (1 << 20)
+            records: list[str] = []
+            handler = logging.Handler(logging.WARNING)
+            handler.emit = lambda record: records.append(record.getMessage())  # type: ignore[method-assign]
+            logging.getLogger("renderd").addHandler(handler)
+            with FifoPair.create(tmp_dir) as pair:
+                for _ in range(2):
+                    channel = FifoChannel(pair.server_path, pair.client_path)
+                    result["pipe_size"] = channel.pipe_size
+                    channel.close()
+            result["warnings"] = records
+        except BaseException as exc:  # noqa: BLE001 - reported to the parent
+            result["error"] = repr(exc)
+        os.write(w, json.dumps(result).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a child as nobody")
+def test_a_pipe_that_cannot_be_grown_over_the_users_budget_is_warned_about_once():
+    # An unprivileged user's pipes may hold fs.pipe-user-pages-soft pages (64 MiB) in all: past that (64
+    # players with their 1 MiB pipes), F_SETPIPE_SZ is refused and every new pipe gets 8 KiB, a frame needs
+    # dozens of pipe fills and moves several times slower. That must be said (once), with what to do, not
+    # only logged at debug level.
+    tmp_dir = tempfile.mkdtemp(prefix="renderd-budget-")
+    os.chmod(tmp_dir, 0o777)
+    try:
+        result = _as_nobody(tmp_dir)
+    finally:
+        shutil.rmtree(tmp_dir)
+    assert "error" not in result, result
+    assert result["budget_used"] and result["pipe_size"] < DEFAULT_PIPE_SIZE
+    warnings = result["warnings"]
+    assert len(warnings) == 1, warnings
+    assert "pipe-user-pages-soft" in warnings[0] and str(result["pipe_size"]) in warnings[0], warnings[0]
+    assert "pipe_size" in warnings[0]
