@@ -244,6 +244,13 @@ class Session:
                 f"{self._error}. Close this session and launch or connect a new one."
             ) from self._error
 
+    def _check_ready(self, what: str) -> None:
+        """For a call that sends (``what`` names it): :class:`CallOrderError` on a closed or broken session,
+        :class:`AlreadyPendingCallError` with an answer pending."""
+        self._check_open(what)
+        if self._state is SessionState.PENDING:
+            raise AlreadyPendingCallError(f"{what} while an earlier action's answer is pending; call recv() first")
+
     def _break(self, exc: BaseException) -> None:
         if self._state is not SessionState.CLOSED:
             self._state = SessionState.BROKEN
@@ -297,9 +304,8 @@ class Session:
         must be written when that is earlier than ``step_timeout`` from now (a :class:`VectorSession` shares
         one deadline between the slots of one send), reported as ``name`` (``seconds`` long) if it passes.
         The answer's deadline stays ``step_timeout`` from now."""
-        self._check_open("send()")
-        if self._state is SessionState.PENDING:
-            raise AlreadyPendingCallError("send() while an earlier action's answer is pending; call recv() first")
+        if self._state is not SessionState.READY:
+            self._check_ready("send()")
         message = _action_dict(action, kwargs)
         seq = message.get("sequenceId")
         if seq is None:
@@ -354,12 +360,17 @@ class Session:
         ``step({"action": "Teleport", "x": 1.0})`` are the same kind of call. Raises what
         :meth:`send` and :meth:`recv` raise.
         """
-        self.send(action, **kwargs)
-        return self.recv()
+        if self._state is not SessionState.READY:
+            self._check_ready("step()")
+        self._send(action, kwargs, None)
+        return self._receive("step_timeout", self._step_timeout)
 
     def _receive(self, deadline_name: str, seconds: float) -> Event:
-        assert self._pending is not None
-        seq, name, deadline = self._pending
+        pending = self._pending
+        if pending is None:  # (closed since it was sent: by another thread, or a signal handler)
+            self._check_open("recv()")
+            raise NoPendingCallError("recv() with no action pending; call send() first")
+        seq, name, deadline = pending
         try:
             message = self.channel.recv(deadline, deadline_name)
             event = self._assembler.event(message, seq)
@@ -445,6 +456,8 @@ class Session:
         parameters are unchanged and Initialize is not sent; the session stays usable), ``TypeError`` for a
         ``scene`` that is not a name (a procedural house, a dict: nothing is sent).
         """
+        if self._state is not SessionState.READY:
+            self._check_ready("reset()")
         if scene is not None and not isinstance(scene, str):
             raise TypeError(
                 f"reset: scene is a scene name or None, not {type(scene).__name__} (a procedural house is loaded "

@@ -59,3 +59,25 @@ def test_a_session_cannot_be_copied_and_a_copy_attempt_leaves_it_working():
             assert session.step("Pass") and session.state is SessionState.READY, how
             assert refused is not None, f"{how} of a session succeeded"
             assert "Session" in str(refused) and "pipes" in str(refused), str(refused)
+
+
+def test_a_step_or_reset_out_of_order_is_named_as_the_call_made():
+    # step() and reset() on a closed, broken or pending session said "send() on a closed session", "send()
+    # while an earlier action's answer is pending": a call the program never made. Each names its own call.
+    from renderd.errors import AlreadyPendingCallError, CallOrderError
+
+    with renderd.launch(peer_argv(), start_timeout=START) as session:
+        session.send("Pass")
+        for name, call in (("step()", lambda: session.step("Pass")), ("reset()", session.reset)):
+            with pytest.raises(AlreadyPendingCallError, match=rf"^{name[:-2]}\(\) while .* call recv\(\) first"):
+                call()
+        assert session.recv().sequence_id == 1  # (the pending answer is still there)
+    for name, call in (("step()", lambda: session.step("Pass")), ("reset()", session.reset)):
+        with pytest.raises(CallOrderError, match=rf"^{name[:-2]}\(\) on a closed session"):
+            call()
+    with renderd.launch(peer_argv("wrong-seq"), start_timeout=START) as session:
+        with pytest.raises(renderd.ProtocolError):
+            session.step("Pass")
+        for name, call in (("step()", lambda: session.step("Pass")), ("reset()", session.reset)):
+            with pytest.raises(CallOrderError, match=rf"^{name[:-2]}\(\) on a broken session"):
+                call()
