@@ -14,32 +14,39 @@ from renderd.vector import SlotState
 from tests.vector.conftest import SIZE, START_TIMEOUT, STEP_TIMEOUT
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
-#: The player a slot starts, by what the marker file says when it starts (a crashed slot's replacements
-#: start after a test changed it): the reference player while there is no marker; "serve": the scripted
-#: peer; "no-client": the peer that sends its first frame and never opens client.pipe; "late S": a peer
-#: that opens client.pipe S seconds after its first frame, then answers every action.
+#: A scripted player (tests/transport/peer.py's messages), by what the marker file says when it starts (a
+#: crashed slot's replacements start after a test changed it):
+#:   "serve": answers every action; "Gate" once MARKER.ready exists, GATE seconds later; "Nap" 0.1 s later.
+#:   "no-client": sends its first frame, creates MARKER.ready, never opens client.pipe.
+#:   "late S": sends its first frame, opens client.pipe S seconds later, then answers every action.
 WRAPPER = """
 import os, sys, time
-marker, peer, *rest = sys.argv[1:]
-mode = open(marker).read().split() if os.path.exists(marker) else ["reference"]
-if mode[0] == "reference":
-    os.execv(sys.executable, [sys.executable, "-m", "renderd.player", "--static-frame", *rest])
-if mode[0] != "late":
-    os.execv(sys.executable, [sys.executable, peer, mode[0]])
+marker, peer, gate = sys.argv[1:4]
+mode = open(marker).read().split()
 sys.path.insert(0, os.path.dirname(peer))
 import peer as p
 size = int(os.environ["PEER_WIDTH"])
 out = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
 p.write_all(out, p.message(0, size, size))
-time.sleep(float(mode[1]))
+if mode[0] == "no-client":
+    open(marker + ".ready", "w").close()
+    time.sleep(3600)
+if mode[0] == "late":
+    time.sleep(float(mode[1]))
 inp = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
 while (action := p.read_action(inp)) is not None:
+    if action["action"] == "Gate":
+        while not os.path.exists(marker + ".ready"):
+            time.sleep(0.01)
+        time.sleep(float(gate))
+    elif action["action"] == "Nap":
+        time.sleep(0.1)
     p.write_all(out, p.message(int(action["sequenceId"]), size, size))
 """
-#: The slots' step_timeout: what the old code held recv for.
-HOLD = 2.0
-#: How long the healthy slot works on its action (the replacement becomes ready meanwhile).
-SLOW = 1.0
+#: The slots' step_timeout: what a replacement that has not opened client.pipe used to hold recv for.
+HOLD = 2.5
+#: How long after the replacement has sent its first frame the other slot answers "Gate".
+GATE = 0.5
 GRACE = 0.3
 #: How long after its first frame the late replacement opens client.pipe.
 LATE = 0.3
@@ -47,8 +54,8 @@ LATE = 0.3
 
 def _launch(n: int, marker: Path, **kw) -> renderd.VectorSession:
     vs = renderd.launch_many(
-        n, [sys.executable, "-c", WRAPPER, str(marker), PEER], width=SIZE, height=SIZE,
-        env={"PEER_WIDTH": str(SIZE), "PEER_HEIGHT": str(SIZE)}, start_timeout=START_TIMEOUT, **kw,
+        n, [sys.executable, "-c", WRAPPER, str(marker), PEER, str(GATE)], width=SIZE, height=SIZE,
+        env={"PEER_WIDTH": str(SIZE)}, start_timeout=START_TIMEOUT, **kw,
     )
     for session in vs.sessions:
         session.stop_grace = GRACE
@@ -57,25 +64,28 @@ def _launch(n: int, marker: Path, **kw) -> renderd.VectorSession:
 
 def test_a_replacement_that_has_not_opened_its_pipe_holds_no_other_slot_up(tmp_path, no_leaks):
     marker = tmp_path / "mode"
+    marker.write_text("serve")
     vs = _launch(2, marker, replace_on_crash=True, step_timeout=HOLD)
     try:
         vs.reset()  # (so a replacement is given the slot's reset)
         marker.write_text("no-client")
         os.kill(vs.pids[0], signal.SIGKILL)
         started = time.monotonic()
-        out = vs.step(["Pass", {"action": "RenderdFault", "fault": "sleep", "seconds": SLOW}])
-        took = time.monotonic() - started
+        # Slot 1 answers GATE seconds after slot 0's replacement has sent its first frame.
+        out = vs.step(["Pass", "Gate"])
+        returned = time.time()
         assert out.infos[0]["error_type"] == "PlayerCrashed", out.infos[0]
         assert out.observations[1] is not None and out.infos[1]["dropped_action"] is False
-        # The replacement was ready while slot 1 worked: its Reset waits for client.pipe to be opened
+        # The replacement was made ready while slot 1 worked: its Reset waits for client.pipe to be opened
         # without holding the step (which waits only for slot 1) until its step_timeout.
         assert vs.slot_states[0] is SlotState.RESETTING, vs.slot_states
-        assert took < HOLD, f"step() took {took:.2f} s: held by a replacement that has not opened client.pipe"
+        after_ready = returned - os.stat(f"{marker}.ready").st_mtime
+        assert after_ready < HOLD - 0.5, f"step() returned {after_ready:.2f} s after the replacement was ready"
         # It fails at its Reset's step_timeout, saying what the player did not do.
         replacement = vs.pids[0]
-        deadline = time.monotonic() + HOLD + 5.0
+        deadline = time.monotonic() + HOLD + 10.0
         while True:
-            out = vs.step(["Pass", {"action": "RenderdFault", "fault": "sleep", "seconds": 0.2}])
+            out = vs.step(["Pass", "Nap"])
             if "error" in out.infos[0]:
                 break
             assert time.monotonic() < deadline, "the replacement that never opened client.pipe did not fail"
