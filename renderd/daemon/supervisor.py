@@ -503,12 +503,10 @@ class Supervisor:
 
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
-        in every case), when no player became ready in time (saying why: none
-        wanted, all failed or exited under their restart policy, all busy, or the request came after its deadline;
-        at once when every player is FAILED or EXITED: nothing starts them again before a reload or PUT), when
-        the client process exited
-        while the request waited (a lease would only have its player recycled), or when the daemon or environment
-        stops meanwhile.
+        in every case), when no player became ready in time (saying why: none wanted, all busy, or the
+        request came after its deadline), at once when every player is FAILED or EXITED (nothing starts them
+        again before a reload or PUT), when the client process exited while the request waited (a lease would
+        only have its player recycled), or when the daemon or environment stops meanwhile.
         """
         if timeout is None:
             timeout = self.daemon_config.lease_timeout
