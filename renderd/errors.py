@@ -44,6 +44,17 @@ class RenderdError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def _adopt(self, message: object, **given: object) -> None:
+        """Built as ``type(error)(error)`` (Gymnasium's AsyncVectorEnv raises a worker's error as
+        ``exctype(value)``): take what ``message``, an error of this type, carries (``pid``, ``returncode``,
+        ``deadline``, ``key`` ...), except the attributes given here explicitly (``given``: keyword -> value,
+        None or empty when not given)."""
+        if not isinstance(message, type(self)) or message is self:
+            return
+        for name, value in vars(message).items():
+            if name != "message" and given.get(name) in (None, ""):
+                setattr(self, name, value)
+
 
 class ProtocolError(RenderdError):
     """The bytes on the wire do not follow the framing: says what was expected, and at which byte offset.
@@ -53,11 +64,13 @@ class ProtocolError(RenderdError):
     """
 
     def __init__(self, message: str, *, offset: int | None = None, field_type: int | None = None) -> None:
+        source = message
         if offset is not None:
             message = f"{message} (at byte offset {offset})"
         super().__init__(message)
         self.offset = offset
         self.field_type = field_type
+        self._adopt(source, offset=offset, field_type=field_type)
 
 
 def describe_exit(returncode: int | None) -> str:
@@ -93,6 +106,7 @@ class PlayerCrashed(RenderdError):
         log_tail: str = "",
         log_path: str | None = None,
     ) -> None:
+        source = message
         text = message = str(message)
         if returncode is not None:
             text = f"{message}: {describe_exit(returncode)}.{_exit_hint(returncode)}"
@@ -106,6 +120,7 @@ class PlayerCrashed(RenderdError):
         self.returncode = returncode
         self.log_tail = log_tail
         self.log_path = log_path
+        self._adopt(source, pid=pid, returncode=returncode, log_tail=log_tail, log_path=log_path)
 
     @property
     def signal_name(self) -> str | None:
@@ -124,6 +139,7 @@ class PlayerTimeout(RenderdError):
         super().__init__(message)
         self.deadline = deadline
         self.seconds = seconds
+        self._adopt(message, deadline=deadline, seconds=seconds)
 
 
 class PlatformError(RenderdError):
@@ -132,12 +148,14 @@ class PlatformError(RenderdError):
     def __init__(self, message: str, *, reports: list[Any] | None = None) -> None:
         super().__init__(message)
         self.reports = list(reports or [])
+        self._adopt(message, reports=reports)
 
 
 class ConfigError(RenderdError):
     """A configuration is wrong: which file, which key, and why."""
 
     def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        source = message
         message = str(message)  # (a copy made as ``type(error)(error)``, see RenderdError)
         prefix = ""
         if path and key:
@@ -150,6 +168,7 @@ class ConfigError(RenderdError):
         self.path = path
         self.key = key
         self.reason = message
+        self._adopt(source, path=path, key=key)
 
 
 class LeaseError(RenderdError):
