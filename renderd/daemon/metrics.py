@@ -1,12 +1,17 @@
 """Prometheus metrics of the daemon (``GET /metrics``), on a registry of its own.
 
 Counters and the lease-wait histogram are updated where things happen; player and lease gauges are
-read from the supervisor at scrape time, so they can never drift from the real state.
+read from the supervisor at scrape time, so they can never drift from the real state. The series of an
+environment that is gone are exported with their last values for GONE_SERIES_TTL more, then dropped (one
+declared again under that name later starts from zero), so that environments declared and removed through the API
+do not pile up in the registry and in every scrape.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Iterable
+import threading
+import time
+from typing import Any, Callable, Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -17,6 +22,9 @@ __all__ = ["Metrics", "CONTENT_TYPE"]
 #: Content type of the Prometheus text exposition format served by ``GET /metrics``.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+#: Seconds the series of an environment that is gone are still exported (with their last values, for the next
+#: scrapes to see how it ended) before they are dropped; counted from the first scrape that finds it gone.
+GONE_SERIES_TTL = 300.0
 #: Lease wait buckets, in seconds: from an idle pool (sub-millisecond) to a cold start of a Unity build.
 LEASE_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0)
 
@@ -49,6 +57,9 @@ class Metrics:
     "wanted": n}}`` and is called at each scrape."""
 
     def __init__(self, snapshot: Callable[[], dict]) -> None:
+        self._snapshot = snapshot
+        self._lock = threading.Lock()
+        self._gone_since: dict[str, float] = {}  # environments gone, since the first scrape that found them gone
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["environment"]
         self.restarts = Counter(
@@ -93,6 +104,14 @@ class Metrics:
             buckets=LEASE_WAIT_BUCKETS, registry=self.registry,
         )
         self.registry.register(_StateCollector(snapshot))
+        #: The metrics updated by environment, with their label names (the environment's first).
+        self._by_environment: list[tuple[Any, tuple[str, ...]]] = [
+            (metric, tuple(names)) for metric, names in (
+                (self.restarts, labels), (self.boot_failures, labels), (self.crashes, labels + ["how"]),
+                (self.recycles, labels), (self.idle_failures, labels + ["how"]), (self.leases, labels),
+                (self.lease_ends, labels + ["how"]), (self.lease_timeouts, labels), (self.lease_wait, labels),
+            )
+        ]
 
     def declare(self, environment: str) -> None:
         """Create an environment's series at zero, so they are scraped before anything happens."""
@@ -101,5 +120,32 @@ class Metrics:
             metric.labels(environment)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every metric."""
+        """The Prometheus text exposition of every metric (after dropping the series of environments gone)."""
+        self._forget_gone()
         return generate_latest(self.registry)
+
+    def _forget_gone(self) -> None:
+        """Remove the series of environments the supervisor has not had for GONE_SERIES_TTL. The series are
+        listed before the supervisor is asked which environments it has: one declared meanwhile (its series
+        made at zero) is in its answer."""
+        series = set()
+        for metric, names in self._by_environment:
+            for family in metric.collect():
+                for sample in family.samples:
+                    series.add((metric, tuple(sample.labels.get(name, "") for name in names)))
+        current = set(self._snapshot())
+        now = time.monotonic()
+        with self._lock:  # (scrapes come from several API threads)
+            for name in [n for n in self._gone_since if n in current]:  # declared again
+                del self._gone_since[name]
+            expired = set()
+            for _metric, values in series:
+                if values[0] not in current:
+                    since = self._gone_since.setdefault(values[0], now)
+                    if now - since >= GONE_SERIES_TTL:
+                        expired.add(values[0])
+            for metric, values in series:
+                if values[0] in expired:
+                    metric.remove(*values)
+            for name in expired:
+                del self._gone_since[name]

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from renderd.errors import LeaseError
-from tests.daemon.conftest import fast_config, pid_gone, wait_for
+from tests.daemon.conftest import PLAYER, fast_config, pid_gone, wait_for
 
 #: Deadline for a client process of these tests to say what it did.
 CLIENT_TIMEOUT = 20.0
@@ -128,3 +128,27 @@ def test_a_session_in_a_pid_namespace_of_its_own_is_not_told_its_player_crashed(
     assert lines and lines[0] == {"step": "RenderdFault"}, client.stderr[-2000:]
     # The player's real end still shows (end of file on its pipe), with its exit status from the daemon.
     assert lines[1]["crashed"] == 3 and "exit code 3" in lines[1]["message"], lines
+
+
+def test_the_metrics_of_an_environment_that_is_gone_are_dropped_after_a_while(daemon):
+    # Every series of an environment stayed in the daemon's registry and in every scrape for as long as the
+    # daemon ran: a daemon whose clients PUT and DELETE environments of new names grew without end, and
+    # dashboards kept showing environments that no longer exist.
+    d = daemon(fast_config(), preamble="import renderd.daemon.metrics as m; m.GONE_SERIES_TTL = 0.5")
+    body = {"executable": [PLAYER, "--static-frame"], "platform": "headless", "start_timeout": 20.0}
+    d.client.request("PUT", "/v1/environments/brief", body)
+    lease = d.client.lease("brief", timeout=20)
+    d.client.release(lease["lease"])
+    d.client.request("DELETE", "/v1/environments/brief")
+    wait_for(lambda: all(e["name"] != "brief" for e in d.environments()), CLIENT_TIMEOUT, "the environment gone")
+    # The scrapes right after it went still see how it ended ...
+    metrics = d.client.request("GET", "/metrics")[1]
+    assert 'renderd_leases_total{environment="brief"} 1.0' in metrics
+    assert 'renderd_lease_ends_total{environment="brief",how="released"} 1.0' in metrics
+    # ... and once GONE_SERIES_TTL has passed, its series are dropped, the others' kept.
+    metrics = wait_for(lambda: (lambda text: text if 'environment="brief"' not in text else None)(
+        d.client.request("GET", "/metrics")[1]), CLIENT_TIMEOUT, "the series of the environment gone dropped")
+    assert 'renderd_leases_total{environment="demo"} 0.0' in metrics
+    # Declared again, it starts from zero.
+    d.client.request("PUT", "/v1/environments/brief", body)
+    assert 'renderd_leases_total{environment="brief"} 0.0' in d.client.request("GET", "/metrics")[1]
