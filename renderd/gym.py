@@ -405,7 +405,9 @@ class RenderdVectorEnv(VectorEnv):
     raises, it is left open: it is still the caller's). ``replace_on_crash``
     (default True): a crashed player is replaced and its episode ends with ``truncated=True`` and the
     error in ``infos["error"]``. ``max_episode_steps=-1`` means never, as for ``gymnasium.make``
-    (``make_vec`` passes its ``max_episode_steps`` here). Players are started in the constructor.
+    (``make_vec`` passes its ``max_episode_steps`` here). ``autoreset_mode``: ``AutoresetMode.NEXT_STEP``
+    (or ``"NextStep"``), the only one; any other raises ``ValueError`` before a player is started. Players are
+    started in the constructor.
 
     Autoreset is ``NEXT_STEP`` (Gymnasium's default): the step after a sub-environment terminates or
     truncates resets it (its action is ignored; reward 0, not terminated, not truncated) while the others
@@ -433,10 +435,20 @@ class RenderdVectorEnv(VectorEnv):
         socket: str | None = None,
         timeout: float | None = None,
         vector_session: Any = None,
+        autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
         **launch_kwargs: Any,
     ) -> None:
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']} or None, got {render_mode!r}")
+        try:
+            mode = AutoresetMode(autoreset_mode)
+        except (ValueError, TypeError):
+            mode = None
+        if mode is not AutoresetMode.NEXT_STEP:
+            raise ValueError(
+                f"autoreset_mode={autoreset_mode!r}: RenderdVectorEnv has only AutoresetMode.NEXT_STEP (a "
+                "sub-environment that terminated or truncated is reset in the next step, while the others step)"
+            )
         self.render_mode = render_mode
         if max_episode_steps == -1 and not isinstance(max_episode_steps, bool):
             max_episode_steps = None  # gymnasium's "never", which make_vec hands on unchanged

@@ -1,11 +1,14 @@
-"""RenderdVectorEnv: a partial reset (``options["reset_mask"]``) needs every sub-environment reset once."""
+"""RenderdVectorEnv: a partial reset (``options["reset_mask"]``) needs every sub-environment reset once; an
+``autoreset_mode`` other than next-step is refused."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-pytest.importorskip("gymnasium")
+gymnasium = pytest.importorskip("gymnasium")
+
+from gymnasium.vector import AutoresetMode
 
 import renderd.gym as rgym
 from renderd.errors import CallOrderError
@@ -31,3 +34,20 @@ def test_a_masked_reset_before_a_first_reset_of_every_sub_environment_is_refused
         envs.step(np.zeros(2, dtype=np.int64))
     finally:
         envs.close()
+
+
+def test_an_autoreset_mode_other_than_next_step_is_refused_before_any_player_starts(no_leaks):
+    # Gymnasium's vector environments take autoreset_mode; this one resets in the next step only, and says so
+    # (instead of handing the argument to renderd.launch, which does not know it).
+    for mode in (AutoresetMode.SAME_STEP, "Disabled"):
+        with pytest.raises(ValueError, match=r"autoreset_mode.*only AutoresetMode.NEXT_STEP"):
+            rgym.RenderdVectorEnv(2, autoreset_mode=mode, **player_kwargs())
+    with pytest.raises(ValueError, match=r"autoreset_mode.*only AutoresetMode.NEXT_STEP"):
+        gymnasium.make_vec(rgym.ENV_ID, num_envs=2, autoreset_mode=AutoresetMode.SAME_STEP, **player_kwargs())
+    for mode in (AutoresetMode.NEXT_STEP, "NextStep"):
+        envs = rgym.RenderdVectorEnv(1, autoreset_mode=mode, **player_kwargs())
+        try:
+            assert envs.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
+            envs.reset(seed=0)
+        finally:
+            envs.close()
