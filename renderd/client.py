@@ -185,6 +185,8 @@ class Session:
         self._first_frame_elsewhere = first_frame_received and last_event is None
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
         self._closing = False  # set by close(): a send or receive that fails meanwhile says it was closed
+        self._closer: int | None = None  # the thread running close()
+        self._closed = threading.Event()  # set once close() has released everything
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -498,9 +500,15 @@ class Session:
         pipes and its lease stay the parent's. Called from another thread while a step waits, it stops an
         owned player first (runs ``on_close`` first for one it does not own: a lease released uncleanly has the
         daemon stop it) and closes the pipes once that step has left them (at most
-        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`.
+        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`. Called while
+        another thread's close() is under way, it returns once that one has finished.
         """
         if self._state is SessionState.CLOSED:
+            if self._closer != threading.get_ident() and os.getpid() == self._owner_pid:
+                # Another thread's close() is under way (a watchdog's, and this thread's `with` exit): return
+                # once it has stopped the player and released the pipes, as a close() does. (Not in the thread
+                # running it, a signal handler there: that would wait for itself.)
+                self._closed.wait()
             return
         if os.getpid() != self._owner_pid:
             # A copy of the session inherited over fork: the player, its pipes and its lease belong to the
@@ -508,6 +516,7 @@ class Session:
             self._state = SessionState.CLOSED
             self._pending = None
             return
+        self._closer = threading.get_ident()
         self._closing = True
         error = self._error
         if error is None and self._state is SessionState.PENDING:
@@ -550,8 +559,11 @@ class Session:
                     self._state = SessionState.CLOSED  # (a step that waited meanwhile may have taken its answer)
                     self._pending = None
                     on_close, self._on_close = self._on_close, None
-                    if on_close is not None:
-                        on_close(error)
+                    try:
+                        if on_close is not None:
+                            on_close(error)
+                    finally:
+                        self._closed.set()
 
     def __enter__(self) -> Session:
         return self

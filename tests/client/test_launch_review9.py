@@ -3,6 +3,8 @@ processes, real FIFOs; nothing may be left behind (``no_leaks``)."""
 
 from __future__ import annotations
 
+import os
+
 import psutil
 import pytest
 
@@ -10,6 +12,7 @@ import renderd
 from renderd.errors import ConfigError
 
 from .conftest import START, peer_argv
+from .test_launch_review8 import _wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -40,3 +43,30 @@ def test_args_none_means_no_extra_arguments():
     with renderd.launch(peer_argv("serve"), args=None, start_timeout=START) as session:
         assert psutil.Process(session.pid).cmdline()[-1] != "None"
         assert session.step("Pass").sequence_id == 1
+
+
+def test_a_close_while_another_threads_close_is_under_way_returns_once_the_player_is_stopped():
+    # Two closes at once (a watchdog's and the main thread's `with` exit, an atexit hook): the second returned
+    # at once, seeing the session marked closed, while the first still waited out the player's grace: the
+    # player ran on, its pipe directory was still there, after close() had returned. The second now returns
+    # once the first has released everything.
+    import shlex
+    import sys
+    import threading
+
+    from .conftest import PEER
+
+    ignores_term = ["/bin/sh", "-c", f"trap '' TERM; exec {shlex.quote(sys.executable)} {shlex.quote(PEER)} serve"]
+    session = renderd.launch(ignores_term, start_timeout=START)
+    session.stop_grace = 0.5  # (it ignores SIGTERM: closing it takes the whole grace, then SIGKILL)
+    directory = os.path.dirname(session.channel.server_path)
+    player = psutil.Process(session.pid)
+    first = threading.Thread(target=session.close)
+    first.start()
+    try:
+        _wait_for(lambda: session.closed, START, "the first close() to begin")
+        session.close()
+        assert not player.is_running(), "close() returned while the player still ran"
+        assert not os.path.exists(directory), "close() returned before the pipe directory was removed"
+    finally:
+        first.join(15)
