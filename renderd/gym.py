@@ -33,6 +33,7 @@ from gymnasium.vector.utils import batch_space
 from renderd.config import check_seconds
 from renderd.errors import CallOrderError, RenderdError
 from renderd.event import Event
+from renderd.protocol import encode_action
 
 __all__ = [
     "DEFAULT_ACTIONS",
@@ -106,10 +107,14 @@ class _EnvSpec:
         acts = list(DEFAULT_ACTIONS if actions is None else actions)
         if not acts:
             raise ValueError("actions must list at least one action")
-        for a in acts:
+        for k, a in enumerate(acts):
             name = a if isinstance(a, str) else (a.get("action") if isinstance(a, Mapping) else None)
             if not isinstance(name, str) or not name:
                 raise TypeError(f"each action must be a name or a dict with an 'action' name, got {a!r}")
+            try:  # now, not when a policy first picks it
+                encode_action({"action": a} if isinstance(a, str) else dict(a))
+            except ValueError as exc:
+                raise ValueError(f"actions[{k}] ({name!r}) cannot be sent: {exc}") from None
         self.actions: list[str | dict[str, Any]] = [a if isinstance(a, str) else dict(a) for a in acts]
         if isinstance(scene, str) or scene is None:
             self.scenes: list[str] | None = None

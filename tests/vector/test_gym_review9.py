@@ -51,3 +51,11 @@ def test_an_autoreset_mode_other_than_next_step_is_refused_before_any_player_sta
             envs.reset(seed=0)
         finally:
             envs.close()
+
+
+@pytest.mark.parametrize("make", [rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)], ids=["env", "vector"])
+def test_an_action_that_cannot_be_sent_is_refused_when_the_env_is_made(make, no_leaks):
+    # Not when a policy first picks it, possibly hours into training.
+    actions = ["MoveAhead", {"action": "RotateLeft", "degrees": b"30"}]
+    with pytest.raises(ValueError, match=r"actions\[1\] \('RotateLeft'\) cannot be sent: .*bytes"):
+        make(actions=actions, **player_kwargs())
