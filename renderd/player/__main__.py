@@ -145,6 +145,7 @@ def _setup_logging(log_file: str | None, level: str) -> None:
 
 
 def _usage_error(message: str) -> int:
+    signals.exiting()  # exit 2 is decided: a signal while it is reported must not make it 0
     logger.error("%s", message)
     print(f"renderd-player: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -199,6 +200,7 @@ def _run(argv: Sequence[str] | None) -> int:
         logger.info("received %s; exiting", exc.name)
         return EXIT_OK
     except Exception:  # a bug or a renderer failure: into the log, where renderd quotes it from
+        signals.exiting()  # exit 3 is decided: a signal while the traceback is written must not make it 0
         logger.critical("player crashed with an unhandled error; exiting with code %d", EXIT_INTERNAL_ERROR,
                         exc_info=True)
         return EXIT_INTERNAL_ERROR

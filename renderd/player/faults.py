@@ -140,6 +140,7 @@ def _flush_logs() -> None:
 
 def crash(kind: str, code: int = DEFAULT_FAULT_EXIT_CODE) -> NoReturn:
     """End the process now: ``abort`` (SIGABRT), ``segfault`` (SIGSEGV) or ``exit`` (with ``code``)."""
+    signals.exiting()  # a SIGTERM while the fault is logged must not turn it into a clean exit
     if kind == "abort":
         logger.error("fault: abort (SIGABRT)")
         _flush_logs()

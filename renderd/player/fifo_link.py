@@ -246,13 +246,16 @@ class FifoLink:
                     continue
                 self.step(action)
         except _ClientGone as exc:
+            signals.exiting()  # the exit code is decided: a signal from now on must not change it
             level = logging.INFO if exc.code == EXIT_OK else logging.ERROR
             logger.log(level, "%s after %d step(s); exiting", exc, self.steps)
             return exc.code
         except ProtocolError as exc:
+            signals.exiting()
             logger.error("malformed message from the client: %s; exiting", exc)
             return EXIT_PROTOCOL_ERROR
         except OSError as exc:
+            signals.exiting()
             logger.error("%s; exiting", os_error_message(exc, "pipe I/O failed"))
             return EXIT_IO_ERROR
         finally:

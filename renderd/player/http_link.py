@@ -41,7 +41,7 @@ import time
 from typing import Any, Sequence
 
 from renderd.errors import ProtocolError, os_error_message
-from renderd.player import faults
+from renderd.player import faults, signals
 from renderd.player.core import Answer, Images, Player
 from renderd.protocol import FORM_FIELD_NAMES, MAX_ACTION_SIZE, ActionTooDeep, byte_views, drop_written, parse_action
 from renderd.transport.http import MAX_REQUEST_SIZE
@@ -297,6 +297,7 @@ class HttpLink:
                     continue
                 self.step(action)
         except _Stop as exc:
+            signals.exiting()  # the exit code is decided: a signal from now on must not change it
             logger.log(exc.level, "%s after %d step(s); exiting", exc, self.steps)
             return exc.code
         finally:

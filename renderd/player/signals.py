@@ -79,7 +79,13 @@ def exiting() -> None:
     down, so a SIGTERM arriving then (a client that ends the player and then signals it) would kill the
     process (exit status -15) instead of the clean exit it is already making; one arriving a little earlier
     would raise :class:`Terminated` out of the exit path. Ignored, it changes nothing. Main thread only.
+
+    Called as soon as the code is decided (a link's serve() ending, an unhandled error, a fault that ends the
+    process), before the pipes are closed and the reason logged: a signal in between would otherwise turn
+    that code into a clean exit 0. A no-op where :func:`install` was not called (library use).
     """
+    if _wakeup_r is None:
+        return
     for signum in HANDLED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
 

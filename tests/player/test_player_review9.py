@@ -74,3 +74,81 @@ def test_a_third_party_camera_without_a_field_of_view_has_unitys_default(spawn):
     seen = ev.third_party_camera_frames[0].copy()
     assert p.step("Initialize", fieldOfView=90)
     assert (p.step("Pass").frame == seen).all()  # rendered at 90 degrees, from the agent's own pose
+
+
+#: Runs the player with one step of its exit made slow (1 s), after writing a flag file: the window in which
+#: a SIGTERM must not change the exit code the player has decided. argv: flag, what to slow, player args.
+_SLOW_STEP = (
+    "import logging, sys, time\n"
+    "flag, what = sys.argv[1], sys.argv[2]\n"
+    "def slow():\n"
+    "    open(flag, 'w').close()\n"
+    "    time.sleep(1)\n"
+    "if what == 'close':\n"
+    "    from renderd.player.fifo_link import FifoLink\n"
+    "    close = FifoLink.close\n"
+    "    def slow_close(self):\n"
+    "        slow()\n"
+    "        close(self)\n"
+    "    FifoLink.close = slow_close\n"
+    "else:\n"
+    "    from renderd.player import renderer\n"
+    "    def broken(self, state): raise RuntimeError('renderer exploded')\n"
+    "    renderer.NumpyRenderer.render = broken\n"
+    "    format_exception = logging.Formatter.formatException\n"
+    "    def slow_format(self, ei):\n"
+    "        slow()\n"
+    "        return format_exception(self, ei)\n"
+    "    logging.Formatter.formatException = slow_format\n"
+    "from renderd.player.__main__ import main\n"
+    "sys.exit(main(sys.argv[3:]))\n"
+)
+
+
+def _spawn_slow(spawn, tmp_path, what):
+    import sys
+
+    from tests.helpers.fifo_driver import player_command
+
+    flag, log = tmp_path / f"{what}.flag", tmp_path / f"{what}.log"
+    command = [sys.executable, "-c", _SLOW_STEP, str(flag), what,
+               *player_command([*FAST, "-logFile", str(log)])[3:]]
+    return spawn(command=command), flag, log
+
+
+def _sigterm_once_flagged(p, flag):
+    import signal
+
+    deadline = time.monotonic() + PROMPT
+    while not flag.exists():
+        assert time.monotonic() < deadline and p.alive(), f"never reached the slow step: {p.log_text()}"
+        time.sleep(0.01)
+    p.proc.send_signal(signal.SIGTERM)
+
+
+def test_sigterm_after_a_protocol_error_leaves_exit_code_4(spawn, tmp_path):
+    # The player had decided to exit 4 (bad framing from the client) but a SIGTERM arriving while it closed
+    # its pipes (a client that gives up on it and signals it) unwound the exit as a SIGTERM: exit 0, as if
+    # nothing had been wrong.
+    p, flag, log = _spawn_slow(spawn, tmp_path, "close")
+    p.start_session()
+    p.send_raw_buffers([b"\x2a\x00\x00\x00\x01x"])  # a field of unknown type 42
+    _sigterm_once_flagged(p, flag)
+    assert p.wait(PROMPT) == 4, log.read_text()
+    assert "malformed message from the client" in log.read_text()
+
+
+def test_sigterm_while_a_crash_is_logged_leaves_exit_code_3_and_the_traceback(spawn, tmp_path):
+    # An unhandled error (the renderer failed) is logged with its traceback and ends the player with exit 3;
+    # a SIGTERM arriving while the traceback was being written made it exit 0 with no traceback in the log.
+    import os
+
+    p, flag, log = _spawn_slow(spawn, tmp_path, "crash")
+    reader = os.open(p.server_path, os.O_RDONLY | os.O_NONBLOCK)  # lets the player open server.pipe
+    try:
+        _sigterm_once_flagged(p, flag)
+        assert p.wait(PROMPT) == 3, log.read_text()
+    finally:
+        os.close(reader)
+    text = log.read_text()
+    assert "player crashed with an unhandled error" in text and "renderer exploded" in text
