@@ -11,12 +11,15 @@ import pytest
 
 from renderd.daemon.supervisor import State, _pending_bytes
 from renderd.errors import LeaseError
-from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import only_player as _player
 from tests.daemon.supervisor_helpers import ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
+#: A player run by a shell that ignores SIGTERM (the player sets its own handler and exits of it; the shell then
+#: waits in a sleep that ignores it too): stopping it takes the whole stop_grace, then SIGKILL.
+SLOW_TO_STOP = f"""["/bin/sh", "-c", 'trap "" TERM; "$0" "$@"; exec sleep 30', "{PLAYER}", "--static-frame"]"""
 
 
 def test_a_lease_request_never_takes_an_idle_player_whose_unasked_output_the_loop_has_not_read(supervisor_with):
@@ -42,11 +45,12 @@ def test_a_lease_request_never_takes_an_idle_player_whose_unasked_output_the_loo
 
 
 def test_the_loop_does_not_spin_during_a_stop_while_a_player_waits_in_backoff(supervisor_with):
-    # One player is in BACKOFF when the stop begins, another takes stop_grace to stop (it is SIGSTOPped, so its
-    # SIGTERM waits). Once the backoff's restart time passes (no restart: the daemon is stopping), the loop
-    # must go on sleeping until something happens, not run flat out until the stop ends.
+    # One player is in BACKOFF when the stop begins, another takes stop_grace to stop (its process ignores
+    # SIGTERM once the player in it has exited, so the stop waits for its grace). Once the backoff's restart
+    # time passes (no restart: the daemon is stopping), the loop must go on sleeping until something happens,
+    # not run flat out until the stop ends.
     ticks: list[float] = []
-    config = fast_config(instances=2).replace("backoff_initial = 0.05", "backoff_initial = 0.2")
+    config = fast_config(instances=2, executable=SLOW_TO_STOP).replace("backoff_initial = 0.05", "backoff_initial = 0.2")
     sup = supervisor_with(config, on_tick=lambda now: ticks.append(now))
 
     def pids() -> list[int] | None:
@@ -55,21 +59,17 @@ def test_the_loop_does_not_spin_during_a_stop_while_a_player_waits_in_backoff(su
             ok = len(players) == 2 and all(p.state == State.READY for p in players)
             return [p.pid for p in players] if ok else None
 
-    first, second = wait_for(pids, DEADLINE, "two READY players")
+    _, second = wait_for(pids, DEADLINE, "two READY players")
     os.kill(second, signal.SIGABRT)
     wait_for(lambda: sup.environments["demo"].players[1].state == State.BACKOFF, DEADLINE,
              "the crashed one in BACKOFF")
-    os.kill(first, signal.SIGSTOP)
-    try:
-        sup.request_stop()
-        start = time.monotonic()
-        wait_for(lambda: time.monotonic() - start > 0.5, DEADLINE, "the backoff's restart time passed")
-        count = len(ticks)
-        wait_for(lambda: time.monotonic() - start > 1.0, DEADLINE, "0.5 s more")
-        assert sup.environments["demo"].players[0].state == State.STOPPING  # (the stop is still under way)
-        assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.5 s"
-    finally:
-        os.kill(first, signal.SIGCONT)
+    sup.request_stop()
+    start = time.monotonic()
+    wait_for(lambda: time.monotonic() - start > 0.5, DEADLINE, "the backoff's restart time passed")
+    count = len(ticks)
+    wait_for(lambda: time.monotonic() - start > 1.0, DEADLINE, "0.5 s more")
+    assert sup.environments["demo"].players[0].state == State.STOPPING  # (the stop is still under way)
+    assert len(ticks) - count < 50, f"{len(ticks) - count} loop passes in 0.5 s"
 
 
 def test_a_lease_request_for_an_environment_whose_players_all_failed_is_refused_at_once(supervisor_with):
