@@ -34,7 +34,8 @@ def test_an_http_listener_address_in_use_names_the_setting_without_an_errno_pref
 def test_a_directory_that_is_a_file_names_the_setting(tmp_path, option, value, key):
     # "Error: /x/file exists and is not a directory" said nothing of which setting wanted a directory there.
     (tmp_path / "file").write_text("")
-    paths = {"--socket": str(tmp_path / "s.sock"), "--runtime-dir": str(tmp_path / "run"), option: str(tmp_path / value)}
+    paths = {"--socket": str(tmp_path / "s.sock"), "--runtime-dir": str(tmp_path / "run")}
+    paths[option] = str(tmp_path / value)
     result = run_renderd("start", *(item for pair in paths.items() for item in pair), stdout=subprocess.DEVNULL)
     assert result.returncode == 1
     assert result.stderr.strip().splitlines()[-1] == (
