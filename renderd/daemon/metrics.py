@@ -3,8 +3,8 @@
 Counters and the lease-wait histogram are updated where things happen; player and lease gauges are
 read from the supervisor at scrape time, so they can never drift from the real state. The series of an
 environment that is gone are exported with their last values for GONE_SERIES_TTL more, then dropped (one
-declared again under that name later starts from zero), so that environments declared and removed through the API
-do not pile up in the registry and in every scrape.
+declared again under that name later starts from zero), so that environments declared and removed through
+the API do not pile up in the registry and in every scrape.
 """
 
 from __future__ import annotations
