@@ -507,8 +507,10 @@ class Session:
             if self._closer != threading.get_ident() and os.getpid() == self._owner_pid:
                 # Another thread's close() is under way (a watchdog's, and this thread's `with` exit): return
                 # once it has stopped the player and released the pipes, as a close() does. (Not in the thread
-                # running it, a signal handler there: that would wait for itself.)
-                self._closed.wait()
+                # running it, a signal handler there: that would wait for itself. Nor once the interpreter is
+                # exiting: a daemon thread running it then never runs again.)
+                while not self._closed.wait(0.1) and not sys.is_finalizing():
+                    pass
             return
         if os.getpid() != self._owner_pid:
             # A copy of the session inherited over fork: the player, its pipes and its lease belong to the

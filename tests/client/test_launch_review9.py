@@ -70,3 +70,41 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_the_playe
         assert not os.path.exists(directory), "close() returned before the pipe directory was removed"
     finally:
         first.join(15)
+
+
+def test_a_close_at_interpreter_exit_does_not_wait_for_a_close_frozen_in_a_daemon_thread(tmp_path):
+    # A daemon thread's close() waits out a player's grace when the program ends; a close() called during
+    # the interpreter's finalization (an object's __del__ at module teardown) must not wait for it: that
+    # thread never runs again, and the program would hang at exit.
+    import subprocess
+    import sys
+    import textwrap
+
+    from .conftest import PEER
+
+    script = tmp_path / "exit_while_closing.py"
+    script.write_text(textwrap.dedent(f"""
+        import shlex, sys, threading, time
+        import renderd
+
+        player = ["/bin/sh", "-c", "trap '' TERM; exec " + shlex.quote(sys.executable) + " " + shlex.quote({PEER!r}) + " serve"]
+        session = renderd.launch(player, start_timeout={START})
+        session.stop_grace = 60  # (it ignores SIGTERM: the daemon thread's close waits all of it)
+        threading.Thread(target=session.close, daemon=True).start()
+        while not session.closed:
+            time.sleep(0.01)
+
+        class ClosesAtTeardown:
+            def __del__(self):
+                session.close()
+                print("closed at teardown", flush=True)
+
+        keeper = ClosesAtTeardown()
+        print("exiting", flush=True)
+    """))
+    runtime = tmp_path / "child"  # (the frozen close never removes the pipe directory: keep it in tmp_path)
+    runtime.mkdir()
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "TMPDIR": str(runtime)})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["exiting", "closed at teardown"]
