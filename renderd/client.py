@@ -185,6 +185,7 @@ class Session:
         self._first_frame_elsewhere = first_frame_received and last_event is None
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the player alone
         self._closing = False  # set by close(): a send or receive that fails meanwhile says it was closed
+        self._broken_during: str | None = None  # the action whose step broke the session
         self._closer: int | None = None  # the thread running close()
         self._closed = threading.Event()  # set once close() has released everything
         _sessions.add(self)
@@ -241,10 +242,16 @@ class Session:
         if self._state is SessionState.CLOSED:
             raise CallOrderError(f"{what} on a closed session (launch or connect a new one)")
         if self._state is SessionState.BROKEN:
+            error = self._error
+            if isinstance(error, Exception):
+                why = f"an earlier call failed with {type(error).__name__}: {error}"
+            else:  # (Ctrl-C, or another interruption, while it used the pipes: the stream may be half-read)
+                during = f" for {self._broken_during}" if self._broken_during else ""
+                why = (f"an earlier call{during} was interrupted ({type(error).__name__}) while it used the pipes, "
+                       "so the stream may be half-read or half-written")
             raise CallOrderError(
-                f"{what} on a broken session: an earlier call failed with {type(self._error).__name__}: "
-                f"{self._error}. Close this session and launch or connect a new one."
-            ) from self._error
+                f"{what} on a broken session: {why}. Close this session and launch or connect a new one."
+            ) from error
 
     def _check_ready(self, what: str) -> None:
         """For a call that sends (``what`` names it): :class:`CallOrderError` on a closed or broken session,
@@ -253,10 +260,12 @@ class Session:
         if self._state is SessionState.PENDING:
             raise AlreadyPendingCallError(f"{what} while an earlier action's answer is pending; call recv() first")
 
-    def _break(self, exc: BaseException) -> None:
+    def _break(self, exc: BaseException, during: str | None = None) -> None:
+        """Break the session with ``exc``, raised by the step of the action named ``during``."""
         if self._state is not SessionState.CLOSED:
             self._state = SessionState.BROKEN
             self._error = exc
+            self._broken_during = during
             self._pending = None
             log.debug("session with player pid %s broken: %s", self._pid, exc)
 
@@ -324,7 +333,7 @@ class Session:
         try:
             self.channel.send(buffers, write_by, name)
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, message["action"])
             if self._closing and isinstance(exc, Exception):
                 raise self._closed_meanwhile(message["action"], "sent it") from exc
             if isinstance(exc, PlayerTimeout):
@@ -383,12 +392,12 @@ class Session:
                     offset=message.offset,
                 )
         except PlayerTimeout as exc:
-            self._break(exc)
+            self._break(exc, name)
             if self._closing:
                 raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise self._timeout_error(name, exc, deadline_name, seconds) from exc
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, name)
             if self._closing and isinstance(exc, Exception):
                 raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import gc
 import pickle
+import time
 
 import pytest
 
@@ -81,3 +82,39 @@ def test_a_step_or_reset_out_of_order_is_named_as_the_call_made():
         for name, call in (("step()", lambda: session.step("Pass")), ("reset()", session.reset)):
             with pytest.raises(CallOrderError, match=rf"^{name[:-2]}\(\) on a broken session"):
                 call()
+
+
+def test_a_step_interrupted_by_ctrl_c_leaves_a_session_that_says_so():
+    # Ctrl-C while a step waits for its answer breaks the session (the stream may be half-read). The next call
+    # said "an earlier call failed with KeyboardInterrupt: . Close this session ...": it now says that the
+    # earlier call was interrupted, and what to do.
+    import os
+    import signal
+    import threading
+
+    from renderd.errors import CallOrderError
+
+    from .test_connect_review9 import _blocked_in_poll
+
+    with renderd.launch(peer_argv(), start_timeout=START, step_timeout=30) as session:
+        main = threading.main_thread()
+
+        def interrupt():
+            deadline = time.monotonic() + START
+            while not _blocked_in_poll(main) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            os.kill(os.getpid(), signal.SIGINT)
+
+        interrupter = threading.Thread(target=interrupt)
+        interrupter.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                session.step("HalfThenHang")
+        finally:
+            interrupter.join(START)
+        assert session.state is SessionState.BROKEN
+        with pytest.raises(CallOrderError) as info:
+            session.step("Pass")
+        text = str(info.value)
+        assert "HalfThenHang" in text and "interrupted" in text and "KeyboardInterrupt" in text, text
+        assert ": ." not in text and "Close this session" in text, text
