@@ -525,6 +525,7 @@ class PlayerProcess:
         self.started_at = time.monotonic()
         self._returncode: int | None = None
         self._stopped = False
+        self._reaping = False  # stop() is reaping it through the Popen (poll() in another thread waits for that)
         #: Set by :meth:`stop`: whether it sent SIGTERM to a running player, and whether it had to
         #: escalate to SIGKILL. Together with the exit status they tell whether the stop ended the player.
         self.term_sent = False
@@ -625,6 +626,11 @@ class PlayerProcess:
         try:
             info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
         except ChildProcessError:
+            if self._popen.returncode is not None:  # reaped meanwhile by stop() in another thread
+                self._returncode = self._popen.returncode
+                return self._returncode
+            if self._reaping:  # stop() in another thread is reaping it: its status is known once it has
+                return None
             # Not ours to wait for: reaped behind our back (SIGCHLD ignored, or a SIGCHLD handler that reaps
             # every child), or this is a copy inherited over fork. The pidfd still tells whether it exited.
             if self.pidfd is not None and not poll_readable(self.pidfd, 0):
@@ -912,11 +918,14 @@ class PlayerProcess:
         # The leader has exited (its zombie still holds the group id) or ignored SIGTERM: kill whatever is
         # left of the group, then reap.
         self._signal_group(signal.SIGKILL)
+        self._reaping = True
         try:
             self._popen.wait(KILL_REAP_TIMEOUT)
         except subprocess.TimeoutExpired:
             log.error("player pid %d survived SIGKILL for %.3g s (stuck in the kernel?)", self.pid, KILL_REAP_TIMEOUT)
             return None
+        finally:
+            self._reaping = False
         if self._returncode is None:
             self._returncode = self._popen.returncode
         log.debug("player pid %d stopped: %s", self.pid, describe_exit(self._returncode))

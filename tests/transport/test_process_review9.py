@@ -7,6 +7,7 @@ import errno
 import os
 import signal
 import subprocess
+import threading
 import time
 
 import pytest
@@ -207,3 +208,28 @@ def test_a_leased_players_log_tail_is_its_own_after_the_daemon_restarted_it(tmp_
     finally:
         leased.close()
         player.stop(1.0)
+
+
+def test_an_exit_read_while_another_thread_stops_the_player_is_not_taken_for_an_unknown_status():
+    # close() from a watchdog thread stops the player while the session's own thread asks how it ended
+    # (poll(), as a wait for the answer does when the pidfd fires). The stop's reap and that question race:
+    # the kernel has reaped the player before the stop's Popen has recorded its status. That is no exit
+    # status lost to someone else (SIGCHLD ignored): the status must stay known, and right.
+    for _ in range(40):  # (the race is lost about one time in eight)
+        proc = PlayerProcess.spawn(["sleep", "600"], None, None)
+        done = threading.Event()
+
+        def ask() -> None:
+            while not done.is_set() and not proc.status_unknown:
+                proc.poll()
+
+        asker = threading.Thread(target=ask)
+        asker.start()
+        try:
+            assert proc.stop(5.0) == -signal.SIGTERM
+        finally:
+            done.set()
+            asker.join()
+        assert not proc.status_unknown
+        assert proc.exit_description() == "killed by SIGTERM"
+        assert proc.crashed("the player exited").returncode == -signal.SIGTERM
