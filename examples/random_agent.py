@@ -3,8 +3,8 @@
     pip install 'renderd[gym]'
     python examples/random_agent.py                       # 4 reference players, 2000 steps
     python examples/random_agent.py --envs 8 --steps 5000 --width 128 --height 128
-    python examples/random_agent.py --environment demo --envs 1   # lease from a running `renderd start`
-                                                          # (--envs: at most the environment's instances)
+    python examples/random_agent.py --environment demo    # lease from a running `renderd start`: as many
+                                                          # players as the environment keeps (--envs: fewer)
     python examples/random_agent.py --executable /path/to/thor-build --scenes FloorPlan1,FloorPlan2
 
 Replace the random policy with your agent: ``observations["rgb"]`` is an ``(N, H, W, 3) uint8`` batch.
@@ -23,6 +23,8 @@ import gymnasium
 import numpy as np
 
 import renderd.gym  # noqa: F401  (registers renderd/Unity-v0)
+from renderd import RenderdError
+from renderd.daemon.client import ControlClient
 
 
 def success_reward(event) -> float:
@@ -41,9 +43,27 @@ def reached_fridge(event) -> bool:
     )
 
 
+def leasable(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """How many players to lease: ``--envs``, by default as many as the environment keeps (its ``instances``).
+    More than it keeps is refused at once: each slot too many would wait the lease timeout (30 s) for nothing."""
+    try:
+        environments = {e["name"]: e for e in ControlClient(args.socket).environments()}
+    except RenderdError as exc:
+        parser.error(str(exc))
+    if args.environment not in environments:
+        parser.error(f"the daemon has no environment named {args.environment!r} "
+                     f"(it has: {', '.join(environments) or 'none'})")
+    keeps = environments[args.environment]["config"]["instances"]
+    envs = keeps if args.envs is None else args.envs
+    if envs > keeps:
+        parser.error(f"--envs {envs}: environment {args.environment!r} keeps {keeps} player(s) (its instances); "
+                     "lease at most that many, or raise its instances")
+    return envs
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--envs", type=int, default=4, help="players stepped together (default 4)")
+    p.add_argument("--envs", type=int, help="players stepped together (default 4; with --environment, all it keeps)")
     p.add_argument("--steps", type=int, default=2000, help="vector steps to run (default 2000)")
     p.add_argument("--width", type=int, default=128)
     p.add_argument("--height", type=int, default=128)
@@ -52,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--depth", action="store_true", help="observe depth too")
     p.add_argument("--executable", default="renderd-player", help="the player to launch (a Unity build)")
     p.add_argument("--environment", help="lease players of this daemon environment instead of launching")
+    p.add_argument("--socket", help="the daemon's control socket (default: $RENDERD_SOCKET, else renderd's default)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.environment:
+        args.envs = leasable(p, args)
+    elif args.envs is None:
+        args.envs = 4
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     common = dict(
@@ -65,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         terminated_fn=reached_fridge,
     )
     if args.environment:
-        envs = gymnasium.make_vec("renderd/Unity-v0", environment=args.environment, **common)
+        envs = gymnasium.make_vec("renderd/Unity-v0", environment=args.environment, socket=args.socket, **common)
     else:
         envs = gymnasium.make_vec(
             "renderd/Unity-v0", executable=args.executable, width=args.width, height=args.height, **common
