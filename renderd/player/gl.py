@@ -164,12 +164,17 @@ class _XServerWatch:
 
     def check(self) -> None:
         """Raise :class:`GLDisplayLost` if the X server has gone away (and keep saying so)."""
+        self.poll()
+        if self.lost is not None:
+            raise GLDisplayLost(self.lost)
+
+    def poll(self) -> str | None:
+        """Why the X server is gone (also kept in :attr:`lost`), or ``None`` while it is there. Never raises."""
         if self.lost is None:
             events = self._poller.poll(0)
             if events:
                 self.lost = self._why_lost(events[0][1])
-        if self.lost is not None:
-            raise GLDisplayLost(self.lost)
+        return self.lost
 
     def _why_lost(self, revents: int) -> str | None:
         if revents & _HANGUP:
@@ -184,7 +189,7 @@ class _XServerWatch:
         return None
 
     def close(self) -> None:
-        if self.lost is None:
+        if self.poll() is None:  # (it may have gone since the last frame: then its connection is not touched)
             try:
                 self._display.close()
             except (OSError, self._closed_error) as exc:  # the server went away meanwhile
@@ -375,13 +380,15 @@ class GLRenderer:
 
     def close(self) -> None:
         """Release the GL objects and the context. Idempotent. After the X server was lost nothing is
-        released (Xlib would end the process in its I/O error handler): the process is exiting anyway."""
+        released (Xlib would end the process in its I/O error handler, exit 1): the process is exiting
+        anyway. The loss is looked for here too, since the server may have died after the last frame."""
         if self.ctx is None:
             return
         watch, self._x_watch = self._x_watch, None
         if watch is not None:
             watch.close()
             if watch.lost is not None:
+                log.info("%s: the GL context is left to the process's exit", watch.lost)
                 self.ctx = None
                 self._last = None
                 return

@@ -152,3 +152,35 @@ def test_sigterm_while_a_crash_is_logged_leaves_exit_code_3_and_the_traceback(sp
         os.close(reader)
     text = log.read_text()
     assert "player crashed with an unhandled error" in text and "renderer exploded" in text
+
+
+def test_a_gl_player_whose_x_server_died_still_exits_with_its_own_code(spawn):
+    # Under GLX, a player whose X server had died since its last frame released its GL context on the way
+    # out; Xlib met the dead connection and ended the process in its I/O error handler (exit 1, "XIO: fatal
+    # IO error" on stderr, the log's last lines missing): a client closing client.pipe (exit 0) or a
+    # SIGTERM (exit 0) looked like a failure. The loss is now noticed on the way out too, and nothing of
+    # the dead connection is touched.
+    import signal
+
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    from tests.player.test_player_gl_display import _Xvfb
+
+    server = _Xvfb()
+    try:
+        args = ["-screen-width", "32", "-screen-height", "24", "--renderer", "gl"]
+        players = [spawn(args, platform="Linux64", env={"DISPLAY": server.name}) for _ in range(2)]
+        for p in players:
+            p.start_session()
+            assert p.step("MoveBack")
+    finally:
+        server.kill()
+    by_eof, by_sigterm = players
+    by_eof.close_client_pipe()
+    by_sigterm.proc.send_signal(signal.SIGTERM)
+    assert by_eof.wait(PROMPT) == 0, by_eof.stderr_text()
+    assert "the client closed client.pipe" in by_eof.log_text()
+    assert by_sigterm.wait(PROMPT) == 0, by_sigterm.stderr_text()
+    assert "received SIGTERM; exiting" in by_sigterm.log_text()
+    for p in players:
+        assert "XIO" not in p.stderr_text()
