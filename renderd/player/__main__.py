@@ -105,7 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     unity.add_argument("-batchmode", dest="batchmode", action="store_true",
                        help="run without user interaction (always the case; logged)")
     unity.add_argument("-nographics", dest="nographics", action="store_true",
-                       help="no rendering: messages carry metadata only, no image fields")
+                       help="no rendering: messages carry metadata only, no image fields; no graphics device "
+                       "is used, whatever --renderer says")
     unity.add_argument("-force-device-index", dest="device_index", type=int, default=None, metavar="N",
                        help="GPU (Vulkan device) index to render on; passed to the renderer")
     unity.add_argument("-logFile", dest="log_file", default=None, metavar="PATH",
@@ -272,10 +273,16 @@ def _main(argv: Sequence[str] | None) -> int:
             return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number, 1-65535), got {port!r}")
         link_args = (host, port_number, env.get(ENV_TOKEN))
 
+    renderer_name = args.renderer
+    if args.nographics and renderer_name != "numpy":
+        # As Unity's -nographics initialises no graphics device: no frame is rendered, so no GPU or display
+        # is needed (the visibility of objects is worked out on the CPU whatever the renderer).
+        logger.info("-nographics: nothing is rendered, so the %s renderer is not started", renderer_name)
+        renderer_name = "numpy"
     try:
-        renderer = make_renderer(args.renderer, device_index=args.device_index)
+        renderer = make_renderer(renderer_name, device_index=args.device_index)
     except (ImportError, ValueError, RuntimeError) as exc:
-        return _usage_error(f"cannot start the {args.renderer} renderer: {exc}")
+        return _usage_error(f"cannot start the {renderer_name} renderer: {exc}")
     player = Player(
         width=args.screen_width,
         height=args.screen_height,

@@ -184,3 +184,18 @@ def test_a_gl_player_whose_x_server_died_still_exits_with_its_own_code(spawn):
     assert "received SIGTERM; exiting" in by_sigterm.log_text()
     for p in players:
         assert "XIO" not in p.stderr_text()
+
+
+def test_nographics_needs_no_graphics_even_with_the_gl_renderer(spawn):
+    # Unity's -nographics does not initialise a graphics device at all, so a build runs so on a machine with
+    # no GPU and no display (renderd's headless platform). The player still started the gl renderer it then
+    # never used: with no context to be had it exited 2, "cannot start the gl renderer".
+    p = spawn([*FAST, "-nographics", "--renderer", "gl"], platform="Linux64", env={"DISPLAY": ""})
+    try:
+        first = p.start_session(timeout=PROMPT)
+    except Exception:
+        pytest.fail(f"the player did not start ({p.wait(PROMPT)}): {p.stderr_text()[-500:]}")
+    assert first.frame is None
+    ev = p.step("MoveAhead")
+    assert ev and ev.frame is None and ev.metadata["agent"]["position"]["z"] == pytest.approx(-1.75)
+    assert "-nographics" in p.log_text() and "gl renderer is not started" in p.log_text()
