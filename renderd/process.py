@@ -850,7 +850,8 @@ class PlayerProcess:
         return True
 
     def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
-        """Stop the player and its process group: SIGTERM, up to ``grace`` seconds, SIGKILL, reap.
+        """Stop the player and its process group: SIGTERM (and SIGCONT, so that a stopped process acts on it),
+        up to ``grace`` seconds, SIGKILL, reap.
 
         The grace is for the whole group: a player started by a wrapper script (the script leads the group,
         the player is its child) gets it too, however soon the script exits. Leftover members of the group
@@ -879,6 +880,9 @@ class PlayerProcess:
                 deadline = time.monotonic() + grace
                 self._signal_group(signal.SIGTERM)
                 self._signal_outside(outside, signal.SIGTERM)
+                # A stopped process (SIGSTOP, a debugger) only acts on its pending SIGTERM once continued.
+                self._signal_group(signal.SIGCONT)
+                self._signal_outside(outside, signal.SIGCONT)
                 self.term_sent = leader_running
                 if not self._wait_group(grace):
                     log.warning(

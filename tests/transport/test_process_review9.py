@@ -4,12 +4,14 @@ Real child processes; nothing may be left behind (``no_leaks``)."""
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import signal
 import subprocess
 import threading
 import time
 
+import psutil
 import pytest
 
 from renderd.process import LeasedPlayer, PlayerProcess
@@ -39,6 +41,26 @@ def test_a_helper_the_running_player_daemonised_is_stopped_with_it(tmp_path):
         proc.stop(1.0)
         if helper_pid is not None and not pid_gone(helper_pid):
             os.kill(helper_pid, signal.SIGKILL)
+
+
+def test_a_stopped_player_ends_on_sigterm_without_waiting_out_the_grace(tmp_path, caplog):
+    # A player stopped by SIGSTOP (a debugger that let go, `kill -STOP` to pause a run, a job-control
+    # stop) keeps a SIGTERM pending: it cannot act on it until it is continued. stop() must continue it
+    # after the SIGTERM, so it ends of that signal at once, instead of waiting out the whole grace and
+    # being SIGKILLed as a player that ignored it.
+    proc = PlayerProcess.spawn(["sleep", "600"], None, tmp_path / "player.log")
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        assert wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, 10)
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="renderd.process"):
+            code = proc.stop(5.0)
+        took = time.monotonic() - started
+        assert code == -signal.SIGTERM and not proc.escalated and proc.ended_by_stop()
+        assert took < 2.5, f"stop() of a stopped player took {took:.3g} s"
+        assert not [r for r in caplog.records if "SIGKILL" in r.getMessage()]
+    finally:
+        proc.stop(1.0)
 
 
 NS_LAST_PID = "/proc/sys/kernel/ns_last_pid"
