@@ -1842,7 +1842,8 @@ class Supervisor:
         """Log and count an exit renderd did not ask for; returns the reason kept for ``renderd status``.
         The exit status is kept on ``lease`` (the lease it ended, if any) for its holder to ask."""
         env = p.environment
-        how = describe_exit(code)
+        # ("killed by SIGSEGV (core dumped)": the first thing to look at after a crash)
+        how = p.proc.exit_description() if p.proc is not None else describe_exit(code)
         self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
         tail = p.proc.log_tail(REASON_LOG_LINES) if p.proc is not None else ""
         reason = f"{'exited before readiness' if booting else 'exited'}: {how}"

@@ -239,3 +239,28 @@ def test_a_waiting_lease_request_is_refused_once_the_last_player_exits_under_its
     assert time.monotonic() - started < 5.0, outcome
     with sup.lock:
         assert mine.ended is not None and not sup.leases
+
+
+def test_a_player_that_dumped_core_is_logged_and_reported_so(supervisor_with, tmp_path, caplog):
+    # The first thing to look at after a crash is its core dump: the log line and the reason `renderd status`
+    # shows say the player dumped one, besides the signal that killed it.
+    wrapper = (f"""["/bin/sh", "-c", 'cd {tmp_path} && ulimit -c unlimited && exec "$0" "$@"', "{PLAYER}", """
+               """"--static-frame"]""")
+    sup = supervisor_with(fast_config(executable=wrapper))
+    pid = ready_pid(sup)
+    caplog.set_level("INFO", logger="renderd.daemon.supervisor")
+    os.kill(pid, signal.SIGSEGV)
+
+    def reason():
+        with sup.lock:
+            p = sup.environments["demo"].players[0]
+            return p.reason if p.pid == pid and p.returncode is not None else None
+
+    text = wait_for(reason, DEADLINE, "the crash classified")
+    cores = [tmp_path / name for name in os.listdir(tmp_path) if name.startswith("core")]
+    for core in cores:
+        core.unlink()  # (tens of MB)
+    if not cores:
+        pytest.skip("no core is dumped here (core size limit, or core_pattern's handler)")
+    assert "killed by SIGSEGV (core dumped)" in text, text
+    assert any("killed by SIGSEGV (core dumped)" in r.getMessage() for r in caplog.records), caplog.text
