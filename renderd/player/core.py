@@ -575,7 +575,7 @@ class Player:
 
     # -- actions -------------------------------------------------------------------------------------
     @_action("Initialize")
-    def _initialize(self, action: dict) -> None:
+    def _initialize(self, action: dict) -> dict[str, float]:
         # Every argument is checked before any is applied: a failed Initialize changes nothing.
         changes: dict[str, Any] = {}
         for key, attr, lo, hi in (("gridSize", "grid_size", 0.01, 10.0),
@@ -593,6 +593,8 @@ class Player:
             raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
         for attr, value in changes.items():
             setattr(self, attr, value)
+        # What a build returns (its InitializeReturn): AI2-THOR's controller converts depth with these planes.
+        return {"cameraNearPlane": CAMERA_NEAR_PLANE, "cameraFarPlane": CAMERA_FAR_PLANE}
 
     @_action("Reset")
     def _reset(self, action: dict) -> None:

@@ -199,3 +199,15 @@ def test_nographics_needs_no_graphics_even_with_the_gl_renderer(spawn):
     ev = p.step("MoveAhead")
     assert ev and ev.frame is None and ev.metadata["agent"]["position"]["z"] == pytest.approx(-1.75)
     assert "-nographics" in p.log_text() and "gl renderer is not started" in p.log_text()
+
+
+def test_initialize_returns_the_camera_planes_as_a_build_does(spawn):
+    # A build answers Initialize with its InitializeReturn, the camera's near and far planes, which
+    # AI2-THOR's controller takes for its depth conversions; the player returned null, as builds too old
+    # to send it do.
+    p = ready(spawn)
+    ev = p.step("Initialize", gridSize=0.25, renderDepthImage=True)
+    assert ev and ev.metadata["actionReturn"] == {"cameraNearPlane": 0.1, "cameraFarPlane": 20.0}
+    assert ev.metadata["cameraNearPlane"] == 0.1 and ev.metadata["cameraFarPlane"] == 20.0
+    failed = p.step("Initialize", agentCount=2)
+    assert not failed and failed.metadata["actionReturn"] is None
