@@ -465,6 +465,7 @@ class VectorSession:
         self._executor = executor
         self._state = _VectorState.READY
         self._error: BaseException | None = None
+        self._broken_during: str | None = None  # the call that broke it
         self._round: _Round | None = None
         self._failures: list[tuple[int, BaseException, bool]] = []  # (slot, error, replaced), not yet reported
         self._poller = select.poll()
@@ -530,16 +531,25 @@ class VectorSession:
         if self._state is _VectorState.CLOSED:
             raise CallOrderError(f"{what} on a closed VectorSession (launch or connect a new one)")
         if self._state is _VectorState.BROKEN:
-            hint = "" if self.replace_on_crash else " (or use replace_on_crash=True)"
+            error = self._error
+            if isinstance(error, Exception):
+                why = f"an earlier call failed with {type(error).__name__}: {error}"
+                hint = "" if self.replace_on_crash else " (or use replace_on_crash=True)"
+            else:  # (Ctrl-C, or another interruption, while it used the pipes: streams may be half-read)
+                during = self._broken_during or "call"
+                why = (f"an earlier {during} was interrupted ({type(error).__name__}) while it used the players' "
+                       "pipes, so their streams may be half-read or half-written")
+                hint = ""
             raise CallOrderError(
-                f"{what} on a broken VectorSession: an earlier call failed with {type(self._error).__name__}: "
-                f"{self._error}. Close it and start a new one{hint}."
-            ) from self._error
+                f"{what} on a broken VectorSession: {why}. Close it and start a new one{hint}."
+            ) from error
 
-    def _break(self, exc: BaseException) -> None:
+    def _break(self, exc: BaseException, during: str | None = None) -> None:
+        """Break the vector session with ``exc``, raised by the call named ``during`` ("recv()"...)."""
         if self._state is not _VectorState.CLOSED:
             self._state = _VectorState.BROKEN
             self._error = exc
+            self._broken_during = during
             self._round = None
 
     def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
@@ -616,7 +626,7 @@ class VectorSession:
                     if slot.state is SlotState.RESETTING and slot.in_flight is None:
                         self._send_next_reset(slot)
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, "send()")
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -653,7 +663,7 @@ class VectorSession:
             self._collect(rnd, timeout, wait_resets, overall)
             result = self._finish(rnd)
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, "recv()")
             raise
         self._round = None
         self._state = _VectorState.READY
@@ -724,7 +734,7 @@ class VectorSession:
                     continue  # the new player gets this reset once it is ready
                 self._start_reset(slot, name)
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, "reset_async()")
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -752,7 +762,7 @@ class VectorSession:
             self._collect(rnd, timeout, True, overall)
             result = self._finish(rnd)
         except BaseException as exc:
-            self._break(exc)
+            self._break(exc, "reset()")
             raise
         for i, slot in enumerate(self._slots):
             if result.observations[i] is None and slot.session is not None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+import pytest
+
 import renderd
-from renderd.errors import PlayerTimeout
+from renderd.errors import CallOrderError, PlayerTimeout
 from renderd.vector import SlotState
 from tests.vector.conftest import SIZE, START_TIMEOUT, STEP_TIMEOUT
 
@@ -120,4 +123,35 @@ def test_a_replacement_that_opens_its_pipe_late_is_reset_and_steps(tmp_path, no_
         assert out.infos[0]["dropped_action"] is False and out.observations[0] is not None, out.infos[0]
         assert vs.pids[0] == replacement and vs.slot_states == [SlotState.RUNNING] * 2
     finally:
+        vs.close()
+
+
+def test_a_ctrl_c_during_recv_is_named_by_the_calls_that_follow(tmp_path, no_leaks):
+    marker = tmp_path / "mode"
+    marker.write_text("serve")
+    vs = _launch(2, marker, step_timeout=STEP_TIMEOUT)
+    handled = threading.Event()
+
+    def on_sigint(signum, frame):
+        handled.set()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        vs.send(["Pass", "Gate"])  # (slot 1 answers only once MARKER.ready exists: recv waits)
+        timer = threading.Timer(0.2, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT))
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                vs.recv()
+        finally:
+            timer.join()
+        assert handled.is_set() and isinstance(vs.error, KeyboardInterrupt)
+        with pytest.raises(CallOrderError) as info:
+            vs.step(["Pass", "Pass"])
+        text = str(info.value)
+        assert "an earlier recv() was interrupted (KeyboardInterrupt) while it used the players' pipes" in text, text
+        assert "half-read or half-written" in text and "KeyboardInterrupt: ." not in text, text
+    finally:
+        signal.signal(signal.SIGINT, previous)
         vs.close()
