@@ -120,7 +120,17 @@ class _EnvSpec:
             self.scenes: list[str] | None = None
             self.scene = scene
         else:
-            self.scenes = [str(s) for s in scene]
+            try:
+                if isinstance(scene, (Mapping, bytes, bytearray)):
+                    raise TypeError
+                names = list(scene)
+            except TypeError:
+                what = _scene_type(scene)
+                raise TypeError(f"scene must be a scene name, a list of names, or None, not {what}") from None
+            for name in names:
+                if not isinstance(name, str):
+                    raise TypeError(f"scene lists names, not {_scene_type(name)}: {names!r}")
+            self.scenes = [str(name) for name in names]
             if not self.scenes:
                 raise ValueError("scene must be a name, a non-empty list of names, or None")
             self.scene = None
@@ -158,7 +168,10 @@ class _EnvSpec:
         """``options["scene"]`` if given, else the configured scene, else one drawn from the list with
         ``rng`` (so a seeded reset picks the same scene), else None (the player's current scene)."""
         if options and options.get("scene") is not None:
-            return str(options["scene"])
+            scene = options["scene"]
+            if not isinstance(scene, str):
+                raise TypeError(f"options['scene'] is a scene name, not {_scene_type(scene)}; nothing was sent")
+            return scene
         if self.scenes is not None:
             return self.scenes[int(rng.integers(len(self.scenes)))]
         return self.scene
@@ -213,6 +226,13 @@ class _EnvSpec:
     def info(event: Event) -> dict[str, Any]:
         # From the event's summary: a full metadata decode here cost about 30 us per sub-environment step.
         return {"last_action_success": bool(event), "error_message": event.error_message}
+
+
+def _scene_type(value: Any) -> str:
+    """How a scene that is not a name is described in the TypeError refusing it."""
+    if isinstance(value, Mapping):
+        return f"{type(value).__name__} (a procedural house is loaded with the CreateHouse action after a reset)"
+    return type(value).__name__
 
 
 def _rgba_pixels(frame: np.ndarray) -> np.ndarray | None:

@@ -59,3 +59,26 @@ def test_an_action_that_cannot_be_sent_is_refused_when_the_env_is_made(make, no_
     actions = ["MoveAhead", {"action": "RotateLeft", "degrees": b"30"}]
     with pytest.raises(ValueError, match=r"actions\[1\] \('RotateLeft'\) cannot be sent: .*bytes"):
         make(actions=actions, **player_kwargs())
+
+
+@pytest.mark.parametrize("scene", [{"rooms": [], "objects": []}, ["FloorPlan1", None], b"FloorPlan1"],
+                         ids=["house", "none-in-list", "bytes"])
+def test_a_scene_that_is_not_a_name_is_refused_when_the_env_is_made(scene, no_leaks):
+    # (A procedural house dict used to become a list of its keys, each reset asking the player for a scene
+    # named "rooms" or "objects".)
+    for make in (rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)):
+        with pytest.raises(TypeError, match="scene"):
+            make(scene=scene, **player_kwargs())
+
+
+def test_a_reset_scene_option_that_is_not_a_name_is_refused_before_anything_is_sent(no_leaks):
+    env = rgym.RenderdEnv(scene="FloorPlan1", **player_kwargs())
+    try:
+        env.reset(seed=0)
+        session, event = env.session, env.last_event
+        with pytest.raises(TypeError, match=r"options\['scene'\].*dict"):
+            env.reset(options={"scene": {"rooms": []}})
+        assert env.session is session and session.last_event is event  # nothing was sent
+        env.step(0)  # the episode goes on
+    finally:
+        env.close()
