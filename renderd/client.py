@@ -188,6 +188,7 @@ class Session:
         self._broken_during: str | None = None  # the action whose step broke the session
         self._closer: int | None = None  # the thread running close()
         self._closed = threading.Event()  # set once close() has released everything
+        self._channel_left_open = False  # close() left the pipes to the step it interrupted in its own thread
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -334,11 +335,16 @@ class Session:
             self.channel.send(buffers, write_by, name)
         except BaseException as exc:
             self._break(exc, message["action"])
-            if self._closing and isinstance(exc, Exception):
-                raise self._closed_meanwhile(message["action"], "sent it") from exc
+            if self._closing:
+                self._finish_close()
+                if isinstance(exc, Exception):
+                    raise self._closed_meanwhile(message["action"], "sent it") from exc
             if isinstance(exc, PlayerTimeout):
                 raise self._timeout_error(message["action"], exc, name, seconds, sending=True) from exc
             raise
+        if self._closing:  # (closed while it wrote: by another thread, or a signal handler in this one)
+            self._finish_close()
+            raise self._closed_meanwhile(message["action"], "sent it")
         self._sequence_id = seq
         self._pending = (seq, message["action"], deadline)
         self._state = SessionState.PENDING
@@ -394,15 +400,21 @@ class Session:
         except PlayerTimeout as exc:
             self._break(exc, name)
             if self._closing:
+                self._finish_close()
                 raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise self._timeout_error(name, exc, deadline_name, seconds) from exc
         except BaseException as exc:
             self._break(exc, name)
-            if self._closing and isinstance(exc, Exception):
-                raise self._closed_meanwhile(name, "waited for its answer") from exc
+            if self._closing:
+                self._finish_close()
+                if isinstance(exc, Exception):
+                    raise self._closed_meanwhile(name, "waited for its answer") from exc
             raise
         self._pending = None
-        self._state = SessionState.READY
+        if self._closing:  # (closed while it waited: the answer is still given, the session stays closed)
+            self._finish_close()
+        else:
+            self._state = SessionState.READY
         self.last_event = event
         return event
 
@@ -412,6 +424,28 @@ class Session:
         return CallOrderError(
             f"{name}: the session was closed (by another thread, or a signal handler) while it {doing}"
         )
+
+    def _finish_close(self) -> None:
+        """In a send or receive that :meth:`close` interrupted in this very thread (a signal handler): close the
+        pipes it left open for this step, now that the step leaves them."""
+        if self._channel_left_open:
+            self._channel_left_open = False
+            self.channel.close()
+
+    def _channel_call_here(self) -> bool:
+        """Whether this thread is inside a call of the channel made by this session's send or receive (so
+        :meth:`close` runs in a signal handler that interrupted it, and the call resumes after it with the
+        pipes' descriptors in hand)."""
+        f = sys._getframe(1)
+        in_channel = False
+        while f is not None:
+            owner = f.f_locals.get("self")
+            if owner is self.channel:
+                in_channel = True
+            elif in_channel and owner is self and f.f_code in _CHANNEL_CALLERS:
+                return True
+            f = f.f_back
+        return False
 
     def _other_thread_inside(self) -> bool:
         """Whether a thread other than this one is inside this session's send or receive (a step that waits
@@ -509,8 +543,10 @@ class Session:
         pipes and its lease stay the parent's. Called from another thread while a step waits, it stops an
         owned player first (runs ``on_close`` first for one it does not own: a lease released uncleanly has the
         daemon stop it) and closes the pipes once that step has left them (at most
-        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`. Called while
-        another thread's close() is under way, it returns once that one has finished.
+        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`. Called from a
+        signal handler that interrupted a step of this session in its thread, it stops the player and leaves
+        the pipes to that step, which closes them as it ends. Called while another thread's close() is under
+        way, it returns once that one has finished.
         """
         if self._state is SessionState.CLOSED:
             if self._closer != threading.get_ident() and os.getpid() == self._owner_pid:
@@ -533,8 +569,9 @@ class Session:
         if error is None and self._state is SessionState.PENDING:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
         waiter = (self.process is not None or self._on_close is not None) and self._other_thread_inside()
-        if error is None and waiter:  # (a send in another thread may have written part of its action)
-            error = CallOrderError("the session was closed while another thread's step used its pipes")
+        here = self._channel_call_here()
+        if error is None and (waiter or here):  # (a send may have written part of its action)
+            error = CallOrderError("the session was closed while a step used its pipes")
         self._state = SessionState.CLOSED
         self._pending = None
         try:
@@ -561,7 +598,13 @@ class Session:
                         time.sleep(0.005)
         finally:
             try:
-                self.channel.close()
+                if here:
+                    # A signal handler in this thread, which was inside a send or receive: that call resumes
+                    # after the handler with the pipes' descriptors in hand. They are closed as it leaves
+                    # (_finish_close); the player, stopped here, ends its wait.
+                    self._channel_left_open = True
+                else:
+                    self.channel.close()
             finally:
                 try:
                     if self.process is not None:
@@ -604,6 +647,8 @@ class Session:
         )
 
 
+#: The methods that call the channel, and close it if :meth:`Session.close` interrupted them in their thread.
+_CHANNEL_CALLERS = frozenset((Session._send.__code__, Session._receive.__code__))
 #: The code of the methods a step waits in: a thread inside one of them is using the session's pipes.
 _IO_CODES = frozenset(
     method.__code__

@@ -108,3 +108,40 @@ def test_a_close_at_interpreter_exit_does_not_wait_for_a_close_frozen_in_a_daemo
                           env={**os.environ, "TMPDIR": str(runtime)})
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["exiting", "closed at teardown"]
+
+
+def test_close_from_a_signal_handler_leaves_the_interrupted_steps_pipes_alone_until_it_has_left():
+    # A handler (SIGTERM from a job scheduler, an alarm) closes the session while this very thread's step
+    # waits. close() closed the pipes at once, then waited out the player's grace inside the handler; the
+    # step's poll, resumed after it, polled and read the closed numbers: EBADF, or whatever file
+    # another thread had opened meanwhile under the same number. Now the player is stopped first and the
+    # pipes are closed as the step leaves; it ends with a CallOrderError saying the session was closed, what
+    # it saw being the player's end.
+    import signal
+    import threading
+
+    from renderd.errors import CallOrderError, PlayerCrashed
+
+    from .test_connect_review9 import _blocked_in_poll
+
+    session = renderd.launch(peer_argv("serve"), start_timeout=START, step_timeout=60)
+    action = {"action": "HalfThenHang"}  # (answered with half a message; the player then hangs)
+    main = threading.main_thread()
+    previous = signal.signal(signal.SIGUSR1, lambda *_: session.close())
+
+    def close_when_waiting():
+        _wait_for(lambda: _blocked_in_poll(main), START, "the step to wait")
+        os.kill(os.getpid(), signal.SIGUSR1)
+
+    closer = threading.Thread(target=close_when_waiting)
+    closer.start()
+    try:
+        with pytest.raises(CallOrderError, match="closed") as info:
+            session.step(action)
+    finally:
+        closer.join(START)
+        signal.signal(signal.SIGUSR1, previous)
+        session.close()
+    cause = info.value.__cause__
+    assert cause is None or isinstance(cause, PlayerCrashed), repr(cause)
+    assert session.closed and session.channel.closed
