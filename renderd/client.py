@@ -436,14 +436,13 @@ class Session:
         """Whether this thread is inside a call of the channel made by this session's send or receive (so
         :meth:`close` runs in a signal handler that interrupted it, and the call resumes after it with the
         pipes' descriptors in hand)."""
+        frames = []
         f = sys._getframe(1)
-        in_channel = False
         while f is not None:
-            owner = f.f_locals.get("self")
-            if owner is self.channel:
-                in_channel = True
-            elif in_channel and owner is self and f.f_code in _CHANNEL_CALLERS:
-                return True
+            if f.f_code in _CHANNEL_CALLERS and f.f_locals.get("self") is self:
+                # (locals are read only of the frames above a send or receive of this session)
+                return any(inner.f_locals.get("self") is self.channel for inner in frames)
+            frames.append(f)
             f = f.f_back
         return False
 
