@@ -686,7 +686,7 @@ class VectorSession:
         or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
         integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
         """
-        self._reset_async(slots, scene, None, init_params)
+        self._reset_async(slots, scene, None, init_params, "reset_async()")
 
     def _reset_async(
         self,
@@ -694,10 +694,12 @@ class VectorSession:
         scene: str | Sequence[str | None] | None,
         limit: tuple[float, str, float] | None,
         init_params: dict[str, Any],
+        what: str,
     ) -> None:
-        self._check_open("reset_async()")
+        """:meth:`reset_async`, for the call named ``what`` (``reset_async()`` or ``reset()``) in its errors."""
+        self._check_open(what)
         if self._state is _VectorState.PENDING:
-            raise AlreadyPendingCallError("reset_async() between send() and recv(); call recv() first")
+            raise AlreadyPendingCallError(f"{what} between send() and recv(); call recv() first")
         indices = self._slot_indices(slots)
         if scene is None or isinstance(scene, str):
             scenes: list[str | None] = [scene] * len(indices)
@@ -707,11 +709,11 @@ class VectorSession:
             for name in scenes:
                 if name is not None and not isinstance(name, str):
                     raise TypeError(
-                        f"reset_async(): a scene is a name or None, not {type(name).__name__} (a procedural "
+                        f"{what}: a scene is a name or None, not {type(name).__name__} (a procedural "
                         "house is loaded with the CreateHouse action after a reset); nothing was sent"
                     )
             if len(scenes) != len(indices):
-                raise ValueError(f"reset_async() got {len(scenes)} scenes for {len(indices)} slots")
+                raise ValueError(f"{what} got {len(scenes)} scenes for {len(indices)} slots")
         params = dict(init_params)
         width = _check_size(params.pop("width", None), "width")
         height = _check_size(params.pop("height", None), "height")
@@ -734,7 +736,7 @@ class VectorSession:
                     continue  # the new player gets this reset once it is ready
                 self._start_reset(slot, name)
         except BaseException as exc:
-            self._break(exc, "reset_async()")
+            self._break(exc, what)
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -756,7 +758,8 @@ class VectorSession:
         """
         _check_timeout(timeout)
         overall = None if timeout is None else time.monotonic() + timeout
-        self._reset_async(slots, scene, None if overall is None else (overall, "recv timeout", timeout), init_params)
+        limit = None if overall is None else (overall, "recv timeout", timeout)
+        self._reset_async(slots, scene, limit, init_params, "reset()")
         rnd = _Round(len(self._slots))
         try:
             self._collect(rnd, timeout, True, overall)

@@ -155,3 +155,24 @@ def test_a_ctrl_c_during_recv_is_named_by_the_calls_that_follow(tmp_path, no_lea
     finally:
         signal.signal(signal.SIGINT, previous)
         vs.close()
+
+
+def test_errors_of_reset_name_reset_not_reset_async(tmp_path, no_leaks):
+    marker = tmp_path / "mode"
+    marker.write_text("serve")
+    vs = _launch(2, marker, step_timeout=STEP_TIMEOUT)
+    try:
+        with pytest.raises(ValueError, match=r"^reset\(\) got 3 scenes for 2 slots"):
+            vs.reset(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"])
+        with pytest.raises(TypeError, match=r"^reset\(\): a scene is a name or None"):
+            vs.reset(scene=[None, 3])
+        vs.send(["Pass", "Pass"])
+        with pytest.raises(renderd.AlreadyPendingCallError, match=r"^reset\(\) between send\(\) and recv\(\)"):
+            vs.reset()
+        with pytest.raises(renderd.AlreadyPendingCallError, match=r"^reset_async\(\) between send\(\) and recv\(\)"):
+            vs.reset_async()
+        vs.recv()
+    finally:
+        vs.close()
+    with pytest.raises(CallOrderError, match=r"^reset\(\) on a closed VectorSession"):
+        vs.reset()
