@@ -579,11 +579,11 @@ class VectorSession:
         """
         _check_timeout(timeout)
         if timeout is None:
-            self.send(actions)
-            return self.recv(wait_resets=wait_resets)
+            self._send_actions(actions, None, "step()")
+            return self._recv(None, None, wait_resets, "step()")
         overall = time.monotonic() + timeout
-        self._send_actions(actions, (overall, "recv timeout", timeout))
-        return self._recv(timeout, overall, wait_resets)
+        self._send_actions(actions, (overall, "recv timeout", timeout), "step()")
+        return self._recv(timeout, overall, wait_resets, "step()")
 
     def send(self, actions: Sequence[str | Mapping[str, Any]]) -> None:
         """Send ``actions[i]`` (a name or a dict, as :meth:`renderd.Session.send` takes) to every running
@@ -598,17 +598,22 @@ class VectorSession:
         them, not one each. Writing waits for no player: what a pipe has no room for (an action larger than
         its buffer) is written by :meth:`recv` as the player reads it, within the answer's deadline.
         """
-        self._send_actions(actions, None)
+        self._send_actions(actions, None, "send()")
 
-    def _send_actions(self, actions: Sequence[str | Mapping[str, Any]], limit: tuple[float, str, float] | None) -> None:
-        self._check_open("send()")
+    def _send_actions(
+        self, actions: Sequence[str | Mapping[str, Any]], limit: tuple[float, str, float] | None, what: str
+    ) -> None:
+        """:meth:`send`, for the call named ``what`` (``send()`` or ``step()``) in its errors."""
+        self._check_open(what)
         if self._state is _VectorState.PENDING:
-            raise AlreadyPendingCallError("send() while the answers to an earlier send() are pending; call recv() first")
+            raise AlreadyPendingCallError(
+                f"{what} while the answers to an earlier send() are pending; call recv() first"
+            )
         if isinstance(actions, (str, Mapping)):
-            raise TypeError("send() takes one action per slot (a list), not a single action")
+            raise TypeError(f"{what} takes one action per slot (a list), not a single action")
         actions = list(actions)
         if len(actions) != len(self._slots):
-            raise ValueError(f"send() needs {len(self._slots)} actions (one per slot), got {len(actions)}")
+            raise ValueError(f"{what} needs {len(self._slots)} actions (one per slot), got {len(actions)}")
         messages = [_check_action(a, i) for i, a in enumerate(actions)]
         rnd = _Round(len(self._slots))
         self._round = rnd
@@ -626,7 +631,7 @@ class VectorSession:
                     if slot.state is SlotState.RESETTING and slot.in_flight is None:
                         self._send_next_reset(slot)
         except BaseException as exc:
-            self._break(exc, "send()")
+            self._break(exc, what)
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -652,18 +657,18 @@ class VectorSession:
         if self._state is not _VectorState.PENDING or self._round is None:
             raise NoPendingCallError("recv() with nothing pending; call send() first")
         _check_timeout(timeout)
-        return self._recv(timeout, None if timeout is None else time.monotonic() + timeout, wait_resets)
+        return self._recv(timeout, None if timeout is None else time.monotonic() + timeout, wait_resets, "recv()")
 
-    def _recv(self, timeout: float | None, overall: float | None, wait_resets: bool) -> VectorStep:
+    def _recv(self, timeout: float | None, overall: float | None, wait_resets: bool, what: str) -> VectorStep:
         """:meth:`recv` once its arguments are checked; ``overall``: the ``time.monotonic()`` when ``timeout``
-        (counted from the caller's call) ends."""
+        (counted from the caller's call) ends; ``what``: the call (``recv()``, ``step()``), for its errors."""
         rnd = self._round
         assert rnd is not None
         try:
             self._collect(rnd, timeout, wait_resets, overall)
             result = self._finish(rnd)
         except BaseException as exc:
-            self._break(exc, "recv()")
+            self._break(exc, what)
             raise
         self._round = None
         self._state = _VectorState.READY

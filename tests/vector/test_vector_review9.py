@@ -157,16 +157,22 @@ def test_a_ctrl_c_during_recv_is_named_by_the_calls_that_follow(tmp_path, no_lea
         vs.close()
 
 
-def test_errors_of_reset_name_reset_not_reset_async(tmp_path, no_leaks):
+def test_errors_of_step_and_reset_name_them_not_send_and_reset_async(tmp_path, no_leaks):
     marker = tmp_path / "mode"
     marker.write_text("serve")
     vs = _launch(2, marker, step_timeout=STEP_TIMEOUT)
     try:
+        with pytest.raises(ValueError, match=r"^step\(\) needs 2 actions \(one per slot\), got 1"):
+            vs.step(["Pass"])
+        with pytest.raises(TypeError, match=r"^step\(\) takes one action per slot"):
+            vs.step("Pass")
         with pytest.raises(ValueError, match=r"^reset\(\) got 3 scenes for 2 slots"):
             vs.reset(scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"])
         with pytest.raises(TypeError, match=r"^reset\(\): a scene is a name or None"):
             vs.reset(scene=[None, 3])
         vs.send(["Pass", "Pass"])
+        with pytest.raises(renderd.AlreadyPendingCallError, match=r"^step\(\) while the answers to an earlier send"):
+            vs.step(["Pass", "Pass"])
         with pytest.raises(renderd.AlreadyPendingCallError, match=r"^reset\(\) between send\(\) and recv\(\)"):
             vs.reset()
         with pytest.raises(renderd.AlreadyPendingCallError, match=r"^reset_async\(\) between send\(\) and recv\(\)"):
@@ -176,3 +182,5 @@ def test_errors_of_reset_name_reset_not_reset_async(tmp_path, no_leaks):
         vs.close()
     with pytest.raises(CallOrderError, match=r"^reset\(\) on a closed VectorSession"):
         vs.reset()
+    with pytest.raises(CallOrderError, match=r"^step\(\) on a closed VectorSession"):
+        vs.step(["Pass", "Pass"])
