@@ -45,7 +45,7 @@ from renderd.event import Event, FrameAssembler
 from renderd.process import (
     DEFAULT_QUALITY,
     DEFAULT_STOP_GRACE,
-    ENDPOINT_VARIABLES,
+    NOT_INHERITED,
     PlayerOnDisplay,
     PlayerProcess,
     check_frame_size,
@@ -868,7 +868,7 @@ def launch_player(
             log_path=log_path,
         )
         full_env = dict(os.environ)
-        for name in ENDPOINT_VARIABLES:
+        for name in NOT_INHERITED:
             full_env.pop(name, None)
         full_env.update(choice.env)
         full_env["AI2THOR_SERVER_SIDE_SCREENSHOT"] = "False" if choice.headless else "True"

@@ -46,6 +46,8 @@ __all__ = [
     "DEFAULT_QUALITY",
     "DEFAULT_STOP_GRACE",
     "ENDPOINT_VARIABLES",
+    "NOT_INHERITED",
+    "SERVICE_MANAGER_VARIABLES",
     "resolve_executable",
     "check_frame_size",
     "check_size",
@@ -94,6 +96,13 @@ ENDPOINT_VARIABLES = (
     "AI2THOR_PORT",
     "AI2THOR_CLIENT_TOKEN",
 )
+#: Variables a service manager gives the process it runs (systemd's notification socket and watchdog, socket
+#: activation): they are about renderd's own process, not the player's. A player that inherited NOTIFY_SOCKET
+#: could tell systemd that the daemon is ready or stopping wherever the unit's NotifyAccess lets it.
+SERVICE_MANAGER_VARIABLES = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                             "LISTEN_FDNAMES")
+#: What a player never inherits from the environment it is started from (an explicit ``env`` may still set it).
+NOT_INHERITED = ENDPOINT_VARIABLES + SERVICE_MANAGER_VARIABLES
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -284,12 +293,13 @@ def player_env(
 ) -> dict[str, str]:
     """The player's environment: ``base_env`` (``os.environ`` when None) with the ``AI2THOR_*`` endpoint.
 
-    Endpoint variables inherited from ``base_env`` are dropped first; ``extra`` is applied last, so an
+    Endpoint variables and a service manager's (:data:`NOT_INHERITED`) inherited from ``base_env`` are
+    dropped first; ``extra`` is applied last, so an
     explicit override always wins. Raises :class:`ConfigError` when the endpoint is incomplete (FIFO
     without both pipe paths, WSGI without host and port).
     """
     env = dict(os.environ if base_env is None else base_env)
-    for name in ENDPOINT_VARIABLES:
+    for name in NOT_INHERITED:
         env.pop(name, None)
     server_type = server_type.upper()
     env["AI2THOR_SERVER_TYPE"] = server_type

@@ -145,3 +145,18 @@ def test_close_from_a_signal_handler_leaves_the_interrupted_steps_pipes_alone_un
     cause = info.value.__cause__
     assert cause is None or isinstance(cause, PlayerCrashed), repr(cause)
     assert session.closed and session.channel.closed
+
+
+def test_a_player_does_not_inherit_the_service_managers_variables(tmp_path, monkeypatch):
+    # An agent run as a systemd service (Type=notify) has NOTIFY_SOCKET and the watchdog's variables: they
+    # are about that process; a player that inherited them could tell systemd the service is ready or
+    # stopping. An explicit env still sets what it names.
+    monkeypatch.setenv("NOTIFY_SOCKET", str(tmp_path / "notify"))
+    monkeypatch.setenv("WATCHDOG_USEC", "30000000")
+    monkeypatch.setenv("WATCHDOG_PID", str(os.getpid()))
+    dump = tmp_path / "env"
+    wrapper = ["/bin/sh", "-c", f'env > {dump}; exec "$0" "$@"', "renderd-player", "--static-frame"]
+    with renderd.launch(wrapper, width=32, height=32, start_timeout=START, env={"WATCHDOG_USEC": "1"}):
+        names = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
+    assert "NOTIFY_SOCKET" not in names and "WATCHDOG_PID" not in names, sorted(names)
+    assert names["WATCHDOG_USEC"] == "1"

@@ -255,3 +255,17 @@ def test_an_exit_read_while_another_thread_stops_the_player_is_not_taken_for_an_
         assert not proc.status_unknown
         assert proc.exit_description() == "killed by SIGTERM"
         assert proc.crashed("the player exited").returncode == -signal.SIGTERM
+
+
+def test_the_players_environment_leaves_out_the_service_managers_variables():
+    # (the daemon runs under systemd: its NOTIFY_SOCKET, watchdog and socket-activation variables are its own)
+    from renderd.process import player_env
+
+    base = {"PATH": "/usr/bin", "NOTIFY_SOCKET": "/run/systemd/notify", "WATCHDOG_USEC": "30000000",
+            "WATCHDOG_PID": "1234", "LISTEN_FDS": "1", "LISTEN_PID": "1234", "LISTEN_FDNAMES": "control"}
+    env = player_env(base, server_type="FIFO", server_pipe="/s", client_pipe="/c")
+    assert env["PATH"] == "/usr/bin"
+    assert not {"NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID",
+                "LISTEN_FDNAMES"} & set(env), sorted(env)
+    env = player_env(base, server_type="FIFO", server_pipe="/s", client_pipe="/c", extra={"LISTEN_FDS": "0"})
+    assert env["LISTEN_FDS"] == "0"  # (an explicit value wins)
