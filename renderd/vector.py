@@ -386,13 +386,18 @@ def _indent(text: str) -> str:
 
 
 def failure_error(
-    failures: Sequence[tuple[int, BaseException]], n: int, *, replace_on_crash: bool = False
+    failures: Sequence[tuple[int, BaseException]],
+    n: int,
+    *,
+    replace_on_crash: bool = False,
+    answers_received: bool = True,
 ) -> RenderdError:
     """One error naming every failed slot and why: a :class:`PlayerCrashed` if every failure is a
     crash, a :class:`PlayerTimeout` if every one is a timeout, a :class:`ProtocolError` if every one is
     malformed bytes, else a :class:`RenderdError`. ``failures`` (slot -> error) and ``slots`` are
     attributes of the result. With ``replace_on_crash`` (the failures are replacements that could not be
-    started) the message does not suggest it."""
+    started) the message does not suggest it; without ``answers_received`` (the failures happened while
+    resets were being sent, no answer was awaited) it does not say the other slots' answers were received."""
     failures = sorted(failures, key=lambda f: f[0])
     lines = [
         f"slot {i}: {type(exc).__name__}: {_indent(chr(10).join([str(exc), *getattr(exc, '__notes__', ())]))}"
@@ -403,10 +408,8 @@ def failure_error(
         f"slot {slots} of {n} failed" if len(failures) == 1 else f"{len(failures)} of {n} slots failed (slots {slots})"
     )
     hint = "" if replace_on_crash else " (or pass replace_on_crash=True to have failed players replaced)"
-    message = (
-        f"{head}; the other slots' answers were received, but this VectorSession is broken now: close it"
-        f"{hint}:\n  " + "\n  ".join(lines)
-    )
+    received = "the other slots' answers were received, but " if answers_received else ""
+    message = f"{head}; {received}this VectorSession is broken now: close it{hint}:\n  " + "\n  ".join(lines)
     errors = [exc for _, exc in failures]
     first = errors[0]
     err: RenderdError
@@ -745,7 +748,7 @@ class VectorSession:
             raise
         finally:
             self._send_start = self._send_limit = None
-        self._raise_unreplaced()
+        self._raise_unreplaced(answers_received=False)  # (none was awaited: the resets were only sent)
 
     def reset(
         self,
@@ -1306,14 +1309,16 @@ class VectorSession:
                 cause.add_note(f"then it failed again: {type(exc).__name__}: {exc}")
         return first
 
-    def _raise_unreplaced(self) -> None:
+    def _raise_unreplaced(self, *, answers_received: bool = True) -> None:
         failed = {i for i, _, replaced in self._failures if not replaced}
         if not failed:
             return
         first = self._first_failures()
         unreplaced = [(i, first[i]) for i in sorted(failed)]
         self._close_failed()
-        err = failure_error(unreplaced, len(self._slots), replace_on_crash=self.replace_on_crash)
+        err = failure_error(
+            unreplaced, len(self._slots), replace_on_crash=self.replace_on_crash, answers_received=answers_received
+        )
         self._break(err)
         raise err from unreplaced[0][1]
 

@@ -14,7 +14,7 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError, PlayerTimeout
 from renderd.vector import SlotState
-from tests.vector.conftest import SIZE, START_TIMEOUT, STEP_TIMEOUT
+from tests.vector.conftest import SIZE, START_TIMEOUT, STEP_TIMEOUT, wait_for
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
 #: A scripted player (tests/transport/peer.py's messages), by what the marker file says when it starts (a
@@ -184,3 +184,21 @@ def test_errors_of_step_and_reset_name_them_not_send_and_reset_async(tmp_path, n
         vs.reset()
     with pytest.raises(CallOrderError, match=r"^step\(\) on a closed VectorSession"):
         vs.step(["Pass", "Pass"])
+
+
+def test_a_player_failing_as_reset_async_sends_is_not_said_to_have_had_answers_received(tmp_path, no_leaks):
+    marker = tmp_path / "mode"
+    marker.write_text("serve")
+    vs = _launch(2, marker, step_timeout=STEP_TIMEOUT)
+    try:
+        vs.step(["Pass", "Pass"])  # (both players have client.pipe open)
+        first = vs.sessions[0]
+        os.kill(first.pid, signal.SIGKILL)
+        wait_for(first.channel.player.exited, START_TIMEOUT, "the SIGKILLed player's exit")
+        with pytest.raises(renderd.PlayerCrashed) as info:
+            vs.reset_async()
+        text = str(info.value)
+        assert text.startswith("slot 0 of 2 failed; this VectorSession is broken now: close it"), text
+        assert "answers were received" not in text, text
+    finally:
+        vs.close()
