@@ -568,6 +568,7 @@ class Supervisor:
                                 if player.holder is not None and not player.holder.closed:
                                     self._unwatch(player.holder.fileno())  # its client reads server.pipe now
                                 self.leases[lease.id] = lease
+                                self._status_update()
                                 waited = now - started
                                 self.metrics.leases.labels(name).inc()
                                 self.metrics.lease_wait.labels(name).observe(waited)
@@ -818,6 +819,7 @@ class Supervisor:
                                  p.environment.name, p.index)
                 else:
                     log.info("lease of %s[%d] released; player ready again", p.environment.name, p.index)
+        self._status_update()
         self.changed.notify_all()
         return recycle
 
@@ -1006,6 +1008,9 @@ class Supervisor:
             if not self._stopping:
                 self._reconcile(env)
         self._maybe_ready()
+        # (each pass: a smaller instance count or a removed environment shows once its players are gone; an
+        # unchanged line is not sent again)
+        self._status_update()
 
     def _reconcile(self, env: Environment) -> None:
         if env.removing:

@@ -264,3 +264,29 @@ def test_a_player_that_dumped_core_is_logged_and_reported_so(supervisor_with, tm
         pytest.skip("no core is dumped here (core size limit, or core_pattern's handler)")
     assert "killed by SIGSEGV (core dumped)" in text, text
     assert any("killed by SIGSEGV (core dumped)" in r.getMessage() for r in caplog.records), caplog.text
+
+
+def test_the_status_line_follows_leases_and_environments_that_shrink_or_go(supervisor_with):
+    # systemctl status shows this line: a lease, its end, a smaller instance count and a removed environment
+    # each change it (before, it said "demo 2/2 up (0 leased)" under a lease and listed removed environments).
+    statuses: list[str] = []
+    sup = supervisor_with(fast_config(instances=2) + """
+    [environments.other]
+    executable = ["%s", "--static-frame"]
+    platform = "headless"
+    """ % PLAYER, on_status=statuses.append)
+
+    def last(predicate, what):
+        return wait_for(lambda: statuses and predicate(statuses[-1]) and statuses[-1], DEADLINE,
+                        f"{what}: {statuses[-3:]}")
+
+    last(lambda s: "demo 2/2 up (0 leased)" in s and "other 1/1 up" in s, "both environments up")
+    lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    last(lambda s: "demo 2/2 up (1 leased)" in s, "the lease counted")
+    sup.release(lease.id)
+    last(lambda s: "demo 2/2 up (0 leased)" in s, "the release counted")
+    smaller = loads(textwrap.dedent(fast_config(instances=1)))
+    sup.put_environment(smaller.environments["demo"], source="file")
+    last(lambda s: "demo 1/1 up (0 leased)" in s, "the smaller count")
+    sup.delete_environment("other")
+    last(lambda s: "other" not in s, "the removed environment gone from it")
