@@ -42,7 +42,6 @@ __all__ = [
     "AlreadyPendingCallError",
     "CallOrderError",
     "ConfigError",
-    "Event",
     "LeaseBusyError",
     "LeaseError",
     "NoPendingCallError",

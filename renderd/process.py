@@ -197,6 +197,8 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
                 f"{program!r} is relative, and the working directory cannot be read ({exc.strerror}); "
                 "give an absolute path", key="executable"
             ) from exc
+        if os.path.isdir(path):
+            raise ConfigError(f"{program!r} is a directory, not a program", key="executable")
         if not os.path.isfile(path):
             raise ConfigError(f"{program!r} does not exist (or is not a file)", key="executable")
         if not os.access(path, os.X_OK):

@@ -164,7 +164,7 @@ class ControlClient:
         if size > MAX_SOCKET_PATH:  # connect() would only say "AF_UNIX path too long"
             raise RenderdError(
                 f"cannot reach the renderd daemon at {self.socket}: the path is {size} bytes long; a unix socket "
-                f"path holds at most {MAX_SOCKET_PATH} (pass the control socket with --socket or $RENDERD_SOCKET)"
+                f"path holds at most {MAX_SOCKET_PATH} (pass the control socket (socket= from Python, --socket on the command line) or set $RENDERD_SOCKET)"
             )
         seconds = self.timeout if timeout is None else timeout
         shown = _shown_path(path)  # (what errors, and the logs they end up in, say of the request)
@@ -189,14 +189,14 @@ class ControlClient:
                 if mode is not None and not stat.S_ISSOCK(mode):
                     raise RenderdError(
                         f"cannot reach the renderd daemon at {self.socket}: that path is not a socket "
-                        f"(a {_kind(mode)}); pass the control socket with --socket or $RENDERD_SOCKET"
+                        f"(a {_kind(mode)}); pass the control socket (socket= from Python, --socket on the command line) or set $RENDERD_SOCKET"
                     ) from exc
                 if isinstance(exc, ConnectionRefusedError):
                     what = f"cannot reach the renderd daemon at {self.socket}: nothing listens on it [ECONNREFUSED]"
                 else:
                     what = os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")
                 raise RenderdError(
-                    what + ". Is `renderd start` running? (pass --socket or set $RENDERD_SOCKET for another socket)"
+                    what + ". Is `renderd start` running? (for another socket: socket= from Python, --socket on the command line, or $RENDERD_SOCKET)"
                 ) from exc
             except _socket.timeout as exc:
                 raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {shown} in time "

@@ -26,7 +26,7 @@ from renderd.platforms.request import PlatformReport, PlatformRequest
 log = logging.getLogger(__name__)
 
 HEADLESS_NOTE = (
-    "headless was not tried: it renders no images; ask for platform='headless' (or headless=True) "
+    "headless was not tried: it renders no images; ask for platform='headless' "
     "if none are wanted."
 )
 

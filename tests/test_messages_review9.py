@@ -1,0 +1,25 @@
+"""What a new user reads first: the errors of a mistyped executable or socket, and the package's names."""
+
+from __future__ import annotations
+
+import pytest
+
+import renderd
+from renderd.errors import ConfigError, RenderdError
+
+
+def test_an_executable_that_is_a_directory_is_said_to_be_one(tmp_path):
+    with pytest.raises(ConfigError, match=r"is a directory, not a program"):
+        renderd.launch(str(tmp_path))
+
+
+def test_connect_to_no_daemon_names_the_argument_a_python_caller_has(tmp_path):
+    with pytest.raises(RenderdError, match=r"socket= from Python, --socket on the command line") as caught:
+        renderd.connect("demo", socket=str(tmp_path / "none" / "control.sock"), timeout=2)
+    assert "Is `renderd start` running?" in str(caught.value)
+
+
+def test_the_public_names_are_listed_once():
+    assert len(renderd.__all__) == len(set(renderd.__all__)), renderd.__all__
+    for name in renderd.__all__:
+        assert getattr(renderd, name) is not None
