@@ -319,7 +319,7 @@ def parse_http_address(value: str) -> tuple[str, int]:
     try:
         address = ipaddress.ip_address(host)
     except ValueError:
-        raise ValueError(f"host {host!r} is not an IP address (players are told it as AI2THOR_HOST)") from None
+        raise ValueError(f"host {host!r} is not an IP address (players are told it as AI2THOR_HOST; for this machine only, 127.0.0.1 or ::1)") from None
     if bracketed and address.version != 6:
         raise ValueError(f"{value!r}: brackets are for an IPv6 address; write {host}:{port}")
     if not bracketed and address.version == 6:

@@ -260,6 +260,11 @@ def os_error_message(exc: OSError, what: str) -> str:
         _errno.EPIPE: "the other end closed the pipe",
         _errno.ENXIO: "no process has the other end of the pipe open",
         _errno.ECONNREFUSED: "connection refused: is the daemon running?",
+        _errno.EADDRINUSE: (
+            "address already in use: another program listens there (`ss -ltnp` names it); choose another port or "
+            "stop that program"
+        ),
+        _errno.EADDRNOTAVAIL: "cannot assign requested address: it is not an address of this machine",
         _errno.ENOEXEC: (
             "not a program this machine can run (a script needs a '#!' first line naming its interpreter; a "
             "binary may be built for another architecture or system)"

@@ -24,6 +24,7 @@ def test_an_http_listener_address_in_use_names_the_setting_without_an_errno_pref
     assert last.startswith(f"Error: cannot start the HTTP listener ([daemon] http, --http): cannot listen on "
                            f"127.0.0.1:{port}: "), last
     assert "[EADDRINUSE]" in last and "[Errno" not in last, last
+    assert "choose another port" in last, last
     assert not (tmp_path / "run").exists() and not (tmp_path / "s.sock").exists()
 
 

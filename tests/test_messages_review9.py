@@ -23,3 +23,18 @@ def test_the_public_names_are_listed_once():
     assert len(renderd.__all__) == len(set(renderd.__all__)), renderd.__all__
     for name in renderd.__all__:
         assert getattr(renderd, name) is not None
+
+
+def test_listening_on_an_address_that_is_not_this_machines_says_so():
+    from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+
+    server = PlayerHttpServer(PlayerBridgeRegistry(), host="192.0.2.1", port=0)  # (TEST-NET-1: nobody's address)
+    with pytest.raises(OSError, match=r"cannot listen on 192\.0\.2\.1:0: .*not an address of this machine"):
+        server.start()
+
+
+def test_a_host_name_for_the_http_listener_is_told_the_loopback_addresses():
+    from renderd.config import loads
+
+    with pytest.raises(ConfigError, match=r"'localhost' is not an IP address .*127\.0\.0\.1 or ::1"):
+        loads('[daemon]\nhttp = "localhost:8080"\n')
