@@ -685,7 +685,8 @@ class Supervisor:
 
     def _no_player_reason(self, env: Environment, timeout: float) -> str:
         states = [p.state for p in env.players]
-        base = f"no ready player of {env.name!r} within {timeout:g} s"
+        # (rounded: a client sends what is left of its own timeout, 0.999998 s for its 1 s)
+        base = f"no ready player of {env.name!r} within {round(timeout, 2):g} s"
         if env.config.instances == 0:
             return f"{base}: the environment wants 0 instances"
         if states and all(s == State.FAILED for s in states):

@@ -290,3 +290,15 @@ def test_the_status_line_follows_leases_and_environments_that_shrink_or_go(super
     last(lambda s: "demo 1/1 up (0 leased)" in s, "the smaller count")
     sup.delete_environment("other")
     last(lambda s: "other" not in s, "the removed environment gone from it")
+
+
+def test_a_lease_request_that_times_out_names_its_timeout_rounded(supervisor_with):
+    # A client sends the daemon what is left of its own timeout: 0.999998 s of a 1 s one was quoted as such.
+    sup = supervisor_with(fast_config())
+    ready_pid(sup)
+    lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    try:
+        with pytest.raises(LeaseError, match=r"no ready player of 'demo' within 0\.2 s:"):
+            sup.acquire("demo", os.getpid(), 0.1999987)
+    finally:
+        sup.release(lease.id)
