@@ -226,7 +226,9 @@ def _quality_number(quality: str | int) -> int:
         return QUALITY_SETTINGS[quality]
     except KeyError:
         raise ConfigError(
-            f"unknown quality {quality!r}; expected one of {', '.join(QUALITY_SETTINGS)}", key="quality"
+            # (DONOTUSE, level 0, is a placeholder: accepted, as AI2-THOR does, but not offered)
+            f"unknown quality {quality!r}; expected one of {', '.join(n for n in QUALITY_SETTINGS if n != 'DONOTUSE')}",
+            key="quality",
         ) from None
 
 

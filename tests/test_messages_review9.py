@@ -38,3 +38,10 @@ def test_a_host_name_for_the_http_listener_is_told_the_loopback_addresses():
 
     with pytest.raises(ConfigError, match=r"'localhost' is not an IP address .*127\.0\.0\.1 or ::1"):
         loads('[daemon]\nhttp = "localhost:8080"\n')
+
+
+
+def test_an_unknown_quality_lists_the_levels_to_choose_from_without_the_placeholder():
+    with pytest.raises(ConfigError, match=r"expected one of Very Low, Low, .*High WebGL$") as caught:
+        renderd.launch("renderd-player", quality="Bogus")
+    assert "DONOTUSE" not in str(caught.value)
