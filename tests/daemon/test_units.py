@@ -243,3 +243,24 @@ def test_a_runtime_dir_that_cannot_be_made_names_the_key(tmp_path):
                           "--runtime-dir", str(blocker / "rt")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 1, out.stderr
     assert "cannot create the directory for runtime_dir (--runtime-dir)" in out.stderr and "ENOTDIR" in out.stderr
+
+
+def test_the_user_unit_recipe_of_deploy_md_keeps_every_comment_and_drops_the_system_only_settings(tmp_path):
+    # docs/deploy.md turns the system unit into a user unit with one sed command: run it as written (with
+    # renderd's path for $(command -v renderd)) on systemd/renderd.service.
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    text = (root / "docs" / "deploy.md").read_text()
+    recipe = re.search(r"^\$ (sed .*?systemd/renderd\.service) > ", text, re.S | re.M).group(1)
+    recipe = recipe.replace("$(command -v renderd)", "/opt/venv/bin/renderd")
+    out = subprocess.run(["sh", "-c", recipe], cwd=root, capture_output=True, text=True, check=True).stdout
+    unit = (root / "systemd" / "renderd.service").read_text()
+    comments = [line.replace("/run/renderd", "%t/renderd") for line in unit.splitlines() if line.startswith("#")]
+    assert [line for line in out.splitlines() if line.startswith("#")] == comments
+    settings = [line.split("=", 1)[0] for line in out.splitlines() if "=" in line and not line.startswith("#")]
+    for gone in ("User", "Group", "DeviceAllow", "DevicePolicy", "ProtectHome", "StateDirectory"):
+        assert gone not in settings, out
+    assert "WantedBy=default.target" in out and "ReadWritePaths=%h" in out and "/run/renderd" not in out
+    assert "ExecStart=/opt/venv/bin/renderd " in out, out
