@@ -686,9 +686,9 @@ class VectorSession:
         ``Initialize`` with every initialization parameter given so far (they accumulate, as
         :meth:`renderd.Session.reset`'s do). ``scene`` may be one name for all or one per listed slot.
 
-        The first reset action goes out at once; the rest follow as the player answers, during later
-        :meth:`recv` calls. Until the reset finishes the slot's actions are dropped and its observation
-        is ``None``. A reset asked for a slot that is already resetting starts over after the action in
+        The first reset action goes out at once (once its player has opened client.pipe: until then a later
+        :meth:`recv` looks for that); the rest follow as the player answers, during later :meth:`recv`
+        calls. Until the reset finishes the slot's actions are dropped and its observation is ``None``. A reset asked for a slot that is already resetting starts over after the action in
         flight. Raises :class:`AlreadyPendingCallError` between :meth:`send` and :meth:`recv`,
         :class:`CallOrderError` on a closed or broken vector session, ``ValueError`` for a bad slot list
         or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
@@ -814,9 +814,10 @@ class VectorSession:
     # -- I/O ---------------------------------------------------------------------------------------------
     def _send(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
         held: int | None = None
-        if self._send_start is None and isinstance(slot.session, Session):
-            # recv is working (a replacement's reset, the next action of a reset): a player that has not
-            # opened client.pipe holds no other slot up while it is waited for (see _defer_open).
+        if (self._send_start is None or kind == "reset") and isinstance(slot.session, Session):
+            # A reset action (a replacement's, or any sent while recv works): a player that has not opened
+            # client.pipe holds no other slot up while it is waited for (see _defer_open). (The caller's
+            # actions of a send share one deadline for that instead.)
             held = _hold_client_pipe(slot.session)
             if held == _UNOPENED:
                 self._defer_open(slot, message, kind)

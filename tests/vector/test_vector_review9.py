@@ -202,3 +202,28 @@ def test_a_player_failing_as_reset_async_sends_is_not_said_to_have_had_answers_r
         assert "answers were received" not in text, text
     finally:
         vs.close()
+
+
+def test_a_replacement_ready_before_a_step_that_has_not_opened_its_pipe_holds_no_slot_up(tmp_path, no_leaks):
+    # The same replacement as above, but ready before the next step's send, which gives it the slot's reset:
+    # that send does not wait for client.pipe to be opened either (it used to, until the step_timeout,
+    # before any other slot's action was written).
+    marker = tmp_path / "mode"
+    marker.write_text("serve")
+    vs = _launch(2, marker, replace_on_crash=True, step_timeout=HOLD)
+    try:
+        vs.reset()
+        marker.write_text("no-client")
+        os.kill(vs.pids[0], signal.SIGKILL)
+        out = vs.step(["Pass", "Pass"])
+        assert out.infos[0]["error_type"] == "PlayerCrashed", out.infos[0]
+        replacement = vs._slots[0].future  # white box: ready between two steps
+        wait_for(replacement.done, START_TIMEOUT, "the replacement to be ready")
+        started = time.monotonic()
+        out = vs.step(["Pass", "Pass"])
+        took = time.monotonic() - started
+        assert vs.slot_states[0] is SlotState.RESETTING and out.infos[0]["dropped_action"], out.infos[0]
+        assert out.observations[1] is not None and out.infos[1]["dropped_action"] is False
+        assert took < HOLD - 1.0, f"step() took {took:.2f} s: held by a replacement that has not opened client.pipe"
+    finally:
+        vs.close()
