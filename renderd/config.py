@@ -30,6 +30,7 @@ import difflib
 import grp
 import ipaddress
 import math
+import numbers
 import os
 import re
 import stat
@@ -228,12 +229,17 @@ def check_seconds(value: Any, name: str, *, zero_ok: bool = False) -> float:
 
     Raises :class:`ArgumentError` (a ConfigError and a ValueError) naming ``name``.
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    # (numbers.Real: numpy's floats and integers too, as a timeout computed with numpy is)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ArgumentError(f"must be a number of seconds, got {value!r}", key=name)
+    try:
+        value = float(value)
+    except OverflowError:  # (an int past float's range)
+        raise ArgumentError(f"must be at most {MAX_SECONDS:g} seconds (7 days), got {value}", key=name) from None
     why = _seconds(value, zero_ok=zero_ok)
     if why:
         raise ArgumentError(why, key=name)
-    return float(value)
+    return value
 
 
 def _count(lowest: int, highest: int) -> Check:

@@ -45,3 +45,18 @@ def test_an_unknown_quality_lists_the_levels_to_choose_from_without_the_placehol
     with pytest.raises(ConfigError, match=r"expected one of Very Low, Low, .*High WebGL$") as caught:
         renderd.launch("renderd-player", quality="Bogus")
     assert "DONOTUSE" not in str(caught.value)
+
+
+def test_timeouts_computed_with_numpy_are_taken(tmp_path):
+    import numpy as np
+
+    from renderd.config import ArgumentError, check_seconds
+
+    assert check_seconds(np.float32(1.5), "step_timeout") == 1.5
+    assert check_seconds(np.int64(2), "step_timeout") == 2.0
+    for bad in (np.True_, True, "1", None, 10**400, np.float64("nan")):
+        with pytest.raises(ArgumentError):
+            check_seconds(bad, "step_timeout")
+    with renderd.launch("renderd-player", width=32, height=32, start_timeout=np.float32(30),
+                        step_timeout=np.int64(30)) as session:
+        assert session.step("Pass").frame.shape == (32, 32, 3)
