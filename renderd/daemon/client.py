@@ -452,6 +452,10 @@ def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple
         player_exit = status.get("player_exit")
         if isinstance(player_exit, dict) and isinstance(player_exit.get("returncode"), int):
             return player_exit["returncode"], None
+        if status.get("ended") in ("released", "unclean"):
+            # This client released the lease (a close() from another thread while a step waited): the daemon
+            # stops the player itself and records no exit status for it, so there is nothing to wait for.
+            return None, f"this client released the lease ({status['ended']}) while the player worked"
         if status.get("ended") == "stopped":
             reason = status.get("ended_reason")
             if isinstance(reason, str) and reason:

@@ -78,3 +78,18 @@ def test_close_from_another_thread_leaves_a_leased_steps_pipes_alone_until_it_ha
         # The lease was released, uncleanly: the player is replaced, never handed on mid-action.
         d.wait_players(lambda ps: ps and ps[0]["state"] == "READY" and ps[0]["pid"] != session.pid,
                        what="the player to be replaced")
+
+
+def test_how_a_player_ended_is_known_at_once_when_this_client_released_its_lease(daemon):
+    # A close() from another thread releases the lease while a step waits; the daemon then stops the player
+    # and keeps no exit status of it: asking for one waited out its whole timeout (2 s by default) first.
+    from renderd.daemon.client import ControlClient, _exit_status
+
+    d = daemon(fast_config())
+    control = ControlClient(d.socket)
+    for clean in (False, True):
+        lease_id = control.lease("demo", timeout=START)["lease"]
+        control.release(lease_id, clean=clean)
+        returncode, why = _exit_status(control, lease_id, 30.0)
+        assert returncode is None
+        assert why == f"this client released the lease ({'released' if clean else 'unclean'}) while the player worked"
