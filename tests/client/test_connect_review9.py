@@ -7,14 +7,13 @@ import linecache
 import os
 import sys
 import threading
-import time
 
 import renderd.process
 from renderd.daemon.client import connect
 from renderd.errors import CallOrderError, PlayerCrashed
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401  (daemon: the fixture)
 
-from .test_launch_review8 import _wait_for
+from .test_launch_review8 import _wait_for, close_while_stepping
 
 START = 30.0
 
@@ -57,18 +56,7 @@ def test_close_from_another_thread_leaves_a_leased_steps_pipes_alone_until_it_ha
                 outcome["pipes_open"] = session.channel._rfd is not None  # (first: no call, no thread switch)
                 outcome["error"] = exc
 
-        stepper = threading.Thread(target=step)
-        stepper.start()
-        try:
-            _wait_for(lambda: _blocked_in_poll(stepper), START, "the step to wait")
-            started = time.monotonic()
-            session.close()
-            stepper.join(15)
-            assert not stepper.is_alive(), "the step still waits after close()"
-            assert time.monotonic() - started < 15
-        finally:
-            session.close()
-            stepper.join(15)
+        close_while_stepping(session, step, _blocked_in_poll)
         error = outcome["error"]
         assert isinstance(error, CallOrderError), (waiting_in, repr(error))
         assert "closed" in str(error)

@@ -57,6 +57,23 @@ def _wait_for(predicate, timeout: float, what: str) -> None:
         time.sleep(0.01)
 
 
+
+def close_while_stepping(session, step, waiting) -> None:
+    """Run ``step`` in a thread of its own; once ``waiting(thread)`` says it waits, close ``session`` from
+    this thread: the step must end within 15 s of the close."""
+    stepper = threading.Thread(target=step)
+    stepper.start()
+    try:
+        _wait_for(lambda: waiting(stepper), START, "the step to wait")
+        started = time.monotonic()
+        session.close()
+        stepper.join(15)
+        assert not stepper.is_alive(), "the step still waits after close()"
+        assert time.monotonic() - started < 15
+    finally:
+        session.close()
+        stepper.join(15)
+
 def _waiting_in(session, thread: threading.Thread) -> bool:
     """Whether ``thread`` is blocked inside the session's send or receive (its stack shows it)."""
     import sys
@@ -106,18 +123,7 @@ def test_close_from_another_thread_ends_a_waiting_step_with_a_call_order_error(w
                 except BaseException as exc:  # noqa: BLE001 - the test looks at it
                     outcome["error"] = exc
 
-            stepper = threading.Thread(target=step)
-            stepper.start()
-            try:
-                _wait_for(lambda: _waiting_in(session, stepper), START, "the step to wait")
-                started = time.monotonic()
-                session.close()
-                stepper.join(15)
-                assert not stepper.is_alive(), "the step still waits after close()"
-                assert time.monotonic() - started < 15
-            finally:
-                session.close()
-                stepper.join(15)
+            close_while_stepping(session, step, lambda stepper: _waiting_in(session, stepper))
             error = outcome["error"]
             assert isinstance(error, CallOrderError), repr(error)
             assert "closed" in str(error)
