@@ -526,7 +526,7 @@ class Supervisor:
                 try:
                     while True:
                         if self._stopping:
-                            raise LeaseError("the daemon is stopping")
+                            raise LeaseError(STOPPING_LEASE_MESSAGE)
                         if env.removing or self.environments.get(name) is not env:
                             raise LeaseError(f"environment {name!r} was removed")
                         now = time.monotonic()
@@ -2102,6 +2102,11 @@ def _player_exit(code: int) -> dict[str, Any]:
     return {"returncode": code, "description": describe_exit(code)}
 
 
+#: What a lease request is told once the daemon is stopping.
+STOPPING_LEASE_MESSAGE = (
+    "the daemon is stopping: no player is leased any more; ask again once it has been started again "
+    "(renderd start, or systemctl start renderd)"
+)
 #: Attempts at preparing a managed display's players (see _prepare_instances) while that display keeps dying.
 PREPARE_ATTEMPTS = 3
 

@@ -206,6 +206,9 @@ class FifoPair:
         except OSError as exc:
             pair.remove()
             raise RenderdError(os_error_message(exc, "cannot create the player's named pipes")) from exc
+        except BaseException:  # (a Ctrl-C between the directory and the pipes: nothing is left behind)
+            pair.remove()
+            raise
         return pair
 
     @property

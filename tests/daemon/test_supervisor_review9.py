@@ -302,3 +302,11 @@ def test_a_lease_request_that_times_out_names_its_timeout_rounded(supervisor_wit
             sup.acquire("demo", os.getpid(), 0.1999987)
     finally:
         sup.release(lease.id)
+
+
+def test_a_lease_request_while_the_daemon_stops_says_what_to_do(supervisor_with):
+    sup = supervisor_with(fast_config())
+    ready_pid(sup)
+    sup.request_stop()
+    with pytest.raises(LeaseError, match=r"the daemon is stopping: .*ask again once it has been started again"):
+        sup.acquire("demo", os.getpid(), 1.0)

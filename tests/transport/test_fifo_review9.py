@@ -141,3 +141,19 @@ def test_a_pipe_that_cannot_be_grown_over_the_users_budget_is_warned_about_once(
     assert len(warnings) == 1, warnings
     assert "pipe-user-pages-soft" in warnings[0] and str(result["pipe_size"]) in warnings[0], warnings[0]
     assert "pipe_size" in warnings[0]
+
+
+def test_a_ctrl_c_while_the_pipes_are_made_leaves_no_directory(tmp_path, monkeypatch):
+    made = []
+    real_mkfifo = os.mkfifo
+
+    def interrupted(path, mode=0o666):
+        if made:
+            raise KeyboardInterrupt  # (as a Ctrl-C between the two pipes)
+        made.append(path)
+        real_mkfifo(path, mode)
+
+    monkeypatch.setattr(os, "mkfifo", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        FifoPair.create(tmp_path)
+    assert made and os.listdir(tmp_path) == []
