@@ -688,6 +688,13 @@ def _resolve_platform(
     ``auto`` runs the player as it is (no display set up) and any other platform is a
     :class:`PlatformError`.
     """
+    if x_display is not None and x_display != "auto" and platform not in ("auto", "Linux64"):
+        # (as the daemon's configuration refuses it: the display would be ignored without a word)
+        raise ConfigError(
+            f"x_display {x_display!r} is an X display for Linux64, and platform {platform!r} uses none (it would "
+            "be ignored): pass platform='Linux64' (or 'auto'), or leave x_display out",
+            key="x_display",
+        )
     try:
         platforms = importlib.import_module("renderd.platforms")
         select = platforms.select

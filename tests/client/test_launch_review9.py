@@ -160,3 +160,12 @@ def test_a_player_does_not_inherit_the_service_managers_variables(tmp_path, monk
         names = dict(line.split("=", 1) for line in dump.read_text().splitlines() if "=" in line)
     assert "NOTIFY_SOCKET" not in names and "WATCHDOG_PID" not in names, sorted(names)
     assert names["WATCHDOG_USEC"] == "1"
+
+
+@pytest.mark.parametrize("platform", ["headless", "CloudRendering"])
+@pytest.mark.parametrize("x_display", [":0", "managed"])
+def test_an_x_display_for_a_platform_that_uses_none_is_refused(platform, x_display):
+    # (the daemon's configuration refuses it too; launch() ignored it without a word)
+    with pytest.raises(ConfigError, match=r"is an X display for Linux64, and platform .* uses none") as caught:
+        renderd.launch("renderd-player", width=32, height=32, platform=platform, x_display=x_display)
+    assert caught.value.key == "x_display"
