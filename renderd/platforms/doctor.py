@@ -87,6 +87,12 @@ def doctor_command(
     as_json: bool,
 ) -> None:
     """Check which platforms can render here and what is missing (exit 0: the request can be served)."""
+    if x_display not in (None, "auto") and platform_name not in ("auto", "Linux64"):
+        # (as the configuration and launch() refuse it: the display would not be checked)
+        raise click.UsageError(
+            f"--x-display {x_display} is an X display for Linux64, and --platform {platform_name} uses none: "
+            "pass --platform Linux64 (or auto), or leave --x-display out"
+        )
     try:
         request = PlatformRequest(
             platform=platform_name,

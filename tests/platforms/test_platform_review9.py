@@ -138,3 +138,13 @@ def test_a_display_whose_socket_file_is_closed_to_renderd_is_checked_as_the_play
     if not result["denied"]:
         pytest.skip("the socket file could not be closed to this process (file modes do not apply here)")
     assert result["valid"], result["reasons"]
+
+
+def test_doctor_refuses_an_x_display_with_a_platform_that_uses_none():
+    from click.testing import CliRunner
+
+    from renderd.platforms.doctor import doctor_command
+
+    result = CliRunner().invoke(doctor_command, ["--platform", "CloudRendering", "--x-display", ":0"])
+    assert result.exit_code == 2, result.output
+    assert "--x-display :0 is an X display for Linux64, and --platform CloudRendering uses none" in result.output
