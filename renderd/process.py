@@ -182,10 +182,25 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
     ``renderd-player`` lives), then on ``PATH``. Raises :class:`ConfigError` (key ``executable``) when
     the program cannot be found or is not executable.
     """
+    if isinstance(executable, (bytes, bytearray)):
+        raise ConfigError(f"is a path as a str (or an argv list of str), not bytes: {executable!r}", key="executable")
     if isinstance(executable, (str, os.PathLike)):
         argv = [os.fspath(executable)]
     else:
-        argv = [os.fspath(a) for a in executable]
+        try:
+            items = list(executable)
+        except TypeError:
+            raise ConfigError(
+                f"is a path or an argv list, not {type(executable).__name__}: {executable!r}", key="executable"
+            ) from None
+        argv = []
+        for item in items:
+            if not isinstance(item, (str, os.PathLike)) or isinstance(os.fspath(item), bytes):
+                raise ConfigError(
+                    f"an argv list holds strings (or paths), not {type(item).__name__}: {item!r} in {executable!r}",
+                    key="executable",
+                )
+            argv.append(os.fspath(item))
         if not argv:
             raise ConfigError("the executable argv list is empty", key="executable")
     program = argv[0]

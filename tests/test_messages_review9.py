@@ -60,3 +60,15 @@ def test_timeouts_computed_with_numpy_are_taken(tmp_path):
     with renderd.launch("renderd-player", width=32, height=32, start_timeout=np.float32(30),
                         step_timeout=np.int64(30)) as session:
         assert session.step("Pass").frame.shape == (32, 32, 3)
+
+
+@pytest.mark.parametrize(("executable", "says"), [
+    (b"/bin/true", "not bytes"),
+    (["renderd-player", None], "not NoneType: None in"),
+    (["renderd-player", 3], "not int: 3 in"),
+    (5, "is a path or an argv list, not int"),
+])
+def test_an_executable_of_the_wrong_kind_is_a_config_error_naming_it(executable, says):
+    with pytest.raises(ConfigError, match=says) as caught:
+        renderd.launch(executable)
+    assert caught.value.key == "executable"
