@@ -60,7 +60,7 @@ import msgpack
 import numpy as np
 
 from renderd.player import faults
-from renderd.player.renderer import NumpyRenderer, RenderState, Renderer
+from renderd.player.renderer import NumpyRenderer, RenderState, Renderer, trim_cache
 from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, DEFAULT_SCENE, Pose, Scene, scene_by_name, scene_names
 from renderd.protocol import MAX_RESOLUTION, FieldType
 
@@ -98,6 +98,8 @@ MAX_THIRD_PARTY_CAMERAS = 8
 VISIBILITY_RENDER_SIZE = 64
 #: How many wire-layout frames (keyed by camera state) a Player keeps, so an unchanged view costs nothing.
 WIRE_CACHE_SIZE = 4
+#: At most this many bytes of them (the latest is always kept; a 4096 x 4096 frame is 176 MiB).
+WIRE_CACHE_BYTES = 128 << 20
 #: How many metadata views (keyed by everything but the action's own fields) a Player keeps: an action that
 #: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes.
 VIEW_CACHE_SIZE = 4
@@ -919,8 +921,7 @@ class Player:
         if frame is None:
             frame = self._to_wire(*self.renderer.render(state))
             self._wire_cache[state] = frame
-            while len(self._wire_cache) > WIRE_CACHE_SIZE:
-                self._wire_cache.popitem(last=False)
+            trim_cache(self._wire_cache, WIRE_CACHE_SIZE, WIRE_CACHE_BYTES)
         else:
             self._wire_cache.move_to_end(state)
         return frame

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -58,12 +58,24 @@ FLOOR_TILE = 0.5
 FLOOR_DARK = 0.82
 #: How many frames a NumpyRenderer keeps (keyed by RenderState) so repeated poses cost nothing.
 FRAME_CACHE_SIZE = 8
+#: At most this many bytes of them (the latest is always kept): a 4096 x 4096 frame is 176 MiB (RGB, float32
+#: depth, RGBA ids), so eight of them would hold 1.4 GiB.
+FRAME_CACHE_BYTES = 128 << 20
 #: How many ray-direction tables (one per width, height, field of view) a NumpyRenderer keeps.
 RAY_CACHE_SIZE = 4
 #: A larger frame is traced this many rays at a time, so its temporaries stay small (tens of MB).
 CHUNK_RAYS = 1 << 18
 
 RENDERERS = ("numpy", "gl")
+
+
+def trim_cache(cache: OrderedDict[Any, tuple[np.ndarray, ...]], size: int, max_bytes: int) -> None:
+    """Drop the least recently used entries of ``cache`` (arrays per key) until it holds at most ``size`` of
+    them and at most ``max_bytes`` in all; the most recent entry stays whatever its size."""
+    total = sum(a.nbytes for arrays in cache.values() for a in arrays)
+    while len(cache) > size or (total > max_bytes and len(cache) > 1):
+        _, arrays = cache.popitem(last=False)
+        total -= sum(a.nbytes for a in arrays)
 
 #: What a pixel whose ray meets no surface holds (only a camera outside the room has such rays: the
 #: room's surfaces face inwards, and one seen from outside is not drawn): black RGB, the ids colour
@@ -134,8 +146,7 @@ class NumpyRenderer:
             v = np.broadcast_to(ys[:, None], (height, width)).astype(np.float32).ravel()
             rays = (u, v)
             self._rays[key] = rays
-            while len(self._rays) > RAY_CACHE_SIZE:
-                self._rays.popitem(last=False)
+            trim_cache(self._rays, RAY_CACHE_SIZE, FRAME_CACHE_BYTES)  # (128 MiB of them at 4096 x 4096)
         else:
             self._rays.move_to_end(key)
         return rays
@@ -161,8 +172,7 @@ class NumpyRenderer:
             return cached
         frame = self._render(state)
         self._frames[state] = frame
-        while len(self._frames) > self._cache_size:
-            self._frames.popitem(last=False)
+        trim_cache(self._frames, self._cache_size, FRAME_CACHE_BYTES)
         return frame
 
     def _render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 
+import numpy as np
 import pytest
 
 FAST = ["-screen-width", "16", "-screen-height", "16"]
@@ -211,3 +213,35 @@ def test_initialize_returns_the_camera_planes_as_a_build_does(spawn):
     assert ev.metadata["cameraNearPlane"] == 0.1 and ev.metadata["cameraFarPlane"] == 20.0
     failed = p.step("Initialize", agentCount=2)
     assert not failed and failed.metadata["actionReturn"] is None
+
+
+def test_the_frame_caches_are_bounded_in_bytes_as_well_as_in_count(monkeypatch):
+    # A frame at 4096 x 4096 is 176 MiB (RGB, float32 depth, RGBA ids): eight cached frames, four wire frames
+    # and four ray tables would hold over 2 GiB. Each cache now also keeps within a byte budget, the most
+    # recent entry always kept (so an unchanged view still costs nothing).
+    import renderd.player.core as core
+    import renderd.player.renderer as renderer
+    from renderd.player.renderer import NumpyRenderer, RenderState, trim_cache
+    from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, SCENES
+
+    one = 64 * 48 * (3 + 4 + 4)  # bytes of one 64 x 48 frame
+    monkeypatch.setattr(renderer, "FRAME_CACHE_BYTES", 2 * one)
+    r = NumpyRenderer()
+    states = [RenderState(SCENES["FloorPlan1"], 64, 48, (0.0, AGENT_Y + CAMERA_HEIGHT, -2.0), yaw, 0.0)
+              for yaw in (0.0, 90.0, 180.0)]
+    frames = [r.render(s) for s in states]
+    assert list(r._frames) == states[1:]  # (the count limit, 8, would have kept all three)
+    assert r.render(states[2]) is frames[2]
+    monkeypatch.setattr(renderer, "FRAME_CACHE_BYTES", one // 2)
+    r.render(states[0])
+    assert list(r._frames) == [states[0]]  # the latest stays, even over the budget
+
+    monkeypatch.setattr(core, "WIRE_CACHE_BYTES", 1)
+    p = core.Player(width=64, height=48)
+    for action in ("RotateRight", "RotateRight", "Pass"):
+        p.answer({"action": action})
+    assert len(p._wire_cache) == 1
+
+    cache = OrderedDict((k, (np.zeros(k, np.uint8),)) for k in (10, 20, 30))
+    trim_cache(cache, 8, 50)
+    assert list(cache) == [20, 30]
