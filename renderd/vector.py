@@ -331,6 +331,12 @@ def _hold_client_pipe(session: Any) -> int | None:
         return _UNOPENED if exc.errno == errno.ENXIO else None
 
 
+def _within(deadline: str) -> str:
+    """How a PlayerTimeout names the deadline that passed, before its length: "step_timeout =", or "the recv
+    timeout of"."""
+    return "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+
+
 def _player_exited(session: Any) -> bool:
     player = getattr(getattr(session, "channel", None), "player", None)
     exited = getattr(player, "exited", None)
@@ -1159,7 +1165,7 @@ class VectorSession:
             why = "stopped in the middle of it, or writing slowly"
         else:
             got, why = "no answer", "hung, or busy for longer than that allows"
-        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        within = _within(deadline)
         return PlayerTimeout(
             f"{slot.sent_action}: {got} from the player (pid {session.pid}) within {within} {seconds:g} s "
             f"({waited:.3g} s after the action was sent; it is still running: {why}); its session was closed",
@@ -1171,7 +1177,7 @@ class VectorSession:
     def _unsent_error(slot: _Slot, deadline: str, seconds: float) -> PlayerTimeout:
         """The PlayerTimeout of a slot whose player had not read all of its action by ``deadline``."""
         session = slot.session
-        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        within = _within(deadline)
         return PlayerTimeout(
             f"{slot.sent_action}: the player (pid {session.pid}) did not take its action within {within} "
             f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after it was sent, {_unsent(session)} of its "
@@ -1185,7 +1191,7 @@ class VectorSession:
     def _unopened_error(slot: _Slot, deadline: str, seconds: float) -> PlayerTimeout:
         """The PlayerTimeout of a slot whose player had not opened client.pipe by ``deadline``."""
         session = slot.session
-        within = "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+        within = _within(deadline)
         return PlayerTimeout(
             f"{slot.sent_action}: the player (pid {session.pid}) did not open client.pipe within {within} "
             f"{seconds:g} s ({time.monotonic() - slot.sent_at:.3g} s after its action was due; nothing was "
