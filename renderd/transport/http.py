@@ -951,6 +951,10 @@ MAX_CONNECTIONS = 256
 #: An idle keep-alive connection (no request begun) is closed after this long (seconds). A player
 #: waiting for its action is not idle: its request is in progress.
 IDLE_TIMEOUT = 3600.0
+#: A new connection must begin its first request within this long (seconds), or it is closed: players send
+#: their first frame as soon as they connect, and a connection that sends nothing holds one of the
+#: MAX_CONNECTIONS places (at IDLE_TIMEOUT, 256 silent connections would shut players out for an hour).
+FIRST_REQUEST_TIMEOUT = 60.0
 #: A request in progress (head or body) that makes no progress for this long is dropped (seconds). A
 #: request head must also arrive whole within this long of its first byte, and a body within this long
 #: plus its size at :data:`MIN_BODY_RATE`: a client trickling bytes (slowloris) is answered 408 and
@@ -1070,6 +1074,7 @@ class _Connection:
         self.view = memoryview(self.buf)
         self.have = 0  # bytes of the next request already read into buf
         self.last_body = 0  # size of the last request body received whole
+        self.requests = 0  # requests begun on this connection (heads read)
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
         self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
@@ -1079,7 +1084,12 @@ class _Connection:
     def _recv_into(self, view: memoryview, idle: bool, deadline: tuple[float, str] | None = None) -> int:
         """Receive into ``view``; ``deadline`` is (``time.monotonic()`` by which the part being read must be
         whole, what it is): past it, a 408."""
-        timeout = IDLE_TIMEOUT if idle else REQUEST_TIMEOUT
+        if not idle:
+            timeout = REQUEST_TIMEOUT
+        elif self.requests:
+            timeout = IDLE_TIMEOUT
+        else:
+            timeout = FIRST_REQUEST_TIMEOUT
         if deadline is not None:
             left = deadline[0] - time.monotonic()
             if left <= 0:
@@ -1091,7 +1101,12 @@ class _Connection:
         except TimeoutError:
             if deadline is not None and time.monotonic() >= deadline[0]:
                 raise _HttpError(408, deadline[1]) from None
-            what = "idle between requests" if idle else "a request sent nothing more"
+            if not idle:
+                what = "a request sent nothing more"
+            elif self.requests:
+                what = "idle between requests (IDLE_TIMEOUT)"
+            else:
+                what = "no request since the connection was accepted (FIRST_REQUEST_TIMEOUT)"
             raise _Closed("timed out", f"{what} for {timeout:g} s") from None
         except OSError as exc:
             raise _Closed(str(exc)) from None
@@ -1331,6 +1346,7 @@ class _Connection:
     def _serve_one(self) -> bool:
         """Serve one request; False when the connection is to be closed."""
         head, end = self._read_head()
+        self.requests += 1
         method, target, version, headers = self._parse_head(head)
         if "TRANSFER_ENCODING" in headers:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
