@@ -1903,9 +1903,22 @@ class FifoPump:
                 continue
             except BrokenPipeError:
                 raise _PumpEnd("the client closed server.pipe") from None
+            except OSError as exc:  # named in the pump's reason
+                exc.filename = exc.filename or self.server_path
+                raise
             drop_written(views, n)
 
     def _read_action(self) -> bytes:
+        try:
+            return self._read_action_message()
+        except ProtocolError as exc:  # say which pipe the bad bytes came from
+            text, suffix = str(exc), f" (at byte offset {exc.offset})"
+            if exc.offset is not None and text.endswith(suffix):
+                text = text[: -len(suffix)]
+            raise ProtocolError(f"client.pipe ({self.client_path}): {text}", offset=exc.offset,
+                                field_type=exc.field_type) from None
+
+    def _read_action_message(self) -> bytes:
         decoder = self.decoder
         poller = select.poll()
         poller.register(self._rfd, select.POLLIN | select.POLLHUP)
@@ -1925,7 +1938,11 @@ class FifoPump:
                 raise _PumpEnd(f"the player's stream failed between steps: {error}", error)
             if not poller.poll(int(PUMP_POLL_INTERVAL * 1000)):
                 continue
-            data = os.read(self._rfd, PUMP_READ_SIZE)
+            try:
+                data = os.read(self._rfd, PUMP_READ_SIZE)
+            except OSError as exc:  # named in the pump's reason
+                exc.filename = exc.filename or self.client_path
+                raise
             if not data:
                 decoder.end_of_input()  # a ProtocolError if the client left mid-message
                 raise _PumpEnd("the client closed client.pipe")
