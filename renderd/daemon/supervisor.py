@@ -328,7 +328,7 @@ class Supervisor:
         self.platforms = platforms
         self.http = http
         self.metrics = Metrics(self.snapshot)
-        self.started_at = time.time()
+        self.started_at = time.monotonic()  # uptime must not follow the wall clock (NTP, date -s)
         self._on_ready = on_ready
         self._on_status = on_status
         self._on_tick = on_tick
@@ -405,7 +405,7 @@ class Supervisor:
             return {
                 "status": "stopping" if self._stopping else ("ready" if self._ready_sent else "starting"),
                 "pid": os.getpid(),
-                "uptime": round(time.time() - self.started_at, 3),
+                "uptime": round(time.monotonic() - self.started_at, 3),
                 "environments": envs,
             }
 
