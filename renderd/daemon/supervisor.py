@@ -339,6 +339,7 @@ class Supervisor:
         self._selector = selectors.DefaultSelector()
         self._registered: dict[int, Any] = {}
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._wake_pending = False  # a wake-up byte is in the pipe (see wake())
         self._watch(self._wake_r, ("wake", None))
         #: Stops under way (see _begin_stop): each thread, and when its stop() ends at the latest (its grace,
         #: then KILL_REAP_TIMEOUT for SIGKILL and the reap).
@@ -362,7 +363,14 @@ class Supervisor:
         return self._wake_w
 
     def wake(self) -> None:
-        """Make the loop run soon (from any thread)."""
+        """Make the loop run soon (from any thread).
+
+        At most one wake-up byte is pending at a time: signal handlers write into the same pipe, and wake-ups
+        piling up while the loop is busy would fill it, and a full pipe drops a signal. (The flag is cleared
+        before the loop drains the pipe and acts, so a change made before a skipped write is still seen.)"""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
         try:
             os.write(self._wake_w, b"\0")
         except BlockingIOError:
@@ -925,6 +933,7 @@ class Supervisor:
             return None
 
     def _drain_wake(self) -> list[int]:
+        self._wake_pending = False
         signals = []
         while True:
             try:
