@@ -162,7 +162,7 @@ class _Platforms:
 
         xvfb = sys.modules.get("renderd.platforms.xvfb")
         if xvfb is not None:
-            xvfb.DisplayManager.default().shutdown()
+            xvfb.DisplayManager.shutdown_default()
 
 
 def _json_error(start_response: Any, status: str, message: str, headers: list[tuple[str, str]] = ()) -> list[bytes]:

@@ -294,6 +294,16 @@ class DisplayManager:
                 cls._default = cls()
             return cls._default
 
+    @classmethod
+    def shutdown_default(cls) -> None:
+        """Shut the process-wide manager down (see :meth:`shutdown`) and let go of it: the next
+        :meth:`default` is a new manager, so a daemon that ran inside a process and stopped its displays
+        leaves that process able to start managed displays again."""
+        with cls._default_lock:
+            manager, cls._default = cls._default, None
+        if manager is not None:
+            manager.shutdown()
+
     # -- public API -----------------------------------------------------------------------------------
 
     def acquire(
