@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 VULKAN_PROBE_TIMEOUT = 20.0
 #: How long a probe result is reused for the same environment.
 VULKAN_PROBE_CACHE_SECONDS = 300.0
+#: Most probe results kept (one per loader environment and state of the drivers on disk); expired ones are
+#: dropped first, then the oldest.
+VULKAN_PROBE_CACHE_ENTRIES = 32
 #: Environment variables that change what the Vulkan loader finds (prefixes): VK_DRIVER_FILES,
 #: VK_ADD_DRIVER_FILES, VK_ICD_FILENAMES, VK_LAYER_PATH ..., the XDG search directories, drivers' own
 #: switches and the libraries loaded.
@@ -161,7 +164,13 @@ def probe_vulkan(
     result, cacheable = _run(env, timeout)
     if cacheable:
         with _cache_lock:
-            _cache[key] = (time.monotonic(), result)
+            now = time.monotonic()
+            for old in [k for k, (at, _) in _cache.items() if now - at >= VULKAN_PROBE_CACHE_SECONDS]:
+                del _cache[old]
+            _cache.pop(key, None)  # (re)inserted last: the dict's order is the entries' age
+            _cache[key] = (now, result)
+            while len(_cache) > VULKAN_PROBE_CACHE_ENTRIES:
+                del _cache[next(iter(_cache))]
     return result
 
 
