@@ -396,6 +396,10 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
 
     def delete_lease(environ: dict[str, Any], start_response: StartResponse, lease_id: str) -> list[bytes]:
         body = _read_json(environ)
+        unknown = sorted(set(body) - {"clean"})
+        if unknown:  # (a misspelt "clean" must not release the lease cleanly)
+            raise HTTPError(400, LeaseError(
+                f"unknown release request key(s): {', '.join(unknown)} (the only key is clean: true or false)"))
         clean = body.get("clean", True)
         if not isinstance(clean, bool):
             raise HTTPError(400, LeaseError(f"clean must be true or false, got {clean!r}"))
