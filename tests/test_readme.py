@@ -5,6 +5,11 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import numpy as np
+
+from tests.daemon.conftest import daemon  # noqa: F401 - a fixture
+from tests.helpers.leaks import wait_for
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -23,3 +28,28 @@ def test_ci_runs_exactly_the_readme_test_command():
 def test_readme_names_the_main_job():
     readme = (ROOT / "README.md").read_text()
     assert "pip install . && renderd start" in readme
+
+
+def _python_example() -> str:
+    readme = (ROOT / "README.md").read_text()
+    return re.search(r"```python\n(.+?)\n```", readme, re.S).group(1)
+
+
+def test_readme_example_runs_as_written_against_the_built_in_daemon(daemon, monkeypatch):
+    # The example's comments say what its events hold: a (300, 300, 3) uint8 frame and float32 depth in
+    # metres. Run unchanged, it printed None for depth_frame: the reference player (and a Unity build)
+    # sends depth only when asked for it, and the example did not ask.
+    d = daemon()  # `renderd start` on its built-in default: environment demo on renderd-player
+    monkeypatch.setenv("RENDERD_SOCKET", d.socket)
+    namespace: dict = {}
+    exec(compile(_python_example(), "README.md", "exec"), namespace)
+    event = namespace["event"]
+    assert event.frame.shape == (300, 300, 3) and event.frame.dtype == np.uint8
+    assert event.depth_frame is not None, "the example's depth_frame is None"
+    assert event.depth_frame.shape == (300, 300) and event.depth_frame.dtype == np.float32
+    assert event.metadata["lastActionSuccess"] is True
+    # The leased player went back to the daemon, ready for the next client.
+    wait_for(lambda: d.client.health()["environments"]["demo"] == {"wanted": 1, "ready": 1, "leased": 0,
+                                                                   "failed": 0} or None,
+             10, "the leased player to be ready again")
+    assert "lease of demo[0]" in d.output()
