@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import select
+import socket
 
 import numpy as np
 
@@ -141,6 +142,22 @@ class GLDisplayLost(RuntimeError):
 _HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL
 
 
+def _close_sockets(exc: BaseException) -> None:
+    """Close the sockets left in the frames ``exc`` (and the exceptions it was raised from) went through:
+    python-xlib leaves the socket of a failed connection attempt to the garbage collector."""
+    seen: set[int] = set()
+    error: BaseException | None = exc
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        tb = error.__traceback__
+        while tb is not None:
+            for value in tb.tb_frame.f_locals.values():
+                if isinstance(value, socket.socket):
+                    value.close()
+            tb = tb.tb_next
+        error = error.__cause__ or error.__context__
+
+
 class _XServerWatch:
     """An idle python-xlib connection to the X server of the GLX context, polled before each frame.
 
@@ -157,6 +174,7 @@ class _XServerWatch:
         try:
             self._display = xdisplay.Display(display_name)
         except Exception as exc:  # python-xlib raises DisplayError, ConnectionClosedError, OSError...
+            _close_sockets(exc)
             raise GLUnavailable(f"cannot connect to the X display {display_name}: {exc}") from exc
         self._poller = select.poll()
         self._poller.register(self._display.fileno(), select.POLLIN | _HANGUP)
@@ -196,6 +214,13 @@ class _XServerWatch:
                 log.debug("closing the X connection to %s: %s", self.name, exc)
 
 
+def _unavailable(where: str, platform: str | None, why: object) -> GLUnavailable:
+    return GLUnavailable(
+        f"cannot create an OpenGL {GL_VERSION // 100}.{GL_VERSION // 10 % 10} context through {where} "
+        f"(platform {platform or 'unset'}): {why}"
+    )
+
+
 def _create_context(platform: str | None, device_index: int | None):  # -> moderngl.Context
     try:
         import moderngl
@@ -218,10 +243,7 @@ def _create_context(platform: str | None, device_index: int | None):  # -> moder
     try:
         ctx = moderngl.create_standalone_context(require=GL_VERSION, **kwargs)
     except Exception as exc:  # moderngl raises bare Exception for every context failure
-        raise GLUnavailable(
-            f"cannot create an OpenGL {GL_VERSION // 100}.{GL_VERSION // 10 % 10} context through {where} "
-            f"(platform {platform or 'unset'}): {exc}"
-        ) from exc
+        raise _unavailable(where, platform, exc) from exc
     return ctx, where
 
 
@@ -270,14 +292,22 @@ class GLRenderer:
     def __init__(self, *, device_index: int | None = None, platform: str | None = None) -> None:
         self.device_index = device_index
         self.platform = platform if platform is not None else (os.environ.get(PLATFORM_ENV_VAR) or None)
-        self.ctx, self.where = _create_context(self.platform, device_index)
         self._x_watch: _XServerWatch | None = None
-        if self.platform in GLX_PLATFORMS:
+        display = os.environ.get("DISPLAY")
+        if self.platform in GLX_PLATFORMS and display:
+            # The X server is reached from Python first: GLX's connection (XOpenDisplay, in C) waits for the
+            # server's answer and retries a read a signal interrupts, so SIGTERM could not end a player whose
+            # server accepts connections but never answers; python-xlib's wait ends with the signal.
             try:
-                self._x_watch = _XServerWatch(os.environ.get("DISPLAY", ""))
-            except BaseException:
-                self.ctx.release()
-                raise
+                self._x_watch = _XServerWatch(display)
+            except GLUnavailable as exc:
+                raise _unavailable(f"GLX on DISPLAY={display}", self.platform, exc) from exc
+        try:
+            self.ctx, self.where = _create_context(self.platform, device_index)
+        except BaseException:
+            if self._x_watch is not None:
+                self._x_watch.close()
+            raise
         info = self.ctx.info
         log.info(
             "OpenGL through %s: %s, %s, %s",

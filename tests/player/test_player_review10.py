@@ -1,0 +1,61 @@
+"""The reference player: SIGTERM while its gl renderer connects to an X server that does not answer."""
+
+from __future__ import annotations
+
+import select
+import signal
+import socket
+
+import pytest
+
+PROMPT = 10.0
+#: X11 over TCP: display N listens on port 6000 + N.
+X_TCP_PORT = 6000
+
+
+def _silent_x_server() -> tuple[socket.socket, int]:
+    """A TCP listener on 127.0.0.1 at an X display's port that accepts connections and never answers (a
+    stopped or hung X server). Returns it and its display number."""
+    for number in range(40, 100):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind(("127.0.0.1", X_TCP_PORT + number))
+        except OSError:
+            sock.close()
+            continue
+        sock.listen(8)
+        return sock, number
+    pytest.skip("no free X display port on 127.0.0.1")
+
+
+def test_sigterm_ends_a_gl_player_whose_x_server_does_not_answer(spawn):
+    # The GLX context was created first, in C (XOpenDisplay), which waits for the server's answer and
+    # retries the read a signal interrupts: a SIGTERM to a player whose X server accepted the connection
+    # but never answered did nothing, and the player stayed until it was killed. The X server is now first
+    # reached from Python (the connection the renderer keeps to notice a lost server), where the signal
+    # ends the wait: exit 0, "received SIGTERM" in the log.
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    listener, number = _silent_x_server()
+    accepted: list[socket.socket] = []
+    try:
+        p = spawn(["--renderer", "gl"], platform="Linux64", env={"DISPLAY": f"127.0.0.1:{number}"})
+        ready, _, _ = select.select([listener], [], [], PROMPT)
+        assert ready, f"the player never connected to the X server: {p.stderr_text()[-500:]}"
+        accepted.append(listener.accept()[0])
+        # Waiting for the server's answer to the connection setup, it blocks in a read.
+        conn = accepted[0]
+        ready, _, _ = select.select([conn], [], [], PROMPT)
+        assert ready, "the player sent no connection setup"
+        assert conn.recv(4096)
+        p.proc.send_signal(signal.SIGTERM)
+        try:
+            code = p.wait(PROMPT)
+        except Exception:
+            pytest.fail("the player did not end on SIGTERM while its X server did not answer")
+        assert code == 0, p.stderr_text()[-500:]
+        assert "received SIGTERM; exiting" in p.log_text()
+    finally:
+        for sock in accepted:
+            sock.close()
+        listener.close()
