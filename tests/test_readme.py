@@ -53,3 +53,22 @@ def test_readme_example_runs_as_written_against_the_built_in_daemon(daemon, monk
                                                                    "failed": 0} or None,
              10, "the leased player to be ready again")
     assert "lease of demo[0]" in d.output()
+
+
+def test_readme_installs_extras_from_the_checkout():
+    # renderd is installed from its checkout (`pip install .`): a line naming the package alone
+    # (`pip install 'renderd[gym]'`) asks a registry for a project that is not there. The Gymnasium layer
+    # (docs/vector.md, examples/) needs the gym extra, and the README said nowhere how to get it.
+    readme = (ROOT / "README.md").read_text()
+    installs = re.findall(r"pip install ([^&`\n]+)", readme)
+    assert installs and all(arg.split()[-1].strip("'\"").startswith(".") for arg in installs), installs
+    assert "pip install '.[gym]'" in readme
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert re.search(r"^gym = \[", pyproject, re.M)
+
+
+def test_readme_says_how_the_foreground_daemon_is_used_and_stopped():
+    # `renderd start` does not return: the README must say so, and how to stop it (Ctrl-C, checked by
+    # tests/test_journey_review10.py) and see it (renderd status).
+    section = (ROOT / "README.md").read_text().split("## On a fresh machine", 1)[1].split("Run the tests", 1)[0]
+    assert "foreground" in section and "Ctrl-C" in section and "renderd status" in section
