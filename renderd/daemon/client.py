@@ -439,8 +439,8 @@ def _kind(mode: int) -> str:
 def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple[int | None, str | None]:
     """How the leased player ended, from the daemon: its exit status once the daemon has reaped it, or why
     the daemon stopped it itself (the lease ended ``stopped``: its environment removed or changed, the
-    daemon stopping). ``(None, None)`` if the daemon tells neither within ``timeout`` seconds (or cannot be
-    asked)."""
+    daemon stopping), or that the daemon is no longer running (its socket is gone or refuses connections).
+    ``(None, None)`` if the daemon tells neither within ``timeout`` seconds (or cannot be asked otherwise)."""
     deadline = time.monotonic() + timeout
     while True:
         remaining = deadline - time.monotonic()
@@ -448,6 +448,10 @@ def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple
             status = control.lease_status(lease_id, timeout=max(remaining, EXIT_STATUS_POLL))
         except RenderdError as exc:
             log.debug("cannot ask the daemon how the leased player exited: %s", exc)
+            if isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+                # Its socket is gone or nothing listens on it: the daemon stopped (ending the lease) or died,
+                # and a player ends with its daemon (its players are started to die with it).
+                return None, f"the renderd daemon at {control.socket} is no longer running, and its players end with it"
             return None, None
         player_exit = status.get("player_exit")
         if isinstance(player_exit, dict) and isinstance(player_exit.get("returncode"), int):

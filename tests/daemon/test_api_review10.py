@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+
 import pytest
 
-from renderd.errors import LeaseError
+from renderd.daemon.client import connect
+from renderd.errors import LeaseError, PlayerCrashed
 
 from tests.daemon.conftest import fast_config
 
@@ -23,3 +26,19 @@ def test_a_release_body_with_an_unknown_key_is_refused_and_the_lease_kept(daemon
     assert "clean" in str(caught.value)
     assert c.lease_status(answer["lease"])["ended"] is None  # nothing happened to the lease
     assert c.release(answer["lease"], clean=False) == {"released": True, "recycled": True}
+
+
+def test_a_step_after_the_daemon_stopped_says_that_the_daemon_is_gone(daemon):
+    # The daemon stops (systemctl stop) while its client is between steps: its lease ends and its player
+    # stops. The next step said "its exit status is unknown to the client: see `renderd status` or the
+    # daemon's log", as if the daemon could still tell; it says that the daemon is no longer running.
+    d = daemon(fast_config())
+    with connect("demo", socket=d.socket, timeout=10) as session:
+        assert session.step("Pass").sequence_id == 1
+        d.signal(signal.SIGTERM)
+        assert d.wait_exit() == 0, d.output()
+        with pytest.raises(PlayerCrashed) as info:
+            session.step("Pass")
+    message = str(info.value)
+    assert f"the renderd daemon at {d.socket} is no longer running" in message, message
+    assert "unknown to the client" not in message and "renderd status" not in message, message
