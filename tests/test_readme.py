@@ -72,3 +72,12 @@ def test_readme_says_how_the_foreground_daemon_is_used_and_stopped():
     # tests/test_journey_review10.py) and see it (renderd status).
     section = (ROOT / "README.md").read_text().split("## On a fresh machine", 1)[1].split("Run the tests", 1)[0]
     assert "foreground" in section and "Ctrl-C" in section and "renderd status" in section
+
+
+def test_readme_says_which_builds_run_as_they_are():
+    # The opening listed "AI2-THOR builds, ML-Agents builds, custom games" as what renderd runs, but renderd
+    # speaks only AI2-THOR's framing (pipes, or HTTP): an ML-Agents build talks gRPC to mlagents-envs and does
+    # not run under renderd unless its player speaks that protocol.
+    intro = (ROOT / "README.md").read_text().split("```python", 1)[0]
+    assert "ML-Agents builds," not in intro
+    assert "speaks AI2-THOR's protocol" in intro and "docs/protocol.md" in intro
