@@ -334,13 +334,17 @@ class Session:
         try:
             self.channel.send(buffers, write_by, name)
         except BaseException as exc:
-            self._break(exc, message["action"])
+            error = exc
+            if isinstance(exc, PlayerTimeout) and not self._closing:  # (the error raised is the one kept)
+                error = self._timeout_error(message["action"], exc, name, seconds, sending=True)
+                error.__cause__ = exc
+            self._break(error, message["action"])
             if self._closing:
                 self._finish_close()
                 if isinstance(exc, Exception):
                     raise self._closed_meanwhile(message["action"], "sent it") from exc
-            if isinstance(exc, PlayerTimeout):
-                raise self._timeout_error(message["action"], exc, name, seconds, sending=True) from exc
+            if error is not exc:
+                raise error from exc
             raise
         if self._closing:  # (closed while it wrote: by another thread, or a signal handler in this one)
             self._finish_close()
@@ -398,11 +402,14 @@ class Session:
                     offset=message.offset,
                 )
         except PlayerTimeout as exc:
-            self._break(exc, name)
             if self._closing:
+                self._break(exc, name)
                 self._finish_close()
                 raise self._closed_meanwhile(name, "waited for its answer") from exc
-            raise self._timeout_error(name, exc, deadline_name, seconds) from exc
+            error = self._timeout_error(name, exc, deadline_name, seconds)  # (the error raised is the one kept)
+            error.__cause__ = exc
+            self._break(error, name)
+            raise error from exc
         except BaseException as exc:
             self._break(exc, name)
             if self._closing:
@@ -481,9 +488,13 @@ class Session:
         what = f"the player (pid {self._pid}) did not take the action" if sending else (
             f"no answer from the player (pid {self._pid})"
         )
+        if deadline_name == "recv timeout":  # (recv()'s own timeout argument)
+            within, advice = f"the recv timeout of {seconds:g} s", "give recv() a longer timeout"
+        else:
+            within, advice = f"{deadline_name} = {seconds:g} s", f"raise {deadline_name}"
         return PlayerTimeout(
-            f"{name}: {what} within {deadline_name} = {seconds:g} s "
-            f"({exc}).{alive} The session is broken: close it and start a new one, or raise {deadline_name}.",
+            f"{name}: {what} within {within} "
+            f"({exc}).{alive} The session is broken: close it and start a new one, or {advice}.",
             deadline=deadline_name,
             seconds=seconds,
         )

@@ -1,0 +1,46 @@
+"""launch() and Session, review 10: what a session does when the player refuses part of a reset, what a
+broken session reports, and arguments a transport does not use. Real processes, real FIFOs; nothing may
+be left behind (``no_leaks``)."""
+
+from __future__ import annotations
+
+import pytest
+
+import renderd
+from renderd.client import SessionState
+from renderd.errors import CallOrderError, PlayerTimeout
+
+from .conftest import START, peer_argv
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+#: The reference player, small and with no display: it starts in well under a second.
+SMALL = dict(width=32, height=24, platform="headless")
+
+
+@pytest.mark.parametrize("how", ["step", "recv"])
+def test_a_timeout_that_broke_the_session_is_the_error_it_keeps_and_names(how):
+    # A step that timed out raised a PlayerTimeout naming the action, the deadline and what to do, but the
+    # session kept (as session.error, quoted and chained by every later call) the transport's bare one
+    # underneath: "the player (pid N) sent no complete message within step_timeout (waited 0.301 s)", its
+    # seconds the time waited, not the deadline. A recv(timeout=...) that passed said "within recv timeout =
+    # 0.3 s ... or raise recv timeout", naming no argument there is.
+    with renderd.launch(peer_argv(), platform="headless", start_timeout=START, step_timeout=0.3) as session:
+        with pytest.raises(PlayerTimeout) as info:
+            if how == "step":
+                session.step("HalfThenHang")
+            else:
+                session.send("HalfThenHang")
+                session.recv(timeout=0.2)
+        raised = info.value
+        assert session.state is SessionState.BROKEN and session.error is raised
+        if how == "step":
+            assert "within step_timeout = 0.3 s" in str(raised) and "raise step_timeout" in str(raised)
+            assert (raised.deadline, raised.seconds) == ("step_timeout", 0.3)
+        else:
+            assert "within the recv timeout of 0.2 s" in str(raised) and "recv timeout =" not in str(raised)
+            assert "give recv() a longer timeout" in str(raised) and "raise recv timeout" not in str(raised)
+            assert (raised.deadline, raised.seconds) == ("recv timeout", 0.2)
+        with pytest.raises(CallOrderError, match="HalfThenHang: no answer from the player") as later:
+            session.step("Pass")
+        assert later.value.__cause__ is raised
