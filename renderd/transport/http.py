@@ -1070,6 +1070,7 @@ class _Connection:
         self.sock = sock
         self.key = f"{addr[0]}:{addr[1]}"
         self.addr = addr
+        self.accepted = time.monotonic()  # FIRST_REQUEST_TIMEOUT counts from here
         self.buf = bytearray(HEAD_READ_SIZE)
         self.view = memoryview(self.buf)
         self.have = 0  # bytes of the next request already read into buf
@@ -1081,15 +1082,27 @@ class _Connection:
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
     # -- reading ---------------------------------------------------------------------------------------------
-    def _recv_into(self, view: memoryview, idle: bool, deadline: tuple[float, str] | None = None) -> int:
-        """Receive into ``view``; ``deadline`` is (``time.monotonic()`` by which the part being read must be
-        whole, what it is): past it, a 408."""
-        if not idle:
-            timeout = REQUEST_TIMEOUT
-        elif self.requests:
-            timeout = IDLE_TIMEOUT
+    def _idle_deadline(self) -> tuple[float, str]:
+        """(``time.monotonic()`` by which the next request must begin, why the connection is closed past it):
+        :data:`FIRST_REQUEST_TIMEOUT` after the connection was accepted for its first request, else
+        :data:`IDLE_TIMEOUT` after the last answer. Empty lines before a request line begin no request,
+        so they do not move it."""
+        if self.requests:
+            return (time.monotonic() + IDLE_TIMEOUT, f"idle between requests (IDLE_TIMEOUT) for {IDLE_TIMEOUT:g} s")
+        return (self.accepted + FIRST_REQUEST_TIMEOUT,
+                f"no request since the connection was accepted (FIRST_REQUEST_TIMEOUT) for {FIRST_REQUEST_TIMEOUT:g} s")
+
+    def _recv_into(self, view: memoryview, idle: tuple[float, str] | None = None,
+                   deadline: tuple[float, str] | None = None) -> int:
+        """Receive into ``view``. ``idle`` is the :meth:`_idle_deadline` while no request has begun (past it,
+        the connection is closed), None inside a request; ``deadline`` is (``time.monotonic()`` by which the
+        part being read must be whole, what it is): past it, a 408."""
+        if idle is not None:
+            timeout = idle[0] - time.monotonic()
+            if timeout <= 0:
+                raise _Closed("timed out", idle[1])
         else:
-            timeout = FIRST_REQUEST_TIMEOUT
+            timeout = REQUEST_TIMEOUT
         if deadline is not None:
             left = deadline[0] - time.monotonic()
             if left <= 0:
@@ -1101,13 +1114,9 @@ class _Connection:
         except TimeoutError:
             if deadline is not None and time.monotonic() >= deadline[0]:
                 raise _HttpError(408, deadline[1]) from None
-            if not idle:
-                what = "a request sent nothing more"
-            elif self.requests:
-                what = "idle between requests (IDLE_TIMEOUT)"
-            else:
-                what = "no request since the connection was accepted (FIRST_REQUEST_TIMEOUT)"
-            raise _Closed("timed out", f"{what} for {timeout:g} s") from None
+            if idle is not None:
+                raise _Closed("timed out", idle[1]) from None
+            raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
         except OSError as exc:
             raise _Closed(str(exc)) from None
         if n == 0:
@@ -1118,6 +1127,7 @@ class _Connection:
         """The request head (without its final blank line) and where its end is in buf."""
         searched = 0
         deadline = None
+        idle = self._idle_deadline()
         blank = 0  # bytes of empty lines skipped before the request line
         while True:
             if deadline is None and self.have:
@@ -1141,7 +1151,7 @@ class _Connection:
             searched = self.have
             if self.have >= MAX_HEAD_SIZE:
                 raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
-            self.have += self._recv_into(self.view[self.have :], idle=deadline is None, deadline=deadline)
+            self.have += self._recv_into(self.view[self.have :], idle if deadline is None else None, deadline)
 
     def _read_body(self, start: int, length: int) -> bytearray:
         # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the
@@ -1164,7 +1174,7 @@ class _Connection:
                 target.release()  # a bytearray cannot grow while a view of it exists
                 body.extend(bytes(min(len(body), length - len(body))))
                 target = memoryview(body)
-            got += self._recv_into(target[got:], idle=False, deadline=deadline)
+            got += self._recv_into(target[got:], None, deadline)
         target.release()
         self.last_body = length
         return body
