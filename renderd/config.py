@@ -660,6 +660,7 @@ class Config:
             values[name] = _check_value(f, value, source, f"daemon.{name}")
         config = dataclasses.replace(self, daemon=dataclasses.replace(self.daemon, **values))
         _check_daemon(config.daemon, source)
+        _check_paths(config.daemon, source if values.keys() & {"socket", "runtime_dir"} else self.path or source)
         # A file's environment that needs [daemon] http: the command line's fault if it overrode http.
         _check_cross(config, source if "http" in values else self.path or source)
         return config
@@ -990,6 +991,35 @@ def _check_daemon(daemon: DaemonConfig, source: str) -> None:
         )
 
 
+def _check_paths(daemon: DaemonConfig, source: str) -> None:
+    """The control socket must have a path of its own: not ``runtime_dir`` or what renderd makes in it (its lock
+    file, the players' pipe and log directories, the control token), not ``log_dir`` or ``control_token_file``.
+    ``renderd start`` would make that directory or file first and then find the socket's path taken."""
+    from renderd.daemon.service import CONTROL_TOKEN_NAME, LOCK_NAME
+
+    socket = os.path.normpath(daemon.socket)
+    runtime_dir = os.path.normpath(daemon.runtime_dir)
+    taken = {
+        runtime_dir: "runtime_dir itself",
+        os.path.join(runtime_dir, LOCK_NAME): "renderd's lock file in runtime_dir",
+        os.path.join(runtime_dir, "players"): "the players' pipe directory in runtime_dir",
+        os.path.join(runtime_dir, CONTROL_TOKEN_NAME): "the control token renderd writes in runtime_dir",
+    }
+    if not daemon.log_dir:
+        taken[os.path.join(runtime_dir, "logs")] = "the players' log directory in runtime_dir"
+    else:
+        taken[os.path.normpath(daemon.log_dir)] = "log_dir"
+    if daemon.control_token_file:
+        taken[os.path.normpath(daemon.control_token_file)] = "control_token_file"
+    what = taken.get(socket)
+    if what is not None:
+        raise ConfigError(
+            f"{daemon.socket!r} is {what}: give the socket a path of its own, such as "
+            f"{os.path.join(runtime_dir, 'renderd.sock')!r}",
+            path=source, key="daemon.socket",
+        )
+
+
 def _check_cross(config: Config, source: str) -> None:
     for name, env in config.environments.items():
         if env.transport == "http" and not config.daemon.http:
@@ -1004,8 +1034,8 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
     """Parse a configuration from TOML text. Raises ConfigError naming ``path``, the key and why.
 
     ``check_cross=False`` leaves out the checks between tables (an environment with ``transport = "http"``
-    needs ``[daemon] http``) for a caller that applies command-line overrides next with
-    :meth:`Config.with_daemon`, which makes them on the result.
+    needs ``[daemon] http``) and between paths (the control socket's is its own) for a caller that applies
+    command-line overrides next with :meth:`Config.with_daemon`, which makes them on the result.
     """
     try:
         data = tomllib.loads(text)
@@ -1035,6 +1065,7 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
     }
     config = Config(daemon=daemon, environments=environments, path=path)
     if check_cross:
+        _check_paths(daemon, path)
         _check_cross(config, path)
     return config
 
