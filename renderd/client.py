@@ -964,7 +964,8 @@ def launch(
     everything, including the ``AI2THOR_*`` endpoint). ``log_path``: where the player's log (its
     ``-logFile`` and its stdout/stderr) goes and stays; by default a file in the private pipe directory,
     removed at close (a :class:`PlayerCrashed` quotes its last lines). ``pipe_size``: buffer of the
-    player -> client pipe, bytes greater than 0 (default 1 MiB, capped by the kernel).
+    player -> client pipe, bytes greater than 0 (default 1 MiB, capped by the kernel); the FIFO transport's
+    only (with ``transport="http"`` it is a :class:`ConfigError`).
 
     ``start_timeout`` and ``step_timeout`` are finite numbers of seconds, greater than 0 and at most
     :data:`renderd.config.MAX_SECONDS` (7 days).
@@ -978,7 +979,16 @@ def launch(
     """
     start_timeout = check_seconds(start_timeout, "start_timeout")
     step_timeout = check_seconds(step_timeout, "step_timeout")
+    if pipe_size is not None and (isinstance(pipe_size, bool) or not isinstance(pipe_size, numbers.Integral)
+                                  or pipe_size <= 0):
+        raise ConfigError(f"must be a number of bytes greater than 0 (or None: 1 MiB), got {pipe_size!r}", key="pipe_size")
     if transport == "http":
+        if pipe_size is not None:  # (it would be ignored)
+            raise ConfigError(
+                f"{pipe_size} is the buffer of the player's named pipe, and transport='http' uses none (its player "
+                "posts its frames over HTTP): leave pipe_size out, or use transport='fifo'",
+                key="pipe_size",
+            )
         try:
             http = importlib.import_module("renderd.transport.http")
         except ImportError as exc:
@@ -1001,9 +1011,6 @@ def launch(
         )
     if transport != "fifo":
         raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}", key="transport")
-    if pipe_size is not None and (isinstance(pipe_size, bool) or not isinstance(pipe_size, numbers.Integral)
-                                  or pipe_size <= 0):
-        raise ConfigError(f"must be a number of bytes greater than 0 (or None: 1 MiB), got {pipe_size!r}", key="pipe_size")
 
     # Imported here so that `import renderd.client` stays cheap for HTTP-only users.
     from renderd.transport.fifo import DEFAULT_PIPE_SIZE, FifoChannel, FifoPair

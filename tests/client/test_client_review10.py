@@ -8,7 +8,7 @@ import pytest
 
 import renderd
 from renderd.client import SessionState
-from renderd.errors import CallOrderError, PlayerTimeout
+from renderd.errors import CallOrderError, ConfigError, PlayerTimeout
 
 from .conftest import START, peer_argv
 
@@ -44,3 +44,14 @@ def test_a_timeout_that_broke_the_session_is_the_error_it_keeps_and_names(how):
         with pytest.raises(CallOrderError, match="HalfThenHang: no answer from the player") as later:
             session.step("Pass")
         assert later.value.__cause__ is raised
+
+
+@pytest.mark.parametrize("pipe_size", [1 << 16, -5, "big"])
+def test_a_pipe_size_with_the_http_transport_is_a_config_error(pipe_size):
+    # pipe_size is the buffer of the player -> client named pipe; an HTTP player has no such pipe. With
+    # transport="http" it was dropped without a word, a bad one (-5, "big") too, and a player started.
+    with pytest.raises(ConfigError) as info:
+        renderd.launch(transport="http", pipe_size=pipe_size, **SMALL, start_timeout=START)
+    assert info.value.key == "pipe_size"
+    expected = "transport='http' uses none" if isinstance(pipe_size, int) and pipe_size > 0 else "greater than 0"
+    assert expected in str(info.value)
