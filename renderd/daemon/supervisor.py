@@ -1038,6 +1038,17 @@ class Supervisor:
         live = env.live()
         wanted = env.config.instances
         if len(live) < wanted:
+            # A leased player that a scale-down retired (stopped when its lease ends) is wanted again: it stays,
+            # rather than a new player started beside it (one process more than instances while the lease lasts).
+            for p in env.players:
+                if len(live) >= wanted:
+                    break
+                if p.retire and p.state == State.LEASED:
+                    p.retire = False
+                    live.append(p)
+                    log.info("environment %s: leased player %d is wanted again; it is no longer retired",
+                             env.name, p.index)
+        if len(live) < wanted:
             used = {p.index for p in env.players}
             for _ in range(wanted - len(live)):
                 index = next(i for i in range(len(env.players) + 1) if i not in used)

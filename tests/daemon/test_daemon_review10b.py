@@ -1,0 +1,50 @@
+"""The supervisor when changes overlap: a scale-down undone while the players it retired are still leased.
+Real players, real FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+from renderd.config import loads
+from renderd.daemon.supervisor import State
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+
+def _demo(instances: int):
+    return loads(textwrap.dedent(fast_config(instances=instances))).environments["demo"]
+
+
+def _slots(sup) -> list[tuple[int, str, bool, int | None]]:
+    with sup.lock:
+        env = sup.environments["demo"]
+        return [(p.index, p.state.value, p.retire, p.pid) for p in env.players]
+
+
+def test_a_scale_down_undone_while_the_retired_player_is_leased_keeps_it(supervisor_with):
+    # instances 2 -> 1 while both players are leased retires one of them (stopped when its lease ends); 1 -> 2
+    # before that lease ends wants it again: it is kept, not stopped at its release while a third process is
+    # started beside it (one player more than instances for as long as the lease lasts, "3/2 up").
+    statuses: list[str] = []
+    sup = supervisor_with(fast_config(instances=2), on_status=statuses.append)
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "READY"], DEADLINE, "two READY players")
+    first, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    second, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    pids = {first.player_pid, second.player_pid}
+    sup.put_environment(_demo(1), source="file")
+    wait_for(lambda: any(retire for _, _, retire, _ in _slots(sup)), DEADLINE, "a leased player retiring")
+    sup.put_environment(_demo(2), source="file")
+    wait_for(lambda: not any(retire for _, _, retire, _ in _slots(sup)) or len(_slots(sup)) > 2, DEADLINE,
+             "the scale-up reconciled")
+    slots = _slots(sup)
+    assert [(i, s, r) for i, s, r, _ in slots] == [(0, "LEASED", False), (1, "LEASED", False)], slots
+    assert {pid for *_, pid in slots} == pids
+    sup.release(first.id)
+    sup.release(second.id)
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "READY"], DEADLINE, "both READY again")
+    assert {pid for *_, pid in _slots(sup)} == pids  # the same processes: nothing stopped, nothing started
+    assert not any("3/2" in s for s in statuses), statuses
+    with sup.lock:
+        assert all(p.state == State.READY for p in sup.environments["demo"].players)
