@@ -41,6 +41,8 @@ import math
 import os
 import select
 import socket
+import struct
+import time
 
 import numpy as np
 
@@ -140,6 +142,9 @@ class GLDisplayLost(RuntimeError):
 
 
 _HANGUP = select.POLLHUP | select.POLLERR | select.POLLNVAL
+#: How long :meth:`GLRenderer.close` waits for the X server to answer before it leaves the GL context to the
+#: process's exit (a stopped or hung server would keep the release waiting for ever).
+X_ANSWER_TIMEOUT = 1.0
 
 
 def _close_sockets(exc: BaseException) -> None:
@@ -205,6 +210,37 @@ class _XServerWatch:
         except OSError as exc:
             return f"lost the X display {self.name}: {exc}"
         return None
+
+    def answers(self, timeout: float) -> bool:
+        """Whether the X server answers a new connection within ``timeout`` seconds (its reply to the
+        connection setup, whatever it says). False for a server that is stopped or hung: the kernel
+        completes the connection from its listen backlog, but no answer comes. True when it cannot be told
+        (the server is gone, which :meth:`poll` reports). This connection is not used, so python-xlib's
+        state stays as it is."""
+        deadline = time.monotonic() + timeout
+        try:
+            with socket.socket(fileno=os.dup(self._display.fileno())) as ours:
+                family, address = ours.family, ours.getpeername()
+            probe = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        except OSError:
+            return True
+        try:
+            probe.settimeout(timeout)
+            probe.connect(address)
+            # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
+            probe.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            probe.settimeout(remaining)
+            probe.recv(1)
+        except (socket.timeout, TimeoutError):
+            return False
+        except OSError:
+            return True
+        finally:
+            probe.close()
+        return True
 
     def close(self) -> None:
         if self.poll() is None:  # (it may have gone since the last frame: then its connection is not touched)
@@ -411,14 +447,21 @@ class GLRenderer:
     def close(self) -> None:
         """Release the GL objects and the context. Idempotent. After the X server was lost nothing is
         released (Xlib would end the process in its I/O error handler, exit 1): the process is exiting
-        anyway. The loss is looked for here too, since the server may have died after the last frame."""
+        anyway. The loss is looked for here too, since the server may have died after the last frame.
+        Nor is anything released when the server does not answer within :data:`X_ANSWER_TIMEOUT` (stopped
+        or hung): the release would wait for it for ever."""
         if self.ctx is None:
             return
         watch, self._x_watch = self._x_watch, None
         if watch is not None:
+            frozen = watch.poll() is None and not watch.answers(X_ANSWER_TIMEOUT)
             watch.close()
-            if watch.lost is not None:
-                log.info("%s: the GL context is left to the process's exit", watch.lost)
+            if watch.lost is not None or frozen:
+                why = watch.lost or (
+                    f"the X display {watch.name} does not answer within {X_ANSWER_TIMEOUT:g} s (its server is stopped "
+                    "or hung)"
+                )
+                log.info("%s: the GL context is left to the process's exit", why)
                 self.ctx = None
                 self._last = None
                 return

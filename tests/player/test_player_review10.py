@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import select
 import signal
 import socket
+import subprocess
 
 import pytest
 
@@ -59,3 +61,30 @@ def test_sigterm_ends_a_gl_player_whose_x_server_does_not_answer(spawn):
         for sock in accepted:
             sock.close()
         listener.close()
+
+
+def test_a_gl_player_whose_x_server_is_stopped_still_exits_when_its_client_leaves(spawn):
+    # Releasing the GLX context on the way out makes round trips to the X server. With the server stopped
+    # (SIGSTOP, or hung) the player that its client had left waited for it for ever, with SIGTERM ignored
+    # (its exit code was decided): only SIGKILL ended it. It now asks the server first and, without an
+    # answer within a second, leaves the context to the process's exit: exit 0 at once.
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    from tests.player.test_player_gl_display import _Xvfb
+
+    server = _Xvfb()
+    try:
+        p = spawn(["-screen-width", "16", "-screen-height", "16", "--renderer", "gl"], platform="Linux64",
+                  env={"DISPLAY": server.name})
+        p.start_session()
+        assert p.step("MoveBack")
+        os.killpg(server.proc.pid, signal.SIGSTOP)
+        p.close_client_pipe()
+        try:
+            code = p.wait(PROMPT)
+        except subprocess.TimeoutExpired:
+            pytest.fail("the player did not exit while its X server was stopped")
+        assert code == 0, p.stderr_text()[-500:]
+        assert "does not answer" in p.log_text() and "the client closed client.pipe" in p.log_text()
+    finally:
+        server.kill()
