@@ -22,6 +22,7 @@ import functools
 import http.client
 import json
 import logging
+import numbers
 import os
 import socket as _socket
 import stat
@@ -263,10 +264,12 @@ class ControlClient:
         from renderd.config import ArgumentError
         from renderd.daemon.leases import MAX_LEASE_TIMEOUT
 
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout >= 0:
+        # (numbers.Real: numpy's floats and integers too, as renderd.connect() takes them)
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
             # (a NaN went through every comparison below: busy answers were retried for ever)
             raise ArgumentError(f"must be a number of seconds, 0 or more, got {timeout!r}", key="timeout")
-        timeout = min(timeout, MAX_LEASE_TIMEOUT)  # the daemon waits at most this long for a player anyway
+        # (the daemon waits at most MAX_LEASE_TIMEOUT for a player anyway)
+        timeout = MAX_LEASE_TIMEOUT if timeout >= MAX_LEASE_TIMEOUT else float(timeout)
         slack = REQUEST_SLACK
         until = time.monotonic() + timeout
         while True:

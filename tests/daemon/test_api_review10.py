@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 
+import numpy as np
 import pytest
 
 from renderd.daemon.client import connect
@@ -42,3 +43,15 @@ def test_a_step_after_the_daemon_stopped_says_that_the_daemon_is_gone(daemon):
     message = str(info.value)
     assert f"the renderd daemon at {d.socket} is no longer running" in message, message
     assert "unknown to the client" not in message and "renderd status" not in message, message
+
+
+def test_a_lease_timeout_computed_with_numpy_is_a_number_of_seconds(daemon):
+    # ControlClient.lease() took only int and float: a timeout of numpy's (np.int64(5), np.float32(2.5)),
+    # which renderd.connect() and the configuration take, was "must be a number of seconds".
+    d = daemon(fast_config())
+    c = d.client
+    for timeout in (np.int64(5), np.float32(2.5)):
+        answer = c.lease("demo", timeout=timeout)
+        assert c.release(answer["lease"]) == {"released": True, "recycled": False}
+    with pytest.raises(ValueError, match="must be a number of seconds, 0 or more"):
+        c.lease("demo", timeout=np.float64("nan"))
