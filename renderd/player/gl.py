@@ -148,8 +148,9 @@ X_ANSWER_TIMEOUT = 1.0
 
 
 def _close_sockets(exc: BaseException) -> None:
-    """Close the sockets left in the frames ``exc`` (and the exceptions it was raised from) went through:
-    python-xlib leaves the socket of a failed connection attempt to the garbage collector."""
+    """Close the sockets left in the frames ``exc`` (and the exceptions it was raised from) went through, as
+    local variables or as the ``socket`` of one: python-xlib leaves the socket of a failed connection attempt,
+    or of a connection the server refused, to the garbage collector."""
     seen: set[int] = set()
     error: BaseException | None = exc
     while error is not None and id(error) not in seen:
@@ -157,8 +158,9 @@ def _close_sockets(exc: BaseException) -> None:
         tb = error.__traceback__
         while tb is not None:
             for value in tb.tb_frame.f_locals.values():
-                if isinstance(value, socket.socket):
-                    value.close()
+                for candidate in (value, getattr(value, "__dict__", {}).get("socket")):
+                    if isinstance(candidate, socket.socket):
+                        candidate.close()
             tb = tb.tb_next
         error = error.__cause__ or error.__context__
 

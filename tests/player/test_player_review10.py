@@ -88,3 +88,57 @@ def test_a_gl_player_whose_x_server_is_stopped_still_exits_when_its_client_leave
         assert "does not answer" in p.log_text() and "the client closed client.pipe" in p.log_text()
     finally:
         server.kill()
+
+
+FAMILY_LOCAL = 256  # Xauthority's family of local (Unix socket) entries
+
+
+def test_a_gl_renderer_refused_by_its_x_server_leaves_no_socket_open(tmp_path, monkeypatch):
+    # The renderer reaches the X server through python-xlib first, which leaves the socket of a connection
+    # the server refused (it wants a cookie) to the garbage collector: in a process that goes on after the
+    # GLUnavailable, a socket stayed open until then (a ResourceWarning). It is closed with the error.
+    import gc
+    import shutil
+    import struct
+    import time
+
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    from renderd.player.gl import GLRenderer, GLUnavailable
+
+    binary = shutil.which("Xvfb")
+    if binary is None:
+        pytest.skip("Xvfb is not installed")
+
+    def counted(data: bytes) -> bytes:
+        return struct.pack(">H", len(data)) + data
+
+    auth = tmp_path / "Xauthority"
+    auth.write_bytes(struct.pack(">H", FAMILY_LOCAL) + counted(socket.gethostname().encode()) + counted(b"")
+                     + counted(b"MIT-MAGIC-COOKIE-1") + counted(os.urandom(16)))
+    read_fd, write_fd = os.pipe()
+    server = subprocess.Popen(
+        [binary, "-displayfd", str(write_fd), "-auth", str(auth), "-nolisten", "tcp", "-screen", "0", "64x64x24",
+         "+extension", "GLX"],
+        pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        process_group=0,
+    )
+    os.close(write_fd)
+    try:
+        data = b""
+        deadline = time.monotonic() + PROMPT
+        while b"\n" not in data:
+            ready, _, _ = select.select([read_fd], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, "the test Xvfb did not announce its display"
+            chunk = os.read(read_fd, 64)
+            assert chunk, "the test Xvfb exited"
+            data += chunk
+        monkeypatch.setenv("DISPLAY", f":{int(data.strip())}")
+        monkeypatch.setenv("XAUTHORITY", str(tmp_path / "no-such-Xauthority"))
+        with pytest.raises(GLUnavailable, match="Authorization required"):
+            GLRenderer(platform="Linux64")
+        gc.collect()  # (an unclosed socket collected here is a ResourceWarning: an error in this suite)
+    finally:
+        os.close(read_fd)
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait(PROMPT)
