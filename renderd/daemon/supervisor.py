@@ -341,9 +341,9 @@ class Supervisor:
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._wake_pending = False  # a wake-up byte is in the pipe (see wake())
         self._watch(self._wake_r, ("wake", None))
-        #: Stops under way (see _begin_stop): each thread, and when its stop() ends at the latest (its grace,
-        #: then KILL_REAP_TIMEOUT for SIGKILL and the reap).
-        self._stoppers: list[tuple[threading.Thread, float]] = []
+        #: Stops under way (see _begin_stop): each thread, when its stop() ends at the latest (its grace, then
+        #: KILL_REAP_TIMEOUT for SIGKILL and the reap), and an event set once that stop() has ended.
+        self._stoppers: list[tuple[threading.Thread, float, threading.Event]] = []
         self._selectors: list[threading.Thread] = []  # platform selections under way (see _selection)
         self._releasers: list[threading.Thread] = []  # selections being given back (see _release_selection)
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
@@ -1785,19 +1785,22 @@ class Supervisor:
         """``proc.stop(grace)`` on a thread of its own (lock held); then, with ``p``, mark ``p``'s stop done and
         wake the loop. A stopping daemon waits for it (_finish), within its bound."""
 
+        stopped = threading.Event()  # (its stop is over: only the thread's own end is left)
+
         def stopper() -> None:
             try:
                 proc.stop(grace)
             except Exception:  # never lose the loop's wake-up
                 log.exception("stopping player pid %d failed", proc.pid)
             finally:
+                stopped.set()
                 if p is not None:
                     p.stop_done.set()
                     self.wake()
 
         t = threading.Thread(target=stopper, name=f"renderd-stop-{proc.pid}", daemon=True)
         until = time.monotonic() + grace + KILL_REAP_TIMEOUT + STOP_BOUND_SLACK
-        self._stoppers = [(s, u) for s, u in self._stoppers if s.is_alive()] + [(t, until)]
+        self._stoppers = [(s, u, e) for s, u, e in self._stoppers if s.is_alive()] + [(t, until, stopped)]
         t.start()
 
     def _after_stop(self, p: Player) -> None:
@@ -2028,11 +2031,13 @@ class Supervisor:
         # A stop under way (begun with a longer stop_grace than a reload left, or when the loop failed) is waited
         # for, within the bound of its own grace: stopping its player from this thread too would signal and reap
         # it twice at once (a process group signalled after its reap may be someone else's by then).
-        for t, until in self._stoppers:
-            if t.is_alive():
+        # (A thread whose stop is over, the one that woke the loop for the last player, is only ending: joined
+        # without a word.)
+        for t, until, stopped in self._stoppers:
+            if t.is_alive() and not stopped.is_set():
                 log.info("waiting for the stop under way in %s (at most %.3g s)", t.name,
                          max(0.0, until - time.monotonic()))
-                t.join(max(0.0, until - time.monotonic()))
+            t.join(max(0.0, until - time.monotonic()))
         with self.lock:
             for env in self.environments.values():
                 for p in env.players:

@@ -1,10 +1,14 @@
-"""The supervisor when changes overlap: a scale-down undone while the players it retired are still leased.
+"""The supervisor when changes overlap: a scale-down undone while the players it retired are still leased; a
+graceful stop whose player stops end as the loop ends.
 Real players, real FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import textwrap
+import threading
+import time
 
 from renderd.config import loads
 from renderd.daemon.supervisor import State
@@ -48,3 +52,26 @@ def test_a_scale_down_undone_while_the_retired_player_is_leased_keeps_it(supervi
     assert not any("3/2" in s for s in statuses), statuses
     with sup.lock:
         assert all(p.state == State.READY for p in sup.environments["demo"].players)
+
+
+def test_a_graceful_stop_does_not_say_it_waits_for_stops_that_are_done(supervisor_with, caplog, monkeypatch):
+    # Each player is stopped on a thread of its own, which wakes the loop as its last act: the loop then finds
+    # every player gone and ends while that thread is still finishing. That is no stop under way ("waiting for
+    # the stop under way in renderd-stop-PID (at most 8.91 s)" on a plain `systemctl stop`).
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    sup = supervisor_with(fast_config(instances=1))
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY"], DEADLINE, "a READY player")
+    wake = sup.wake
+
+    def wake_then_linger() -> None:
+        wake()
+        if threading.current_thread().name.startswith("renderd-stop-"):
+            time.sleep(0.3)  # a stopper thread slow to end after its last act (a busy machine)
+
+    monkeypatch.setattr(sup, "wake", wake_then_linger)
+    sup.request_stop()
+    (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+    loop.join(DEADLINE)
+    assert not loop.is_alive()
+    assert not [r.message for r in caplog.records if "waiting for the stop under way" in r.message]
+    assert not [t for t in threading.enumerate() if t.name.startswith("renderd-stop-")]  # (joined all the same)
