@@ -561,6 +561,16 @@ class VectorSession:
             self._broken_during = during
             self._round = None
 
+    def _check_closed_meanwhile(self, what: str, doing: str) -> None:
+        """:class:`CallOrderError` if :meth:`close` was called while the call named ``what`` ran (from a signal
+        handler that interrupted it, such as a SIGTERM handler, or from a callback it runs): the call ends
+        there, and the vector session stays closed."""
+        if self._state is _VectorState.CLOSED:
+            raise CallOrderError(
+                f"{what}: the VectorSession was closed (by a signal handler, a callback, or another thread) while "
+                f"it {doing}; its players are stopped"
+            )
+
     def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
         n = len(self._slots)
         if slots is None:
@@ -639,6 +649,7 @@ class VectorSession:
                     rnd.dropped[slot.index] = True
                     if slot.state is SlotState.RESETTING and slot.in_flight is None:
                         self._send_next_reset(slot)
+            self._check_closed_meanwhile(what, "sent the actions")
         except BaseException as exc:
             self._break(exc, what)
             raise
@@ -674,13 +685,14 @@ class VectorSession:
         rnd = self._round
         assert rnd is not None
         try:
-            self._collect(rnd, timeout, wait_resets, overall)
+            self._collect(rnd, timeout, wait_resets, overall, what)
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc, what)
             raise
         self._round = None
-        self._state = _VectorState.READY
+        if self._state is not _VectorState.CLOSED:  # (closed by a callback of _finish: the answers are given)
+            self._state = _VectorState.READY
         return result
 
     # -- resets -----------------------------------------------------------------------------------------
@@ -749,6 +761,7 @@ class VectorSession:
                 if slot.state is SlotState.REPLACING:
                     continue  # the new player gets this reset once it is ready
                 self._start_reset(slot, name)
+            self._check_closed_meanwhile(what, "sent the resets")
         except BaseException as exc:
             self._break(exc, what)
             raise
@@ -776,7 +789,7 @@ class VectorSession:
         self._reset_async(slots, scene, limit, init_params, "reset()")
         rnd = _Round(len(self._slots))
         try:
-            self._collect(rnd, timeout, True, overall)
+            self._collect(rnd, timeout, True, overall, "reset()")
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc, "reset()")
@@ -984,23 +997,31 @@ class VectorSession:
             rnd.reset_errors[i] = slot.reset_errors
             slot.reset_errors = []
 
-    def _collect(self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None) -> None:
+    def _collect(
+        self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None, what: str
+    ) -> None:
         """Receive until every slot with a caller's action in flight has answered or failed (and, with
         ``wait_resets``, until no slot is resetting or replacing). Resetting slots progress meanwhile; the
         client.pipe of a reset action sent meanwhile must be open by ``overall`` too (when ``timeout`` ends);
-        its bytes are written as the player reads them, within its answer's deadline."""
+        its bytes are written as the player reads them, within its answer's deadline. ``what``: the call
+        (``recv()``, ``step()``, ``reset()``), for its errors."""
         self._send_limit = None if overall is None else (overall, "recv timeout", timeout)  # type: ignore[assignment]
         try:
-            self._collect_until(rnd, timeout, wait_resets, overall)
+            self._collect_until(rnd, timeout, wait_resets, overall, what)
         finally:
             self._send_limit = None
+        self._check_closed_meanwhile(what, "waited for the answers")
 
-    def _collect_until(self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None) -> None:
+    def _collect_until(
+        self, rnd: _Round, timeout: float | None, wait_resets: bool, overall: float | None, what: str
+    ) -> None:
         slots = self._slots
         # Every action was dropped (all slots are resetting): wait for some progress once, so a loop over
         # step() does not spin while players reset or replacements start.
         idle = not wait_resets and not any(s.in_flight == "action" for s in slots)
         while True:
+            # (close() from a signal handler, or a callback, ends the wait: nothing is in flight any more)
+            self._check_closed_meanwhile(what, "waited for the answers")
             self._install_replacements(rnd)
             self._retry_opens()
             now = time.monotonic()
@@ -1245,7 +1266,8 @@ class VectorSession:
             )
             err.__cause__ = exc
             exc = err
-        elif self.replace_on_crash:
+        elif self.replace_on_crash and self._state is not _VectorState.CLOSED:
+            # (Not once closed, by a signal handler or a callback during this call: nothing would close it.)
             self._failures.append((slot.index, exc, True))
             slot.state = SlotState.REPLACING
             slot.session = None

@@ -1,0 +1,93 @@
+"""Vector sessions and the Gymnasium vector env closed while a call of theirs is under way: from a signal handler
+(a SIGTERM handler of a batch job) that interrupted it, or from a callback it runs."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import numpy as np
+import pytest
+
+import renderd
+from renderd.errors import CallOrderError
+from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+
+#: The player stays alive and never answers (SIGTERM ends it).
+HANG = {"action": "RenderdFault", "fault": "hang"}
+#: When the alarm closes the vector session: well inside the hung step.
+ALARM = 0.2
+
+
+@contextmanager
+def alarm(seconds: float, handler: Callable[[], None]) -> Iterator[None]:
+    """Run ``handler`` from a SIGALRM handler ``seconds`` from now (in this thread, whatever it is doing)."""
+    previous = signal.signal(signal.SIGALRM, lambda *_: handler())
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("replace", [False, True], ids=["plain", "replace_on_crash"])
+def test_a_step_closed_by_a_signal_handler_raises_and_the_vector_session_stays_closed(no_leaks, replace):
+    # The step went on after the handler's close(): it returned None for the hung slot with no error and set the
+    # vector session ready again, so the next step used closed sessions (and, with replace_on_crash, replaced them).
+    vs = renderd.launch_many(2, replace_on_crash=replace, **player_kwargs())
+    try:
+        started = time.monotonic()
+        with alarm(ALARM, vs.close), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step([HANG, "Pass"])
+        assert time.monotonic() - started < 5
+        assert vs.closed and repr(vs).startswith("<renderd.VectorSession n=2 closed")
+        with pytest.raises(CallOrderError, match="on a closed VectorSession"):
+            vs.step(["Pass", "Pass"])
+    finally:
+        vs.close()
+
+
+def test_a_reset_closed_by_a_signal_handler_raises(no_leaks):
+    vs = renderd.launch_many(2, **player_kwargs())
+    try:
+        vs.step([{**HANG, "when": "after"}, "Pass"])  # answered; the player hangs from now on
+        with alarm(ALARM, vs.close), pytest.raises(CallOrderError, match=r"reset\(\): the VectorSession was closed"):
+            vs.reset()
+        assert vs.closed
+    finally:
+        vs.close()
+
+
+def test_closing_from_on_event_starts_no_replacement(no_leaks):
+    # A replacement ready at send() gives its first frame to on_event, which closes the vector session: the other
+    # slots' actions then failed on their closed sessions and were replaced (launch threads and players of a vector
+    # session already closed, which nothing closed again), and the step went on.
+    vs = renderd.launch_many(3, replace_on_crash=True, **player_kwargs())
+    try:
+        vs.step([{"action": "RenderdFault", "fault": "segfault"}, "Pass", "Pass"])
+        replacement = vs._slots[0].future  # white box: the moment it is ready, between two steps
+        wait_for(lambda: replacement.done(), START_TIMEOUT, "the replacement to be ready")
+        vs.on_event = lambda slot, event: vs.close()
+        with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass", "Pass"])
+        assert vs.closed
+    finally:
+        vs.close()
+
+
+def test_a_vector_env_closed_by_a_signal_handler_during_a_step(no_leaks):
+    # The env's step failed with a bare AssertionError from inside renderd.gym (a slot without an observation).
+    gym = pytest.importorskip("renderd.gym")
+    kw = player_kwargs()
+    envs = gym.RenderdVectorEnv(2, actions=["Pass", HANG], width=kw["width"], height=kw["height"], args=kw["args"],
+                                start_timeout=kw["start_timeout"], step_timeout=kw["step_timeout"])
+    try:
+        envs.reset(seed=0)
+        with alarm(ALARM, envs.close), pytest.raises(CallOrderError, match="the VectorSession was closed"):
+            envs.step(np.array([1, 0]))
+        assert envs.closed and envs.vector_session.closed
+    finally:
+        envs.close()
