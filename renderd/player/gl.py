@@ -182,7 +182,12 @@ class _XServerWatch:
             self._display = xdisplay.Display(display_name)
         except Exception as exc:  # python-xlib raises DisplayError, ConnectionClosedError, OSError...
             _close_sockets(exc)
-            raise GLUnavailable(f"cannot connect to the X display {display_name}: {exc}") from exc
+            said = getattr(exc, "msg", None)
+            if isinstance(said, bytes):  # the server's own answer to the connection setup: it turned us away
+                why = f"the X server refused the connection ({said.decode('utf-8', 'replace').strip() or 'no reason given'})"
+            else:
+                why = str(exc)
+            raise GLUnavailable(f"cannot connect to the X display {display_name}: {why}") from exc
         self._poller = select.poll()
         self._poller.register(self._display.fileno(), select.POLLIN | _HANGUP)
         self.lost: str | None = None

@@ -1,12 +1,16 @@
-"""The reference player: SIGTERM while its gl renderer connects to an X server that does not answer."""
+"""The reference player's gl renderer and X servers that do not answer, stop answering, or turn it away."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
+import shutil
 import signal
 import socket
+import struct
 import subprocess
+import time
 
 import pytest
 
@@ -93,19 +97,9 @@ def test_a_gl_player_whose_x_server_is_stopped_still_exits_when_its_client_leave
 FAMILY_LOCAL = 256  # Xauthority's family of local (Unix socket) entries
 
 
-def test_a_gl_renderer_refused_by_its_x_server_leaves_no_socket_open(tmp_path, monkeypatch):
-    # The renderer reaches the X server through python-xlib first, which leaves the socket of a connection
-    # the server refused (it wants a cookie) to the garbage collector: in a process that goes on after the
-    # GLUnavailable, a socket stayed open until then (a ResourceWarning). It is closed with the error.
-    import gc
-    import shutil
-    import struct
-    import time
-
-    pytest.importorskip("moderngl")
-    pytest.importorskip("Xlib")
-    from renderd.player.gl import GLRenderer, GLUnavailable
-
+@contextlib.contextmanager
+def _xvfb_wanting_a_cookie(tmp_path):
+    """An Xvfb (-displayfd) that lets in only clients with a cookie nobody has; yields its display name."""
     binary = shutil.which("Xvfb")
     if binary is None:
         pytest.skip("Xvfb is not installed")
@@ -133,12 +127,42 @@ def test_a_gl_renderer_refused_by_its_x_server_leaves_no_socket_open(tmp_path, m
             chunk = os.read(read_fd, 64)
             assert chunk, "the test Xvfb exited"
             data += chunk
-        monkeypatch.setenv("DISPLAY", f":{int(data.strip())}")
-        monkeypatch.setenv("XAUTHORITY", str(tmp_path / "no-such-Xauthority"))
-        with pytest.raises(GLUnavailable, match="Authorization required"):
-            GLRenderer(platform="Linux64")
-        gc.collect()  # (an unclosed socket collected here is a ResourceWarning: an error in this suite)
+        yield f":{int(data.strip())}"
     finally:
         os.close(read_fd)
         os.killpg(server.pid, signal.SIGKILL)
         server.wait(PROMPT)
+
+
+def test_a_gl_renderer_refused_by_its_x_server_leaves_no_socket_open(tmp_path, monkeypatch):
+    # The renderer reaches the X server through python-xlib first, which leaves the socket of a connection
+    # the server refused (it wants a cookie) to the garbage collector: in a process that goes on after the
+    # GLUnavailable, a socket stayed open until then (a ResourceWarning). It is closed with the error.
+    import gc
+
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    from renderd.player.gl import GLRenderer, GLUnavailable
+
+    with _xvfb_wanting_a_cookie(tmp_path) as name:
+        monkeypatch.setenv("DISPLAY", name)
+        monkeypatch.setenv("XAUTHORITY", str(tmp_path / "no-such-Xauthority"))
+        with pytest.raises(GLUnavailable, match="Authorization required"):
+            GLRenderer(platform="Linux64")
+        gc.collect()  # (an unclosed socket collected here is a ResourceWarning: an error in this suite)
+
+
+def test_a_gl_player_refused_by_its_x_server_says_so_in_words(spawn, tmp_path):
+    # The X server's refusal came into the log as python-xlib's bytes ("... b'Authorization required, but
+    # no authorization protocol specified\\n'"), which renderd quotes when the player fails to start.
+    pytest.importorskip("moderngl")
+    pytest.importorskip("Xlib")
+    with _xvfb_wanting_a_cookie(tmp_path) as name:
+        p = spawn(["--renderer", "gl"], platform="Linux64",
+                  env={"DISPLAY": name, "XAUTHORITY": str(tmp_path / "no-such-Xauthority")})
+        assert p.wait(PROMPT) == 2
+    log = p.log_text()
+    line = next(line for line in log.splitlines() if "cannot start the gl renderer" in line)
+    assert f"cannot connect to the X display {name}: the X server refused the connection (Authorization required" \
+        in line, line
+    assert "b'" not in line and "\\n" not in line, line
