@@ -127,6 +127,12 @@ DISCONNECT_POLL_INTERVAL = 0.25
 EXIT_POLL_INTERVAL = 0.05
 #: After the player hung up or exited, how long recv waits for its exit status, to report it (s).
 EXIT_CLASSIFY_TIMEOUT = 1.0
+#: After the attached player exited while its HTTP connection is still open in the server, how long recv
+#: waits for the server to finish what the player sent before it exited (a last frame, delivered first,
+#: as a FIFO channel reads what the pipe holds) or to see the connection close (s). The server sees it
+#: close as soon as it has read what was sent; only a server that does not report closes (waitress) waits
+#: this long.
+EXIT_DRAIN_TIMEOUT = 1.0
 #: Longest single wait of :meth:`PlayerBridge.recv` (s): a later deadline, or an infinite one, is waited
 #: for in turns of this length (a lock takes no timeout beyond ``threading.TIMEOUT_MAX``).
 RECV_WAIT_SLICE = 3600.0
@@ -324,7 +330,8 @@ class PlayerBridge:
 
     A player process can be watched with :meth:`attach` (a :class:`renderd.process.PlayerWatch`, as
     :func:`renderd.client.launch_player` passes) or an ``alive()`` callable: a waiting :meth:`recv`
-    then raises :class:`PlayerCrashed` as soon as the player exits, with its exit status and log tail.
+    then raises :class:`PlayerCrashed` as soon as the player exits (after a frame it sent whole before it
+    exited: see :data:`EXIT_DRAIN_TIMEOUT`), with its exit status and log tail.
     """
 
     def __init__(self, token: str, *, alive: Callable[[], bool] | None = None, name: str = "player") -> None:
@@ -341,6 +348,7 @@ class PlayerBridge:
         self._offset = 0  # stream offset the frames would have on a pipe (for error messages)
         self._connection: str | None = None  # the player's HTTP connection, "host:port"
         self._closing_expected = False  # its last request asked the server to close the connection
+        self._exit_seen: float | None = None  # time.monotonic() recv first saw the attached player exited
         self._on_close: list[Callable[[], None]] = []
         self._woken = False
         # An eventfd that is readable while the client has something to take (a frame, or the stream's
@@ -573,9 +581,16 @@ class PlayerBridge:
                     return None
                 if watched:
                     if self._exited():
-                        error = self._error = PlayerCrashed(f"{self.name} exited")
-                        self._update_ready()
-                        break
+                        # While its connection is still open, the server may still be reading or parsing
+                        # a frame the player sent whole before it exited: that frame comes first (or the
+                        # connection's close, an error), for at most EXIT_DRAIN_TIMEOUT.
+                        now = time.monotonic()
+                        if self._exit_seen is None:
+                            self._exit_seen = now
+                        if self._connection is None or now - self._exit_seen >= EXIT_DRAIN_TIMEOUT:
+                            error = self._error = PlayerCrashed(f"{self.name} exited")
+                            self._update_ready()
+                            break
                     remaining = min(remaining, EXIT_POLL_INTERVAL)
                 self._cond.wait(min(remaining, RECV_WAIT_SLICE))
         if isinstance(error, PlayerCrashed) and self._player is not None and error.returncode is None:

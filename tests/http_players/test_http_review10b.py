@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
+import pytest
+
+from renderd.protocol import FieldType
 from renderd.transport import http as http_transport
 
 from tests.helpers.http_util import DEADLINE, connect
@@ -57,3 +61,44 @@ def test_a_request_begun_before_the_idle_deadline_is_served(served, monkeypatch)
     time.sleep(0.5)  # past the idle deadline, inside the request (REQUEST_TIMEOUT)
     client.send(b"ng HTTP/1.1\r\n\r\n")
     assert client.response().body == b"pong"
+
+
+# -- a player that exits right after posting its answer ----------------------------------------------------
+
+
+def test_a_frame_sent_whole_before_the_player_exited_is_received_not_called_a_crash(served, monkeypatch):
+    # A player answers its action and exits at once (its process ends while the server still reads or
+    # parses what it sent). Over FIFO the client reads the answer before the end of file; over HTTP the
+    # exit must not win either: the answer is delivered, and the next call is the crash.
+    from renderd.errors import PlayerCrashed
+    from renderd.protocol import encode_action
+
+    from tests.helpers.http_util import frame_body, request_bytes
+
+    registry, _, _ = served
+    exited = threading.Event()
+    bridge = registry.register(alive=lambda: not exited.is_set())
+    client = connect(served)
+    client.sock.settimeout(DEADLINE)
+    client.send(request_bytes(frame_body(bridge.token, seq=0)))
+    assert bridge.recv(time.monotonic() + DEADLINE).fields[0][0] == FieldType.METADATA
+    bridge.send(encode_action({"action": "Pass"}), time.monotonic() + DEADLINE)
+    assert client.response().status == 200
+
+    parsed = http_transport.encode_metadata
+
+    def slow_encode(metadata):  # the server is slow to hand the last frame over (a loaded machine)
+        time.sleep(0.4)
+        return parsed(metadata)
+
+    monkeypatch.setattr(http_transport, "encode_metadata", slow_encode)
+    monkeypatch.setattr(http_transport, "EXIT_DRAIN_TIMEOUT", DEADLINE, raising=False)  # (a loaded machine)
+    client.send(request_bytes(frame_body(bridge.token, seq=1)))
+    exited.set()  # the whole answer is sent: the player exits (and its socket closes with it)
+    client.close()
+    message = bridge.recv(time.monotonic() + DEADLINE)
+    assert message.fields[0][0] == FieldType.METADATA
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed):
+        bridge.recv(time.monotonic() + DEADLINE)
+    assert time.monotonic() - started < 2.0
