@@ -61,6 +61,32 @@ def test_a_reset_closed_by_a_signal_handler_raises(no_leaks):
         vs.close()
 
 
+def test_a_step_waiting_for_a_replacement_closed_by_a_signal_handler_ends(no_leaks):
+    # A step with wait_resets whose slot was being replaced spun forever once the handler's close() had cancelled
+    # the replacement (the slot stayed "replacing", with nothing left to wait on).
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs(args=["--static-frame", "--start-delay", "0.5"]))
+    calls = []
+
+    def close_then_give_up() -> None:  # (the second alarm ends a step that would never return)
+        calls.append(time.monotonic())
+        if len(calls) > 1:
+            raise TimeoutError("the step did not end after close()")
+        vs.close()
+
+    try:
+        previous = signal.signal(signal.SIGALRM, lambda *_: close_then_give_up())
+        signal.setitimer(signal.ITIMER_REAL, ALARM, 3.0)
+        try:
+            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step([{"action": "RenderdFault", "fault": "segfault"}, "Pass"], wait_resets=True)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert vs.closed and len(calls) == 1
+    finally:
+        vs.close()
+
+
 def test_closing_from_on_event_starts_no_replacement(no_leaks):
     # A replacement ready at send() gives its first frame to on_event, which closes the vector session: the other
     # slots' actions then failed on their closed sessions and were replaced (launch threads and players of a vector
