@@ -32,6 +32,7 @@ import math
 import os
 import select
 import shutil
+import signal
 import stat
 import tempfile
 import time
@@ -149,6 +150,36 @@ def _ms(seconds: float) -> int:
     if seconds >= MAX_POLL_MS / 1000:
         return MAX_POLL_MS
     return math.ceil(seconds * 1000)
+
+
+_SIGPIPE = signal.SIGPIPE
+# signal.getsignal turns the disposition into an enum member (0.25 us a call); its C function returns 0 for
+# SIG_DFL at once (0.014 us), which matters on a path taken at every step.
+try:
+    from _signal import getsignal as _disposition
+except ImportError:  # pragma: no cover - (an interpreter without CPython's _signal)
+    _disposition = signal.getsignal
+_SIG_DFL = int(signal.SIG_DFL)
+
+
+def _writev(fd: int, buffers: Sequence[Any]) -> int:
+    """``os.writev`` that never lets the kernel kill this process with SIGPIPE: a write to ``client.pipe``
+    after the player closed it (it exited between two steps) is a BrokenPipeError, which the caller reports
+    as a crash. Python ignores SIGPIPE, so that is the case unless the program put it back to its default
+    (``signal.signal(SIGPIPE, SIG_DFL)``, common in command-line tools); then SIGPIPE is blocked in this
+    thread for the write, and the one the write raised is taken before it is unblocked."""
+    if _disposition(_SIGPIPE) != _SIG_DFL:
+        return os.writev(fd, buffers)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, (_SIGPIPE,))
+    if _SIGPIPE in old:  # (blocked already: nothing to undo)
+        return os.writev(fd, buffers)
+    try:
+        return os.writev(fd, buffers)
+    except BrokenPipeError:
+        signal.sigtimedwait((_SIGPIPE,), 0)  # (the write's SIGPIPE, pending for this thread)
+        raise
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 def _kept(views: list[memoryview]) -> list[memoryview]:
@@ -509,7 +540,7 @@ class FifoChannel:
             self._write_rest(deadline, deadline_name)
         wfd = self._wfd
         try:
-            n = os.writev(wfd, buffers)
+            n = _writev(wfd, buffers)
         except BlockingIOError:
             n = 0
         except BrokenPipeError as exc:
@@ -549,7 +580,7 @@ class FifoChannel:
         """One ``writev`` of the unsent rest; False when the pipe is full."""
         pending = self._unsent
         try:
-            n = os.writev(self._wfd, pending[:1024])  # (IOV_MAX)
+            n = _writev(self._wfd, pending[:1024])  # (IOV_MAX)
         except BlockingIOError:
             return False
         except BrokenPipeError as exc:

@@ -4,6 +4,11 @@ be left behind (``no_leaks``)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 
 import renderd
@@ -55,3 +60,36 @@ def test_a_pipe_size_with_the_http_transport_is_a_config_error(pipe_size):
     assert info.value.key == "pipe_size"
     expected = "transport='http' uses none" if isinstance(pipe_size, int) and pipe_size > 0 else "greater than 0"
     assert expected in str(info.value)
+
+
+#: Run in a process of its own: SIGPIPE at its default disposition, as CLI scripts often set it (so that
+#: ``| head`` ends them quietly); a player that exited between two steps; the second step writes its action.
+SIGPIPE_SCRIPT = textwrap.dedent(
+    """
+    import signal, sys
+    import renderd
+    from renderd.errors import PlayerCrashed
+
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    with renderd.launch(width=32, height=24, platform="headless", start_timeout=30, step_timeout=30) as session:
+        session.step(action="RenderdFault", fault="exit", code=3, when="after")  # answered, then it exits
+        assert session.process.wait(30) == 3
+        try:
+            session.step("Pass")
+        except PlayerCrashed as exc:
+            print("PlayerCrashed:", exc.returncode, "client.pipe" in str(exc))
+    print("still here")
+    """
+)
+
+
+def test_an_action_written_to_a_player_that_exited_is_a_crash_even_with_sigpipe_at_its_default(private_tmp):
+    # Python ignores SIGPIPE, so writing to a pipe nobody reads raises BrokenPipeError, which a step turns into
+    # PlayerCrashed. A program that put SIGPIPE back to its default (signal.signal(SIGPIPE, SIG_DFL), a common
+    # idiom) was killed by the kernel instead, on the next step after its player died: no error, no log, its
+    # pipe directory left behind.
+    env = dict(os.environ, TMPDIR=str(private_tmp))
+    done = subprocess.run([sys.executable, "-c", SIGPIPE_SCRIPT], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.split("\n")[:2] == ["PlayerCrashed: 3 True", "still here"], done.stdout
