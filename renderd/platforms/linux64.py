@@ -166,8 +166,15 @@ class Linux64(Platform):
     @staticmethod
     def _judge(candidate: _Candidate, found: x11.DisplayFacts, request: PlatformRequest) -> None:
         if candidate.screens is not None:
-            for screen in candidate.screens:
-                candidate.reasons += x11.screen_reasons(found, screen, request.width, request.height)
+            if not found.ok:  # the display itself: one reason, whose fix has a server with every screen wanted
+                candidate.reasons += x11.screen_reasons(
+                    found, max(candidate.screens, default=0), request.width, request.height
+                )
+            else:
+                for screen in candidate.screens:
+                    for reason in x11.screen_reasons(found, screen, request.width, request.height):
+                        if reason not in candidate.reasons:  # (one about the display, as no GLX, comes once)
+                            candidate.reasons.append(reason)
             if candidate.screens and len(candidate.screens) == 1:
                 candidate.chosen_screen = candidate.screens[0]
             return
