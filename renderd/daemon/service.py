@@ -1008,8 +1008,15 @@ class Daemon:
                     parts.append(f"environments.{name}.{k} changed (a secret value)")
                 else:
                     parts.append(f"environments.{name}.{k} {shown_before[k]!r} -> {shown_after[k]!r}")
-            how = ("players replaced one at a time, leased ones after their lease" if new.replaces_players(before_cfg)
-                   else "players kept; exited ones restart")
+            more = new.instances - before_cfg.instances
+            scaled = (f"{more} player(s) added" if more > 0 else
+                      f"{-more} player(s) retired, idle or failed ones first, a leased one when its lease ends"
+                      if more < 0 else "")
+            if new.replaces_players(before_cfg):
+                how = "players replaced one at a time, leased ones after their lease" + (f"; {scaled}" if scaled else "")
+            else:
+                how = f"{scaled}, the others kept" if scaled else "players kept"
+                how += "; exited ones restart"
             changes.append(f"{', '.join(parts)} ({how})")
         return changes
 

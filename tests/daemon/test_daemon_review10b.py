@@ -1,5 +1,5 @@
 """The supervisor when changes overlap: a scale-down undone while the players it retired are still leased; a
-graceful stop whose player stops end as the loop ends.
+graceful stop whose player stops end as the loop ends; what a reload that scales an environment says.
 Real players, real FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import threading
 import time
 
 from renderd.config import loads
-from renderd.daemon.supervisor import State
+from renderd.daemon.service import Daemon, _Platforms
+from renderd.daemon.supervisor import State, Supervisor
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
@@ -75,3 +76,28 @@ def test_a_graceful_stop_does_not_say_it_waits_for_stops_that_are_done(superviso
     assert not loop.is_alive()
     assert not [r.message for r in caplog.records if "waiting for the stop under way" in r.message]
     assert not [t for t in threading.enumerate() if t.name.startswith("renderd-stop-")]  # (joined all the same)
+
+
+def test_a_reload_that_changes_instances_says_players_are_added_or_retired(tmp_path):
+    # A reload's line of changes said "(players kept; exited ones restart)" for instances 2 -> 1, while one of the
+    # two is stopped (a leased one once its lease ends), and the same for 2 -> 3, where one is started.
+    (tmp_path / "players").mkdir()
+    (tmp_path / "logs").mkdir()
+    running = loads(textwrap.dedent(fast_config(instances=2)))
+    daemon = Daemon(running, config_path=str(tmp_path / "renderd.toml"))
+    daemon.supervisor = Supervisor(running, players_dir=str(tmp_path / "players"), log_dir=str(tmp_path / "logs"),
+                                   platforms=_Platforms())
+    try:
+        (fewer,) = daemon._reload_changes(loads(textwrap.dedent(fast_config(instances=1))))
+        assert fewer.startswith("environments.demo.instances 2 -> 1 ("), fewer
+        assert "1 player(s) retired" in fewer and "leased one when its lease ends" in fewer, fewer
+        assert "players kept" not in fewer, fewer
+        (more,) = daemon._reload_changes(loads(textwrap.dedent(fast_config(instances=3))))
+        assert "1 player(s) added" in more and "players kept" not in more, more
+        (both,) = daemon._reload_changes(loads(textwrap.dedent(fast_config(instances=1, extra="width = 200"))))
+        assert "replaced one at a time" in both and "1 player(s) retired" in both, both
+        (same,) = daemon._reload_changes(loads(textwrap.dedent(fast_config(instances=2, extra="step_timeout = 5.0"
+                                                                           ).replace("step_timeout = 20.0", ""))))
+        assert same.endswith("(players kept; exited ones restart)"), same
+    finally:
+        daemon.supervisor.close()
