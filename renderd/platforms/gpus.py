@@ -43,6 +43,8 @@ GPU_TOOL_DRAIN_TIMEOUT = 1.0
 GPU_TOOL_REAP_TIMEOUT = 5.0
 #: How long the output of ``nvidia-smi -L`` is reused.
 GPU_TOOL_CACHE_SECONDS = 300.0
+#: Most tool outputs kept (one per command and environment); expired ones are dropped first, then the oldest.
+GPU_TOOL_CACHE_ENTRIES = 32
 
 _NVIDIA_SMI_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$")
 _VK_GPU_RE = re.compile(r"^\s*GPU(?P<index>\d+):\s*$")
@@ -335,7 +337,13 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
             log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), said)
             problem = f"it failed ({describe_exit(returncode)}" + (f": {said.splitlines()[-1]})" if said else ")")
     with _tool_lock:
-        _tool_cache[key] = (time.monotonic(), output, problem)
+        now = time.monotonic()
+        for old in [k for k, (at, _, _) in _tool_cache.items() if now - at >= GPU_TOOL_CACHE_SECONDS]:
+            del _tool_cache[old]
+        _tool_cache.pop(key, None)  # (re)inserted last: the dict's order is the entries' age
+        _tool_cache[key] = (now, output, problem)
+        while len(_tool_cache) > GPU_TOOL_CACHE_ENTRIES:
+            del _tool_cache[next(iter(_tool_cache))]
     return output, problem
 
 

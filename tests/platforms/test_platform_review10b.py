@@ -45,3 +45,44 @@ def test_a_display_without_glx_for_two_screens_says_so_once(xvfb, monkeypatch):
     assert not report.valid
     assert len(report.reasons) == 1, report.reasons
     assert f"X display {server.name} has no GLX extension" in report.reasons[0]
+
+
+def _fake_nvidia_smi(directory) -> str:
+    """A directory holding an ``nvidia-smi`` that lists one GPU (a real program, as the tool is run)."""
+    tool = directory / "nvidia-smi"
+    tool.write_text("#!/bin/sh\necho 'GPU 0: Fake GPU (UUID: GPU-00000000-1111-2222-3333-444444444444)'\n")
+    tool.chmod(0o755)
+    return str(directory)
+
+
+def test_the_gpu_tool_output_cache_is_bounded(monkeypatch, tmp_path):
+    # nvidia-smi's (and vulkaninfo's) output is cached per command and environment: a daemon whose
+    # environments are reloaded with new settings for months kept every output it ever got.
+    from renderd.platforms import gpus
+
+    monkeypatch.setattr(gpus, "GPU_TOOL_CACHE_ENTRIES", 3, raising=False)
+    path = f"{_fake_nvidia_smi(tmp_path)}:{os.defpath}"
+    gpus.clear_cache()
+    try:
+        for i in range(6):
+            devices, problem = gpus.nvidia_survey({"PATH": path, "CUDA_VISIBLE_DEVICES": str(i)})
+            assert problem is None and [d.name for d in devices] == ["Fake GPU"]
+            assert len(gpus._tool_cache) <= 3
+        # the newest output is one of those kept (the key holds CUDA_VISIBLE_DEVICES after the command, path, PATH)
+        assert "5" in [key[3] for key in gpus._tool_cache]
+    finally:
+        gpus.clear_cache()
+
+
+def test_expired_gpu_tool_outputs_are_dropped(monkeypatch, tmp_path):
+    from renderd.platforms import gpus
+
+    monkeypatch.setattr(gpus, "GPU_TOOL_CACHE_SECONDS", 0.0)
+    path = f"{_fake_nvidia_smi(tmp_path)}:{os.defpath}"
+    gpus.clear_cache()
+    try:
+        for i in range(3):
+            gpus.nvidia_survey({"PATH": path, "CUDA_VISIBLE_DEVICES": str(i)})
+            assert len(gpus._tool_cache) <= 1  # older outputs had expired: dropped, not kept
+    finally:
+        gpus.clear_cache()
