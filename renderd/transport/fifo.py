@@ -182,6 +182,11 @@ def _writev(fd: int, buffers: Sequence[Any]) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _awaited(deadline_name: str) -> str:
+    """What a wait named ``deadline_name`` is for, in a crash's message: no action precedes a first frame."""
+    return "its first frame" if deadline_name == "start_timeout" else "its answer"
+
+
 def _kept(views: list[memoryview]) -> list[memoryview]:
     """``views`` to keep past a send: a copy of any buffer the caller might reuse (encode_action's are bytes)."""
     return [v if isinstance(v.obj, bytes) else memoryview(bytes(v)) for v in views]
@@ -480,7 +485,9 @@ class FifoChannel:
     def _crash_on_exit(self, deadline_name: str) -> PlayerCrashed:
         assert self._player is not None
         self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
-        return self._player.crashed(f"the player exited while renderd waited for its answer ({deadline_name})")
+        return self._player.crashed(
+            f"the player exited while renderd waited for {_awaited(deadline_name)} ({deadline_name})"
+        )
 
     def _crash_on_closed_input(self, deadline_name: str) -> PlayerCrashed:
         context = f"the player closed client.pipe and sent no answer while renderd waited for it ({deadline_name})"
@@ -497,7 +504,7 @@ class FifoChannel:
         what = "closed server.pipe"
         if partial is not None:
             what += f" in the middle of a message ({partial})"
-        context = f"the player {what} while renderd waited for its answer ({deadline_name})"
+        context = f"the player {what} while renderd waited for {_awaited(deadline_name)} ({deadline_name})"
         if self._player is None:
             err = PlayerCrashed(context)
         else:

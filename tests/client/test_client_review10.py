@@ -13,7 +13,7 @@ import pytest
 
 import renderd
 from renderd.client import SessionState
-from renderd.errors import CallOrderError, ConfigError, PlayerTimeout
+from renderd.errors import CallOrderError, ConfigError, PlayerCrashed, PlayerTimeout
 
 from .conftest import START, peer_argv
 
@@ -93,3 +93,20 @@ def test_an_action_written_to_a_player_that_exited_is_a_crash_even_with_sigpipe_
                           timeout=60)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     assert done.stdout.split("\n")[:2] == ["PlayerCrashed: 3 True", "still here"], done.stdout
+
+
+@pytest.mark.parametrize(
+    "code, says",
+    [
+        ("import sys; sys.exit(3)", "the player exited while renderd waited for its first frame (start_timeout)"),
+        ("import os, sys; os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY); sys.exit(3)",
+         "the player closed server.pipe while renderd waited for its first frame (start_timeout)"),
+    ],
+)
+def test_a_player_that_ends_before_its_first_frame_is_not_said_to_owe_an_answer(code, says):
+    # launch() sends no action before the first frame, but a player that died first was reported as having
+    # ended "while renderd waited for its answer (start_timeout)".
+    with pytest.raises(PlayerCrashed) as info:
+        renderd.launch([sys.executable, "-c", code], platform="headless", start_timeout=START)
+    assert says in str(info.value) and "answer" not in str(info.value)
+    assert info.value.returncode == 3
