@@ -1,4 +1,5 @@
-"""The players' HTTP server over real sockets: how long a connection may stay without a request."""
+"""The players' HTTP server over real sockets: how long a connection may stay without a request, and the
+last frame of a player that exits as soon as it has sent it."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import time
 
 import pytest
 
-from renderd.protocol import FieldType
+from renderd.errors import PlayerCrashed
+from renderd.protocol import FieldType, encode_action
 from renderd.transport import http as http_transport
 
-from tests.helpers.http_util import DEADLINE, connect
+from tests.helpers.http_util import DEADLINE, connect, frame_body, request_bytes
 
 
 def _trickle_blank_lines(client, seconds: float, every: float = 0.1) -> float | None:
@@ -70,11 +72,6 @@ def test_a_frame_sent_whole_before_the_player_exited_is_received_not_called_a_cr
     # A player answers its action and exits at once (its process ends while the server still reads or
     # parses what it sent). Over FIFO the client reads the answer before the end of file; over HTTP the
     # exit must not win either: the answer is delivered, and the next call is the crash.
-    from renderd.errors import PlayerCrashed
-    from renderd.protocol import encode_action
-
-    from tests.helpers.http_util import frame_body, request_bytes
-
     registry, _, _ = served
     exited = threading.Event()
     bridge = registry.register(alive=lambda: not exited.is_set())
