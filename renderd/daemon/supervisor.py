@@ -802,6 +802,9 @@ class Supervisor:
                 recycle = True
             if recycle and how == LeaseEnd.STOPPED:  # its environment is going, or the daemon: not a recycle
                 self._begin_stop(p, _Stop(f"lease ended {how.value}", "respawn", lease=lease))
+            elif recycle and p.retire:  # scaled down: stopped and removed whatever the end, nothing replaces it
+                log.info("lease of %s[%d] ended %s; retiring the player", p.environment.name, p.index, how.value)
+                self._begin_stop(p, _Stop(f"lease ended {how.value}", "remove", lease=lease))
             elif recycle:
                 self.metrics.recycles.labels(p.environment.name).inc()
                 log.info(

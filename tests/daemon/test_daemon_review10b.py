@@ -101,3 +101,22 @@ def test_a_reload_that_changes_instances_says_players_are_added_or_retired(tmp_p
         assert same.endswith("(players kept; exited ones restart)"), same
     finally:
         daemon.supervisor.close()
+
+
+def test_a_retired_player_whose_lease_ends_uncleanly_is_retired_not_counted_as_recycled(supervisor_with, caplog):
+    # A scale-down retired a leased player; its lease then ends uncleanly (the client's close after an error, or
+    # its exit). The player is stopped and its slot removed, as after a clean release: no replacement is
+    # started, so it is no recycle ("recycling demo[1]" and renderd_player_recycles_total said one was).
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    sup = supervisor_with(fast_config(instances=2))
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "READY"], DEADLINE, "two READY players")
+    leases = [sup.acquire("demo", os.getpid(), DEADLINE)[0] for _ in range(2)]
+    sup.put_environment(_demo(1), source="file")
+    wait_for(lambda: any(retire for _, _, retire, _ in _slots(sup)), DEADLINE, "a leased player retiring")
+    (retired,) = [lease for lease in leases if lease.player.retire]
+    sup.release(retired.id, clean=False)
+    wait_for(lambda: len(_slots(sup)) == 1, DEADLINE, "the retired slot removed")
+    assert sup.metrics.recycles.labels("demo")._value.get() == 0
+    assert not [r.message for r in caplog.records if r.message.startswith("recycling")]
+    assert any("retiring the player" in r.message for r in caplog.records)
+    assert [(i, s) for i, s, _, _ in _slots(sup)] == [(1 - retired.player.index, "LEASED")]
