@@ -1878,13 +1878,12 @@ class Supervisor:
         how = p.proc.exit_description() if p.proc is not None else describe_exit(code)
         self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
         tail = p.proc.log_tail(REASON_LOG_LINES) if p.proc is not None else ""
-        reason = f"{'exited before readiness' if booting else 'exited'}: {how}"
-        if tail:
-            reason += f"; last log line: {tail.splitlines()[-1].strip()}"
+        last = f"; last log line: {tail.splitlines()[-1].strip()}" if tail else ""
+        reason = f"{'exited before readiness' if booting else 'exited'}: {how}{last}"
         if lease is not None:
             lease.player_returncode = code
-            log.error("%s[%d] pid %d %s while leased to client pid %d",
-                      env.name, p.index, p.pid, how, lease.client_pid)
+            log.error("%s[%d] pid %d %s while leased to client pid %d%s",
+                      env.name, p.index, p.pid, how, lease.client_pid, last)
         else:
             level = logging.ERROR if code != 0 else logging.INFO
             log.log(level, "%s[%d] pid %d %s", env.name, p.index, p.pid, reason)

@@ -13,6 +13,7 @@ import time
 from renderd.config import loads
 from renderd.daemon.service import Daemon, _Platforms
 from renderd.daemon.supervisor import State, Supervisor
+from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
@@ -120,3 +121,23 @@ def test_a_retired_player_whose_lease_ends_uncleanly_is_retired_not_counted_as_r
     assert not [r.message for r in caplog.records if r.message.startswith("recycling")]
     assert any("retiring the player" in r.message for r in caplog.records)
     assert [(i, s) for i, s, _, _ in _slots(sup)] == [(1 - retired.player.index, "LEASED")]
+
+
+def test_a_crash_under_a_lease_is_logged_with_the_last_line_of_the_players_log(supervisor_with, caplog):
+    # docs/deploy.md: "A player's crash is logged with its exit code or signal and the last line of its log". A
+    # crash while leased (the usual one) was logged as "demo[0] pid N exit code 3 while leased to client pid C":
+    # the journal had no line of the player's log for it (only `renderd status` and the client did).
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    sup = supervisor_with(fast_config(instances=1))
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY"], DEADLINE, "a READY player")
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    fd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, b"".join(encode_action({"action": "RenderdFault", "fault": "exit", "code": 3, "sequenceId": 1})))
+    finally:
+        os.close(fd)
+    line = wait_for(lambda: next((r.message for r in caplog.records if "while leased to client pid" in r.message),
+                                 None), DEADLINE, "the crash logged")
+    assert f"pid {answer['pid']} exit code 3 while leased to client pid {os.getpid()}; last log line: " in line, line
+    assert "fault" in line.split("; last log line: ", 1)[1], line
+    assert sup.lease_status(lease.id)["player_exit"]["returncode"] == 3
