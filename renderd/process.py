@@ -215,7 +215,10 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
         if os.path.isdir(path):
             raise ConfigError(f"{program!r} is a directory, not a program", key="executable")
         if not os.path.isfile(path):
-            raise ConfigError(f"{program!r} does not exist (or is not a file)", key="executable")
+            tilde = ""
+            if program.startswith("~"):  # (as a shell would expand it: then it is a path relative to here)
+                tilde = f": a leading '~' is not expanded here; give os.path.expanduser({program!r})"
+            raise ConfigError(f"{program!r} does not exist (or is not a file){tilde}", key="executable")
         if not os.access(path, os.X_OK):
             raise ConfigError(f"{program!r} is not executable (chmod +x?)", key="executable")
     else:

@@ -110,3 +110,15 @@ def test_a_player_that_ends_before_its_first_frame_is_not_said_to_owe_an_answer(
         renderd.launch([sys.executable, "-c", code], platform="headless", start_timeout=START)
     assert says in str(info.value) and "answer" not in str(info.value)
     assert info.value.returncode == 3
+
+
+@pytest.mark.parametrize("executable", ["~/renderd-no-such-build/player", ["~/renderd-no-such-build/player", "-v"]])
+def test_an_executable_under_a_tilde_says_it_is_not_expanded(executable):
+    # A path copied from a shell, "~/builds/thor/thor-Linux64", was looked up relative to the working directory
+    # (a directory named "~") and said not to exist, with no word of the "~" a shell would have expanded.
+    with pytest.raises(ConfigError) as info:
+        renderd.launch(executable, **SMALL, start_timeout=START)
+    assert info.value.key == "executable"
+    assert "a leading '~' is not expanded here; give os.path.expanduser('~/renderd-no-such-build/player')" in str(
+        info.value
+    )
