@@ -358,6 +358,7 @@ class RenderdEnv(gymnasium.Env):
         # Why step() may not run now (None: an episode is under way): before the first reset, after
         # close(), or after a reset that failed (its episode never began; the old one must not go on).
         self._no_episode: str | None = "step() before reset(): call reset() first"
+        self._closes = 0  # close() calls: one made while reset() works (a signal handler's) ends that reset
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -369,20 +370,35 @@ class RenderdEnv(gymnasium.Env):
             # The player failed (crashed, timed out, sent malformed bytes): this episode gets a new one.
             broken, self.session, self.last_event = self.session, None, None
             broken.close()
-        if self.session is None:
+        closes = self._closes
+        session = self.session
+        if session is None:
             from renderd.client import launch
 
-            self.session = launch(**self._launch_kwargs)
+            session = launch(**self._launch_kwargs)
+            if self._closes != closes:  # (close() found no player to stop: this one is not kept)
+                session.close()
+                raise self._closed_meanwhile("started its player")
+            self.session = session
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
-        _reset_failed(self.session.step(reset), f"Reset to scene {scene!r}")
-        event = self.session.step({"action": "Initialize", **self._spec.init_params})
+        # (On the session at hand: a close() meanwhile, which stops its player, makes its step raise.)
+        _reset_failed(session.step(reset), f"Reset to scene {scene!r}")
+        event = session.step({"action": "Initialize", **self._spec.init_params})
         _reset_failed(event, "Initialize")
+        if self._closes != closes:
+            raise self._closed_meanwhile("reset its player")
         self.last_event = event
         self._elapsed = 0
         self._no_episode = None
         return self._spec.observation(event), self._spec.info(event)
+
+    def _closed_meanwhile(self, doing: str) -> CallOrderError:
+        return CallOrderError(
+            f"reset(): the env was closed (by a signal handler, or another thread) while it {doing}; call reset() "
+            "to start a new player"
+        )
 
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if self._no_episode is not None or self.session is None:
@@ -412,7 +428,8 @@ class RenderdEnv(gymnasium.Env):
         return rgb_copy(self.last_event.frame)
 
     def close(self) -> None:
-        """Stop the player. Idempotent."""
+        """Stop the player. Idempotent. A reset() it interrupts (from a signal handler) raises CallOrderError."""
+        self._closes += 1
         session, self.session = self.session, None
         self.last_event = None
         self._no_episode = "step() after close(): call reset() to start a new player"

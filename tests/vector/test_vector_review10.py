@@ -117,3 +117,18 @@ def test_a_vector_env_closed_by_a_signal_handler_during_a_step(no_leaks):
         assert envs.closed and envs.vector_session.closed
     finally:
         envs.close()
+
+
+def test_a_single_env_closed_by_a_signal_handler_while_its_player_starts(no_leaks):
+    # reset() launches the player; a close() meanwhile found no session to close, and the reset then kept the new
+    # player and returned an observation: the env closed by the handler ran a player nothing would stop.
+    gym = pytest.importorskip("renderd.gym")
+    env = gym.RenderdEnv(**player_kwargs(args=["--static-frame", "--start-delay", "0.5"]))
+    try:
+        with alarm(ALARM, env.close), pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
+            env.reset(seed=0)
+        assert env.session is None
+        with pytest.raises(CallOrderError, match="after close"):
+            env.step(0)
+    finally:
+        env.close()
