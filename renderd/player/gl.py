@@ -184,7 +184,8 @@ class _XServerWatch:
             _close_sockets(exc)
             said = getattr(exc, "msg", None)
             if isinstance(said, bytes):  # the server's own answer to the connection setup: it turned us away
-                why = f"the X server refused the connection ({said.decode('utf-8', 'replace').strip() or 'no reason given'})"
+                reason = said.decode("utf-8", "replace").strip() or "no reason given"
+                why = f"the X server refused the connection ({reason})"
             else:
                 why = str(exc)
             raise GLUnavailable(f"cannot connect to the X display {display_name}: {why}") from exc
