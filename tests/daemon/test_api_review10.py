@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import pathlib
 import signal
 
 import numpy as np
@@ -11,6 +13,7 @@ from renderd.daemon.client import connect
 from renderd.errors import LeaseError, PlayerCrashed
 
 from tests.daemon.conftest import fast_config
+from tests.daemon.test_control_review8 import run_renderd
 
 
 def test_a_release_body_with_an_unknown_key_is_refused_and_the_lease_kept(daemon):
@@ -55,3 +58,22 @@ def test_a_lease_timeout_computed_with_numpy_is_a_number_of_seconds(daemon):
         assert c.release(answer["lease"]) == {"released": True, "recycled": False}
     with pytest.raises(ValueError, match="must be a number of seconds, 0 or more"):
         c.lease("demo", timeout=np.float64("nan"))
+
+
+def test_status_json_is_the_form_docs_api_md_gives_and_nothing_when_the_daemon_is_down(daemon):
+    # `renderd status --json` is for scripts, and docs/api.md, which describes every answer it is made of,
+    # did not say what it prints.
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "api.md").read_text()
+    assert '`renderd status --json` prints `{"daemon": HEALTH, "environments": [ENV, ...]}`' in doc
+    d = daemon(fast_config())
+    result = run_renderd("status", "--socket", d.socket, "--json")
+    assert result.returncode == 0, result.stderr
+    printed = json.loads(result.stdout)
+    assert sorted(printed) == ["daemon", "environments"]
+    assert printed["daemon"]["status"] == "ready" and printed["daemon"]["pid"] == d.pid
+    assert [env["name"] for env in printed["environments"]] == ["demo"]
+    assert printed["environments"][0]["players"][0]["state"] == "READY"
+    gone = str(d.base / "gone.sock")
+    result = run_renderd("status", "--socket", gone, "--json")
+    assert (result.returncode, result.stdout) == (1, b""), result
+    assert result.stderr.startswith(f"Error: cannot reach the renderd daemon at {gone}"), result.stderr
