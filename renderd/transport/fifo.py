@@ -39,7 +39,7 @@ import time
 from typing import Any, Sequence
 
 from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError, os_error_message
-from renderd.process import PID_POLL_INTERVAL, PlayerWatch
+from renderd.process import PID_POLL_INTERVAL, PlayerWatch, _descendants
 from renderd.protocol import (
     DEFAULT_MAX_BODY_SIZE,
     NEED_DATA,
@@ -475,12 +475,54 @@ class FifoChannel:
                 f"; {pending} byte(s) of an incomplete message received (it starts at byte offset "
                 f"{self._message_start} of the stream)"
             )
+        elif deadline_name == "start_timeout" and self._received == 0:
+            partial = self._silence()
         return PlayerTimeout(
             f"the player{where} sent no complete message within {deadline_name} "
             f"(waited {waited:.3g} s){partial}",
             deadline=deadline_name,
             seconds=waited,
         )
+
+    def _silence(self) -> str:
+        """For a player that sent nothing before its first frame was due: what it did with the pipes, as
+        ``"; it ..."``, or "" when that cannot be told (a player this process may not inspect)."""
+        try:
+            if self._wfd is None:  # (a reader of client.pipe, even one still waiting in open(), lets this open)
+                fd = os.open(self.client_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+                os.close(fd)
+                return ("; it opened client.pipe to read an action before sending its first message on server.pipe "
+                        "(the wrong order: a player sends its first message first, see docs/protocol.md)")
+        except OSError:  # (ENXIO: no reader)
+            pass
+        if self._player is None:
+            return ""
+        try:
+            server = os.stat(self.server_path)
+        except OSError:
+            return ""
+        opened = False
+        for pid in [self._player.pid, *_descendants(self._player.pid)]:
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:  # gone, or not ours to look at
+                if pid == self._player.pid:
+                    return ""
+                continue
+            for fd in fds:
+                try:
+                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                except OSError:
+                    continue
+                if (st.st_dev, st.st_ino) == (server.st_dev, server.st_ino):
+                    opened = True
+                    break
+            if opened:
+                break
+        if opened:
+            return "; it opened server.pipe but has sent nothing on it (still loading? raise start_timeout)"
+        return ("; it has not opened server.pipe (still loading, or a build that does not speak AI2-THOR's FIFO "
+                "protocol: AI2THOR_SERVER_TYPE=FIFO and AI2THOR_FIFO_SERVER_PIPE_PATH tell it where to write)")
 
     def _crash_on_exit(self, deadline_name: str) -> PlayerCrashed:
         assert self._player is not None

@@ -122,3 +122,25 @@ def test_an_executable_under_a_tilde_says_it_is_not_expanded(executable):
     assert "a leading '~' is not expanded here; give os.path.expanduser('~/renderd-no-such-build/player')" in str(
         info.value
     )
+
+
+#: Players that send no first frame, each in its own way, and what the PlayerTimeout then says of it.
+SILENT_PLAYERS = [
+    ("import time; time.sleep(60)", "it has not opened server.pipe"),
+    ("import os, time; os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY); time.sleep(60)",
+     "it opened server.pipe but has sent nothing on it"),
+    ("import os, time; os.open(os.environ['AI2THOR_FIFO_CLIENT_PIPE_PATH'], os.O_RDONLY); time.sleep(60)",
+     "it opened client.pipe to read an action before sending its first message"),
+]
+
+
+@pytest.mark.parametrize("code, says", SILENT_PLAYERS)
+def test_a_player_that_sends_no_first_frame_is_told_apart_by_what_it_did_with_the_pipes(code, says):
+    # A first frame that does not come is the most common failure with a new build, and the timeout said only
+    # "sent no complete message within start_timeout": the same for a build that never opens the pipes (it
+    # does not speak the FIFO protocol), one that opened server.pipe and is still loading, and one that opens
+    # client.pipe first (the wrong order, which waits for ever).
+    with pytest.raises(PlayerTimeout) as info:
+        renderd.launch([sys.executable, "-c", code], platform="headless", start_timeout=0.5)
+    assert says in str(info.value)
+    assert info.value.deadline == "start_timeout"
