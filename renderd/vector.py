@@ -1575,9 +1575,15 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
     for i, future in enumerate(futures):
         try:
             sessions.append(future.result())
-        except KeyboardInterrupt:
-            # Ctrl-C while waiting: the launches still on their way are closed as they finish (in their
-            # launch thread), and those that finished already now; nothing is kept for the traceback.
+        except Exception as exc:
+            failures.append((i, exc))
+        except BaseException as exc:
+            if future.done() and not future.cancelled() and future.exception() is exc:
+                failures.append((i, exc))  # (raised by the launch itself)
+                continue
+            # Ctrl-C (KeyboardInterrupt), or a signal handler's SystemExit (a batch job's SIGTERM), while waiting:
+            # the launches still on their way are closed as they finish (in their launch thread), and those
+            # that finished already now; nothing is kept for the traceback.
             for pending in futures[i:]:
                 pending.add_done_callback(_close_result)
             for session in sessions:
@@ -1593,8 +1599,6 @@ def _open_all(n: int, factory: Callable[[int], Any], executor: ThreadPoolExecuto
                 _kill_tagged(tag, set())
                 wait(futures[i:], timeout=CANCEL_POLL)
             raise
-        except BaseException as exc:
-            failures.append((i, exc))
     if not failures:
         return sessions
     for session in sessions:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
+import psutil
 import pytest
 
 import renderd
@@ -132,3 +134,43 @@ def test_a_single_env_closed_by_a_signal_handler_while_its_player_starts(no_leak
             env.step(0)
     finally:
         env.close()
+
+
+def test_a_sigterm_handlers_exit_while_players_start_returns_at_once(no_leaks):
+    # A batch job's SIGTERM handler that calls sys.exit() while launch_many waits for players stuck loading: the
+    # SystemExit was taken as that slot's launch failure, and raised only once every other launch had waited out
+    # its start_timeout (300 s by default); as a Ctrl-C does, it now stops the players still booting at once.
+    start_timeout = 5.0
+    handled = []
+
+    def on_sigterm(signum, frame):
+        handled.append(time.monotonic())
+        raise SystemExit(143)
+
+    def booting():
+        alive = []
+        for p in psutil.Process().children():
+            try:
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        return alive
+
+    def terminate():
+        wait_for(lambda: len(booting()) == 2, START_TIMEOUT, "both players to start")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+
+    helper = threading.Thread(target=terminate)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        helper.start()
+        with pytest.raises(SystemExit):
+            renderd.launch_many(
+                2, **player_kwargs(args=["--fault-at-start", "hang"], start_timeout=start_timeout, platform="CloudRendering")
+            )
+        raised = time.monotonic()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        helper.join()
+    assert handled and raised - handled[0] < 2.0, f"SystemExit raised {raised - handled[0]:.2f} s after SIGTERM"
