@@ -807,11 +807,29 @@ def _type_error(tp: Any, value: Any, source: str, key: str) -> ConfigError:
     inner = _first_mismatch(tp, value)
     if inner is not None:
         where, item_tp, item = inner
-        message += f" whose {where} is {_value_name(item)}, not {_a(_type_name(item_tp))}"
+        # A value under a secret-looking name (API_TOKEN = 123456 in env, 123456 after --password in an argv)
+        # is not written out: the message is printed, logged and answered, where the configuration shows ***.
+        secret = isinstance(item, (bool, int, float)) and _secret_item(value, where)
+        named = f"{_a(_type_name(type(item)))} ({REDACTED})" if secret else _value_name(item)
+        message += f" whose {where} is {named}, not {_a(_type_name(item_tp))}"
         if item_tp is str and isinstance(item, (bool, int, float)):
             text = str(item).lower() if isinstance(item, bool) else str(item)
-            message += f' (a string is written in quotes: "{text}")'
+            message += " (a string is written in quotes)" if secret else f' (a string is written in quotes: "{text}")'
     return ConfigError(message, path=source, key=key)
+
+
+def _secret_item(value: Any, where: str) -> bool:
+    """Whether the item ``where`` (as :func:`_first_mismatch` names it) of a table or an argv list holds a
+    secret: a table's entry whose name looks secret, or the argument after an option whose name does (as
+    :func:`redact_env` and :func:`redact_argv` hide them)."""
+    if isinstance(value, dict):
+        return any(is_secret_name(str(name)) for name in value
+                   if where == str(name) or where.startswith((f"{name}.", f"{name}[")))
+    if isinstance(value, list) and where.startswith("[") and "]" in where:
+        index = int(where[1:where.index("]")])
+        before = value[index - 1] if index > 1 else None
+        return isinstance(before, str) and before.startswith("-") and "=" not in before and is_secret_name(before)
+    return False
 
 
 def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any:

@@ -49,3 +49,25 @@ def test_start_refuses_a_socket_that_is_the_runtime_directory_before_creating_an
     assert list(tmp_path.iterdir()) == []
     # A socket of its own in the same directory is fine.
     assert loads(f'[daemon]\nsocket = "{run}/renderd.sock"\nruntime_dir = "{run}"\n', resolve=False)
+
+
+@pytest.mark.parametrize("table, shown", [
+    ("env = {API_TOKEN = 123456789, OMP_NUM_THREADS = \"4\"}", "whose API_TOKEN is an integer (***), not a string"),
+    ("executable = [\"/bin/true\", \"--password\", 123456789]", "whose [2] is an integer (***), not a string"),
+    ("executable = [\"/bin/true\", \"-apiKey\", 123456789.5]", "whose [2] is a number (***), not a string"),
+])
+def test_a_secret_written_without_quotes_is_not_quoted_in_the_error(tmp_path, table, shown):
+    # A numeric token written without quotes was quoted back in full ("whose API_TOKEN is integer 123456789,
+    # not a string (a string is written in quotes: "123456789")"): by renderd validate, in the log line of a
+    # reload or start that failed, and in a PUT's answer, where the configuration itself shows it as ***.
+    config = tmp_path / "renderd.toml"
+    config.write_text(f"[environments.demo]\n{table}\n")
+    result = run_renderd("validate", str(config))
+    assert result.returncode == 1
+    assert "123456789" not in result.stderr, result.stderr
+    assert shown in result.stderr, result.stderr
+    assert "(a string is written in quotes)" in result.stderr, result.stderr
+    # Names that look like no secret keep their value in the message.
+    config.write_text("[environments.demo]\nenv = {OMP_NUM_THREADS = 4}\n")
+    assert 'is integer 4, not a string (a string is written in quotes: "4")' in run_renderd(
+        "validate", str(config)).stderr
