@@ -105,6 +105,9 @@ OPEN_POLL_MAX = 0.05
 CLOSE_THREADS = 64
 
 _READ_EVENTS = select.POLLIN | select.POLLHUP | select.POLLERR
+#: What interrupts a close() from a signal handler (Ctrl-C, a SIGTERM handler's sys.exit()): raised once
+#: everything is closed, not half-way.
+_INTERRUPTS = (KeyboardInterrupt, SystemExit)
 
 
 class SlotState(enum.Enum):
@@ -345,7 +348,7 @@ def _player_exited(session: Any) -> bool:
 
 def _close_sessions(
     sessions: Sequence[Any], *, together: bool = True
-) -> tuple[list[BaseException | None], KeyboardInterrupt | None]:
+) -> tuple[list[BaseException | None], BaseException | None]:
     """Close ``sessions`` at the same time (up to :data:`CLOSE_THREADS` threads), so that players which must
     be stopped (SIGTERM, grace, SIGKILL) take one grace between them, not one each; one after another when
     not ``together`` (from ``__del__``, which may run wherever the garbage collector does). Returns each
@@ -374,15 +377,15 @@ def _close_sessions(
             continue
         started.append(thread)
     close_every(0)  # (a Ctrl-C here is kept as that session's error; the others are still closed)
-    interrupt: KeyboardInterrupt | None = None
+    interrupt: BaseException | None = None
     for thread in started:
         while thread.is_alive():
             try:
                 thread.join()
-            except KeyboardInterrupt as exc:  # finish closing first
+            except _INTERRUPTS as exc:  # finish closing first
                 interrupt = interrupt or exc
     for k, exc in enumerate(errors):
-        if isinstance(exc, KeyboardInterrupt):
+        if isinstance(exc, _INTERRUPTS):
             interrupt, errors[k] = interrupt or exc, None
     return errors, interrupt
 
@@ -1404,8 +1407,8 @@ class VectorSession:
         A replacement on its way is cancelled: it starts no new attempt, and a player it is still booting
         is killed, so this returns within seconds, not after ``start_timeout`` (a lease request on its way
         is waited for). Idempotent; the first error from a session's close is raised after everything else
-        was closed. A ``KeyboardInterrupt`` (Ctrl-C) while it works does not stop it half-way: it is raised
-        once everything is closed.
+        was closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's
+        ``sys.exit()``, while it works does not stop it half-way: it is raised once everything is closed.
         """
         self._close(together=True)
 
@@ -1425,7 +1428,7 @@ class VectorSession:
                 os.close(wake)  # this process's copy
             return
         self._cancel.set()
-        interrupt: KeyboardInterrupt | None = None
+        interrupt: BaseException | None = None
         first: BaseException | None = None
         for slot in self._slots:
             self._done_waiting(slot)
@@ -1434,7 +1437,7 @@ class VectorSession:
                 try:
                     slot.session = self._await_replacement(future)
                     future = None
-                except KeyboardInterrupt as exc:
+                except _INTERRUPTS as exc:
                     interrupt = interrupt or exc  # finish closing first
         sessions = [s.session for s in self._slots if s.session is not None]
         # Close every channel first, so all players see end of file and exit together; each close()
@@ -1444,7 +1447,7 @@ class VectorSession:
             if channel is not None and getattr(session, "process", None) is not None:
                 try:
                     channel.close()
-                except KeyboardInterrupt as exc:
+                except _INTERRUPTS as exc:
                     interrupt = interrupt or exc
                 except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
@@ -1463,7 +1466,7 @@ class VectorSession:
             try:
                 executor.shutdown(wait=True, cancel_futures=True)
                 executor = None
-            except KeyboardInterrupt as exc:
+            except _INTERRUPTS as exc:
                 interrupt = interrupt or exc
         with self._wake_lock:
             wake, self._wake_fd = self._wake_fd, None

@@ -174,3 +174,44 @@ def test_a_sigterm_handlers_exit_while_players_start_returns_at_once(no_leaks):
         signal.signal(signal.SIGTERM, previous)
         helper.join()
     assert handled and raised - handled[0] < 2.0, f"SystemExit raised {raised - handled[0]:.2f} s after SIGTERM"
+
+
+def test_a_sigterm_handlers_exit_during_close_is_raised_once_everything_is_closed(no_leaks):
+    # A SystemExit from a SIGTERM handler while close() waited (here for a replacement on its way) ended close()
+    # there: the replacement that came after, and the other slot's player, were never closed.
+    entered, release = threading.Event(), threading.Event()
+
+    def factory(slot):
+        entered.set()
+        release.wait(START_TIMEOUT)
+        return renderd.launch(**player_kwargs())
+
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+    handled = []
+
+    def on_sigterm(signum, frame):
+        handled.append(signum)
+        raise SystemExit(143)
+
+    def terminate():
+        wait_for(lambda: vs.closed, START_TIMEOUT, "close() to begin")
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
+        wait_for(lambda: handled, START_TIMEOUT, "the SIGTERM to be handled")
+        release.set()
+
+    helper = threading.Thread(target=terminate)
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    try:
+        vs.step(["Pass", {"action": "RenderdFault", "fault": "segfault"}])
+        assert entered.wait(START_TIMEOUT), "the replacement did not start"
+        helper.start()
+        with pytest.raises(SystemExit):
+            vs.close()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        release.set()
+        if helper.ident is not None:
+            helper.join()
+        vs.close()
+    assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
