@@ -88,6 +88,9 @@ class SessionState(enum.Enum):
     CLOSED = "closed"
 
 
+#: What a session waits for in :meth:`Session.wait_ready`, as it names it in its errors.
+_FIRST_FRAME = "(first frame)"
+
 #: Sessions of this process, for :func:`_after_fork_in_child`.
 _sessions: weakref.WeakSet[Session] = weakref.WeakSet()
 
@@ -294,7 +297,7 @@ class Session:
                 "wait_ready() on a leased player: the daemon received its first frame before leasing it, and the "
                 "player sends no other; it is ready, step it"
             )
-        self._pending = (self._sequence_id, "(first frame)", time.monotonic() + timeout)
+        self._pending = (self._sequence_id, _FIRST_FRAME, time.monotonic() + timeout)
         self._state = SessionState.PENDING
         return self._receive(deadline_name, timeout)
 
@@ -396,9 +399,12 @@ class Session:
             message = self.channel.recv(deadline, deadline_name)
             event = self._assembler.event(message, seq)
             if event.sequence_id != seq:
+                if name is _FIRST_FRAME:  # (no action was sent: a player's first message has sequenceId 0)
+                    what, why = "the player's first frame", "a player's first message has sequenceId 0"
+                else:
+                    what, why = f"the answer to {name}", "the stream is out of step"
                 raise ProtocolError(
-                    f"the answer to {name} carries sequenceId {event.sequence_id!r}, expected {seq} "
-                    "(the stream is out of step)",
+                    f"{what} carries sequenceId {event.sequence_id!r}, expected {seq} ({why})",
                     offset=message.offset,
                 )
         except PlayerTimeout as exc:

@@ -13,7 +13,7 @@ import pytest
 
 import renderd
 from renderd.client import SessionState
-from renderd.errors import CallOrderError, ConfigError, PlayerCrashed, PlayerTimeout
+from renderd.errors import CallOrderError, ConfigError, PlayerCrashed, PlayerTimeout, ProtocolError
 
 from .conftest import START, peer_argv
 
@@ -144,3 +144,25 @@ def test_a_player_that_sends_no_first_frame_is_told_apart_by_what_it_did_with_th
         renderd.launch(["/bin/sh", "-c", code], platform="headless", start_timeout=0.5)
     assert says in str(info.value)
     assert info.value.deadline == "start_timeout"
+
+
+#: A player whose first message carries sequenceId 1 (counting from 1), then waits.
+FIRST_FRAME_FROM_ONE = textwrap.dedent(
+    """
+    import os, struct, time, msgpack
+    header = struct.Struct("!BI")
+    agent = {"screenWidth": 2, "screenHeight": 2, "lastActionSuccess": True}
+    metadata = msgpack.packb({"agents": [agent], "sequenceId": 1, "activeAgentId": 0})
+    out = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+    os.write(out, header.pack(1, len(metadata)) + metadata + header.pack(255, 0))
+    time.sleep(60)
+    """
+)
+
+
+def test_a_first_frame_with_another_sequence_id_is_named_as_the_first_frame():
+    # It said "the answer to (first frame) carries sequenceId 1, expected 0": no action had been sent.
+    with pytest.raises(ProtocolError) as info:
+        renderd.launch([sys.executable, "-c", FIRST_FRAME_FROM_ONE], platform="headless", start_timeout=START)
+    assert "the player's first frame carries sequenceId 1, expected 0" in str(info.value)
+    assert "answer to" not in str(info.value)
