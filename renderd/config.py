@@ -803,7 +803,9 @@ def _first_mismatch(tp: Any, value: Any, where: str = "") -> tuple[str, Any, Any
 def _type_error(tp: Any, value: Any, source: str, key: str) -> ConfigError:
     """What is wrong with a ``value`` that does not conform to ``tp``, naming the very item of a list or table
     that is wrong (a table of twenty variables, one of them unquoted, must not leave the reader to guess)."""
-    message = f"expected {_a(_type_name(tp))}, got {_value_name(value)}"
+    # (a string such as env = "API_TOKEN=..." is not written out either)
+    got = f"a string ({REDACTED})" if isinstance(value, str) and is_secret_name(value) else _value_name(value)
+    message = f"expected {_a(_type_name(tp))}, got {got}"
     inner = _first_mismatch(tp, value)
     if inner is not None:
         where, item_tp, item = inner

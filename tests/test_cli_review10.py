@@ -71,3 +71,16 @@ def test_a_secret_written_without_quotes_is_not_quoted_in_the_error(tmp_path, ta
     config.write_text("[environments.demo]\nenv = {OMP_NUM_THREADS = 4}\n")
     assert 'is integer 4, not a string (a string is written in quotes: "4")' in run_renderd(
         "validate", str(config)).stderr
+
+
+def test_an_env_written_as_a_string_with_a_secret_in_it_is_not_quoted_in_the_error():
+    # env = "API_TOKEN=abc123xyz" (as a shell or a unit file writes it) was answered "expected a table of string
+    # to string, got string 'API_TOKEN=abc123xyz'": the secret, printed and logged.
+    with pytest.raises(ConfigError) as info:
+        loads('[environments.demo]\nenv = "API_TOKEN=abc123xyz"\n', path="renderd.toml", resolve=False)
+    message = str(info.value)
+    assert "abc123xyz" not in message, message
+    assert message == "renderd.toml: environments.demo.env: expected a table of string to string, got a string (***)"
+    with pytest.raises(ConfigError) as info:
+        loads('[environments.demo]\nenv = "OMP_NUM_THREADS=4"\n', path="renderd.toml", resolve=False)
+    assert "got string 'OMP_NUM_THREADS=4'" in str(info.value)
