@@ -1,5 +1,6 @@
-"""Vector sessions and the Gymnasium vector env closed while a call of theirs is under way: from a signal handler
-(a SIGTERM handler of a batch job) that interrupted it, or from a callback it runs."""
+"""Vector sessions and the Gymnasium envs interrupted by a signal handler (a batch job's SIGTERM handler): closed
+while a call of theirs is under way (from the handler, or from a callback the call runs), and a handler's
+sys.exit() while players start or while close() works."""
 
 from __future__ import annotations
 
