@@ -2100,9 +2100,12 @@ class Supervisor:
             ready = sum(1 for p in env.players if p.state == State.READY)
             leased = sum(1 for p in env.players if p.state == State.LEASED)
             failed = sum(1 for p in env.players if p.state == State.FAILED)
+            exited = sum(1 for p in env.players if p.state == State.EXITED)  # (not restarted: its restart policy)
             part = f"{env.name} {ready + leased}/{env.config.instances} up ({leased} leased)"
             if failed:
                 part += f", {failed} failed"
+            if exited:
+                part += f", {exited} exited"
             if env.held is not None and not env.removing:
                 part += f", {env.held}"
             parts.append(part)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import textwrap
 import threading
 import time
@@ -141,3 +142,16 @@ def test_a_crash_under_a_lease_is_logged_with_the_last_line_of_the_players_log(s
     assert f"pid {answer['pid']} exit code 3 while leased to client pid {os.getpid()}; last log line: " in line, line
     assert "fault" in line.split("; last log line: ", 1)[1], line
     assert sup.lease_status(lease.id)["player_exit"]["returncode"] == 3
+
+
+def test_the_status_line_counts_players_left_exited_by_their_restart_policy(supervisor_with):
+    # A player that exited and that `restart` does not restart stays EXITED until its environment changes; the
+    # status line said only "demo 1/2 up (0 leased)", as if it were on its way back (a FAILED one is counted).
+    statuses: list[str] = []
+    sup = supervisor_with(fast_config(instances=2, extra='restart = "never"'), on_status=statuses.append)
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "READY"], DEADLINE, "two READY players")
+    pid = _slots(sup)[0][3]
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["EXITED", "READY"], DEADLINE, "player 0 EXITED")
+    wait_for(lambda: statuses and statuses[-1] == "demo 1/2 up (0 leased), 1 exited", DEADLINE,
+             "the status line counting it")
