@@ -460,13 +460,7 @@ class Player:
         self._image_list_key: tuple | None = None  # what the last image list was built for
         self._image_list: Images = []
         self._views: OrderedDict[tuple, _View] = OrderedDict()
-        # Settings from Initialize (they persist across Reset, as the controller re-sends them anyway).
-        self.grid_size = DEFAULT_GRID_SIZE
-        self.rotate_step = DEFAULT_ROTATE_DEGREES
-        self.fov = DEFAULT_FOV
-        self.visibility_distance = DEFAULT_VISIBILITY_DISTANCE
-        self.render_depth = False
-        self.render_ids = False
+        self._default_settings()
         self.sequence_id = 0
         #: Largest answer the transport carries (bytes), None for no limit: see :meth:`limit_answer_size`.
         self.max_answer_size: int | None = None
@@ -606,7 +600,20 @@ class Player:
             raise ActionFailed(
                 f"Reset: no scene named {name!r} in this build (scenes: {', '.join(scene_names())})", "InvalidArgument"
             )
+        # A build's Reset destroys the agent and loads the scene again: Initialize's settings are gone
+        # (AI2-THOR's controller sends Initialize after every Reset). Kept, they would reach the next client
+        # of a leased player.
+        self._default_settings()
         self._load_scene(scene, name)
+
+    def _default_settings(self) -> None:
+        """Initialize's settings as a freshly loaded scene has them."""
+        self.grid_size = DEFAULT_GRID_SIZE
+        self.rotate_step = DEFAULT_ROTATE_DEGREES
+        self.fov = DEFAULT_FOV
+        self.visibility_distance = DEFAULT_VISIBILITY_DISTANCE
+        self.render_depth = False
+        self.render_ids = False
 
     @_action("GetScenesInBuild")
     def _get_scenes(self, action: dict) -> list[str]:

@@ -42,9 +42,12 @@ def ready_player(tmp_path_factory):
 
 @pytest.fixture
 def player(ready_player):
-    """The shared player, Reset to FloorPlan1 at 300x300 with no third-party cameras."""
+    """The shared player, Reset to FloorPlan1 at 300x300 with no third-party cameras, and Initialized again
+    with depth and instance segmentation on (a Reset restores the defaults, as a build's does)."""
     ev = ready_player.step("ChangeResolution", x=300, y=300)
     assert ev, ev.metadata["errorMessage"]
     ev = ready_player.step("Reset", sceneName="FloorPlan1")
+    assert ev, ev.metadata["errorMessage"]
+    ev = ready_player.step("Initialize", renderDepthImage=True, renderInstanceSegmentation=True)
     assert ev, ev.metadata["errorMessage"]
     return ready_player

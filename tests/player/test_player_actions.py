@@ -155,7 +155,8 @@ def test_reset_and_scenes(player):
         assert ev and ev.metadata["sceneName"] == name
         start = SCENES[name.removesuffix("_physics")].start
         assert ev.metadata["agent"]["position"]["z"] == pytest.approx(start.z)
-    ev = player.step("Reset", sceneName="FloorPlan2")
+    player.step("Reset", sceneName="FloorPlan2")
+    ev = player.step("Initialize", renderDepthImage=True, renderInstanceSegmentation=True)  # (a Reset clears them)
     assert tuple(center(ev.instance_segmentation_frame)) == color_of(ev, "Television|")
     assert center(ev.depth_frame) == pytest.approx(3.7, abs=1e-3)
     ev = player.step("Reset", sceneName="FloorPlan404")
