@@ -269,7 +269,10 @@ def _create_context(platform: str | None, device_index: int | None):  # -> moder
     try:
         import moderngl
     except ImportError as exc:
-        raise GLUnavailable(f"the gl renderer needs moderngl (pip install 'renderd[gl]'): {exc}") from exc
+        raise GLUnavailable(
+            "the gl renderer needs moderngl, renderd's gl extra (pip install moderngl, or pip install '.[gl]' in "
+            f"renderd's checkout): {exc}"
+        ) from exc
     display = os.environ.get("DISPLAY")
     if platform in GLX_PLATFORMS:
         if not display:
