@@ -514,7 +514,9 @@ class Session:
         accumulate across resets, like AI2-THOR's). Returns the last event. Raises what :meth:`step`
         raises, and ``ValueError`` for a ``width``/``height`` outside 1..MAX_RESOLUTION (before anything is
         sent) or one the player refuses (its ``errorMessage`` quoted; the scene is reset, the size and the
-        parameters are unchanged and Initialize is not sent; the session stays usable), ``TypeError`` for a
+        parameters are unchanged and Initialize is not sent; the session stays usable), ``ValueError`` when
+        the player refuses the Reset itself (a scene it does not have: its ``errorMessage`` quoted; Initialize
+        is not sent, the parameters are unchanged, the session stays usable), ``TypeError`` for a
         ``scene`` that is not a name (a procedural house, a dict: nothing is sent).
         """
         if self._state is not SessionState.READY:
@@ -538,7 +540,13 @@ class Session:
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
-        self.step(reset)
+        event = self.step(reset)
+        if not event:
+            raise ValueError(
+                f"reset: the player refused the Reset{f' to scene {scene!r}' if scene is not None else ''}: "
+                f"{event.error_message} (the session stays usable; Initialize was not sent and the parameters are "
+                "unchanged)"
+            )
         if size is not None and size != (self.width, self.height):
             event = self.step("ChangeResolution", x=size[0], y=size[1])
             if not event:

@@ -154,7 +154,8 @@ class TestSteps:
             assert event.frame.shape == (60, 80, 3)
             assert (session.width, session.height) == (80, 60)
             assert event.metadata["sceneName"] == "FloorPlan2"
-            assert not session.reset("NoSuchScene").metadata.get("sceneName") == "NoSuchScene"
+            with pytest.raises(ValueError, match="no scene named"):
+                session.reset("NoSuchScene")
 
 
     def test_a_scene_that_is_not_a_name_is_refused_before_anything_is_sent(self):
