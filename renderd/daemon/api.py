@@ -338,6 +338,16 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
     def put_environment(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
         body = _read_json(environ)
         source = f"PUT /v1/environments/{name}"
+        program = parse_environment(name, body, source=source, resolve=False).argv[0]
+        if os.sep in program and not os.path.isabs(program) and not program.startswith("~"):
+            # (a file's relative path is taken from the process that loads it; a request's would be taken from
+            # the daemon's working directory, which is not its client's)
+            raise ConfigError(
+                f"{program!r} is a relative path, which the daemon would take from its own working directory, "
+                "not the client's: give an absolute path (or a bare command name, looked up next to the daemon's "
+                "Python, then on its PATH)",
+                path=source, key=f"environments.{name}.executable",
+            )
         config = parse_environment(name, body, source=source)
         if config.transport == "http" and not http_listener:
             raise ConfigError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import pathlib
 import signal
 
@@ -10,9 +11,9 @@ import numpy as np
 import pytest
 
 from renderd.daemon.client import connect
-from renderd.errors import LeaseError, PlayerCrashed
+from renderd.errors import ConfigError, LeaseError, PlayerCrashed
 
-from tests.daemon.conftest import fast_config
+from tests.daemon.conftest import PLAYER, fast_config
 from tests.daemon.test_control_review8 import run_renderd
 
 
@@ -77,3 +78,22 @@ def test_status_json_is_the_form_docs_api_md_gives_and_nothing_when_the_daemon_i
     result = run_renderd("status", "--socket", gone, "--json")
     assert (result.returncode, result.stdout) == (1, b""), result
     assert result.stderr.startswith(f"Error: cannot reach the renderd daemon at {gone}"), result.stderr
+
+
+def test_a_put_naming_its_executable_by_a_relative_path_is_refused(daemon):
+    # A relative path in a PUT body was taken from the daemon's working directory, which is not the client's
+    # (a service's is /): the program run was whatever that path named there, or "does not exist" for a
+    # file the client has.
+    d = daemon(fast_config(instances=0))
+    relative = os.path.relpath(PLAYER)  # (the daemon's working directory is this process's)
+    for executable in (relative, [relative, "--static-frame"]):
+        with pytest.raises(ConfigError) as info:
+            d.client.request("PUT", "/v1/environments/rel", {"executable": executable, "platform": "headless"})
+        assert info.value.status == 400
+        message = str(info.value)
+        assert f"environments.rel.executable: {relative!r} is a relative path" in message, message
+        assert "give an absolute path" in message, message
+    assert [env["name"] for env in d.environments()] == ["demo"]
+    # A bare name is looked up as in a configuration file.
+    status, _ = d.client.request("PUT", "/v1/environments/rel", {"executable": "renderd-player", "instances": 0})
+    assert status == 201
