@@ -921,10 +921,31 @@ def resolve_executable(name: str) -> str:
         path = resolve_argv(name)[0]
     except ConfigError as exc:
         raise ValueError(exc.reason) from None
-    why = _missing_interpreter(path)
+    why = _missing_interpreter(path) or _not_executable_format(path)
     if why:
         raise ValueError(why)
     return path
+
+
+def _not_executable_format(path: str) -> str | None:
+    """Why the kernel would refuse to start ``path`` (ENOEXEC, exec format error): a file that is neither a
+    program (ELF) nor a script with a ``#!`` line, which a shell runs as a script, so it seems to work by
+    hand. ``None`` when it may run, or when this machine has binfmt_misc handlers for other formats."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError:
+        return None
+    if head.startswith((b"\x7fELF", b"#!")):
+        return None
+    try:
+        if set(os.listdir("/proc/sys/fs/binfmt_misc")) - {"register", "status"}:
+            return None  # (a handler may run this format: the kernel decides)
+    except OSError:
+        pass
+    what = "empty" if not head else "neither a program (ELF) nor a script with a '#!' first line"
+    return (f"{path!r} is {what}: the kernel cannot start it (exec format error); a script needs a first line "
+            "naming its interpreter, such as #!/bin/sh")
 
 
 #: Bytes of a script's first line the kernel reads for its ``#!`` line (``BINPRM_BUF_SIZE``).
