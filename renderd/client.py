@@ -930,7 +930,10 @@ def launch_player(
             height=height,
             step_timeout=step_timeout,
         )
-        session.wait_ready(start_timeout, "start_timeout")
+        try:
+            session.wait_ready(start_timeout, "start_timeout")
+        except PlayerTimeout as exc:
+            raise _launch_timeout(exc, process, start_timeout) from None
         return session
     except BaseException:
         if session is not None:
@@ -952,6 +955,25 @@ def launch_player(
             except Exception as exc:
                 log.warning("cleanup after a failed launch failed: %s", exc)
         raise
+
+
+def _launch_timeout(exc: PlayerTimeout, process: PlayerProcess | None, start_timeout: float) -> PlayerTimeout:
+    """The error of a launch whose player sent no first frame in time. The session's own error tells a
+    caller holding a session to close it; launch returns none and stops the player itself, and the log (a
+    build still loading, or stuck) says more than the pipes do, so it is quoted as a crash's is."""
+    inner = exc.__cause__ if isinstance(exc.__cause__, PlayerTimeout) else exc
+    pid = f" (pid {process.pid})" if process is not None else ""
+    tail = process.log_tail() if process is not None else ""
+    if tail.strip():
+        log = "; its log ends:\n" + "\n".join("  | " + line for line in tail.rstrip("\n").splitlines())
+    else:
+        log = "; it wrote nothing to its log"
+    return PlayerTimeout(
+        f"launch: no first frame from the player{pid} within start_timeout = {start_timeout:g} s ({inner}). The "
+        f"player was stopped. Raise start_timeout if it needs longer to load{log}",
+        deadline="start_timeout",
+        seconds=start_timeout,
+    )
 
 
 def launch(
@@ -1068,10 +1090,18 @@ def launch(
     )
 
 
-def connect(environment: str = "demo", *, socket: str | None = None, timeout: float | None = None, **kwargs: Any) -> Session:
+def connect(
+    environment: str = "demo",
+    *,
+    socket: str | os.PathLike[str] | None = None,
+    timeout: float | None = None,
+    step_timeout: float | None = None,
+) -> Session:
     """Lease a ready player of ``environment`` from the renderd daemon; see :mod:`renderd.daemon.client`.
 
-    The socket is ``socket``, else ``$RENDERD_SOCKET``, else the default path. Raises
+    The socket is ``socket``, else ``$RENDERD_SOCKET``, else the default path. ``timeout``: seconds to wait
+    for a ready player (default 30 s); ``step_timeout``: per step (default: the
+    environment's). Raises
     :class:`LeaseError` when no lease can be had (or the daemon client is not installed),
     :class:`RenderdError` when the daemon cannot be reached or has no such environment, and what a
     :class:`Session` raises afterwards.
@@ -1080,6 +1110,7 @@ def connect(environment: str = "demo", *, socket: str | None = None, timeout: fl
         daemon_client = importlib.import_module("renderd.daemon.client")
     except ImportError as exc:
         raise LeaseError("the daemon client (renderd.daemon.client) is not installed") from exc
+    kwargs: dict[str, Any] = {"step_timeout": step_timeout}
     if timeout is not None:
         kwargs["timeout"] = timeout
     return daemon_client.connect(environment, socket=socket, **kwargs)
