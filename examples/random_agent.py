@@ -1,6 +1,6 @@
 """A training loop's skeleton over renderd: N players at once through Gymnasium, random actions.
 
-    pip install 'renderd[gym]'
+    pip install '.[gym]'                                  # in renderd's checkout: the gym extra
     python examples/random_agent.py                       # 4 reference players, 2000 steps
     python examples/random_agent.py --envs 8 --steps 5000 --width 128 --height 128
     python examples/random_agent.py --environment demo    # lease from a running `renderd start`: as many

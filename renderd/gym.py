@@ -23,12 +23,18 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-import gymnasium
+try:
+    import gymnasium
+    from gymnasium import spaces
+    from gymnasium.utils import seeding
+    from gymnasium.vector import AutoresetMode, VectorEnv
+    from gymnasium.vector.utils import batch_space
+except ImportError as exc:  # say what to install, not only which module is missing
+    raise ImportError(
+        f"renderd.gym needs gymnasium 1.1 or newer, renderd's gym extra ({exc}): pip install 'gymnasium>=1.1', or "
+        "pip install '.[gym]' in renderd's checkout"
+    ) from exc
 import numpy as np
-from gymnasium import spaces
-from gymnasium.utils import seeding
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
 
 from renderd.config import check_seconds
 from renderd.errors import CallOrderError, RenderdError
