@@ -174,6 +174,7 @@ class Player:
         self.backoff_failures = 0  # consecutive exits used for the backoff delay (see _schedule_restart)
         self.served = False  # leased at least once since its last spawn
         self.backoff_delay = 0.0  # the wait before its latest restart
+        self.came_up = False  # it has been READY (since the slot was made): READY=1 does not wait for it again
         self.check_due: float | None = None  # READY: when its next health check is sent (set by the tick)
         self.check_deadline: float | None = None  # a health check under way: when its answer is due
         self.checks = 0  # health checks sent to it (each one's sequenceId)
@@ -1753,6 +1754,7 @@ class Supervisor:
         p.deadline = None
         p.boot_failures = 0  # (backoff_failures is not reset here: see _end_run)
         p.reason = ""
+        p.came_up = True
         log.info(
             "%s[%d] pid %d ready after %.3f s", p.environment.name, p.index, p.pid, p.ready_at - (p.started_at or 0)
         )
@@ -2081,9 +2083,11 @@ class Supervisor:
     def _maybe_ready(self) -> None:
         if self._ready_sent or self._stopping:
             return
+        # Once every player has sent its first frame (or is given up on): not necessarily all at the same moment,
+        # since players that crash soon after they come up, and restart with backoff, may never all be up at once.
         for env in self.environments.values():
             for p in env.players:
-                if p.state not in (State.READY, State.LEASED, State.FAILED, State.EXITED):
+                if p.state not in (State.READY, State.LEASED, State.FAILED, State.EXITED) and not p.came_up:
                     return
             if len(env.live()) < env.config.instances:
                 return

@@ -4,6 +4,7 @@ Real players, real FIFOs, an in-process Supervisor (tests/daemon/test_robustness
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -15,7 +16,7 @@ from renderd.config import loads
 from renderd.daemon.service import Daemon, _Platforms
 from renderd.daemon.supervisor import State, Supervisor
 from renderd.protocol import encode_action
-from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
@@ -155,3 +156,25 @@ def test_the_status_line_counts_players_left_exited_by_their_restart_policy(supe
     wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["EXITED", "READY"], DEADLINE, "player 0 EXITED")
     wait_for(lambda: statuses and statuses[-1] == "demo 1/2 up (0 leased), 1 exited", DEADLINE,
              "the status line counting it")
+
+
+def test_ready_is_announced_once_every_player_came_up_even_if_one_crashed_since(supervisor_with, tmp_path):
+    # READY=1 ("systemctl start" returns) waited for every player to be READY at the same moment: players that
+    # crash soon after they come up (a build that dies once its scene loads) and restart with backoff are seldom
+    # all up at once, and READY=1 could never come (systemd kills the daemon after TimeoutStartSec, and
+    # Restart= starts it over). docs/deploy.md: once every player has sent its first frame.
+    marker = tmp_path / "go"
+    script = (f'case "$*" in *demo.1.log*) until [ -e {marker} ]; do sleep 0.02; done;; esac; '
+              f'exec {PLAYER} --static-frame "$@"')
+    ready: list[float] = []
+    text = fast_config(instances=2, executable=f'["/bin/sh", "-c", {json.dumps(script)}, "sh"]')
+    text = text.replace("backoff_initial = 0.05", "backoff_initial = 30.0").replace("backoff_max = 0.2",
+                                                                                  "backoff_max = 30.0")
+    sup = supervisor_with(text, on_ready=lambda: ready.append(time.monotonic()))
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "STARTING"], DEADLINE, "player 0 READY")
+    os.kill(_slots(sup)[0][3], signal.SIGKILL)  # it crashes: restarted 30 s later
+    wait_for(lambda: _slots(sup)[0][1] == "BACKOFF", DEADLINE, "player 0 backing off")
+    marker.touch()  # player 1 comes up now, while player 0 waits to restart
+    wait_for(lambda: _slots(sup)[1][1] == "READY", DEADLINE, "player 1 READY")
+    wait_for(lambda: ready, 2.0, "READY=1 once player 1 came up too")
+    assert sup.health()["status"] == "ready"
