@@ -775,6 +775,20 @@ def _error(
     return _json_response(start_response, status, {"error": {"type": type_, "message": message}}, extra)
 
 
+def _grown(body: bytearray, got: int, length: int) -> bytearray:
+    """``body`` (``got`` bytes filled) doubled, up to ``length``. In place when nothing else views it; a
+    bytearray cannot grow while a view of it exists, and one may outlive the read that made it (another
+    thread inspecting this one's frames keeps their locals alive), so then into a new buffer."""
+    more = min(len(body), length - len(body))
+    try:
+        body.extend(bytes(more))
+        return body
+    except BufferError:
+        grown = bytearray(len(body) + more)
+        grown[:got] = memoryview(body)[:got]
+        return grown
+
+
 def _read_body(stream: Any, length: int) -> bytearray | None:
     """The request body: the server's own buffer when it is a frame body, else read into a new one.
 
@@ -789,8 +803,8 @@ def _read_body(stream: Any, length: int) -> bytearray | None:
     readinto = getattr(stream, "readinto", None)
     while got < length:
         if got == len(body):
-            view.release()  # a bytearray cannot grow while a view of it exists
-            body.extend(bytes(min(len(body), length - len(body))))
+            view.release()
+            body = _grown(body, got, length)
             view = memoryview(body)
         if readinto is not None:
             n = readinto(view[got:])
@@ -1186,8 +1200,8 @@ class _Connection:
                     f"{seconds:.3g} s (REQUEST_TIMEOUT + its size at MIN_BODY_RATE)")
         while got < length:
             if got == len(body):
-                target.release()  # a bytearray cannot grow while a view of it exists
-                body.extend(bytes(min(len(body), length - len(body))))
+                target.release()
+                body = _grown(body, got, length)
                 target = memoryview(body)
             got += self._recv_into(target[got:], None, deadline)
         target.release()
