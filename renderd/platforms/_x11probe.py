@@ -21,6 +21,37 @@ import sys
 X11_SOCKET_PATH = "/tmp/.X11-unix/X%d"
 
 
+def setup_answered(family: int, address: object, timeout: float) -> bool:
+    """Whether an X server at ``address`` answers a connection setup request (no authorization) within
+    ``timeout`` seconds, whatever it answers. False for a server that is stopped or hung: the kernel completes
+    the connection from the listen backlog, but no answer comes. True when it answers, and when it cannot be
+    told (nothing listens there, or the connection is refused: the server is gone or going, which the
+    caller finds out otherwise). Used in the parent too (a managed Xvfb's health, the gl player's server)."""
+    import socket
+    import struct
+    import time
+
+    deadline = time.monotonic() + timeout
+    sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(timeout)
+        sock.connect(address)
+        # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
+        sock.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:  # settimeout(0.0) would make the recv non-blocking: EAGAIN, not "no answer"
+            return False
+        sock.settimeout(remaining)
+        sock.recv(1)
+    except (socket.timeout, TimeoutError):
+        return False
+    except OSError:
+        return True
+    finally:
+        sock.close()
+    return True
+
+
 def connect_as_xcb() -> None:
     """Make python-xlib reach a local display as libxcb does (and so libX11, Unity's X11 player and every GLX
     client): on Linux through the abstract socket first, then through the file. python-xlib tries the

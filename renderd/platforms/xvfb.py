@@ -599,26 +599,7 @@ def _listener_pid(socket_path: str) -> int | None:
 
 def _x_answers(socket_path: str, timeout: float) -> bool:
     """See :meth:`ManagedDisplay.answers`: a connection setup request (no authorization) and any byte back."""
-    deadline = time.monotonic() + timeout
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-    try:
-        sock.settimeout(timeout)
-        try:
-            sock.connect(socket_path)
-            # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
-            sock.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:  # settimeout(0.0) would make the recv non-blocking: EAGAIN, not "no answer"
-                return False
-            sock.settimeout(remaining)
-            sock.recv(1)
-        except (socket.timeout, TimeoutError):
-            return False
-        except OSError:
-            return True
-        return True
-    finally:
-        sock.close()
+    return setup_answered(socket.AF_UNIX, socket_path, timeout)
 
 
 def _signal_group(proc: subprocess.Popen[bytes], sig: signal.Signals) -> None:

@@ -41,8 +41,6 @@ import math
 import os
 import select
 import socket
-import struct
-import time
 
 import numpy as np
 
@@ -225,30 +223,14 @@ class _XServerWatch:
         completes the connection from its listen backlog, but no answer comes. True when it cannot be told
         (the server is gone, which :meth:`poll` reports). This connection is not used, so python-xlib's
         state stays as it is."""
-        deadline = time.monotonic() + timeout
+        from renderd.platforms._x11probe import setup_answered
+
         try:
             with socket.socket(fileno=os.dup(self._display.fileno())) as ours:
                 family, address = ours.family, ours.getpeername()
-            probe = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         except OSError:
             return True
-        try:
-            probe.settimeout(timeout)
-            probe.connect(address)
-            # byte order 'l' (little-endian), protocol 11.0, no authorization name or data
-            probe.sendall(struct.pack("<BxHHHHxx", ord("l"), 11, 0, 0, 0))
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            probe.settimeout(remaining)
-            probe.recv(1)
-        except (socket.timeout, TimeoutError):
-            return False
-        except OSError:
-            return True
-        finally:
-            probe.close()
-        return True
+        return setup_answered(family, address, timeout)
 
     def close(self) -> None:
         if self.poll() is None:  # (it may have gone since the last frame: then its connection is not touched)
