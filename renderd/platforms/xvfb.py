@@ -45,6 +45,7 @@ from typing import IO, Any, TypeVar
 
 from renderd.errors import PlatformError, describe_exit, os_error_message
 from renderd.platforms import x11
+from renderd.platforms._x11probe import setup_answered
 from renderd.process import die_with_parent
 
 log = logging.getLogger(__name__)
