@@ -147,6 +147,49 @@ class _UnixConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
+def _owner(st: os.stat_result) -> str:
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = f"uid {st.st_uid}"
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = f"gid {st.st_gid}"
+    return f"owner {user}, group {group}, mode {stat.S_IMODE(st.st_mode):04o}"
+
+
+def _access_hint(path: str) -> str:
+    """What keeps this user from the daemon's socket at ``path``, and what to change."""
+    import pwd
+
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        me = f"uid {os.getuid()}"
+    directory = os.path.dirname(os.path.abspath(path))
+    parts = directory.split(os.sep)
+    for i in range(1, len(parts) + 1):
+        d = os.sep.join(parts[:i]) or os.sep
+        if not os.access(d, os.X_OK):
+            try:
+                st = os.stat(d)
+            except OSError:
+                break
+            return (f"the directory {d} ({_owner(st)}) is closed to this user ({me}): the daemon's socket must be "
+                    "in a directory its clients may enter (the default runtime directory is)")
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "check the owner and mode of the socket and of its directories"
+    return (f"the socket ({_owner(st)}) is private to the daemon's user and this user ({me}) may not use it: run "
+            "the client as that user, or set [daemon] socket_group to a group this user is in (the socket then "
+            "becomes 0660; see docs/configuration.md)")
+
+
 class ControlClient:
     """JSON requests to the daemon's control API over its unix socket. ``timeout`` (seconds) bounds each request
     as a whole, from connecting to the answer's last byte.
@@ -198,6 +241,11 @@ class ControlClient:
                     what = os_error_message(exc, f"cannot reach the renderd daemon at {self.socket}")
                 raise RenderdError(
                     what + ". Is `renderd start` running? (for another socket: socket= from Python, --socket on the command line, or $RENDERD_SOCKET)"
+                ) from exc
+            except PermissionError as exc:
+                raise RenderdError(
+                    f"cannot reach the renderd daemon at {self.socket}: permission denied [EACCES]; "
+                    f"{_access_hint(self.socket)}"
                 ) from exc
             except _socket.timeout as exc:
                 raise RenderdError(f"the renderd daemon at {self.socket} did not answer {method} {shown} in time "
