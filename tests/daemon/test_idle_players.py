@@ -4,9 +4,12 @@ an action nobody sent): the daemon notices at once, stops it and starts another.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import struct
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -51,6 +54,11 @@ def test_an_idle_player_that_writes_before_any_action_is_restarted_with_backoff(
     assert "restarting in" in d.output() and "Traceback" not in d.output()
 
 
+def _unread(fd: int) -> int:
+    """Bytes in the pipe of ``fd`` not yet read."""
+    return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+
+
 def test_an_answer_nobody_waited_for_gets_the_player_recycled(daemon):
     """A client sends an action and releases its lease without reading the answer: the answer lands in an idle
     player's pipe. The player is recycled at once (it served a lease: no backoff), and the next client's first
@@ -62,6 +70,9 @@ def test_an_answer_nobody_waited_for_gets_the_player_recycled(daemon):
         # (The player answers 0.5 s later, after the release.)
         os.write(fd, b"".join(encode_action({"action": "RenderdFault", "fault": "sleep", "seconds": 0.5,
                                              "sequenceId": 1})))
+        # The player reads it before the release: an action still unread at release is a reason of its own
+        # to recycle the player ("unread"), not the one this test is about.
+        wait_for(lambda: _unread(fd) == 0, DEADLINE, "the player to read the action")
     finally:
         os.close(fd)
     d.client.release(lease["lease"])
