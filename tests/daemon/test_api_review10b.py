@@ -52,3 +52,119 @@ def test_a_request_head_over_the_limit_is_answered_431_as_docs_api_md_says(daemo
     # Just under the limit, the request is served.
     small = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * (limit - 1024) + b"\r\n\r\n"
     assert _exchange(d.socket, small).split()[1] == b"200"
+
+
+# -- what docs/api.md names, read from the code ------------------------------------------------------------
+
+def _documented_routes() -> dict[str, set[str]]:
+    routes: dict[str, set[str]] = {}
+    for method, path in re.findall(r"^\| `([A-Z]+) (/\S*)` \|", DOC.read_text(), re.M):
+        routes.setdefault(path, set()).add(method)
+    return routes
+
+
+def _router(app) -> api._Router:
+    """The router inside the application ``make_app`` returns (in its functions' closures)."""
+    todo, seen = [app], set()
+    while todo:
+        fn = todo.pop()
+        if id(fn) in seen:
+            continue
+        seen.add(id(fn))
+        for cell in getattr(fn, "__closure__", None) or ():
+            value = cell.cell_contents
+            if isinstance(value, api._Router):
+                return value
+            if callable(value):
+                todo.append(value)
+    raise AssertionError("no router in the application")
+
+
+def test_the_route_table_is_every_route_the_api_serves_and_each_405_allow_says_so():
+    documented = _documented_routes()
+    app = api.make_app(None)  # (nothing below reaches a handler)
+    served = {"/" + "/".join(pattern).replace("{lease_id}", "{id}"): set(methods)
+              for pattern, methods in _router(app).routes}
+    assert documented == served, "docs/api.md's route table is not what renderd.daemon.api.make_app serves"
+    # The module's own list of routes says the same.
+    listed: dict[str, set[str]] = {}
+    for method, path in re.findall(r"^ {4}([A-Z]+) +(/\S*)", api.__doc__, re.M):
+        listed.setdefault(path, set()).add(method)
+    assert listed == documented
+    # A method a route does not take: 405 with Allow, HEAD wherever GET is.
+    for path, methods in documented.items():
+        got = {}
+        app({"REQUEST_METHOD": "OPTIONS", "PATH_INFO": path.replace("{name}", "demo").replace("{id}", "x")},
+            lambda status, headers, exc_info=None: got.update(status=status, headers=dict(headers)))
+        assert got["status"].startswith("405"), (path, got)
+        allow = set(got["headers"]["Allow"].split(", "))
+        assert allow == methods | ({"HEAD"} if "GET" in methods else set()), (path, allow)
+
+
+def test_the_limits_and_timeouts_docs_api_md_names_are_the_codes():
+    doc = _doc()
+    connections = waitress.adjustments.Adjustments().connection_limit  # (the control socket leaves it as it is)
+    waiting = connections - 2 - service.API_CONNECTION_HEADROOM
+    slack = client.REQUEST_SLACK
+    for phrase in [
+        f"A request body is at most {api.MAX_BODY_SIZE >> 20} MiB (`renderd.daemon.api.MAX_BODY_SIZE`)",
+        f"a request head at most {service.API_MAX_HEADER_SIZE >> 10} KiB",
+        f"from 0 to {leases.MAX_LEASE_TIMEOUT:g} (`renderd.daemon.leases.MAX_LEASE_TIMEOUT`;",
+        f"Ended leases are remembered (the last {supervisor.ENDED_LEASES_KEPT})",
+        f"The control socket takes {connections} connections at a time, two of which waitress keeps for itself",
+        f"A connection has {service.API_READ_TIMEOUT:g} s (`renderd.daemon.service.API_READ_TIMEOUT`)",
+        f"Waiting lease requests leave {service.API_CONNECTION_HEADROOM} of them free "
+        "(`renderd.daemon.service.API_CONNECTION_HEADROOM`)",
+        f"a lease request that would wait when {waiting} requests wait already is answered 503 `LeaseBusyError`",
+        f"send such a request again every {client.LEASE_BUSY_RETRY:g} s within their `timeout`",
+        f"the request notices within {supervisor.HANG_UP_POLL_INTERVAL:g} s",
+        f"gives the requests under way up to {service.API_STOP_TIMEOUT:g} s (`renderd.daemon.service.API_STOP_TIMEOUT`)",
+        f"send `deadline` = the moment they send + `timeout` + {slack - client.LEASE_ANSWER_MARGIN:g} s "
+        f"(they give up on the answer {slack:g} s after `timeout`)",
+        f"ask `GET /v1/leases/{{id}}` (for up to {client.EXIT_STATUS_TIMEOUT:g} s: the daemon reaps at once)",
+        f"until {metrics.GONE_SERIES_TTL / 60:g} minutes after it is gone (`renderd.daemon.metrics.GONE_SERIES_TTL`",
+        f"control.token` ({service.CONTROL_TOKEN_BYTES} random bytes in hex",
+        f"holding at least {service.MIN_CONTROL_TOKEN_LENGTH} characters of printable ASCII",
+        f"the request's path in that line is cut to {service.REFUSAL_LOG_PATH_CHARS} characters",
+    ]:
+        assert phrase in doc, f"docs/api.md does not say: {phrase}"
+
+
+def test_the_error_types_docs_api_md_names_are_renderds():
+    doc = _doc()
+    named = set(re.findall(r"`([A-Z][A-Za-z]*Error)`", doc))
+    assert {"ConfigError", "LeaseError", "RenderdError", "LeaseBusyError"} <= named
+    assert named <= set(ERROR_TYPES), sorted(named - set(ERROR_TYPES))
+    assert "`LeaseBusyError` (a `LeaseError`)" in doc and issubclass(LeaseBusyError, LeaseError)
+
+
+def _section(start: str, end: str) -> str:
+    doc = _doc()
+    return doc[doc.index(start):doc.index(end, doc.index(start))]
+
+
+def test_every_field_of_the_answers_is_named_in_docs_api_md(daemon):
+    # A field a daemon sends that docs/api.md does not name, or one it names that no answer has.
+    d = daemon(fast_config(instances=2))
+    c = d.client
+    health = c.health()
+    health_doc = _section("| `GET /v1/health` |", "| `GET /v1/environments` |")
+    for key in [*health, *health["environments"]["demo"]]:
+        assert f"`{key}`" in health_doc, key
+    answer = c.lease("demo", timeout=10)
+    env = c.get("/v1/environments/demo")
+    player = next(p for p in env["players"] if p["lease"])
+    env_doc = _section("ENV is `{", "Player states:")
+    for key in [*env, *player, *player["lease"]]:
+        assert f'"{key}"' in env_doc, key
+    documented = set(re.findall(r'"([a-z_]+)"[,} ]', env_doc.partition('"players": [PLAYER, ...]}`')[2]))
+    assert documented == {*player, *player["lease"]}, documented ^ {*player, *player["lease"]}
+    lease_doc = _section("201 {\"lease\"", "`client_pid` is the process")
+    assert set(answer) == set(re.findall(r'"([a-z_]+)": ', lease_doc)), answer
+    status = c.lease_status(answer["lease"])
+    status_doc = _section("| `GET /v1/leases/{id}` |", "| `DELETE /v1/leases/{id}` |")
+    shown = re.search(r"`\{(\"[^`]*)\}`", status_doc).group(1)
+    assert set(status) == set(re.findall(r'"([a-z_]+)"', shown)), status
+    released = c.release(answer["lease"])
+    release_doc = _section("| `DELETE /v1/leases/{id}` |", "| `GET /metrics` |")
+    assert set(released) <= set(re.findall(r'"([a-z_]+)"', release_doc)) and '`{"released": true, "recycled": bool}`' in release_doc
