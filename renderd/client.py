@@ -875,6 +875,10 @@ def launch_player(
                 f"DISPLAY={env['DISPLAY']!r} and x_display={x_display!r} both name the display; give one", key="env"
             )
         if log_path is not None:  # absolute: the crash report still finds it after a chdir
+            if not os.fspath(log_path):  # (made absolute, it would name the working directory)
+                raise ConfigError(
+                    "is empty: give the path of a file, or None for a log in the private pipe directory", key="log_path"
+                )
             try:
                 log_path = os.path.abspath(os.fspath(log_path))
             except OSError as exc:  # a relative path, and the working directory was removed
