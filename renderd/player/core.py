@@ -90,6 +90,9 @@ DEFAULT_ROTATE_DEGREES = 90.0
 DEFAULT_LOOK_DEGREES = 30.0
 DEFAULT_FOV = 90.0
 DEFAULT_VISIBILITY_DISTANCE = 1.5
+#: Initialize's settings (Player attributes) when a scene is loaded, and each one an Initialize is not given.
+_DEFAULT_SETTINGS = {"grid_size": DEFAULT_GRID_SIZE, "rotate_step": DEFAULT_ROTATE_DEGREES, "fov": DEFAULT_FOV,
+                     "visibility_distance": DEFAULT_VISIBILITY_DISTANCE, "render_depth": False, "render_ids": False}
 #: cameraHorizon limits: looking up is negative, down positive (AI2-THOR's defaults).
 MAX_LOOK_UP = 30.0
 MAX_LOOK_DOWN = 60.0
@@ -572,8 +575,13 @@ class Player:
     # -- actions -------------------------------------------------------------------------------------
     @_action("Initialize")
     def _initialize(self, action: dict) -> dict[str, float]:
-        # Every argument is checked before any is applied: a failed Initialize changes nothing.
-        changes: dict[str, Any] = {}
+        # Every argument is checked before any is applied: a failed Initialize changes nothing. A setting it is
+        # not given takes its default, not an earlier Initialize's value, as in a build: there AgentManager's
+        # Initialize makes the agent controller anew (maxVisibleDistance back to 1.5) and sets the depth and
+        # segmentation switches from the ServerAction (false unless sent), and BaseFPSAgentController's
+        # Initialize runs InitializeBody (camera field of view 90) before it applies fieldOfView, and takes
+        # gridSize 0.25 when none is sent and rotateStepDegrees from the ServerAction (90 unless sent).
+        changes: dict[str, Any] = dict(_DEFAULT_SETTINGS)
         for key, attr, lo, hi in (("gridSize", "grid_size", 0.01, 10.0),
                                   ("rotateStepDegrees", "rotate_step", 0.0, 360.0),
                                   ("fieldOfView", "fov", 1.0, 179.0),
@@ -581,9 +589,9 @@ class Player:
             if key in action:
                 changes[attr] = _number(action, key, lo=lo, hi=hi)
         if "renderDepthImage" in action:
-            changes["render_depth"] = _flag(action["renderDepthImage"], self.render_depth)
+            changes["render_depth"] = _flag(action["renderDepthImage"], False)
         if "renderInstanceSegmentation" in action:
-            changes["render_ids"] = _flag(action["renderInstanceSegmentation"], self.render_ids)
+            changes["render_ids"] = _flag(action["renderInstanceSegmentation"], False)
         agent_count = action.get("agentCount", 1)
         if agent_count != 1:
             raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
@@ -607,7 +615,7 @@ class Player:
         self._load_scene(scene, name)
 
     def _default_settings(self) -> None:
-        """Initialize's settings as a freshly loaded scene has them."""
+        """Initialize's settings as a freshly loaded scene has them (:data:`_DEFAULT_SETTINGS`)."""
         self.grid_size = DEFAULT_GRID_SIZE
         self.rotate_step = DEFAULT_ROTATE_DEGREES
         self.fov = DEFAULT_FOV

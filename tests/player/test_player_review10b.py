@@ -1,0 +1,69 @@
+"""The reference player's state across Initialize, as a Unity build keeps it or loses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from renderd.protocol import FieldType
+from renderd.player.core import Player
+
+
+def _kinds(images) -> set[FieldType]:
+    return {kind for kind, _ in images}
+
+
+def _moved(p: Player, action: str = "MoveAhead") -> float:
+    x, z = p.x, p.z
+    md, _ = p.handle({"action": action})
+    assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
+    return ((p.x - x) ** 2 + (p.z - z) ** 2) ** 0.5
+
+
+def _turned(p: Player) -> float:
+    yaw = p.yaw
+    p.handle({"action": "RotateRight"})
+    return (p.yaw - yaw) % 360
+
+
+def _visible(p: Player) -> set[str]:
+    md, _ = p.handle({"action": "Pass"})
+    return {o["objectId"] for o in md["agents"][0]["objects"] if o["visible"]}
+
+
+def test_initialize_gives_a_parameter_it_is_not_sent_its_default():
+    # A build's Initialize takes every parameter from a fresh ServerAction (the agent controller is made
+    # anew, its camera's field of view set to 90 before Initialize's own is applied): one not sent is the
+    # default, not what an earlier Initialize set.
+    p = Player(width=32, height=24)
+    far = _visible(p)
+    md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "rotateStepDegrees": 30, "fieldOfView": 60,
+                      "visibilityDistance": 10.0, "renderDepthImage": True, "renderInstanceSegmentation": True})
+    assert md["agents"][0]["lastActionSuccess"]
+    assert _visible(p) > far
+    md, images = p.handle({"action": "Initialize"})
+    assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
+    assert md["agents"][0]["fov"] == 90
+    assert _kinds(images) == {FieldType.RGB_IMAGE}
+    assert _visible(p) == far
+    assert _moved(p) == pytest.approx(0.25)
+    assert _turned(p) == pytest.approx(90)
+
+
+def test_initialize_with_a_null_switch_turns_it_off():
+    # null is a switch not given: Initialize's default (off), not the earlier Initialize's value.
+    p = Player(width=32, height=24)
+    assert p.handle({"action": "Initialize", "renderDepthImage": True})[0]["agents"][0]["lastActionSuccess"]
+    md, images = p.handle({"action": "Initialize", "renderDepthImage": None, "gridSize": 0.5})
+    assert md["agents"][0]["lastActionSuccess"]
+    assert _kinds(images) == {FieldType.RGB_IMAGE}
+
+
+def test_a_failed_initialize_keeps_the_settings():
+    # A refused Initialize applies nothing, defaults included.
+    p = Player(width=32, height=24)
+    assert p.handle({"action": "Initialize", "gridSize": 0.5, "renderDepthImage": True})[0]["agents"][0][
+        "lastActionSuccess"]
+    md, images = p.handle({"action": "Initialize", "fieldOfView": 500})
+    assert not md["agents"][0]["lastActionSuccess"]
+    assert FieldType.DEPTH_IMAGE in _kinds(images)
+    assert _moved(p) == pytest.approx(0.5)
