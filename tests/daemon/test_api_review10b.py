@@ -168,3 +168,22 @@ def test_every_field_of_the_answers_is_named_in_docs_api_md(daemon):
     released = c.release(answer["lease"])
     release_doc = _section("| `DELETE /v1/leases/{id}` |", "| `GET /metrics` |")
     assert set(released) <= set(re.findall(r'"([a-z_]+)"', release_doc)) and '`{"released": true, "recycled": bool}`' in release_doc
+
+
+def test_the_environment_name_rule_is_the_configurations(daemon):
+    # docs/api.md left out that a name starts with a letter or digit: "-x" and ".x", which its sentence
+    # allowed, are refused by PUT and unknown to every other request.
+    from renderd.config import ENVIRONMENT_NAME, ConfigError
+
+    doc = _doc()
+    assert ("Environment names are 1-64 letters, digits, `_`, `.` or `-`, starting with a letter or digit "
+            "(as in the configuration)") in doc
+    d = daemon(fast_config(instances=0))
+    for name in ("-x", ".x", "_x"):
+        assert not ENVIRONMENT_NAME.fullmatch(name)
+        try:
+            d.client.request("PUT", f"/v1/environments/{name}", {"instances": 0})
+        except ConfigError as exc:
+            assert exc.status == 400 and "starting with a letter or digit" in str(exc), str(exc)
+        else:
+            raise AssertionError(f"PUT {name} was taken")
