@@ -204,6 +204,12 @@ class ControlClient:
 
     def request(self, method: str, path: str, body: Any = None, *, timeout: float | None = None) -> tuple[int, Any]:
         """Send one request; returns ``(status, decoded body)`` for a 2xx answer, raises otherwise."""
+        if not self.socket:  # (socket=os.environ.get("VAR", "") with VAR unset: connect() would say only EINVAL)
+            from renderd.config import ArgumentError
+
+            raise ArgumentError(
+                f"an empty path; leave socket= out to use ${SOCKET_ENV_VAR} or the default path "
+                f"({default_socket_path()})", key="socket")
         size = len(os.fsencode(self.socket))
         if size > MAX_SOCKET_PATH:  # connect() would only say "AF_UNIX path too long"
             raise RenderdError(
@@ -402,7 +408,7 @@ def connect(
     only a player that is ready now; the daemon waits at most an hour for one).
 
     Raises :class:`renderd.config.ArgumentError` (a ConfigError and a ValueError naming the argument) for
-    a bad ``timeout`` or ``step_timeout``, :class:`LeaseError` when no player is ready in time,
+    a bad ``timeout`` or ``step_timeout`` (or an empty ``socket``), :class:`LeaseError` when no player is ready in time,
     :class:`RenderdError` when the daemon cannot be reached or the environment does not exist.
     """
     from renderd.client import Session

@@ -187,3 +187,23 @@ def test_the_environment_name_rule_is_the_configurations(daemon):
             assert exc.status == 400 and "starting with a letter or digit" in str(exc), str(exc)
         else:
             raise AssertionError(f"PUT {name} was taken")
+
+
+def test_an_empty_socket_path_is_a_bad_argument_not_an_invalid_argument_of_the_kernel(tmp_path, monkeypatch):
+    # connect(socket=os.environ.get("SOCK", "")) with SOCK unset said "talking to the renderd daemon at :
+    # Invalid argument [EINVAL]": a socket path that is empty (as `renderd status --socket ""` is refused).
+    import renderd
+    from renderd.config import ArgumentError
+    from renderd.daemon.client import ControlClient
+
+    monkeypatch.setenv("RENDERD_SOCKET", str(tmp_path / "renderd.sock"))
+    for call in (lambda: renderd.connect("demo", socket="", timeout=1), lambda: ControlClient("").health()):
+        try:
+            call()
+        except ArgumentError as exc:
+            assert exc.key == "socket", exc
+            message = str(exc)
+            assert "an empty path" in message and "leave socket= out" in message and "$RENDERD_SOCKET" in message, message
+            assert "EINVAL" not in message
+        else:
+            raise AssertionError("an empty socket path was taken")
