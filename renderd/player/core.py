@@ -602,7 +602,11 @@ class Player:
 
     @_action("Reset")
     def _reset(self, action: dict) -> None:
-        name = action.get("sceneName", self.scene_name)
+        name = action.get("sceneName")
+        if name is None or name == "":
+            # A build's Reset loads the active scene again when sceneName is null or empty (AgentManager's
+            # ResetCoroutine), as when it is not sent.
+            name = self.scene_name
         scene = scene_by_name(name) if isinstance(name, str) else None
         if scene is None:
             raise ActionFailed(

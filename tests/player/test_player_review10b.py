@@ -67,3 +67,20 @@ def test_a_failed_initialize_keeps_the_settings():
     assert not md["agents"][0]["lastActionSuccess"]
     assert FieldType.DEPTH_IMAGE in _kinds(images)
     assert _moved(p) == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize("name", [None, ""])
+def test_reset_with_a_null_or_empty_scene_name_reloads_the_current_scene(name):
+    # A build's Reset loads the active scene again when sceneName is null or empty (AgentManager's
+    # ResetCoroutine), as when it is not sent at all.
+    p = Player(width=32, height=24)
+    assert p.handle({"action": "Reset", "sceneName": "FloorPlan2_physics"})[0]["agents"][0]["lastActionSuccess"]
+    start = p.pose
+    p.handle({"action": "RotateRight"})
+    p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0},
+              "rotation": {"x": 90, "y": 0, "z": 0}})
+    md, _ = p.handle({"action": "Reset", "sceneName": name})
+    agent = md["agents"][0]
+    assert agent["lastActionSuccess"], agent["errorMessage"]
+    assert agent["sceneName"] == "FloorPlan2_physics" and p.pose == start
+    assert md["thirdPartyCameras"] == []
