@@ -436,14 +436,21 @@ class PlayerBridge:
                 self._update_ready()
             self._cond.notify_all()
 
-    def connection_lost(self, connection: str, reason: str | None = None) -> None:
+    def connection_lost(self, connection: str, reason: str | None = None, *, between_requests: bool = False) -> None:
         """The server saw ``connection`` ("host:port") close; if it was this player's, the stream ends:
-        the player hung up, or (``reason``) the server closed it, e.g. after refusing a request."""
+        the player hung up, or (``reason``) the server closed it, e.g. after refusing a request.
+
+        ``between_requests``: the player closed it while idle, no request begun. HTTP lets a client close
+        an idle connection at any time (and post its next frame on a new one), so that ends the stream only
+        when no player process is watched (:meth:`attach`, ``alive``): otherwise its exit says it died."""
         with self._cond:
             if connection != self._connection:
                 return
             self._connection = None
             if self._closed or self._closing_expected:
+                return
+            if between_requests and reason is None and (self._player is not None or self._alive is not None):
+                logger.debug("%s closed its idle HTTP connection %s between frames", self.name, connection)
                 return
             if self._error is None:
                 if reason is None:
@@ -723,11 +730,11 @@ class PlayerBridgeRegistry:
             return None
         return bridge
 
-    def connection_closed(self, connection: str, reason: str | None = None) -> None:
+    def connection_closed(self, connection: str, reason: str | None = None, *, between_requests: bool = False) -> None:
         """The server saw the HTTP connection ``connection`` ("host:port") close (``reason``: why the
-        server closed it; None when the peer did)."""
+        server closed it; None when the peer did; ``between_requests``: while idle, no request begun)."""
         for bridge in self.bridges():
-            bridge.connection_lost(connection, reason)
+            bridge.connection_lost(connection, reason, between_requests=between_requests)
 
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
@@ -1075,11 +1082,13 @@ class _HttpError(Exception):
 class _Closed(Exception):
     """The peer closed the connection (or it timed out) between or inside requests.
 
-    ``by_server`` is the reason when the server is the one closing it (a timeout), else None."""
+    ``by_server`` is the reason when the server is the one closing it (a timeout), else None;
+    ``between_requests`` is set when it closed while idle, no byte of a next request read."""
 
     def __init__(self, message: str, by_server: str | None = None) -> None:
         super().__init__(message)
         self.by_server = by_server
+        self.between_requests = False
 
 
 def _error_bytes(status: int, message: str, type_: str = "ProtocolError", close: bool = True) -> bytes:
@@ -1106,6 +1115,7 @@ class _Connection:
         self.last_body = 0  # size of the last request body received whole
         self.requests = 0  # requests begun on this connection (heads read)
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
+        self.closed_idle = False  # it closed between requests (no byte of a next request read)
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
         self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
@@ -1180,7 +1190,11 @@ class _Connection:
             searched = self.have
             if self.have >= MAX_HEAD_SIZE:
                 raise _HttpError(431, f"the request head is longer than {MAX_HEAD_SIZE} bytes")
-            self.have += self._recv_into(self.view[self.have :], idle if deadline is None else None, deadline)
+            try:
+                self.have += self._recv_into(self.view[self.have :], idle if deadline is None else None, deadline)
+            except _Closed as exc:
+                exc.between_requests = deadline is None
+                raise
 
     def _read_body(self, start: int, length: int) -> bytearray:
         # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the
@@ -1306,6 +1320,7 @@ class _Connection:
                     break
         except _Closed as exc:
             self.closed_because = exc.by_server
+            self.closed_idle = exc.between_requests
         except _HttpError as exc:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
             self.linger = self._send(_error_bytes(exc.status, exc.message))
@@ -1701,7 +1716,9 @@ class PlayerHttpServer:
 
     def _notify_closed(self, connection: _Connection) -> None:
         try:
-            self.registry.connection_closed(connection.key, connection.closed_because)
+            self.registry.connection_closed(
+                connection.key, connection.closed_because, between_requests=connection.closed_idle
+            )
         except Exception:
             logger.exception("connection close notification failed")
 

@@ -1,0 +1,103 @@
+"""The players' HTTP server over real sockets: a player that closes its idle connection between frames."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import pytest
+
+from renderd.errors import PlayerCrashed
+from renderd.protocol import FieldType, encode_action
+
+from tests.helpers.http_util import BOUNDARY, DEADLINE, connect, frame_body, request_bytes
+from tests.helpers.leaks import wait_for
+
+
+def deadline(seconds: float = DEADLINE) -> float:
+    return time.monotonic() + seconds
+
+
+def _answer(bridge, frames: list, action: dict | None = None) -> threading.Thread:
+    """Receive one frame from the bridge (as a client does) and answer it, on a thread."""
+
+    def run() -> None:
+        try:
+            frames.append(bridge.recv(deadline()))
+            bridge.send(encode_action(action or {"action": "Pass"}), deadline())
+        except Exception as exc:  # (the test looks at what it got)
+            frames.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- a player that closes its idle connection between frames -------------------------------------------------
+
+
+def test_a_watched_player_posting_each_frame_on_a_new_connection_is_served(served):
+    # A client that drops its connection once it has the answer (requests.post without a Session, an HTTP
+    # client closing idle connections), here http.client: each frame on a new HTTP/1.1 connection without
+    # "Connection: close". HTTP lets a client close an idle connection at any time, and renderd learns that a
+    # player died from its process (watched here by alive()), so such a close between frames is not a
+    # hang-up: every frame is delivered.
+    registry, server, _ = served
+    bridge = registry.register(alive=lambda: True)
+    headers = {"Content-Type": f'multipart/form-data; boundary="{BOUNDARY.decode()}"'}
+    for seq in range(3):
+        frames: list = []
+        thread = _answer(bridge, frames)
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=DEADLINE)
+        try:
+            conn.request("POST", "/train", body=frame_body(bridge.token, seq=seq), headers=headers)
+            response = conn.getresponse()
+            body = response.read()
+        finally:
+            conn.close()
+        thread.join(DEADLINE)
+        assert response.status == 200, body
+        assert json.loads(body) == {"action": "Pass"}
+        assert len(frames) == 1 and not isinstance(frames[0], Exception), frames
+        assert frames[0].fields[0][0] == FieldType.METADATA
+        wait_for(lambda: not server._connections, DEADLINE, "the server to see the connection close")
+    assert bridge.error is None
+
+
+def test_a_watched_player_that_exits_after_closing_its_idle_connection_fails_the_next_call_at_once(served):
+    registry, _, _ = served
+    exited = threading.Event()
+    bridge = registry.register(alive=lambda: not exited.is_set())
+    frames: list = []
+    thread = _answer(bridge, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    client.close()
+    exited.set()
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed, match="exited"):
+        bridge.recv(deadline())
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_watched_player_cut_off_inside_a_request_still_fails_the_stream(served):
+    # Only an idle connection may close: a request cut off (here in its head) is a hang-up, as before.
+    registry, _, _ = served
+    bridge = registry.register(alive=lambda: True)
+    frames: list = []
+    thread = _answer(bridge, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    client.send(b"POST /train HTTP/1.1\r\nContent-Le")
+    time.sleep(0.05)  # (the bytes reach the server before the close)
+    client.close()
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
+        bridge.recv(deadline(5.0))
+    assert time.monotonic() - started < 2.0
