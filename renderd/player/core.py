@@ -221,12 +221,16 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
     return float(value)
 
 
-def _vector(value: Any, key: str) -> tuple[float, float, float]:
+def _vector(value: Any, key: str, base: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
+    """``value`` ({x, y, z}) as a tuple: an axis not given is 0, or with ``base`` (an optional vector, as
+    UpdateThirdPartyCamera takes them) an axis not given or null is ``base``'s."""
     if not isinstance(value, dict):
         raise ActionFailed(f"{key} must be an object with x, y and z, got {value!r}", "InvalidArgument")
     out = []
-    for axis in ("x", "y", "z"):
-        v = value.get(axis, 0.0)
+    for i, axis in enumerate(("x", "y", "z")):
+        v = value.get(axis)
+        if v is None and (base is not None or axis not in value):
+            v = base[i] if base is not None else 0.0
         if not _finite(v):
             raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
         out.append(float(v))
@@ -754,9 +758,15 @@ class Player:
                 "InvalidArgument",
             )
         camera = self.cameras[index]
-        # Every argument is checked before any is applied: a failed update leaves the camera as it was.
-        position = _vector(action["position"], "position") if "position" in action else camera.position
-        rotation = _vector(action["rotation"], "rotation") if "rotation" in action else camera.rotation
+        # Every argument is checked before any is applied: a failed update leaves the camera as it was. A
+        # position or rotation, or an axis of one, that is not given (or null) keeps the camera's value, as in a
+        # build, whose AgentManager.UpdateThirdPartyCamera takes both as optional vectors filled in from the
+        # camera's own.
+        position, rotation = camera.position, camera.rotation
+        if action.get("position") is not None:
+            position = _vector(action["position"], "position", position)
+        if action.get("rotation") is not None:
+            rotation = _vector(action["rotation"], "rotation", rotation)
         fov = _number(action, "fieldOfView", lo=1.0, hi=179.0) if "fieldOfView" in action else camera.fov
         camera.position, camera.rotation, camera.fov = position, rotation, fov
         return camera.metadata(index)
