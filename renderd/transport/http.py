@@ -1200,7 +1200,10 @@ class _Connection:
         # The buffer grows with the bytes that arrive (see BODY_START_SIZE), except up to the size of the
         # last body this connection delivered whole: a player posting frames of one size gets its buffer
         # at once and its bytes are received straight into it.
-        body = bytearray(min(length, max(BODY_START_SIZE, self.last_body)))
+        try:
+            body = bytearray(min(length, max(BODY_START_SIZE, self.last_body)))
+        except MemoryError:
+            raise self._no_memory(length) from None
         extra = min(self.have - start, length)
         body[:extra] = self.view[start : start + extra]
         rest = self.have - start - extra
@@ -1215,12 +1218,21 @@ class _Connection:
         while got < length:
             if got == len(body):
                 target.release()
-                body = _grown(body, got, length)
+                try:
+                    body = _grown(body, got, length)
+                except MemoryError:
+                    raise self._no_memory(length) from None
                 target = memoryview(body)
             got += self._recv_into(target[got:], None, deadline)
         target.release()
         self.last_body = length
         return body
+
+    def _no_memory(self, length: int) -> _HttpError:
+        """The refusal of a body this process has no memory for (503, the connection closed): the player is
+        told, and its client's PlayerCrashed says renderd closed the connection and why."""
+        logger.warning("HTTP connection %s: no memory for a request body of %d bytes (answered 503)", self.key, length)
+        return _HttpError(503, f"the server has no memory left for this request body of {length} bytes")
 
     def _consume(self, end: int) -> None:
         rest = self.have - end

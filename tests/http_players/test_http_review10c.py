@@ -1,4 +1,5 @@
-"""The players' HTTP server over real sockets: a player that closes its idle connection between frames."""
+"""The players' HTTP server over real sockets: a player that closes its idle connection between frames, and
+a body the server has no memory for."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import pytest
 
 from renderd.errors import PlayerCrashed
 from renderd.protocol import FieldType, encode_action
+from renderd.transport import http as http_transport
 
-from tests.helpers.http_util import BOUNDARY, DEADLINE, connect, frame_body, request_bytes
+from tests.helpers.http_util import BOUNDARY, DEADLINE, connect, frame_body, part, request_bytes
 from tests.helpers.leaks import wait_for
 
 
@@ -101,3 +103,34 @@ def test_a_watched_player_cut_off_inside_a_request_still_fails_the_stream(served
     with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
         bridge.recv(deadline(5.0))
     assert time.monotonic() - started < 2.0
+
+
+# -- a body the server cannot allocate -------------------------------------------------------------------------
+
+
+def test_a_body_the_server_has_no_memory_for_is_answered_and_not_called_a_hang_up(served, monkeypatch):
+    # The body's buffer cannot grow (the process is out of memory): the player is told so (503, the connection
+    # closed), and its client's PlayerCrashed says renderd closed the connection and why, not that the player
+    # closed it.
+    registry, _, _ = served
+    bridge = registry.register()
+    frames: list = []
+    thread = _answer(bridge, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+
+    def no_memory(body, got, length):
+        raise MemoryError()
+
+    monkeypatch.setattr(http_transport, "BODY_START_SIZE", 64)
+    monkeypatch.setattr(http_transport, "_grown", no_memory)
+    client.send(request_bytes(frame_body(bridge.token, extra=[part("padding", b"x" * 200_000)])))
+    response = client.response()
+    assert response.status == 503, response
+    assert "memory" in response.json()["error"]["message"]
+    assert client.closed_by_server()
+    with pytest.raises(PlayerCrashed, match="renderd closed the HTTP connection.*memory") as info:
+        bridge.recv(deadline(5.0))
+    assert "closed its HTTP connection" not in str(info.value)
