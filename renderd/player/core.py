@@ -590,8 +590,19 @@ class Player:
                                   ("rotateStepDegrees", "rotate_step", 0.0, 360.0),
                                   ("fieldOfView", "fov", 1.0, 179.0),
                                   ("visibilityDistance", "visibility_distance", 0.0, 1000.0)):
-            if key in action:
-                changes[attr] = _number(action, key, lo=lo, hi=hi)
+            if key not in action:
+                continue
+            value = action[key]
+            # In a build 0 is ServerAction's own default for gridSize, fieldOfView and visibilityDistance, and
+            # BaseFPSAgentController's Initialize reads it as not given (gridSize 0 becomes 0.25, a field of
+            # view or visibility distance not above 0 is not applied); a rotateStepDegrees not above 0 fails.
+            if key == "visibilityDistance" and _finite(value) and value <= 0:
+                continue
+            if key in ("gridSize", "fieldOfView") and _finite(value) and value == 0:
+                continue
+            if key == "rotateStepDegrees" and _finite(value) and value == 0:
+                raise ActionFailed("rotateStepDegrees must be above 0, got 0", "InvalidArgument")
+            changes[attr] = _number(action, key, lo=lo, hi=hi)
         if "renderDepthImage" in action:
             changes["render_depth"] = _flag(action["renderDepthImage"], False)
         if "renderInstanceSegmentation" in action:

@@ -106,3 +106,16 @@ def test_update_third_party_camera_keeps_the_axes_it_is_not_given():
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "position": {"x": "left"}})
     assert md["agents"][0]["errorCode"] == "InvalidArgument"
     assert md["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
+
+
+def test_initialize_takes_a_zero_size_as_not_given():
+    # In a build, gridSize, fieldOfView and visibilityDistance of 0 (ServerAction's own defaults) mean "not
+    # given" (BaseFPSAgentController.Initialize: gridSize 0 becomes 0.25, a field of view or visibility
+    # distance that is not above 0 is not applied), while a rotateStepDegrees of 0 is refused.
+    p = Player(width=32, height=24)
+    md, _ = p.handle({"action": "Initialize", "gridSize": 0, "fieldOfView": 0, "visibilityDistance": 0})
+    agent = md["agents"][0]
+    assert agent["lastActionSuccess"], agent["errorMessage"]
+    assert agent["fov"] == 90 and (p.grid_size, p.visibility_distance) == (0.25, 1.5)
+    md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "rotateStepDegrees": 0})
+    assert md["agents"][0]["errorCode"] == "InvalidArgument" and p.grid_size == 0.25
