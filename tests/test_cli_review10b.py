@@ -115,3 +115,48 @@ def test_every_option_of_renderd_start_is_in_the_doc_and_the_doc_names_no_other(
     assert result.exit_code == 0
     listed = re.findall(r"^  (\w+) ", result.output.partition("Commands:")[2], re.M)
     assert listed == sorted(COMMANDS)
+
+
+def test_a_path_option_written_with_equals_and_a_tilde_is_the_users_home(tmp_path):
+    # A shell expands ~ in `--socket ~/renderd.sock` but not in `--socket=~/renderd.sock` (nor does a unit
+    # file): renderd start made a directory named "~" in its working directory and put its socket there, where
+    # `renderd status --socket=~/renderd.sock` run from anywhere else did not find it (and a "~" directory is
+    # one `rm -rf ~` away from the user's home). -c/--config=~/... was "cannot read the file".
+    import subprocess
+    import textwrap
+
+    from tests.daemon.conftest import RENDERD, fast_config
+    from tests.daemon.test_control_review8 import run_renderd
+    from tests.helpers.leaks import wait_for
+
+    home, cwd = tmp_path / "home", tmp_path / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    (home / "renderd.toml").write_text(textwrap.dedent(fast_config(instances=0)))
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env["HOME"] = str(home)
+    with open(tmp_path / "daemon.log", "wb") as log:
+        proc = subprocess.Popen(
+            [*RENDERD, "start", "--config=~/renderd.toml", "--socket=~/renderd.sock", "--runtime-dir=~/run"],
+            cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def up() -> bool:
+            assert proc.poll() is None, (tmp_path / "daemon.log").read_text()
+            return (home / "renderd.sock").exists()
+
+        wait_for(up, 20, "the daemon's socket in the home directory")
+        assert (home / "run").is_dir()
+        result = run_renderd("status", "--socket=~/renderd.sock", "--json", env={"HOME": str(home)})
+        assert result.returncode == 0, result.stderr
+        assert '"status": "ready"' in result.stdout.decode()
+        assert list(cwd.iterdir()) == []
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, (tmp_path / "daemon.log").read_text()
+    # What it made there is gone again once it stopped.
+    assert not (home / "renderd.sock").exists() and not (home / "run").exists()

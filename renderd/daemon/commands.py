@@ -63,8 +63,15 @@ def configure_logging(level: str) -> None:
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" noise
 
 
+def _expanded(value: str | None) -> str | None:
+    """A path option's value with a leading ``~`` made the user's home directory: a shell leaves it as it is
+    in ``--socket=~/renderd.sock`` (and a unit file always does), and a directory named ``~`` in the working
+    directory is never what was meant."""
+    return os.path.expanduser(value) if value else value
+
+
 def _abspath(value: str | None) -> str | None:
-    return os.path.abspath(value) if value else None
+    return os.path.abspath(_expanded(value)) if value else None
 
 
 @click.command("start")
@@ -93,6 +100,7 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     configure_logging(log_level)
     from renderd.daemon.service import Daemon, DaemonError
 
+    config_path = _expanded(config_path)
     overrides = {"socket": _abspath(socket), "runtime_dir": _abspath(runtime_dir), "http": http}
     try:
         # The checks between tables (transport "http" needs an http address) run once, with the overrides.
@@ -180,7 +188,7 @@ def status(socket: str | None, as_json: bool) -> None:
     if socket == "":  # an unset variable in `--socket "$VAR"`: not a path to connect to
         raise click.BadParameter("an empty path; leave --socket out to use $RENDERD_SOCKET or the default path",
                                  param_hint="--socket")
-    client = ControlClient(socket)
+    client = ControlClient(_expanded(socket))
     try:
         health = client.health()
         environments = client.environments()
