@@ -236,13 +236,13 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
 def _quality_number(quality: str | int) -> int:
     if isinstance(quality, bool):
         raise ConfigError(f"unknown quality {quality!r}", key="quality")
-    if isinstance(quality, int):
+    if isinstance(quality, numbers.Integral):  # (numpy's too)
         if quality not in QUALITY_SETTINGS.values():
             raise ConfigError(f"quality level {quality} is not one of {sorted(QUALITY_SETTINGS.values())}", key="quality")
-        return quality
+        return int(quality)
     try:
         return QUALITY_SETTINGS[quality]
-    except KeyError:
+    except (KeyError, TypeError):  # (TypeError: not hashable, a list)
         raise ConfigError(
             # (DONOTUSE, level 0, is a placeholder: accepted, as AI2-THOR does, but not offered)
             f"unknown quality {quality!r}; expected one of {', '.join(n for n in QUALITY_SETTINGS if n != 'DONOTUSE')}",
