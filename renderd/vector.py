@@ -56,7 +56,8 @@ from typing import Any, NamedTuple
 
 import psutil
 
-from renderd.client import Session, check_sequence_id
+from renderd.client import _IO_CODES as _SESSION_IO_CODES
+from renderd.client import CLOSE_WAITER_TIMEOUT, Session, check_sequence_id
 from renderd.config import ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
@@ -347,23 +348,28 @@ def _player_exited(session: Any) -> bool:
 
 
 def _close_sessions(
-    sessions: Sequence[Any], *, together: bool = True
+    sessions: Sequence[Any], *, together: bool = True, here: Sequence[int] = ()
 ) -> tuple[list[BaseException | None], BaseException | None]:
     """Close ``sessions`` at the same time (up to :data:`CLOSE_THREADS` threads), so that players which must
     be stopped (SIGTERM, grace, SIGKILL) take one grace between them, not one each; one after another when
     not ``together`` (from ``__del__``, which may run wherever the garbage collector does). Returns each
     session's close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting
-    (every session is closed by then)."""
+    (every session is closed by then). The sessions at the indices ``here`` are closed in this thread: a signal
+    handler's close() interrupted their send or receive, which resumes after it (see :meth:`Session.close`)."""
     errors: list[BaseException | None] = [None] * len(sessions)
     # At interpreter exit a new thread never runs (start() would wait for it forever): one after another.
     workers = 1 if not together or sys.is_finalizing() else min(len(sessions), CLOSE_THREADS)
 
+    def close_one(k: int) -> None:
+        try:
+            sessions[k].close()
+        except BaseException as exc:
+            errors[k] = exc
+
     def close_every(first: int) -> None:
         for k in range(first, len(sessions), workers):
-            try:
-                sessions[k].close()
-            except BaseException as exc:
-                errors[k] = exc
+            if k not in here:
+                close_one(k)
 
     if not sessions:
         return errors, None
@@ -376,6 +382,8 @@ def _close_sessions(
             close_every(w)
             continue
         started.append(thread)
+    for k in here:
+        close_one(k)
     close_every(0)  # (a Ctrl-C here is kept as that session's error; the others are still closed)
     interrupt: BaseException | None = None
     for thread in started:
@@ -450,7 +458,8 @@ class VectorSession:
     other players are still working; an exception from it propagates and breaks the vector session.
     The vector session owns its sessions: :meth:`close` closes them all.
 
-    Not thread-safe: one caller at a time.
+    Not thread-safe: one caller at a time, but :meth:`close` may be called from another thread (a watchdog) while
+    a call waits: that call raises :class:`CallOrderError`.
     """
 
     def __init__(
@@ -496,6 +505,9 @@ class VectorSession:
         # for benchmarks/vector.py, which measures both.
         self._sequential_recv = False
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the players alone
+        # Every poll of a call waits on it too: a replacement that is ready, and a close() from another thread,
+        # wake the call.
+        self._ensure_wake_fd()
         _vectors.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -1088,7 +1100,7 @@ class VectorSession:
                     remaining = None if overall is None else max(overall - time.monotonic(), 0.0)
                     self._receive(slot, rnd, remaining)
                 return
-        if not self._fd_slots and self._wake_fd is None and (wait <= 0 or math.isinf(wait)):
+        if not self._fd_slots and (wait <= 0 or math.isinf(wait)) and all(s.future is None for s in self._slots):
             return  # (a finite wait with nothing to poll waits for an unopened client.pipe's next check)
         ms = 0 if wait <= 0 else (-1 if math.isinf(wait) else max(1, math.ceil(wait * 1000)))
         ready = self._poller.poll(ms)
@@ -1430,6 +1442,10 @@ class VectorSession:
         self._cancel.set()
         interrupt: BaseException | None = None
         first: BaseException | None = None
+        try:
+            first = self._leave_callers()
+        except _INTERRUPTS as exc:
+            interrupt = exc  # finish closing first
         for slot in self._slots:
             self._done_waiting(slot)
             future, slot.future = slot.future, None
@@ -1440,11 +1456,14 @@ class VectorSession:
                 except _INTERRUPTS as exc:
                     interrupt = interrupt or exc  # finish closing first
         sessions = [s.session for s in self._slots if s.session is not None]
+        # A signal handler that interrupted a slot's send or receive in this thread: that session's close()
+        # (in this thread) leaves its pipes to the call, which resumes after the handler and closes them.
+        here = [k for k, s in enumerate(sessions) if isinstance(s, Session) and s._channel_call_here()]
         # Close every channel first, so all players see end of file and exit together; each close()
         # below then finds its player gone (or stops it: SIGTERM, grace, SIGKILL).
-        for session in sessions:
+        for k, session in enumerate(sessions):
             channel = getattr(session, "channel", None)
-            if channel is not None and getattr(session, "process", None) is not None:
+            if channel is not None and getattr(session, "process", None) is not None and k not in here:
                 try:
                     channel.close()
                 except _INTERRUPTS as exc:
@@ -1452,7 +1471,7 @@ class VectorSession:
                 except Exception as exc:
                     log.debug("closing a channel failed: %s", exc)
         # All at once: players that ignore SIGTERM (hung) take one stop grace between them, not one each.
-        errors, stopped = _close_sessions(sessions, together=together)
+        errors, stopped = _close_sessions(sessions, together=together, here=here)
         interrupt = interrupt or stopped
         for exc in errors:
             if exc is None:
@@ -1476,6 +1495,61 @@ class VectorSession:
             raise interrupt
         if first is not None:
             raise first
+
+    def _callers(self) -> tuple[bool, list[Any]]:
+        """Whether a thread other than this one is inside a call of this vector session (close() called from a
+        thread of its own while a step waits), and the slots' sessions whose own send or receive such a thread is
+        in. Read from the threads' stacks, at close only."""
+        me = threading.get_ident()
+        try:
+            frames = sys._current_frames()
+        except Exception:  # noqa: BLE001 - (at interpreter shutdown): close as if no call waited
+            return False, []
+        mine = {id(s.session): s.session for s in self._slots if s.session is not None}
+        inside = False
+        reading: list[Any] = []
+        for ident, frame in frames.items():
+            if ident == me:
+                continue
+            f = frame
+            while f is not None:
+                code = f.f_code
+                if code in _CALL_CODES:
+                    inside = inside or f.f_locals.get("self") is self
+                elif code in _SESSION_IO_CODES:
+                    session = f.f_locals.get("self")
+                    if mine.get(id(session)) is session and session not in reading:
+                        reading.append(session)
+                f = f.f_back
+        return inside, reading
+
+    def _leave_callers(self) -> BaseException | None:
+        """In close(), called from another thread while a call of this vector session is under way: wake that
+        call's poll (it raises CallOrderError, saying the vector session was closed) and return once it has left
+        (at most :data:`CLOSE_WAITER_TIMEOUT` seconds later), so that no pipe is closed under it. A slot's session
+        whose own send or receive it waits in is closed now: its close() stops the player and closes its pipes
+        once that call has left them. Returns the first error of those closes."""
+        inside, reading = self._callers()
+        if not inside:
+            return None
+        first: BaseException | None = None
+        self._wake(None)
+        closed: list[Any] = []
+        deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
+        while inside:
+            for session in reading:
+                if session not in closed:
+                    closed.append(session)
+                    try:
+                        session.close()
+                    except Exception as exc:
+                        first = first or exc
+            if time.monotonic() > deadline:
+                log.warning("closing the players' pipes under a VectorSession call that still runs in another thread")
+                break
+            time.sleep(0.005)
+            inside, reading = self._callers()
+        return first
 
     def _await_replacement(self, future: Future) -> Any:
         """The session a cancelled replacement made anyway, or None (it failed); waits for its launch
@@ -1512,6 +1586,14 @@ class VectorSession:
     def __repr__(self) -> str:
         states = ",".join(_STATE_LETTERS[s.state] for s in self._slots)
         return f"<renderd.VectorSession n={len(self._slots)} {self._state.value} slots=[{states}]>"
+
+
+#: The calls of a vector session a thread is in while it uses the players' pipes (see VectorSession._callers).
+_CALL_CODES = frozenset(
+    method.__code__
+    for method in (VectorSession.step, VectorSession.send, VectorSession.recv, VectorSession.reset,
+                   VectorSession.reset_async)
+)
 
 
 # -- building vector sessions --------------------------------------------------------------------------

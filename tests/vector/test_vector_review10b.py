@@ -1,0 +1,101 @@
+"""Vector sessions closed from another thread (a watchdog thread, a web handler) while a call of theirs is under
+way, and from a signal handler that lands while the call reads one slot's answer."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+import pytest
+
+import renderd
+from renderd.errors import CallOrderError
+from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+
+#: The player stays alive and never answers (SIGTERM ends it).
+HANG = {"action": "RenderdFault", "fault": "hang"}
+
+
+def _deadline_wait(predicate, seconds: float) -> bool:
+    """Poll ``predicate`` until it is true or ``seconds`` pass; whether it became true."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.005)
+    return predicate()
+
+
+def test_a_close_from_another_thread_while_a_step_sends_raises_call_order_error(no_leaks):
+    # close() from another thread closed every slot's pipes under the step, which then wrote to a closed channel:
+    # the step raised ValueError("I/O on a closed FifoChannel") instead of saying the vector session was closed.
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
+    closer: threading.Thread | None = None
+    try:
+        vs.step([{"action": "RenderdFault", "fault": "segfault"}, "Pass"])
+        replacement = vs._slots[0].future  # white box: ready before the next step, which installs it first
+        wait_for(lambda: replacement.done(), START_TIMEOUT, "the replacement to be ready")
+        pipe = vs.sessions[1].channel
+        # Slot 1's session is closed once the step has raised (at the latest 5 s later): until then only its pipes
+        # are closed, if close() closes them under the step.
+        stepped = threading.Event()
+        session_close = vs.sessions[1].close
+        vs.sessions[1].close = lambda: (stepped.wait(5.0), session_close())
+
+        def close_from_another_thread(slot: int, event: object) -> None:
+            # (runs inside the step, before slot 1's action is written: the other thread closes meanwhile)
+            nonlocal closer
+            if closer is None:
+                closer = threading.Thread(target=vs.close, name="watchdog")
+                closer.start()
+                assert _deadline_wait(lambda: vs.closed, 5.0)
+                _deadline_wait(lambda: pipe.closed, 0.5)
+
+        vs.on_event = close_from_another_thread
+        try:
+            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step(["Pass", "Pass"])
+        finally:
+            stepped.set()
+        assert closer is not None
+        closer.join(10.0)
+        assert not closer.is_alive() and vs.closed and pipe.closed
+    finally:
+        if closer is not None:
+            closer.join(10.0)
+        vs.close()
+
+
+def test_a_close_from_another_thread_while_a_step_waits_returns_soon(no_leaks):
+    vs = renderd.launch_many(2, **player_kwargs())
+    closer = threading.Thread(target=lambda: (_deadline_wait(lambda: vs.pending, 5.0), time.sleep(0.1), vs.close()))
+    try:
+        closer.start()
+        started = time.monotonic()
+        with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step([HANG, "Pass"])
+        closer.join(10.0)
+        assert not closer.is_alive() and time.monotonic() - started < 5
+    finally:
+        closer.join(10.0)
+        vs.close()
+
+
+def test_a_signal_handlers_close_while_a_slots_answer_is_read_costs_no_wait(no_leaks):
+    # A signal handler's close() that landed while the step read one slot's answer closed that slot's session in a
+    # thread of its own, which waited (5 s) for the step to leave the pipes: the step the handler interrupted.
+    vs = renderd.launch_many(2, **player_kwargs())
+    vs._sequential_recv = True  # white box: the step reads slot by slot, so it waits inside slot 1's read
+    previous = signal.signal(signal.SIGALRM, lambda *_: vs.close())
+    try:
+        started = time.monotonic()
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(CallOrderError, match="closed"):
+            vs.step(["Pass", HANG])
+        assert vs.closed
+        assert time.monotonic() - started < 3.0
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        vs.close()
