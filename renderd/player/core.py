@@ -682,14 +682,18 @@ class Player:
     @_action("LookUp", "LookDown")
     def _look(self, action: dict) -> None:
         degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES, lo=0.0, hi=180.0)
+        # A build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown) fails a look past the
+        # limit with the errorCode LookDownCantExceedMin, up as well as down.
         if action["action"] == "LookUp":
             horizon = self.horizon - degrees
             if horizon < -MAX_LOOK_UP - _EPS:
-                raise ActionFailed(f"can't look up beyond {MAX_LOOK_UP:g} degrees above the forward horizon")
+                raise ActionFailed(f"can't look up beyond {MAX_LOOK_UP:g} degrees above the forward horizon",
+                                   "LookDownCantExceedMin")
         else:
             horizon = self.horizon + degrees
             if horizon > MAX_LOOK_DOWN + _EPS:
-                raise ActionFailed(f"can't look down beyond {MAX_LOOK_DOWN:g} degrees below the forward horizon")
+                raise ActionFailed(f"can't look down beyond {MAX_LOOK_DOWN:g} degrees below the forward horizon",
+                                   "LookDownCantExceedMin")
         self.horizon = round(horizon, 4)
 
     @_action("Teleport", "TeleportFull")

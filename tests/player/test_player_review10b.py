@@ -119,3 +119,17 @@ def test_initialize_takes_a_zero_size_as_not_given():
     assert agent["fov"] == 90 and (p.grid_size, p.visibility_distance) == (0.25, 1.5)
     md, _ = p.handle({"action": "Initialize", "gridSize": 0.5, "rotateStepDegrees": 0})
     assert md["agents"][0]["errorCode"] == "InvalidArgument" and p.grid_size == 0.25
+
+
+@pytest.mark.parametrize("action, degrees", [("LookUp", 60), ("LookDown", 90)])
+def test_a_look_past_the_limit_has_a_build_error_code(action, degrees):
+    # A build's physics agent fails a look past its limit with errorCode LookDownCantExceedMin, looking up
+    # as well as down (PhysicsRemoteFPSAgentController.LookUp / LookDown), and an errorMessage naming the limit.
+    p = Player(width=32, height=24)
+    md, _ = p.handle({"action": action, "degrees": degrees})
+    agent = md["agents"][0]
+    assert not agent["lastActionSuccess"] and agent["agent"]["cameraHorizon"] == 0
+    assert agent["errorCode"] == "LookDownCantExceedMin"
+    assert agent["errorMessage"].startswith("can't look")
+    md, _ = p.handle({"action": "Pass"})
+    assert md["agents"][0]["errorCode"] == ""
