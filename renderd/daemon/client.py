@@ -313,11 +313,15 @@ class ControlClient:
         ``timeout``.
 
         Raises LeaseError when none can be had, RenderdError for an unknown environment, ArgumentError (a
-        ValueError) for a ``timeout`` that is not a number of seconds (0 or more; more than
-        MAX_LEASE_TIMEOUT counts as that)."""
+        ValueError) for an ``environment`` that is empty or None, or a ``timeout`` that is not a number
+        of seconds (0 or more; more than MAX_LEASE_TIMEOUT counts as that)."""
         from renderd.config import ArgumentError
         from renderd.daemon.leases import MAX_LEASE_TIMEOUT
 
+        if environment is None or environment == "":
+            # (an empty one asked for the route /v1/environments//leases: "no such route"; None for 'None')
+            raise ArgumentError(f"must be the name of an environment (a non-empty string), got {environment!r}",
+                                key="environment")
         # (numbers.Real: numpy's floats and integers too, as renderd.connect() takes them)
         if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not timeout >= 0:
             # (a NaN went through every comparison below: busy answers were retried for ever)
@@ -408,7 +412,7 @@ def connect(
     only a player that is ready now; the daemon waits at most an hour for one).
 
     Raises :class:`renderd.config.ArgumentError` (a ConfigError and a ValueError naming the argument) for
-    a bad ``timeout`` or ``step_timeout`` (or an empty ``socket``), :class:`LeaseError` when no player is ready in time,
+    a bad ``timeout`` or ``step_timeout`` (or an empty ``environment`` or ``socket``), :class:`LeaseError` when no player is ready in time,
     :class:`RenderdError` when the daemon cannot be reached or the environment does not exist.
     """
     from renderd.client import Session

@@ -207,3 +207,23 @@ def test_an_empty_socket_path_is_a_bad_argument_not_an_invalid_argument_of_the_k
             assert "EINVAL" not in message
         else:
             raise AssertionError("an empty socket path was taken")
+
+
+def test_an_empty_or_missing_environment_name_is_a_bad_argument(tmp_path):
+    # connect(os.environ.get("ENV", "")) with ENV unset was answered "no such route: POST
+    # /v1/environments//leases (see docs/api.md)", and connect(None) "no environment named 'None'".
+    import renderd
+    from renderd.config import ArgumentError
+    from renderd.daemon.client import ControlClient
+
+    sock = str(tmp_path / "renderd.sock")  # (nothing is asked of it)
+    for call in (lambda name: renderd.connect(name, socket=sock, timeout=1),
+                 lambda name: ControlClient(sock).lease(name, timeout=1)):
+        for name in ("", None):
+            try:
+                call(name)
+            except ArgumentError as exc:
+                assert exc.key == "environment", exc
+                assert str(exc) == f"environment: must be the name of an environment (a non-empty string), got {name!r}"
+            else:
+                raise AssertionError(f"{name!r} was taken as an environment's name")
