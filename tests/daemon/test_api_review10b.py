@@ -227,3 +227,13 @@ def test_an_empty_or_missing_environment_name_is_a_bad_argument(tmp_path):
                 assert str(exc) == f"environment: must be the name of an environment (a non-empty string), got {name!r}"
             else:
                 raise AssertionError(f"{name!r} was taken as an environment's name")
+
+
+def test_put_answers_201_for_a_new_environment_and_200_for_one_that_existed(daemon):
+    # docs/api.md said "201 when new, 200 when changed", leaving a declaration that changes nothing unsaid.
+    assert "201 when new, 200 when it existed (changed or not)" in _doc()
+    d = daemon(fast_config(instances=0))
+    body = {"instances": 0, "platform": "headless"}
+    assert d.client.request("PUT", "/v1/environments/e", body)[0] == 201
+    assert d.client.request("PUT", "/v1/environments/e", body)[0] == 200  # unchanged
+    assert d.client.request("PUT", "/v1/environments/e", {**body, "width": 64})[0] == 200  # changed
