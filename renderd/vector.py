@@ -501,6 +501,9 @@ class VectorSession:
         self._wake_lock = threading.Lock()
         # Set by close(): a replacement on its way starts no new attempt (and a booting player is stopped).
         self._cancel = threading.Event()
+        # Set once close() has finished; the thread running it (a close() in another thread waits for it).
+        self._closed = threading.Event()
+        self._closer: int | None = None
         # Receive slot by slot (each session's own deadline) instead of one poll over all of them; only
         # for benchmarks/vector.py, which measures both.
         self._sequential_recv = False
@@ -1418,17 +1421,30 @@ class VectorSession:
 
         A replacement on its way is cancelled: it starts no new attempt, and a player it is still booting
         is killed, so this returns within seconds, not after ``start_timeout`` (a lease request on its way
-        is waited for). Idempotent; the first error from a session's close is raised after everything else
-        was closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's
+        is waited for). Idempotent; called while another thread's close() is under way, it returns once that one
+        has finished. The first error from a session's close is raised after everything else was closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's
         ``sys.exit()``, while it works does not stop it half-way: it is raised once everything is closed.
         """
         self._close(together=True)
 
     def _close(self, *, together: bool) -> None:
         if self._state is _VectorState.CLOSED:
+            if self._closer not in (None, threading.get_ident()) and os.getpid() == self._owner_pid:
+                # Another thread's close() is under way (a watchdog's, and this thread's `with` exit): return once
+                # it has closed everything. (Not in the thread running it, a signal handler there: that would wait
+                # for itself. Nor once the interpreter is exiting: a daemon thread running it never runs again.)
+                while not self._closed.wait(0.1) and not sys.is_finalizing():
+                    pass
             return
         self._state = _VectorState.CLOSED
+        self._closer = threading.get_ident()
         self._round = None
+        try:
+            self._close_all(together)
+        finally:
+            self._closed.set()
+
+    def _close_all(self, together: bool) -> None:
         if os.getpid() != self._owner_pid:
             # A copy inherited over fork: the players, their pipes, the replacements on their way (in the
             # parent's threads, which the child does not have) belong to the process that made it.

@@ -3,15 +3,17 @@ way, and from a signal handler that lands while the call reads one slot's answer
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 
+import psutil
 import pytest
 
 import renderd
 from renderd.errors import CallOrderError
-from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
 
 #: The player stays alive and never answers (SIGTERM ends it).
 HANG = {"action": "RenderdFault", "fault": "hang"}
@@ -98,4 +100,26 @@ def test_a_signal_handlers_close_while_a_slots_answer_is_read_costs_no_wait(no_l
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        vs.close()
+
+
+def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_finished(no_leaks):
+    # A watchdog thread's close() ended the step; the step's own `with` exit (a second close()) returned at once, while
+    # the watchdog still stopped the players: the caller went on with them running.
+    vs = renderd.launch_many(2, **player_kwargs())
+    for session in vs.sessions:
+        session.stop_grace = 0.5  # (a stopped player takes the whole grace, then SIGKILL)
+    stopped = vs.pids[0]
+    dirs = pipe_dirs(vs)
+    closer = threading.Thread(target=lambda: (_deadline_wait(lambda: vs.pending, 5.0), time.sleep(0.1), vs.close()))
+    try:
+        os.kill(stopped, signal.SIGSTOP)  # it never answers, and does not exit on SIGTERM
+        closer.start()
+        with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
+        vs.close()
+        assert not psutil.pid_exists(stopped) or psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE
+        assert all(not os.path.exists(d) for d in dirs)
+    finally:
+        closer.join(10.0)
         vs.close()
