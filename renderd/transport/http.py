@@ -131,7 +131,8 @@ EXIT_CLASSIFY_TIMEOUT = 1.0
 #: waits for the server to finish what the player sent before it exited (a last frame, delivered first,
 #: as a FIFO channel reads what the pipe holds) or to see the connection close (s). The server sees it
 #: close as soon as it has read what was sent; only a server that does not report closes (waitress) waits
-#: this long.
+#: this long. Before the bridge knows the player's connection (its first frame, or a player that opens one
+#: per request), recv waits as long while this module's server holds a request not yet handed to a bridge.
 EXIT_DRAIN_TIMEOUT = 1.0
 #: Longest single wait of :meth:`PlayerBridge.recv` (s): a later deadline, or an infinite one, is waited
 #: for in turns of this length (a lock takes no timeout beyond ``threading.TIMEOUT_MAX``).
@@ -349,6 +350,7 @@ class PlayerBridge:
         self._connection: str | None = None  # the player's HTTP connection, "host:port"
         self._closing_expected = False  # its last request asked the server to close the connection
         self._exit_seen: float | None = None  # time.monotonic() recv first saw the attached player exited
+        self._registry: PlayerBridgeRegistry | None = None  # the registry that made it (register())
         self._on_close: list[Callable[[], None]] = []
         self._woken = False
         # An eventfd that is readable while the client has something to take (a frame, or the stream's
@@ -542,6 +544,10 @@ class PlayerBridge:
             return not self._alive()
         return False
 
+    def _requests_unattributed(self) -> bool:
+        registry = self._registry
+        return registry is not None and registry._requests_unattributed(self)
+
     def _crashed(self, context: str) -> PlayerCrashed:
         player = self._player
         if player is None:
@@ -594,7 +600,11 @@ class PlayerBridge:
                         now = time.monotonic()
                         if self._exit_seen is None:
                             self._exit_seen = now
-                        if self._connection is None or now - self._exit_seen >= EXIT_DRAIN_TIMEOUT:
+                        # Before the bridge knows the player's connection (its first frame, or a player that
+                        # opens one per request), that frame may be any request the server has not yet
+                        # handed to a bridge.
+                        draining = self._connection is not None or self._requests_unattributed()
+                        if not draining or now - self._exit_seen >= EXIT_DRAIN_TIMEOUT:
                             error = self._error = PlayerCrashed(f"{self.name} exited")
                             self._update_ready()
                             break
@@ -676,6 +686,9 @@ class PlayerBridgeRegistry:
         self._lock = threading.Lock()
         self._bridges: dict[bytes, PlayerBridge] = {}
         self._retired: collections.OrderedDict[bytes, None] = collections.OrderedDict()  # digests of tokens no longer served
+        # Servers of this registry that can say whether they hold a request not yet handed to a bridge:
+        # probe(exclude) -> bool, ``exclude`` the connections known to be other players'.
+        self._probes: list[Callable[[set[str]], bool]] = []
 
     def register(
         self, token: str | None = None, *, alive: Callable[[], bool] | None = None, name: str = "player"
@@ -695,6 +708,7 @@ class PlayerBridgeRegistry:
             if key in self._bridges:
                 raise ValueError("this token is already registered for another player")
             self._bridges[key] = bridge
+        bridge._registry = self
         bridge.add_close_callback(lambda: self._forget(key, bridge))
         return bridge
 
@@ -739,6 +753,15 @@ class PlayerBridgeRegistry:
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
             return list(self._bridges.values())
+
+    def _requests_unattributed(self, bridge: PlayerBridge) -> bool:
+        """Whether a server of this registry holds a request that may still become ``bridge``'s frame: one
+        begun or received (or a connection not yet accepted) on a connection no other player is known by."""
+        with self._lock:
+            probes = list(self._probes)
+            others = {b._connection for b in self._bridges.values() if b is not bridge}
+        others.discard(None)
+        return any(probe(others) for probe in probes)  # type: ignore[arg-type]
 
     def close(self) -> None:
         """Close every bridge."""
@@ -1116,6 +1139,7 @@ class _Connection:
         self.requests = 0  # requests begun on this connection (heads read)
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
+        self.in_request = False  # a request has begun and is not yet answered
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
         self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
@@ -1180,6 +1204,7 @@ class _Connection:
                     self._consume(skip)
                     searched = 0
                 if self.have and not (self.have == 1 and self.buf[0] == 0x0D):  # (a lone CR: a blank line's start)
+                    self.in_request = True
                     deadline = (time.monotonic() + REQUEST_TIMEOUT,  # from the head's first byte
                                 f"the request head did not arrive within {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)")
             end = self.buf.find(b"\r\n\r\n", max(0, searched - 3), self.have)
@@ -1339,6 +1364,7 @@ class _Connection:
         except Exception:
             logger.exception("HTTP connection %s failed", self.key)
         finally:
+            self.in_request = False  # (whatever it holds now is never handed to a bridge)
             notified = False
             try:
                 if self.linger:
@@ -1465,6 +1491,7 @@ class _Connection:
         lines.append("\r\n")
         if not self._send(["".join(lines).encode("latin-1") + out_body]):
             return False
+        self.in_request = False
         self.linger = not keep_alive
         return keep_alive
 
@@ -1572,6 +1599,7 @@ class PlayerHttpServer:
         self._refused: dict[int, tuple[Any, float, int]] = {}
         self._drain_buffer = bytearray(64 * 1024)
         self._connection_refusals = _RefusalLog()  # (logged once per REFUSAL_LOG_INTERVAL)
+        self._accepting = False  # a connection is being accepted: out of the backlog, not yet in _connections
         self.stopping = False
 
     def start(self) -> PlayerHttpServer:
@@ -1595,6 +1623,8 @@ class PlayerHttpServer:
             self._sock, self._bound, (self._wake_r, self._wake_w) = sock, bound, wake
             thread.start()
             self._thread = thread
+            with self.registry._lock:
+                self.registry._probes.append(self._requests_unattributed)
         except (OSError, RuntimeError) as exc:  # RuntimeError: no thread can be started
             # Nothing of a failed start stays open, and stop() after it has nothing to do.
             self._sock = self._bound = self._wake_r = self._wake_w = None
@@ -1641,9 +1671,11 @@ class PlayerHttpServer:
             self._drain_refused(poller, [fd for fd, _ in events if fd in self._refused])
             if not any(fd == listener for fd, _ in events):
                 continue
+            self._accepting = True
             try:
                 conn, addr = self._sock.accept()
             except OSError as exc:
+                self._accepting = False
                 if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
                     now = time.monotonic()
                     if now >= next_log:
@@ -1663,6 +1695,7 @@ class PlayerHttpServer:
                 full = len(self._connections) >= self.max_connections
                 if not full:
                     self._connections.add(connection)
+                self._accepting = False
             if full:
                 more = self._connection_refusals.due()
                 if more is not None:
@@ -1726,6 +1759,28 @@ class PlayerHttpServer:
                 del self._refused[fd]
                 conn.close()
 
+    def _requests_unattributed(self, exclude: set[str]) -> bool:
+        """Whether a connection not in ``exclude`` has a request begun, or bytes (or its close) not yet read,
+        or a connection waits to be accepted: what a player sent just before it exited may still be there."""
+        sock = self._sock
+        if sock is None or self.stopping:
+            return False
+        # In this order, so that a connection moving from the backlog to _connections is seen somewhere.
+        poller = select.poll()
+        poller.register(sock.fileno(), select.POLLIN)
+        if poller.poll(0) or self._accepting:
+            return True
+        with self._lock:
+            connections = [c for c in self._connections if c.key not in exclude]
+        if any(c.in_request for c in connections):
+            return True
+        poller = select.poll()
+        for connection in connections:
+            fd = connection.sock.fileno()
+            if fd >= 0:  # (-1: closed now, so read to its end)
+                poller.register(fd, select.POLLIN)
+        return bool(poller.poll(0))
+
     def _notify_closed(self, connection: _Connection) -> None:
         try:
             self.registry.connection_closed(
@@ -1751,6 +1806,9 @@ class PlayerHttpServer:
             return
         began = time.monotonic()
         self.stopping = True
+        with self.registry._lock:
+            if self._requests_unattributed in self.registry._probes:
+                self.registry._probes.remove(self._requests_unattributed)
         self.registry.close()
         if self._sock is None:
             return

@@ -134,3 +134,73 @@ def test_a_body_the_server_has_no_memory_for_is_answered_and_not_called_a_hang_u
     with pytest.raises(PlayerCrashed, match="renderd closed the HTTP connection.*memory") as info:
         bridge.recv(deadline(5.0))
     assert "closed its HTTP connection" not in str(info.value)
+
+
+# -- a frame sent whole just before the player exited, on a connection the bridge does not know yet ------------
+
+
+def _slow_handover(monkeypatch, seconds: float = 0.4) -> None:
+    """The server is slow to hand a frame to its bridge (a loaded machine): it parses the metadata late."""
+    encode = http_transport.encode_metadata
+
+    def slow_encode(metadata):
+        time.sleep(seconds)
+        return encode(metadata)
+
+    monkeypatch.setattr(http_transport, "encode_metadata", slow_encode)
+    monkeypatch.setattr(http_transport, "EXIT_DRAIN_TIMEOUT", DEADLINE)  # (a loaded machine)
+
+
+def _recv_then_crash(bridge) -> None:
+    message = bridge.recv(deadline())
+    assert message.fields[0][0] == FieldType.METADATA
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed):
+        bridge.recv(deadline())
+    assert time.monotonic() - started < 2.0
+
+
+def test_a_first_frame_sent_whole_before_the_player_exited_is_received(served, monkeypatch):
+    # The player posts its first frame and exits at once: the bridge does not know its connection yet (it
+    # learns it from the post), but the frame was sent whole, so it is delivered before the crash.
+    registry, _, _ = served
+    exited = threading.Event()
+    bridge = registry.register(alive=lambda: not exited.is_set())
+    _slow_handover(monkeypatch)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    exited.set()
+    client.close()
+    _recv_then_crash(bridge)
+
+
+def test_a_frame_on_a_new_connection_sent_whole_before_the_player_exited_is_received(served, monkeypatch):
+    # A player that opens a connection per request (Connection: close, or HTTP/1.0): its last frame comes on
+    # a connection the bridge has not seen yet.
+    registry, server, _ = served
+    exited = threading.Event()
+    bridge = registry.register(alive=lambda: not exited.is_set())
+    frames: list = []
+    thread = _answer(bridge, frames)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token), headers=["Connection: close"]))
+    assert client.response().status == 200
+    thread.join(DEADLINE)
+    assert client.closed_by_server()
+    wait_for(lambda: not server._connections, DEADLINE, "the server to close the connection")
+    _slow_handover(monkeypatch)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token, seq=1), headers=["Connection: close"]))
+    exited.set()
+    client.close()
+    _recv_then_crash(bridge)
+
+
+def test_a_player_that_exits_having_sent_nothing_fails_the_call_at_once(served, monkeypatch):
+    registry, _, _ = served
+    monkeypatch.setattr(http_transport, "EXIT_DRAIN_TIMEOUT", DEADLINE)
+    bridge = registry.register(alive=lambda: False)
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed, match="exited"):
+        bridge.recv(deadline())
+    assert time.monotonic() - started < 1.0
