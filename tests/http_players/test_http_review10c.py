@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
 import threading
 import time
 
@@ -204,3 +205,31 @@ def test_a_player_that_exits_having_sent_nothing_fails_the_call_at_once(served, 
     with pytest.raises(PlayerCrashed, match="exited"):
         bridge.recv(deadline())
     assert time.monotonic() - started < 1.0
+
+
+# -- a client that shuts its write side after its request -----------------------------------------------------
+
+
+def test_a_half_close_while_a_post_waits_for_its_action_is_a_hang_up_and_the_player_reads_why(served):
+    # A shut write side cannot be told from a closed connection (both are only a FIN until renderd writes),
+    # and a player that closes while its request waits has hung up: the stream fails at once, as for a
+    # close. The player, still reading, gets the answer saying so instead of nothing.
+    registry, _, _ = served
+    bridge = registry.register(alive=lambda: True)
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    assert bridge.recv(deadline()).fields[0][0] == FieldType.METADATA
+    client.sock.shutdown(socket.SHUT_WR)
+    response = client.response()
+    assert response.status == 409, response
+    assert "closed its HTTP connection while waiting for an action" in response.json()["error"]["message"]
+    with pytest.raises(PlayerCrashed, match="closed its HTTP connection while waiting for an action"):
+        bridge.send(encode_action({"action": "Pass"}), deadline())
+
+
+def test_a_half_close_after_a_request_that_waits_for_nothing_gets_its_answer(served):
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    client.sock.shutdown(socket.SHUT_WR)
+    assert client.response().body == b"pong"
+    assert client.closed_by_server()
