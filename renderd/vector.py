@@ -1429,10 +1429,16 @@ class VectorSession:
 
     def _close(self, *, together: bool) -> None:
         if self._state is _VectorState.CLOSED:
-            if self._closer not in (None, threading.get_ident()) and os.getpid() == self._owner_pid:
+            if (
+                self._closer not in (None, threading.get_ident())
+                and os.getpid() == self._owner_pid
+                and not self._inside_here()
+            ):
                 # Another thread's close() is under way (a watchdog's, and this thread's `with` exit): return once
                 # it has closed everything. (Not in the thread running it, a signal handler there: that would wait
-                # for itself. Nor once the interpreter is exiting: a daemon thread running it never runs again.)
+                # for itself; nor in a call of this vector session, from on_event or a signal handler, which that
+                # close waits to leave. Nor once the interpreter is exiting: a daemon thread running it never runs
+                # again.)
                 while not self._closed.wait(0.1) and not sys.is_finalizing():
                     pass
             return
@@ -1511,6 +1517,16 @@ class VectorSession:
             raise interrupt
         if first is not None:
             raise first
+
+    def _inside_here(self) -> bool:
+        """Whether this thread is inside a call of this vector session (close() from on_event, or from a signal
+        handler that interrupted the call)."""
+        f: Any = sys._getframe(1)
+        while f is not None:
+            if f.f_code in _CALL_CODES and f.f_locals.get("self") is self:
+                return True
+            f = f.f_back
+        return False
 
     def _callers(self) -> tuple[bool, list[Any]]:
         """Whether a thread other than this one is inside a call of this vector session (close() called from a

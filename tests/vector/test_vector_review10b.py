@@ -8,15 +8,21 @@ import signal
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 
 import renderd
 from renderd.errors import CallOrderError
+from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
 from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
 
 #: The player stays alive and never answers (SIGTERM ends it).
 HANG = {"action": "RenderdFault", "fault": "hang"}
+
+
+def pids(envs) -> list[int]:
+    return [s.pid for s in envs.vector_session.sessions if s is not None]
 
 
 def _deadline_wait(predicate, seconds: float) -> bool:
@@ -122,4 +128,66 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_fi
         assert all(not os.path.exists(d) for d in dirs)
     finally:
         closer.join(10.0)
+        vs.close()
+
+
+def test_a_vector_env_closed_from_another_thread_during_a_step(no_leaks):
+    gym = pytest.importorskip("renderd.gym")
+    kw = player_kwargs()
+    envs = gym.RenderdVectorEnv(2, actions=["Pass", HANG], width=kw["width"], height=kw["height"], args=kw["args"],
+                                start_timeout=kw["start_timeout"], step_timeout=kw["step_timeout"])
+    closer = threading.Thread(target=lambda: (_deadline_wait(lambda: envs.vector_session.pending, 5.0),
+                                              time.sleep(0.1), envs.close()))
+    try:
+        envs.reset(seed=0)
+        closer.start()
+        with pytest.raises(CallOrderError, match="the VectorSession was closed"):
+            envs.step(np.array([1, 0]))
+        envs.close()  # (returns once the other thread's close has finished)
+        assert envs.vector_session.closed and all(not psutil.pid_exists(p) for p in pids(envs))
+    finally:
+        closer.join(10.0)
+        envs.close()
+
+
+def test_leased_players_closed_from_another_thread_during_a_step(no_leaks, daemon):
+    d = daemon(fast_config(instances=2))
+    vs = renderd.connect_many("demo", 2, socket=d.socket, timeout=15)
+    closer = threading.Thread(target=lambda: (_deadline_wait(lambda: vs.pending, 5.0), time.sleep(0.1), vs.close()))
+    try:
+        vs.reset()
+        closer.start()
+        with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step([HANG, "Pass"])
+        vs.close()
+    finally:
+        closer.join(10.0)
+        vs.close()
+    # Released (the hung one uncleanly: the daemon restarts it): both players are READY for the next client.
+    d.wait_players(lambda ps: len(ps) == 2 and all(p["state"] == "READY" for p in ps), what="released players")
+
+
+def test_a_close_from_on_event_while_another_threads_close_waits_for_the_step_returns_at_once(no_leaks):
+    # The other thread's close() waits for the step to leave the pipes; a close() from the step's own callback must
+    # not wait for that close in turn (each would wait for the other).
+    vs = renderd.launch_many(2, **player_kwargs())
+    closer: threading.Thread | None = None
+
+    def close_twice(slot: int, event: object) -> None:
+        nonlocal closer
+        if closer is None:
+            closer = threading.Thread(target=vs.close, name="watchdog")
+            closer.start()
+            assert _deadline_wait(lambda: vs.closed, 5.0)
+            vs.close()
+
+    try:
+        vs.on_event = close_twice
+        started = time.monotonic()
+        with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
+        assert time.monotonic() - started < 3.0
+    finally:
+        if closer is not None:
+            closer.join(10.0)
         vs.close()
