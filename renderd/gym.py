@@ -389,10 +389,16 @@ class RenderdEnv(gymnasium.Env):
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
-        # (On the session at hand: a close() meanwhile, which stops its player, makes its step raise.)
-        _reset_failed(session.step(reset), f"Reset to scene {scene!r}")
-        event = session.step({"action": "Initialize", **self._spec.init_params})
-        _reset_failed(event, "Initialize")
+        try:
+            # (On the session at hand: a close() meanwhile, which stops its player, makes its step raise.)
+            _reset_failed(session.step(reset), f"Reset to scene {scene!r}")
+            event = session.step({"action": "Initialize", **self._spec.init_params})
+            _reset_failed(event, "Initialize")
+        finally:
+            if self._closes != closes and self.session is session:
+                # (A close() just before the new player was kept found none to stop: it is not kept.)
+                self.session = None
+                session.close()
         if self._closes != closes:
             raise self._closed_meanwhile("reset its player")
         self.last_event = event

@@ -3,8 +3,10 @@ way, and from a signal handler that lands while the call reads one slot's answer
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
+import sys
 import threading
 import time
 
@@ -191,3 +193,38 @@ def test_a_close_from_on_event_while_another_threads_close_waits_for_the_step_re
         if closer is not None:
             closer.join(10.0)
         vs.close()
+
+
+def test_a_single_env_closed_just_before_reset_keeps_its_new_player_stops_it(no_leaks):
+    # A close() (a signal handler's, or another thread's) that lands between reset()'s check for a close during the
+    # launch and its keeping the new player found no player to stop; the reset then raised CallOrderError but kept
+    # the player, which went on running in the env the caller had closed.
+    gym = pytest.importorskip("renderd.gym")
+    env = gym.RenderdEnv(**player_kwargs())
+    code = gym.RenderdEnv.reset.__code__
+    lines, first = inspect.getsourcelines(gym.RenderdEnv.reset)
+    keep = first + next(k for k, text in enumerate(lines) if text.strip() == "self.session = session")
+    landed = []
+
+    def trace(frame, event, arg):  # (a signal handler runs between any two lines: this one lands just there)
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == keep and not landed:
+                landed.append(True)
+                env.close()
+            return line
+
+        return line
+
+    try:
+        sys.settrace(trace)
+        try:
+            with pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
+                env.reset(seed=0)
+        finally:
+            sys.settrace(None)
+        assert landed and env.session is None
+    finally:
+        env.close()
