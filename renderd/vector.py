@@ -584,10 +584,14 @@ class VectorSession:
         handler that interrupted it, such as a SIGTERM handler, or from a callback it runs): the call ends
         there, and the vector session stays closed."""
         if self._state is _VectorState.CLOSED:
-            raise CallOrderError(
-                f"{what}: the VectorSession was closed (by a signal handler, a callback, or another thread) while "
-                f"it {doing}; its players are stopped"
-            )
+            raise self._closed_meanwhile(what, doing)
+
+    @staticmethod
+    def _closed_meanwhile(what: str, doing: str) -> CallOrderError:
+        return CallOrderError(
+            f"{what}: the VectorSession was closed (by a signal handler, a callback, or another thread) while it "
+            f"{doing}; its players are stopped"
+        )
 
     def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
         n = len(self._slots)
@@ -1478,9 +1482,10 @@ class VectorSession:
                 except _INTERRUPTS as exc:
                     interrupt = interrupt or exc  # finish closing first
         sessions = [s.session for s in self._slots if s.session is not None]
-        # A signal handler that interrupted a slot's send or receive in this thread: that session's close()
-        # (in this thread) leaves its pipes to the call, which resumes after the handler and closes them.
-        here = [k for k, s in enumerate(sessions) if isinstance(s, Session) and s._channel_call_here()]
+        # A signal handler that interrupted a slot's send or receive in this thread: that session is closed in this
+        # thread, whose close() leaves its pipes to the call if it was using them (the call resumes after the handler
+        # and closes them); in another thread, that close() would wait for this one to leave the call.
+        here = self._sessions_here(sessions)
         # Close every channel first, so all players see end of file and exit together; each close()
         # below then finds its player gone (or stops it: SIGTERM, grace, SIGKILL).
         for k, session in enumerate(sessions):
@@ -1527,6 +1532,21 @@ class VectorSession:
                 return True
             f = f.f_back
         return False
+
+    @staticmethod
+    def _sessions_here(sessions: Sequence[Any]) -> list[int]:
+        """The indices of ``sessions`` whose send or receive this thread is inside (a signal handler interrupted
+        it)."""
+        mine = {id(s): k for k, s in enumerate(sessions)}
+        here: list[int] = []
+        f: Any = sys._getframe(1)
+        while f is not None:
+            if f.f_code in _SESSION_IO_CODES:
+                k = mine.get(id(f.f_locals.get("self")))
+                if k is not None and k not in here:
+                    here.append(k)
+            f = f.f_back
+        return here
 
     def _callers(self) -> tuple[bool, list[Any]]:
         """Whether a thread other than this one is inside a call of this vector session (close() called from a

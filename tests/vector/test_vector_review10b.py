@@ -228,3 +228,46 @@ def test_a_single_env_closed_just_before_reset_keeps_its_new_player_stops_it(no_
         assert landed and env.session is None
     finally:
         env.close()
+
+
+def _close_at(vs: renderd.VectorSession, function, source: str, owner: object = None):
+    """A trace function that calls ``vs.close()`` once, just before ``function`` (a method of ``owner``, if given)
+    runs its line ``source``: where a signal handler (which runs between any two lines) would land."""
+    code = function.__code__
+    lines, first = inspect.getsourcelines(function)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == source)
+    landed: list[bool] = []
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not landed and owner in (None, frame.f_locals["self"]):
+                landed.append(True)
+                vs.close()
+            return line
+
+        return line
+
+    return trace, landed
+
+
+def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
+    # The handler landed in a slot's receive, outside its channel's read: that slot's session was closed in a thread
+    # of its own, which waited 5 s for the receive (the one the handler interrupted) to leave.
+    vs = renderd.launch_many(2, **player_kwargs())
+    trace, landed = _close_at(vs, renderd.Session._receive, "message = self.channel.recv(deadline, deadline_name)",
+                              vs.sessions[1])
+    try:
+        started = time.monotonic()
+        sys.settrace(trace)
+        try:
+            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step(["Pass", "Pass"])
+        finally:
+            sys.settrace(None)
+        assert landed and vs.closed
+        assert time.monotonic() - started < 3.0
+    finally:
+        vs.close()
