@@ -593,6 +593,13 @@ class VectorSession:
             f"{doing}; its players are stopped"
         )
 
+    def _raise_if_closed(self, exc: BaseException, what: str, doing: str) -> None:
+        """In a call that fails with ``exc``: if :meth:`close` was called meanwhile (from a signal handler that
+        interrupted it, or a callback), that close caused the error (a channel closed under the call): raise the
+        :class:`CallOrderError` saying it was closed instead, with ``exc`` chained."""
+        if self._state is _VectorState.CLOSED and isinstance(exc, Exception) and not isinstance(exc, CallOrderError):
+            raise self._closed_meanwhile(what, doing) from exc
+
     def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
         n = len(self._slots)
         if slots is None:
@@ -674,6 +681,7 @@ class VectorSession:
             self._check_closed_meanwhile(what, "sent the actions")
         except BaseException as exc:
             self._break(exc, what)
+            self._raise_if_closed(exc, what, "sent the actions")
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -711,6 +719,7 @@ class VectorSession:
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc, what)
+            self._raise_if_closed(exc, what, "waited for the answers")
             raise
         self._round = None
         if self._state is not _VectorState.CLOSED:  # (closed by a callback of _finish: the answers are given)
@@ -786,6 +795,7 @@ class VectorSession:
             self._check_closed_meanwhile(what, "sent the resets")
         except BaseException as exc:
             self._break(exc, what)
+            self._raise_if_closed(exc, what, "sent the resets")
             raise
         finally:
             self._send_start = self._send_limit = None
@@ -815,6 +825,7 @@ class VectorSession:
             result = self._finish(rnd)
         except BaseException as exc:
             self._break(exc, "reset()")
+            self._raise_if_closed(exc, "reset()", "waited for the answers")
             raise
         for i, slot in enumerate(self._slots):
             if result.observations[i] is None and slot.session is not None:

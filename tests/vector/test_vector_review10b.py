@@ -253,6 +253,24 @@ def _close_at(vs: renderd.VectorSession, function, source: str, owner: object = 
     return trace, landed
 
 
+def test_a_signal_handlers_close_after_the_poll_returned_makes_the_step_raise_call_order_error(no_leaks):
+    # The handler closed the pipes between the poll and the reading of the slots it found ready: the step then read
+    # a closed channel and raised ValueError("I/O on a closed FifoChannel").
+    vs = renderd.launch_many(2, **player_kwargs())
+    trace, landed = _close_at(vs, renderd.VectorSession._sweep,
+                              "if slot in input_closed or _answer_ready(slot.session):")
+    try:
+        sys.settrace(trace)
+        try:
+            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step(["Pass", "Pass"])
+        finally:
+            sys.settrace(None)
+        assert landed and vs.closed
+    finally:
+        vs.close()
+
+
 def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
     # The handler landed in a slot's receive, outside its channel's read: that slot's session was closed in a thread
     # of its own, which waited 5 s for the receive (the one the handler interrupted) to leave.
