@@ -575,6 +575,7 @@ class VectorSession:
         """Break the vector session with ``exc``, raised by the call named ``during`` ("recv()"...)."""
         if self._state is not _VectorState.CLOSED:
             self._state = _VectorState.BROKEN
+            self._keep_closed()
             self._error = exc
             self._broken_during = during
             self._round = None
@@ -583,8 +584,16 @@ class VectorSession:
         """:class:`CallOrderError` if :meth:`close` was called while the call named ``what`` ran (from a signal
         handler that interrupted it, such as a SIGTERM handler, or from a callback it runs): the call ends
         there, and the vector session stays closed."""
-        if self._state is _VectorState.CLOSED:
+        if self._closer is not None:  # (not the state: a call may have set it since the close began)
+            self._state = _VectorState.CLOSED
             raise self._closed_meanwhile(what, doing)
+
+    def _keep_closed(self) -> None:
+        """After a call set the state: closed again if :meth:`close` was called (from a signal handler that landed
+        just before the state was set, and found it not set yet)."""
+        if self._closer is not None:
+            self._state = _VectorState.CLOSED
+            self._round = None
 
     @staticmethod
     def _closed_meanwhile(what: str, doing: str) -> CallOrderError:
@@ -597,7 +606,7 @@ class VectorSession:
         """In a call that fails with ``exc``: if :meth:`close` was called meanwhile (from a signal handler that
         interrupted it, or a callback), that close caused the error (a channel closed under the call): raise the
         :class:`CallOrderError` saying it was closed instead, with ``exc`` chained."""
-        if self._state is _VectorState.CLOSED and isinstance(exc, Exception) and not isinstance(exc, CallOrderError):
+        if self._closer is not None and isinstance(exc, Exception) and not isinstance(exc, CallOrderError):
             raise self._closed_meanwhile(what, doing) from exc
 
     def _slot_indices(self, slots: int | Sequence[int] | None) -> list[int]:
@@ -666,8 +675,10 @@ class VectorSession:
         rnd = _Round(len(self._slots))
         self._round = rnd
         self._state = _VectorState.PENDING
+        self._keep_closed()
         self._send_start, self._send_limit = time.monotonic(), limit
         try:
+            self._check_closed_meanwhile(what, "began to send the actions")
             # A replacement ready now returns its first frame in this step (reset_complete): the caller's
             # action for it is dropped like a resetting slot's.
             self._install_replacements(rnd)
@@ -724,6 +735,7 @@ class VectorSession:
         self._round = None
         if self._state is not _VectorState.CLOSED:  # (closed by a callback of _finish: the answers are given)
             self._state = _VectorState.READY
+            self._keep_closed()
         return result
 
     # -- resets -----------------------------------------------------------------------------------------
@@ -1299,7 +1311,7 @@ class VectorSession:
             )
             err.__cause__ = exc
             exc = err
-        elif self.replace_on_crash and self._state is not _VectorState.CLOSED:
+        elif self.replace_on_crash and self._closer is None:
             # (Not once closed, by a signal handler or a callback during this call: nothing would close it.)
             self._failures.append((slot.index, exc, True))
             slot.state = SlotState.REPLACING

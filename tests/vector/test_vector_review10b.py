@@ -289,3 +289,39 @@ def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
         assert time.monotonic() - started < 3.0
     finally:
         vs.close()
+
+
+def test_a_signal_handlers_close_as_a_step_ends_leaves_the_vector_session_closed(no_leaks):
+    # The handler's close() landed between the step's check for a close and its setting the vector session ready:
+    # the closed vector session became ready again, and the next step sent to its closed sessions, replaced them with
+    # players of a new launch pool, and raised "2 of 2 slots failed" instead of saying it was closed.
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
+    trace, landed = _close_at(vs, renderd.VectorSession._recv, "self._state = _VectorState.READY")
+    try:
+        sys.settrace(trace)
+        try:
+            vs.step(["Pass", "Pass"])  # (its answers were in: they are given)
+        finally:
+            sys.settrace(None)
+        assert landed and vs.closed
+        with pytest.raises(CallOrderError, match="on a closed VectorSession"):
+            vs.step(["Pass", "Pass"])
+        assert vs._executor is None and vs._wake_fd is None  # no launch pool, no wake-up descriptor made again
+    finally:
+        vs.close()
+
+
+def test_a_signal_handlers_close_as_a_step_begins_makes_it_raise_call_order_error(no_leaks):
+    vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
+    trace, landed = _close_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
+    try:
+        sys.settrace(trace)
+        try:
+            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step(["Pass", "Pass"])
+        finally:
+            sys.settrace(None)
+        assert landed and vs.closed
+        assert vs._executor is None and vs._wake_fd is None
+    finally:
+        vs.close()
