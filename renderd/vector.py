@@ -1448,9 +1448,10 @@ class VectorSession:
 
         A replacement on its way is cancelled: it starts no new attempt, and a player it is still booting
         is killed, so this returns within seconds, not after ``start_timeout`` (a lease request on its way
-        is waited for). Idempotent; called while another thread's close() is under way, it returns once that one
-        has finished. The first error from a session's close is raised after everything else was closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's
-        ``sys.exit()``, while it works does not stop it half-way: it is raised once everything is closed.
+        is waited for). Idempotent; called while another thread's close() is under way, it returns once
+        that one has finished. The first error from a session's close is raised after everything else was
+        closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's ``sys.exit()``,
+        while it works does not stop it half-way: it is raised once everything is closed.
         """
         self._close(together=True)
 
