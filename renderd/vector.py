@@ -1320,9 +1320,36 @@ class VectorSession:
             self._ensure_wake_fd()
             slot.future = executor.submit(_replace, self._factory, slot.index, old, self._cancel)
             slot.future.add_done_callback(self._wake)
+            if self._closer is not None:
+                self._undo_replacement(slot)
             return
         slot.state = SlotState.FAILED
         self._failures.append((slot.index, exc, False))
+
+    def _undo_replacement(self, slot: _Slot) -> None:
+        """close() came (a signal handler's, between the lines of :meth:`_fail`) after the failed slot lost its
+        session and before its replacement was submitted, so it closed neither; and what the replacement needs
+        (a launch pool, the wake-up descriptor) was made after it. The replacement, cancelled, closes the failed
+        session and starts no player; wait for it, then close what was made after the close."""
+        future, slot.future = slot.future, None
+        if future is not None:
+            try:
+                session = future.result()
+            except BaseException:  # cancelled: the failed session is closed
+                pass
+            else:  # (the close came from another thread and the launch was already under way)
+                session.close()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+        with self._wake_lock:
+            wake, self._wake_fd = self._wake_fd, None
+        if wake is not None:
+            try:
+                self._poller.unregister(wake)
+            except KeyError:
+                pass
+            os.close(wake)
 
     def _install_replacements(self, rnd: _Round) -> None:
         for slot in self._slots:
