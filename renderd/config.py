@@ -1065,7 +1065,8 @@ def _check_cross(config: Config, source: str) -> None:
     for name, env in config.environments.items():
         if env.transport == "http" and not config.daemon.http:
             raise ConfigError(
-                "transport 'http' needs the HTTP listener: set [daemon] http (or renderd start --http)",
+                "transport 'http' needs the HTTP listener: set [daemon] http (or renderd start --http, which "
+                "renderd validate takes too)",
                 path=source,
                 key=f"environments.{name}.transport",
             )
@@ -1225,15 +1226,32 @@ def describe(config: Config) -> list[str]:
 
 @click.command("validate")
 @click.argument("config_path", metavar="CONFIG", type=str)
-def validate_command(config_path: str) -> None:
+@click.option("--socket", metavar="PATH", help="As for renderd start: check the file with this control socket.")
+@click.option("--runtime-dir", metavar="DIR", help="As for renderd start: check the file with this runtime directory.")
+@click.option("--http", metavar="HOST:PORT", help="As for renderd start: check the file with this HTTP listener.")
+def validate_command(config_path: str, socket: str | None = None, runtime_dir: str | None = None,
+                     http: str | None = None) -> None:
     """Check a configuration file: every key, type and value, and that executables exist.
 
-    Exits 0 and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
+    With the overrides renderd start will be given (--socket, --runtime-dir, --http), the file is checked as
+    it will run (a transport = "http" environment needs an HTTP listener, from the file or --http). Exits 0
+    and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
     """
     if config_path == "":  # an unset variable in `renderd validate ${CONFIG}`
         raise click.BadParameter("an empty path", param_hint="CONFIG")
+    for value, hint in ((socket, "--socket"), (runtime_dir, "--runtime-dir"), (http, "--http")):
+        if value is not None and not value.strip():
+            raise click.BadParameter("an empty value; leave it out to use the file's", param_hint=hint)
+
+    def path(value: str | None) -> str | None:
+        return os.path.abspath(os.path.expanduser(value)) if value else None
+
+    overrides = {"socket": path(socket), "runtime_dir": path(runtime_dir), "http": http}
     try:
-        config = load(config_path)
+        if any(v is not None for v in overrides.values()):
+            config = load(config_path, check_cross=False).with_daemon(**overrides)
+        else:
+            config = load(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"{config_path}: valid; socket {config.daemon.socket}, {len(config.environments)} environment(s)")
