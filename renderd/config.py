@@ -1224,6 +1224,13 @@ def describe(config: Config) -> list[str]:
     return lines
 
 
+def option_path(value: str | None) -> str | None:
+    """A path given on the command line (``--socket``, ``--runtime-dir``), as renderd start and validate take
+    it: a leading ``~`` made the user's home directory (a shell leaves it in ``--socket=~/renderd.sock``, and a
+    unit file always does), then made absolute; None when not given."""
+    return os.path.abspath(os.path.expanduser(value)) if value else None
+
+
 @click.command("validate")
 @click.argument("config_path", metavar="CONFIG", type=str)
 @click.option("--socket", metavar="PATH", help="As for renderd start: check the file with this control socket.")
@@ -1243,10 +1250,7 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
         if value is not None and not value.strip():
             raise click.BadParameter("an empty value; leave it out to use the file's", param_hint=hint)
 
-    def path(value: str | None) -> str | None:
-        return os.path.abspath(os.path.expanduser(value)) if value else None
-
-    overrides = {"socket": path(socket), "runtime_dir": path(runtime_dir), "http": http}
+    overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
     try:
         if any(v is not None for v in overrides.values()):
             config = load(config_path, check_cross=False).with_daemon(**overrides)

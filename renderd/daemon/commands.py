@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from renderd.config import ConfigError, default_config, load
+from renderd.config import ConfigError, default_config, load, option_path
 
 __all__ = ["start", "status", "configure_logging", "format_status"]
 
@@ -70,10 +70,6 @@ def _expanded(value: str | None) -> str | None:
     return os.path.expanduser(value) if value else value
 
 
-def _abspath(value: str | None) -> str | None:
-    return os.path.abspath(_expanded(value)) if value else None
-
-
 @click.command("start")
 @click.option("-c", "--config", "config_path", metavar="CONFIG", type=str,
               help="TOML configuration (docs/configuration.md). Without it: environment `demo` on renderd-player.")
@@ -101,7 +97,7 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     from renderd.daemon.service import Daemon, DaemonError
 
     config_path = _expanded(config_path)
-    overrides = {"socket": _abspath(socket), "runtime_dir": _abspath(runtime_dir), "http": http}
+    overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
     try:
         # The checks between tables (transport "http" needs an http address) run once, with the overrides.
         config = load(config_path, check_cross=False) if config_path is not None else default_config()
