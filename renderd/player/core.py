@@ -635,12 +635,8 @@ class Player:
 
     def _default_settings(self) -> None:
         """Initialize's settings as a freshly loaded scene has them (:data:`_DEFAULT_SETTINGS`)."""
-        self.grid_size = DEFAULT_GRID_SIZE
-        self.rotate_step = DEFAULT_ROTATE_DEGREES
-        self.fov = DEFAULT_FOV
-        self.visibility_distance = DEFAULT_VISIBILITY_DISTANCE
-        self.render_depth = False
-        self.render_ids = False
+        for attr, value in _DEFAULT_SETTINGS.items():
+            setattr(self, attr, value)
 
     @_action("GetScenesInBuild")
     def _get_scenes(self, action: dict) -> list[str]:
