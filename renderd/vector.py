@@ -398,6 +398,26 @@ def _close_sessions(
     return errors, interrupt
 
 
+class _PlayerStopper:
+    """``close()`` stops a slot's player (SIGTERM, grace, SIGKILL, reap), or releases its lease uncleanly (the daemon
+    stops it), without closing the session's pipes: for :func:`_close_sessions`, when close() leaves the pipes to a
+    call that still runs in another thread (see :meth:`VectorSession._hand_off`). The session's own close() (which
+    that call makes as it returns) then finds the player gone and the lease released."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+
+    def close(self) -> None:
+        session = self.session
+        process = getattr(session, "process", None)
+        if process is not None:
+            process.stop(session.stop_grace)
+        elif isinstance(session, Session):
+            on_close, session._on_close = session._on_close, None
+            if on_close is not None:
+                on_close(CallOrderError("the VectorSession was closed while a call of it still ran in another thread"))
+
+
 def _indent(text: str) -> str:
     return text.replace("\n", "\n      ")
 
@@ -459,7 +479,7 @@ class VectorSession:
     The vector session owns its sessions: :meth:`close` closes them all.
 
     Not thread-safe: one caller at a time, but :meth:`close` may be called from another thread (a watchdog) while
-    a call waits: that call raises :class:`CallOrderError`.
+    a call waits: that call raises :class:`CallOrderError` (see :meth:`close` for a call busy in ``on_event``).
     """
 
     def __init__(
@@ -504,6 +524,15 @@ class VectorSession:
         # Set once close() has finished; the thread running it (a close() in another thread waits for it).
         self._closed = threading.Event()
         self._closer: int | None = None
+        # The call under way (step(), send(), recv(), reset(), reset_async()): how deep (a call from on_event),
+        # in which thread, its name; and whether a close() from another thread left the pipes to it (it still ran
+        # after CLOSE_WAITER_TIMEOUT, in on_event...): it closes them as it returns. Guarded by _call_lock
+        # (reentrant: a signal handler's close() may come while its thread holds it).
+        self._call_lock = threading.RLock()
+        self._calls = 0
+        self._call_thread: int | None = None
+        self._what = "call"
+        self._leftover = False
         # Receive slot by slot (each session's own deadline) instead of one poll over all of them; only
         # for benchmarks/vector.py, which measures both.
         self._sequential_recv = False
@@ -588,6 +617,35 @@ class VectorSession:
             self._state = _VectorState.CLOSED
             raise self._closed_meanwhile(what, doing)
 
+    def _enter_call(self, what: str) -> None:
+        """At the start of a call that uses the players' pipes (``what``: ``step()``...): a close() from another
+        thread waits for it to return, and leaves the pipes to it if it does not in time (see :meth:`_hand_off`)."""
+        with self._call_lock:
+            if not self._calls:
+                self._call_thread = threading.get_ident()
+                self._what = what
+            self._calls += 1
+
+    def _leave_call(self) -> None:
+        """As a call returns or raises: if a close() from another thread left the pipes to it, close them now."""
+        with self._call_lock:
+            self._calls -= 1
+            if self._calls or not self._leftover:
+                return
+            self._leftover = False
+        first, interrupt = self._close_rest(together=True)
+        if first is not None:
+            log.warning("closing the VectorSession's sessions (left to the call close() ended): %s", first)
+        if interrupt is not None:
+            raise interrupt
+
+    def _check_after_callback(self, callback: str) -> None:
+        """After ``callback`` (``on_event``) returned: :class:`CallOrderError` if :meth:`close` was called while it
+        ran (by it, a signal handler, or another thread), before the call touches a pipe again."""
+        if self._closer is not None:
+            self._state = _VectorState.CLOSED
+            raise self._closed_meanwhile(self._what, f"ran {callback}")
+
     def _keep_closed(self) -> None:
         """After a call set the state: closed again if :meth:`close` was called (from a signal handler that landed
         just before the state was set, and found it not set yet)."""
@@ -635,12 +693,16 @@ class VectorSession:
         Raises what those raise; a bad ``timeout`` before anything is sent.
         """
         _check_timeout(timeout)
-        if timeout is None:
-            self._send_actions(actions, None, "step()")
-            return self._recv(None, None, wait_resets, "step()")
-        overall = time.monotonic() + timeout
-        self._send_actions(actions, (overall, "recv timeout", timeout), "step()")
-        return self._recv(timeout, overall, wait_resets, "step()")
+        self._enter_call("step()")
+        try:
+            if timeout is None:
+                self._send_actions(actions, None, "step()")
+                return self._recv(None, None, wait_resets, "step()")
+            overall = time.monotonic() + timeout
+            self._send_actions(actions, (overall, "recv timeout", timeout), "step()")
+            return self._recv(timeout, overall, wait_resets, "step()")
+        finally:
+            self._leave_call()
 
     def send(self, actions: Sequence[str | Mapping[str, Any]]) -> None:
         """Send ``actions[i]`` (a name or a dict, as :meth:`renderd.Session.send` takes) to every running
@@ -655,7 +717,11 @@ class VectorSession:
         them, not one each. Writing waits for no player: what a pipe has no room for (an action larger than
         its buffer) is written by :meth:`recv` as the player reads it, within the answer's deadline.
         """
-        self._send_actions(actions, None, "send()")
+        self._enter_call("send()")
+        try:
+            self._send_actions(actions, None, "send()")
+        finally:
+            self._leave_call()
 
     def _send_actions(
         self, actions: Sequence[str | Mapping[str, Any]], limit: tuple[float, str, float] | None, what: str
@@ -718,7 +784,11 @@ class VectorSession:
         if self._state is not _VectorState.PENDING or self._round is None:
             raise NoPendingCallError("recv() with nothing pending; call send() first")
         _check_timeout(timeout)
-        return self._recv(timeout, None if timeout is None else time.monotonic() + timeout, wait_resets, "recv()")
+        self._enter_call("recv()")
+        try:
+            return self._recv(timeout, None if timeout is None else time.monotonic() + timeout, wait_resets, "recv()")
+        finally:
+            self._leave_call()
 
     def _recv(self, timeout: float | None, overall: float | None, wait_resets: bool, what: str) -> VectorStep:
         """:meth:`recv` once its arguments are checked; ``overall``: the ``time.monotonic()`` when ``timeout``
@@ -755,7 +825,11 @@ class VectorSession:
         or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
         integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
         """
-        self._reset_async(slots, scene, None, init_params, "reset_async()")
+        self._enter_call("reset_async()")
+        try:
+            self._reset_async(slots, scene, None, init_params, "reset_async()")
+        finally:
+            self._leave_call()
 
     def _reset_async(
         self,
@@ -830,15 +904,19 @@ class VectorSession:
         _check_timeout(timeout)
         overall = None if timeout is None else time.monotonic() + timeout
         limit = None if overall is None else (overall, "recv timeout", timeout)
-        self._reset_async(slots, scene, limit, init_params, "reset()")
-        rnd = _Round(len(self._slots))
+        self._enter_call("reset()")
         try:
-            self._collect(rnd, timeout, True, overall, "reset()")
-            result = self._finish(rnd)
-        except BaseException as exc:
-            self._break(exc, "reset()")
-            self._raise_if_closed(exc, "reset()", "waited for the answers")
-            raise
+            self._reset_async(slots, scene, limit, init_params, "reset()")
+            rnd = _Round(len(self._slots))
+            try:
+                self._collect(rnd, timeout, True, overall, "reset()")
+                result = self._finish(rnd)
+            except BaseException as exc:
+                self._break(exc, "reset()")
+                self._raise_if_closed(exc, "reset()", "waited for the answers")
+                raise
+        finally:
+            self._leave_call()
         for i, slot in enumerate(self._slots):
             if result.observations[i] is None and slot.session is not None:
                 result.observations[i] = slot.session.last_event
@@ -1023,6 +1101,7 @@ class VectorSession:
             rnd.answered[i] = True
             if self.on_event is not None:
                 self.on_event(i, event)
+                self._check_after_callback("on_event")
             return
         if not event and not superseded:  # (a reset started over reports only its own actions' failures)
             # From the event's summary: a full decode here could raise for a part nothing needs. Players
@@ -1038,6 +1117,7 @@ class VectorSession:
         rnd.completed[i] = True
         if self.on_event is not None:
             self.on_event(i, event)
+            self._check_after_callback("on_event")
         if slot.reset_errors:
             rnd.reset_errors[i] = slot.reset_errors
             slot.reset_errors = []
@@ -1299,6 +1379,11 @@ class VectorSession:
         """The slot's player crashed, timed out or sent malformed bytes: replace it or record it."""
         self._done_waiting(slot)
         slot.reset_queue.clear()
+        if self._closer is not None:
+            # close() was called meanwhile (from another thread, which closed the session this call sent to or
+            # read from; or from a signal handler): that is why it failed, not its player. Nothing is replaced.
+            self._state = _VectorState.CLOSED
+            raise self._closed_meanwhile(self._what, "used the players' pipes") from exc
         old = slot.session
         log.warning("slot %d (player pid %s) failed: %s: %s", slot.index, getattr(old, "pid", None),
                     type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
@@ -1311,8 +1396,9 @@ class VectorSession:
             )
             err.__cause__ = exc
             exc = err
-        elif self.replace_on_crash and self._closer is None:
-            # (Not once closed, by a signal handler or a callback during this call: nothing would close it.)
+        elif self.replace_on_crash and self._closer is None and not self._cancel.is_set():
+            # (Not once closed, by a signal handler or a callback during this call: nothing would close it. close()
+            # sets _cancel first: a replacement submitted after that starts no player.)
             self._failures.append((slot.index, exc, True))
             slot.state = SlotState.REPLACING
             slot.session = None
@@ -1333,11 +1419,10 @@ class VectorSession:
         session and starts no player; wait for it, then close what was made after the close."""
         future, slot.future = slot.future, None
         if future is not None:
-            try:
-                session = future.result()
-            except BaseException:  # cancelled: the failed session is closed
-                pass
-            else:  # (the close came from another thread and the launch was already under way)
+            # (Cancelled: the failed session is closed and no player started; unless the close came from another
+            # thread after the launch was under way: a player still booting is stopped then.)
+            session = self._await_replacement(future)
+            if session is not None:
                 session.close()
         executor, self._executor = self._executor, None
         if executor is not None:
@@ -1373,6 +1458,7 @@ class VectorSession:
                 rnd.completed[slot.index] = True
                 if self.on_event is not None:
                     self.on_event(slot.index, session.last_event)
+                    self._check_after_callback("on_event")
 
     def _ensure_executor(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -1479,6 +1565,12 @@ class VectorSession:
         that one has finished. The first error from a session's close is raised after everything else was
         closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's ``sys.exit()``,
         while it works does not stop it half-way: it is raised once everything is closed.
+
+        Called from another thread while a call of this vector session is under way, it wakes the call and closes
+        the pipes once the call has left them. A call still running after :data:`CLOSE_WAITER_TIMEOUT` seconds runs
+        the caller's code (``on_event``): the players are stopped (leases released) and this returns, leaving the
+        pipes, the wake-up descriptor and the launch threads to that call, which closes them as it returns (raising
+        :class:`CallOrderError`).
         """
         self._close(together=True)
 
@@ -1497,6 +1589,8 @@ class VectorSession:
                 while not self._closed.wait(0.1) and not sys.is_finalizing():
                     pass
             return
+        # Before the close is visible: a replacement submitted from now on starts no player (see _fail).
+        self._cancel.set()
         self._state = _VectorState.CLOSED
         self._closer = threading.get_ident()
         self._round = None
@@ -1516,7 +1610,6 @@ class VectorSession:
             if wake is not None:
                 os.close(wake)  # this process's copy
             return
-        self._cancel.set()
         interrupt: BaseException | None = None
         first: BaseException | None = None
         try:
@@ -1524,7 +1617,6 @@ class VectorSession:
         except _INTERRUPTS as exc:
             interrupt = exc  # finish closing first
         for slot in self._slots:
-            self._done_waiting(slot)
             future, slot.future = slot.future, None
             while future is not None:
                 try:
@@ -1532,6 +1624,45 @@ class VectorSession:
                     future = None
                 except _INTERRUPTS as exc:
                     interrupt = interrupt or exc  # finish closing first
+        if self._hand_off():
+            # The call of another thread did not return within CLOSE_WAITER_TIMEOUT (it runs on_event, or another
+            # callback of the caller's): its pipes are not closed under it (nor the poll's wake-up descriptor, nor
+            # the launch threads); it closes them as it returns (see _leave_call). What runs outside this process
+            # is stopped now: the players (or their leases released), so that close() returns.
+            log.warning(
+                "close(): a call of this VectorSession (%s) still runs in another thread after %g s (in on_event?): "
+                "its players are stopped now, their pipes are closed as that call returns",
+                self._what, CLOSE_WAITER_TIMEOUT,
+            )
+            sessions = [s.session for s in self._slots if s.session is not None]
+            errors, stopped = _close_sessions([_PlayerStopper(s) for s in sessions])
+            interrupt = interrupt or stopped
+            first = first or next((e for e in errors if e is not None), None)
+        else:
+            more, stopped = self._close_rest(together)
+            first, interrupt = first or more, interrupt or stopped
+        if interrupt is not None:
+            raise interrupt
+        if first is not None:
+            raise first
+
+    def _hand_off(self) -> bool:
+        """In close(): whether a call of this vector session is still under way in another thread, which is then
+        left to close the pipes as it returns (under the lock its return takes, so exactly one of the two does)."""
+        with self._call_lock:
+            if self._calls and self._call_thread != threading.get_ident():
+                self._leftover = True
+                return True
+            return False
+
+    def _close_rest(self, together: bool) -> tuple[BaseException | None, BaseException | None]:
+        """Close every slot's session (its pipes, its player) and the launch threads and the wake-up descriptor: the
+        end of close(), in the thread of close() or (see :meth:`_hand_off`) of the call it ended. Returns the first
+        error of a session's close, and a Ctrl-C (or a signal handler's SystemExit) that came meanwhile."""
+        interrupt: BaseException | None = None
+        first: BaseException | None = None
+        for slot in self._slots:
+            self._done_waiting(slot)
         sessions = [s.session for s in self._slots if s.session is not None]
         # A signal handler that interrupted a slot's send or receive in this thread: that session is closed in this
         # thread, whose close() leaves its pipes to the call if it was using them (the call resumes after the handler
@@ -1569,10 +1700,7 @@ class VectorSession:
             wake, self._wake_fd = self._wake_fd, None
         if wake is not None:
             os.close(wake)
-        if interrupt is not None:
-            raise interrupt
-        if first is not None:
-            raise first
+        return first, interrupt
 
     def _inside_here(self) -> bool:
         """Whether this thread is inside a call of this vector session (close() from on_event, or from a signal
@@ -1648,8 +1776,7 @@ class VectorSession:
                     except Exception as exc:
                         first = first or exc
             if time.monotonic() > deadline:
-                log.warning("closing the players' pipes under a VectorSession call that still runs in another thread")
-                break
+                break  # (the call runs a callback: see _hand_off)
             time.sleep(0.005)
             inside, reading = self._callers()
         return first

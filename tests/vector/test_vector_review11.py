@@ -1,0 +1,196 @@
+"""A vector session closed from another thread while its call is busy: in on_event, in a slot's send, and in
+the middle of starting a failed slot's replacement."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import sys
+import threading
+import time
+
+import psutil
+import pytest
+
+import renderd
+import renderd.vector
+from renderd.errors import CallOrderError
+from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+
+#: What the tests use for renderd.vector.CLOSE_WAITER_TIMEOUT (5 s): how long close() waits for the call.
+WAITER = 0.3
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _line_of(function, source: str) -> int:
+    lines, first = inspect.getsourcelines(function)
+    return first + next(k for k, text in enumerate(lines) if text.strip() == source)
+
+
+def _pause_at(function, source: str, until: threading.Event, reached: threading.Event):
+    """A trace function that stops its thread once just before ``function`` runs its line ``source``, until
+    ``until`` is set (10 s at most), setting ``reached`` first."""
+    code, at = function.__code__, _line_of(function, source)
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not reached.is_set():
+                reached.set()
+                until.wait(10.0)
+            return line
+
+        return line
+
+    return trace
+
+
+def test_a_close_from_another_thread_leaves_the_pipes_to_a_step_still_in_on_event(no_leaks, monkeypatch):
+    # A watchdog's close() waited 5 s for the step, then closed the pipes (and the wake-up descriptor) under it
+    # while its on_event still ran; now it stops the players and returns, and the step closes the rest as it ends.
+    monkeypatch.setattr(renderd.vector, "CLOSE_WAITER_TIMEOUT", WAITER)
+    vs = renderd.launch_many(2, **player_kwargs())
+    entered, release = threading.Event(), threading.Event()
+    raised: list[BaseException] = []
+
+    def slow_on_event(slot: int, event: object) -> None:
+        if not entered.is_set():
+            entered.set()
+            release.wait(10.0)
+
+    def stepping() -> None:
+        try:
+            vs.step(["Pass", "Pass"])
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            raised.append(exc)
+
+    vs.on_event = slow_on_event
+    channels = [s.channel for s in vs.sessions]
+    pids = vs.pids
+    stepper = threading.Thread(target=stepping)
+    try:
+        stepper.start()
+        assert entered.wait(START_TIMEOUT)
+        started = time.monotonic()
+        vs.close()
+        assert time.monotonic() - started < WAITER + 3.0
+        assert vs.closed and stepper.is_alive()  # (on_event still runs)
+        assert not any(channel.closed for channel in channels), "pipes closed under a running on_event"
+        assert vs._wake_fd is not None
+        wait_for(lambda: all(_gone(p) for p in pids), 5.0, "the players to be stopped")
+        release.set()
+        stepper.join(10.0)
+        assert not stepper.is_alive()
+        assert len(raised) == 1 and isinstance(raised[0], CallOrderError), raised
+        assert "the VectorSession was closed" in str(raised[0])
+        assert all(channel.closed for channel in channels) and vs._wake_fd is None and vs._executor is None
+        vs.close()  # (returns at once)
+    finally:
+        release.set()
+        stepper.join(10.0)
+        vs.close()
+
+
+def test_a_close_from_another_thread_landing_in_a_slots_send_logs_no_slot_failure(no_leaks, caplog):
+    # The slot's send raised the session's CallOrderError ("closed while it sent it"), which the step took for a
+    # failed player: "slot 1 (player pid ...) failed: CallOrderError" was logged, though no player had failed.
+    vs = renderd.launch_many(2, **player_kwargs())
+    session = vs.sessions[1]
+    code = renderd.Session._send.__code__
+    at = _line_of(renderd.Session._send, "self.channel.send(buffers, write_by, name)")
+    closer = threading.Thread(target=vs.close, name="watchdog")
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code or frame.f_locals.get("self") is not session:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and closer.ident is None:
+                closer.start()
+                wait_for(lambda: session._closing, 5.0, "the watchdog to close the slot's session")
+            return line
+
+        return line
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="renderd.vector"):
+            sys.settrace(trace)
+            try:
+                with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                    vs.step(["Pass", "Pass"])
+            finally:
+                sys.settrace(None)
+        assert closer.ident is not None
+        closer.join(10.0)
+        assert not closer.is_alive() and vs.closed
+        assert not [r for r in caplog.records if "failed" in r.getMessage()], caplog.text
+    finally:
+        if closer.ident is not None:
+            closer.join(10.0)
+        vs.close()
+
+
+def test_a_close_from_another_thread_landing_as_a_replacement_is_started_launches_no_player(no_leaks):
+    # The close had begun (the vector session was marked closed) but had not yet cancelled replacements when the
+    # failed slot's replacement was submitted: the launch thread, not cancelled yet, started a player, which the
+    # step then waited for (its whole start) only to close it.
+    launched: list[int] = []
+
+    def factory(slot: int):
+        launched.append(slot)
+        return renderd.launch(**player_kwargs())
+
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+    go, paused = threading.Event(), threading.Event()
+    close_all = renderd.vector.VectorSession._close_all
+    first_line = inspect.getsource(close_all).split("\n")[1].strip()  # (its first line: where close() begins)
+    pause_closer = _pause_at(close_all, first_line, go, paused)
+
+    def watchdog() -> None:
+        sys.settrace(pause_closer)
+        try:
+            vs.close()
+        finally:
+            sys.settrace(None)
+
+    closer = threading.Thread(target=watchdog, name="watchdog")
+    code = renderd.vector.VectorSession._fail.__code__
+    at = _line_of(renderd.vector.VectorSession._fail, "executor = self._ensure_executor()")
+
+    def trace(frame, event, arg):  # (in the step: the watchdog's close() begins just there)
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and closer.ident is None:
+                closer.start()
+                assert paused.wait(5.0)
+            return line
+
+        return line
+
+    try:
+        sys.settrace(trace)
+        try:
+            with pytest.raises(CallOrderError, match="closed"):
+                vs.step([{"action": "RenderdFault", "fault": "exit", "code": 3}, "Pass"])
+        finally:
+            sys.settrace(None)
+            go.set()
+        closer.join(10.0)
+        assert not closer.is_alive() and vs.closed
+        assert launched == [], "a replacement player was launched after close() began"
+    finally:
+        go.set()
+        if closer.ident is not None:
+            closer.join(10.0)
+        vs.close()
