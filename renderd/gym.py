@@ -182,20 +182,22 @@ class _EnvSpec:
             return self.scenes[int(rng.integers(len(self.scenes)))]
         return self.scene
 
-    def check(self, event: Event) -> None:
-        """Raise :class:`RenderdError` if ``event`` does not fit the observation space."""
+    def check(self, event: Event, where: Callable[[], str] | None = None) -> None:
+        """Raise :class:`RenderdError` if ``event`` does not fit the observation space; ``where()`` (called then
+        only: ``"sub-environment 1 (player pid 123): "``) begins its message."""
         frame = event.frame
         if frame is None:
-            raise RenderdError(
-                "the player sent no RGB image (is it running with -nographics, or on the headless platform?)"
-            )
-        if frame.shape != (self.height, self.width, 3):
-            raise RenderdError(
+            why = "the player sent no RGB image (is it running with -nographics, or on the headless platform?)"
+        elif frame.shape != (self.height, self.width, 3):
+            why = (
                 f"the player sent a {frame.shape[1]} x {frame.shape[0]} frame; the observation space is "
                 f"{self.width} x {self.height} (pass width/height matching the player)"
             )
-        if self.depth and event.depth_frame is None:
-            raise RenderdError("depth=True, but the player sent no depth image")
+        elif self.depth and event.depth_frame is None:
+            why = "depth=True, but the player sent no depth image"
+        else:
+            return
+        raise RenderdError(f"{where() if where is not None else ''}{why}")
 
     def observation(self, event: Event) -> dict[str, np.ndarray]:
         """New arrays every call (the event's arrays are views of the received bytes)."""
@@ -575,8 +577,14 @@ class RenderdVectorEnv(VectorEnv):
         return self._spec.batch(self._events)  # type: ignore[arg-type]
 
     def _set_obs(self, i: int, event: Event) -> None:
-        self._spec.check(event)
+        self._spec.check(event, lambda: self._where(i))
         self._events[i] = event
+
+    def _where(self, i: int) -> str:
+        """How an error about sub-environment ``i`` begins: which one, and its player."""
+        pids = self.vector_session.pids
+        pid = pids[i] if i < len(pids) else None
+        return f"sub-environment {i}: " if pid is None else f"sub-environment {i} (player pid {pid}): "
 
     # -- the VectorEnv API -------------------------------------------------------------------------------
     def reset(
@@ -686,7 +694,7 @@ class RenderdVectorEnv(VectorEnv):
         previous = vs.on_event  # a callback of the caller's (on a vector session it passed in) still runs
 
         def on_event(i: int, event: Event) -> None:
-            spec.check(event)
+            spec.check(event, lambda: self._where(i))
             spec.fill(flat, batch, i, event)
             filled[i] = True
             if previous is not None:

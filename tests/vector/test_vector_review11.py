@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import psutil
 import pytest
 
@@ -194,3 +195,25 @@ def test_a_close_from_another_thread_landing_as_a_replacement_is_started_launche
         if closer.ident is not None:
             closer.join(10.0)
         vs.close()
+
+
+def test_a_vector_env_names_the_sub_environment_whose_frame_does_not_fit(no_leaks):
+    # "the player sent a 32 x 32 frame; the observation space is 64 x 64": which of the players did was not said.
+    rgym = pytest.importorskip("renderd.gym")
+    shrink = {"action": "ChangeResolution", "x": 32, "y": 32}
+    envs = rgym.RenderdVectorEnv(2, actions=["Pass", shrink], **player_kwargs())
+    try:
+        envs.reset(seed=0)
+        pid = envs.vector_session.pids[1]
+        with pytest.raises(renderd.RenderdError, match=rf"^sub-environment 1 \(player pid {pid}\): the player sent a "
+                                                       r"32 x 32 frame; the observation space is 64 x 64"):
+            envs.step(np.array([0, 1]))
+    finally:
+        envs.close()
+    size_of = renderd.VectorSession([renderd.launch(**player_kwargs()), renderd.launch(**player_kwargs(width=32))])
+    envs = rgym.RenderdVectorEnv(vector_session=size_of)
+    try:
+        with pytest.raises(renderd.RenderdError, match=r"^sub-environment 1 \(player pid \d+\): the player sent a 32 x 64"):
+            envs.reset(seed=0)
+    finally:
+        envs.close()
