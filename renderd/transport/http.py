@@ -132,13 +132,18 @@ EXIT_CLASSIFY_TIMEOUT = 1.0
 #: as a FIFO channel reads what the pipe holds) or to see the connection close (s). The server sees it
 #: close as soon as it has read what was sent; only a server that does not report closes (waitress) waits
 #: this long. Before the bridge knows the player's connection (its first frame, or a player that opens one
-#: per request), recv waits as long while this module's server holds a request not yet handed to a bridge.
+#: per request), recv waits as long while this module's server holds a request not yet handed to a bridge that
+#: may be a frame: one whose head is not yet read, or a ``POST /train`` (never a control API request or a ping).
 EXIT_DRAIN_TIMEOUT = 1.0
 #: Longest single wait of :meth:`PlayerBridge.recv` (s): a later deadline, or an infinite one, is waited
 #: for in turns of this length (a lock takes no timeout beyond ``threading.TIMEOUT_MAX``).
 RECV_WAIT_SLICE = 3600.0
 #: Form names some AI2-THOR versions use besides :data:`renderd.protocol.FORM_FIELD_NAMES`.
 FORM_FIELD_ALIASES: dict[str, FieldType] = {"image_thirdParty_flows": FieldType.THIRD_PARTY_FLOW}
+
+#: The one request that carries a player's frame (method, path): the application's ``/train`` route, and what
+#: the server counts as a request that may still become a bridge's frame (see EXIT_DRAIN_TIMEOUT).
+FRAME_ROUTE = ("POST", "/train")
 
 _IMAGE_TYPES_BY_NAME: dict[str, FieldType] = {**FIELD_TYPES_BY_FORM_NAME, **FORM_FIELD_ALIASES}
 #: Part sizes of recent bodies by body length: a player posts the same layout frame after frame, so the
@@ -977,7 +982,7 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(action)))])
         return [action]
 
-    routes = {"/ping": ("GET", ping), "/train": ("POST", train)}
+    routes = {"/ping": ("GET", ping), FRAME_ROUTE[1]: (FRAME_ROUTE[0], train)}
 
     def app(environ: dict, start_response: Callable) -> list[bytes]:
         path = environ.get("PATH_INFO") or "/"
@@ -1140,6 +1145,9 @@ class _Connection:
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
         self.in_request = False  # a request has begun and is not yet answered
+        # The request in progress may be a player's frame: True until its head shows it is no POST /train
+        # (a control API request, a ping), which never reaches a bridge however long it takes.
+        self.may_carry_frame = True
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
         self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
@@ -1437,9 +1445,11 @@ class _Connection:
 
     def _serve_one(self) -> bool:
         """Serve one request; False when the connection is to be closed."""
+        self.may_carry_frame = True
         head, end = self._read_head()
         self.requests += 1
         method, target, version, headers = self._parse_head(head)
+        self.may_carry_frame = (method, _path_and_query(target)[0]) == FRAME_ROUTE
         if "TRANSFER_ENCODING" in headers:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
         raw_length = headers.get("CONTENT_LENGTH")
@@ -1760,8 +1770,10 @@ class PlayerHttpServer:
                 conn.close()
 
     def _requests_unattributed(self, exclude: set[str]) -> bool:
-        """Whether a connection not in ``exclude`` has a request begun, or bytes (or its close) not yet read,
-        or a connection waits to be accepted: what a player sent just before it exited may still be there."""
+        """Whether a connection not in ``exclude`` has a request begun that may be a frame (any request whose
+        head is not yet parsed, or a ``POST /train``), or bytes (or its close) not yet read, or a connection
+        waits to be accepted: what a player sent just before it exited may still be there. A request whose
+        head shows it is something else (a control API request waiting for a player, a ping) never is."""
         sock = self._sock
         if sock is None or self.stopping:
             return False
@@ -1772,8 +1784,9 @@ class PlayerHttpServer:
             return True
         with self._lock:
             connections = [c for c in self._connections if c.key not in exclude]
-        if any(c.in_request for c in connections):
+        if any(c.in_request and c.may_carry_frame for c in connections):
             return True
+        connections = [c for c in connections if not c.in_request]  # (the rest serve no frame, see above)
         poller = select.poll()
         for connection in connections:
             fd = connection.sock.fileno()
