@@ -470,7 +470,8 @@ class VectorSession:
     """N player sessions stepped together; see the module docstring and docs/vector.md.
 
     Build one with :func:`launch_many` or :func:`connect_many`. The constructor takes ready
-    :class:`renderd.Session` objects and does no I/O; ``factory(slot)`` makes a new ready session for a
+    :class:`renderd.Session` objects (open, each in one slot only: ``TypeError`` or ``ValueError`` otherwise, and
+    the sessions stay the caller's) and does no I/O; ``factory(slot)`` makes a new ready session for a
     slot (required with ``replace_on_crash``). ``reward_fn(event) -> float`` and
     ``done_fn(event) -> bool`` compute ``rewards`` and ``dones`` of answered actions (defaults: ``0.0``
     and ``False``). ``on_event(slot, event)``, if set (also as an attribute), is called the moment an
@@ -493,8 +494,29 @@ class VectorSession:
         on_event: Callable[[int, Event], None] | None = None,
         executor: ThreadPoolExecutor | None = None,
     ) -> None:
+        try:
+            if isinstance(sessions, (Session, str, bytes, Mapping)):
+                raise TypeError
+            sessions = list(sessions)
+        except TypeError:
+            raise TypeError(
+                f"sessions must be a list of sessions (one per slot), not {type(sessions).__name__}"
+            ) from None
         if not sessions:
             raise ValueError("a VectorSession needs at least one session")
+        seen: dict[int, int] = {}
+        for i, session in enumerate(sessions):
+            # (Checked before anything is taken over: the sessions stay the caller's if this raises.)
+            if session is None:
+                raise TypeError(f"sessions[{i}] is None: each slot needs an open session")
+            if id(session) in seen:
+                raise ValueError(
+                    f"sessions[{i}] is sessions[{seen[id(session)]}]: a session can be one slot's only (its player "
+                    "answers one action at a time)"
+                )
+            seen[id(session)] = i
+            if getattr(session, "closed", False) is True:
+                raise ValueError(f"sessions[{i}] is closed: each slot needs an open session")
         if replace_on_crash and factory is None:
             raise ValueError("replace_on_crash=True needs a factory that makes a new session for a slot")
         self._slots = [_Slot(i, s) for i, s in enumerate(sessions)]

@@ -217,3 +217,25 @@ def test_a_vector_env_names_the_sub_environment_whose_frame_does_not_fit(no_leak
             envs.reset(seed=0)
     finally:
         envs.close()
+
+
+def test_a_vector_session_refuses_a_missing_shared_or_closed_session_and_leaves_them_open(no_leaks):
+    # A session given for two slots was sent two actions at once: the second slot "failed" with
+    # AlreadyPendingCallError (and, with replace_on_crash, its replacement closed the other slot's session); None
+    # failed at the first step with an AttributeError; a closed session was taken for a crashed player.
+    session = renderd.launch(**player_kwargs())
+    closed = renderd.launch(**player_kwargs())
+    closed.close()
+    try:
+        with pytest.raises(ValueError, match=r"sessions\[1\] is sessions\[0\]: a session can be one slot's only"):
+            renderd.VectorSession([session, session])
+        with pytest.raises(TypeError, match=r"sessions\[1\] is None"):
+            renderd.VectorSession([session, None])
+        with pytest.raises(ValueError, match=r"sessions\[0\] is closed"):
+            renderd.VectorSession([closed, session])
+        with pytest.raises(TypeError, match="sessions must be a list of sessions"):
+            renderd.VectorSession(session)
+        assert not session.closed  # (still the caller's)
+        assert session.step("Pass")
+    finally:
+        session.close()
