@@ -20,6 +20,9 @@ action list, and compute rewards and termination with caller-supplied functions 
 from __future__ import annotations
 
 import logging
+import secrets
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -367,6 +370,10 @@ class RenderdEnv(gymnasium.Env):
         # close(), or after a reset that failed (its episode never began; the old one must not go on).
         self._no_episode: str | None = "step() before reset(): call reset() first"
         self._closes = 0  # close() calls: one made while reset() works (a signal handler's) ends that reset
+        # The players this env launches carry this tag (renderd.vector.TAG_VARIABLE) in their environment, so that a
+        # close() while reset() waits for a new one's first frame can stop it; the thread launching one, if any.
+        self._tag = secrets.token_hex(8)
+        self._launching: int | None = None
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -382,8 +389,19 @@ class RenderdEnv(gymnasium.Env):
         session = self.session
         if session is None:
             from renderd.client import launch
+            from renderd.vector import TAG_VARIABLE
 
-            session = launch(**self._launch_kwargs)
+            kwargs = dict(self._launch_kwargs)
+            kwargs["env"] = {**(kwargs.get("env") or {}), TAG_VARIABLE: self._tag}
+            self._launching = threading.get_ident()
+            try:
+                session = launch(**kwargs)
+            except RenderdError as exc:
+                if self._closes != closes:  # (close() stopped the player while it booted)
+                    raise self._closed_meanwhile("started its player") from exc
+                raise
+            finally:
+                self._launching = None
             if self._closes != closes:  # (close() found no player to stop: this one is not kept)
                 session.close()
                 raise self._closed_meanwhile("started its player")
@@ -442,13 +460,36 @@ class RenderdEnv(gymnasium.Env):
         return rgb_copy(self.last_event.frame)
 
     def close(self) -> None:
-        """Stop the player. Idempotent. A reset() it interrupts (from a signal handler) raises CallOrderError."""
+        """Stop the player. Idempotent. A reset() it interrupts (from a signal handler or another thread) raises
+        CallOrderError; a player that reset() is starting is stopped at once, not left to boot."""
         self._closes += 1
         session, self.session = self.session, None
         self.last_event = None
         self._no_episode = "step() after close(): call reset() to start a new player"
+        if self._launching is not None:
+            self._stop_launch(session)
         if session is not None:
             session.close()
+
+    def _stop_launch(self, kept: Any) -> None:
+        """Kill the player that reset() is starting (still waiting for its first frame): its launch then fails at
+        once, and reset() raises CallOrderError. From another thread, again until that launch has ended
+        (:data:`renderd.client.CLOSE_WAITER_TIMEOUT` at most: the player may not have been spawned yet); from a
+        signal handler in the thread that launches, once (the launch resumes only after it)."""
+        from renderd.client import CLOSE_WAITER_TIMEOUT
+        from renderd.vector import CANCEL_POLL, _kill_tagged
+
+        here = self._launching == threading.get_ident()
+        deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
+        while True:
+            try:
+                _kill_tagged(self._tag, {getattr(kept, "pid", None)})
+            except Exception as exc:  # noqa: BLE001 - (psutil at interpreter exit...): the launch times out instead
+                log.debug("stopping the player reset() starts: %s", exc)
+                return
+            if here or self._launching is None or time.monotonic() > deadline:
+                return
+            time.sleep(CANCEL_POLL)
 
 
 class RenderdVectorEnv(VectorEnv):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import signal
 import sys
 import threading
 import time
@@ -239,3 +240,48 @@ def test_a_vector_session_refuses_a_missing_shared_or_closed_session_and_leaves_
         assert session.step("Pass")
     finally:
         session.close()
+
+
+def _players() -> list[psutil.Process]:
+    alive = []
+    for p in psutil.Process().children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE:
+                alive.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return alive
+
+
+@pytest.mark.parametrize("where", ["thread", "signal"])
+def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_leaks, where):
+    # close() (from another thread, or a signal handler) while reset() waited for the new player's first frame found
+    # no player to stop: the player went on booting, and reset() went on waiting, until its start_timeout.
+    rgym = pytest.importorskip("renderd.gym")
+    env = rgym.RenderdEnv(**player_kwargs(args=["--fault-at-start", "hang"], start_timeout=8.0,
+                                          platform="CloudRendering"))
+    closed: list[float] = []
+
+    def close_once_booting() -> None:
+        wait_for(lambda: len(_players()) == 1, START_TIMEOUT, "the player to start")
+        closed.append(time.monotonic())
+        if where == "thread":
+            env.close()
+        else:
+            signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+
+    helper = threading.Thread(target=close_once_booting)
+    previous = signal.signal(signal.SIGUSR1, lambda *_: env.close())
+    try:
+        helper.start()
+        with pytest.raises(CallOrderError, match=r"reset\(\): the env was closed .* while it started its player"):
+            env.reset(seed=0)
+        ended = time.monotonic()
+        helper.join(10.0)
+        assert closed and ended - closed[0] < 3.0, f"reset() ended {ended - closed[0]:.2f} s after close()"
+        assert env.session is None
+        wait_for(lambda: not _players(), 5.0, "the booting player to be stopped")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        helper.join(10.0)
+        env.close()
