@@ -163,14 +163,16 @@ class _EnvSpec:
         self.action_space = spaces.Discrete(len(self.actions))
 
     def action(self, index: Any) -> str | dict[str, Any]:
+        # (A numpy scalar, as a batch of actions holds, is shown as the number it is, not as np.int64(9).)
+        shown = repr(index.item() if isinstance(index, np.generic) else index)
         if isinstance(index, (bool, np.bool_)):
-            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}")
+            raise ValueError(f"invalid action {shown}: expected an integer in 0..{len(self.actions) - 1}")
         try:
             i = int(index)
         except (TypeError, ValueError):
-            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}") from None
+            raise ValueError(f"invalid action {shown}: expected an integer in 0..{len(self.actions) - 1}") from None
         if not 0 <= i < len(self.actions) or i != index:
-            raise ValueError(f"invalid action {index!r}: expected an integer in 0..{len(self.actions) - 1}")
+            raise ValueError(f"invalid action {shown}: expected an integer in 0..{len(self.actions) - 1}")
         return self.actions[i]
 
     def choose_scene(self, rng: np.random.Generator, options: Mapping[str, Any] | None) -> str | None:
@@ -721,7 +723,12 @@ class RenderdVectorEnv(VectorEnv):
         if acts.shape != (n,):
             raise ValueError(f"actions must have shape ({n},), got {acts.shape}")
         spec = self._spec
-        messages = [spec.action(a) for a in acts]
+        messages = []
+        for i, a in enumerate(acts):
+            try:
+                messages.append(spec.action(a))
+            except ValueError as exc:
+                raise ValueError(f"actions[{i}] (sub-environment {i}): {exc}; nothing was sent") from None
         vs = self.vector_session
         autoreset = self._autoreset.copy()
         reset_slots = [int(i) for i in np.flatnonzero(autoreset)]

@@ -285,3 +285,17 @@ def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_
         signal.signal(signal.SIGUSR1, previous)
         helper.join(10.0)
         env.close()
+
+
+def test_a_vector_env_names_the_sub_environment_whose_action_is_outside_the_action_space(no_leaks):
+    # "invalid action 9: expected an integer in 0..4": which sub-environment's action was not said.
+    rgym = pytest.importorskip("renderd.gym")
+    envs = rgym.RenderdVectorEnv(2, **player_kwargs())
+    try:
+        envs.reset(seed=0)
+        with pytest.raises(ValueError, match=r"^actions\[1\] \(sub-environment 1\): invalid action 9: expected an "
+                                             r"integer in 0\.\.4; nothing was sent"):
+            envs.step(np.array([0, 9]))
+        envs.step(np.array([0, 1]))  # (nothing was sent: the vector env steps on)
+    finally:
+        envs.close()
