@@ -759,6 +759,13 @@ class PlayerBridgeRegistry:
         with self._lock:
             return list(self._bridges.values())
 
+    def _player_connections(self) -> set[str]:
+        """The HTTP connections ("host:port") of the players served, as their bridges know them."""
+        with self._lock:
+            connections = {b._connection for b in self._bridges.values()}
+        connections.discard(None)
+        return connections  # type: ignore[return-value]
+
     def _requests_unattributed(self, bridge: PlayerBridge) -> bool:
         """Whether a server of this registry holds a request that may still become ``bridge``'s frame: one
         begun or received (or a connection not yet accepted) on a connection no other player is known by."""
@@ -1010,10 +1017,12 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
 
 #: Largest request head (request line and header lines) accepted; a longer one is answered 431.
 MAX_HEAD_SIZE = 16 * 1024
-#: Most simultaneous connections; one more is answered 503 and closed. Each player keeps one.
+#: Most simultaneous connections. Each player keeps one. One more closes the connection idle longest that is
+#: no served player's (see :meth:`PlayerHttpServer._make_room`); with none, it is answered 503 and closed.
 MAX_CONNECTIONS = 256
-#: An idle keep-alive connection (no request begun) is closed after this long (seconds). A player
-#: waiting for its action is not idle: its request is in progress.
+#: An idle keep-alive connection (no request begun) is closed after this long (seconds), or sooner when its
+#: place is needed for a new connection and it is no served player's. A player waiting for its action is not
+#: idle: its request is in progress.
 IDLE_TIMEOUT = 3600.0
 #: A new connection must begin its first request within this long (seconds), or it is closed: players send
 #: their first frame as soon as they connect, and a connection that sends nothing holds one of the
@@ -1145,6 +1154,12 @@ class _Connection:
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
         self.in_request = False  # a request has begun and is not yet answered
+        # Between requests: since when (time.monotonic()) no request has begun, and whether the thread waits in
+        # recv for the next one with nothing received (then, under the server's lock, the accept loop may close
+        # the connection to make room for a new one: `evicted` says why).
+        self.idle_since = self.accepted
+        self.waiting_idle = False
+        self.evicted: str | None = None
         # The request in progress may be a player's frame: True until its head shows it is no POST /train
         # (a control API request, a ping), which never reaches a bridge however long it takes.
         self.may_carry_frame = True
@@ -1180,6 +1195,8 @@ class _Connection:
                 raise _HttpError(408, deadline[1])
             timeout = min(timeout, left)
         self.sock.settimeout(timeout)
+        if idle is not None:
+            self._wait_idle(True)
         try:
             n = self.sock.recv_into(view)
         except TimeoutError:
@@ -1190,9 +1207,21 @@ class _Connection:
             raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
         except OSError as exc:
             raise _Closed(str(exc)) from None
+        finally:
+            if idle is not None:
+                self._wait_idle(False)
         if n == 0:
             raise _Closed("end of input")
         return n
+
+    def _wait_idle(self, waiting: bool) -> None:
+        """Enter (True) or leave a wait between requests with nothing received; raises _Closed if the accept loop
+        closed the connection to make room (:meth:`PlayerHttpServer._make_room`), whatever recv then read."""
+        with self.server._lock:
+            self.waiting_idle = waiting
+            evicted = self.evicted
+        if evicted is not None and not waiting:
+            raise _Closed("closed to make room", evicted)
 
     def _read_head(self) -> tuple[bytes, int]:
         """The request head (without its final blank line) and where its end is in buf."""
@@ -1502,6 +1531,7 @@ class _Connection:
         if not self._send(["".join(lines).encode("latin-1") + out_body]):
             return False
         self.in_request = False
+        self.idle_since = time.monotonic()
         self.linger = not keep_alive
         return keep_alive
 
@@ -1562,7 +1592,8 @@ class PlayerHttpServer:
     is never copied after the socket), calls the application, and answers on the same connection.
     Requests need a Content-Length (chunked bodies are refused with 411); the head is limited to
     :data:`MAX_HEAD_SIZE`, the body to the registry's ``max_request_size`` (checked before reading,
-    413), connections to :data:`MAX_CONNECTIONS` (503); a request that stalls for
+    413), connections to :data:`MAX_CONNECTIONS` (the idle one longest that is no player's makes room,
+    else 503); a request that stalls for
     :data:`REQUEST_TIMEOUT` is dropped, one that trickles in slower than that allows
     (:data:`MIN_BODY_RATE`) is answered 408. The connection's closing is reported to the registry at once,
     so a player that hangs up or dies fails its client's next call with :class:`PlayerCrashed`.
@@ -1609,6 +1640,7 @@ class PlayerHttpServer:
         self._refused: dict[int, tuple[Any, float, int]] = {}
         self._drain_buffer = bytearray(64 * 1024)
         self._connection_refusals = _RefusalLog()  # (logged once per REFUSAL_LOG_INTERVAL)
+        self._evictions = _RefusalLog()  # idle connections closed to make room (as often)
         self._accepting = False  # a connection is being accepted: out of the backlog, not yet in _connections
         self.stopping = False
 
@@ -1701,8 +1733,11 @@ class PlayerHttpServer:
             except OSError:
                 pass
             connection = _Connection(self, conn, addr)
+            players = self.registry._player_connections()
             with self._lock:
-                full = len(self._connections) >= self.max_connections
+                full = sum(c.evicted is None for c in self._connections) >= self.max_connections
+                if full:
+                    full = not self._make_room(players)
                 if not full:
                     self._connections.add(connection)
                 self._accepting = False
@@ -1721,6 +1756,36 @@ class PlayerHttpServer:
                 with self._lock:
                     self._connections.discard(connection)
                 self._refuse(poller, conn, "the server cannot start a thread for this connection")
+
+    def _make_room(self, players: set[str]) -> bool:
+        """With ``_lock`` held and every place taken: close the connection idle longest (no request begun, nothing
+        received) that is not a served player's (``players``: theirs, as the registry knows them); False when there
+        is none. A connection idle between requests holds a place for up to IDLE_TIMEOUT (an hour): a ping's, a
+        refused post's, a control API client's kept alive, one whose player is no longer served. HTTP lets a
+        server close an idle connection at any time; a player's is idle while it works out its answer, so it is
+        never the one closed."""
+        import socket
+
+        idle = sorted((c for c in self._connections if c.waiting_idle and c.evicted is None and c.key not in players),
+                      key=lambda c: c.idle_since)
+        now = time.monotonic()
+        for connection in idle:
+            poller = select.poll()
+            poller.register(connection.sock.fileno(), select.POLLIN)
+            if poller.poll(0):  # a request (or its close) is arriving: not idle any more
+                continue
+            connection.evicted = (f"it was idle for {now - connection.idle_since:.3g} s and its place was needed "
+                                  f"for a new connection ({self.max_connections} open, MAX_CONNECTIONS)")
+            try:  # (its thread waits in recv, and cannot close the socket meanwhile: it needs _lock first)
+                connection.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            more = self._evictions.due()
+            if more is not None:
+                logger.info("closed the idle HTTP connection %s to make room for a new one: %s%s",
+                            connection.key, connection.evicted, more)
+            return True
+        return False
 
     def _refuse(self, poller: Any, conn: Any, message: str) -> None:
         """Answer ``conn`` 503 and close it without a thread of its own: the accept loop half-closes it and

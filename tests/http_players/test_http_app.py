@@ -693,12 +693,15 @@ def test_connection_limit_is_503_json(no_leaks):
     first = second = None
     try:
         first = RawClient(server.port)
-        first.send(b"GET /ping HTTP/1.1\r\n\r\n")
-        assert first.response().body == b"pong"  # the first connection is being served
+        first.send(b"GET /ping HTTP/1.1\r\n")  # a request in progress: the first connection is being served
+        # (an idle one would make room for the next: test_http_review11)
+        wait_for(lambda: any(c.in_request for c in server._connections), DEADLINE, "the request to begin")
         second = RawClient(server.port)
         response = second.response()
         assert response.status == 503 and "too many connections" in response.json()["error"]["message"]
         assert second.closed_by_server()
+        first.send(b"\r\n")
+        assert first.response().body == b"pong"
     finally:
         for client in (first, second):
             if client is not None:

@@ -131,3 +131,68 @@ def test_a_request_that_may_be_the_players_last_frame_is_still_waited_for(no_lea
             assert time.monotonic() - started >= 0.4  # it waited for the request that might have been the frame
         finally:
             late.close()
+
+
+# -- idle connections cannot keep a new player out ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def small_server(max_connections: int) -> Iterator[tuple[PlayerBridgeRegistry, PlayerHttpServer, list]]:
+    registry = PlayerBridgeRegistry(max_request_size=1 << 20)
+    server = PlayerHttpServer(registry, max_connections=max_connections).start()
+    clients: list[RawClient] = []
+    try:
+        yield registry, server, clients
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
+
+
+def _answered(served, bridge, client=None, seq: int = 0) -> RawClient:
+    """Post a frame of ``bridge``'s (on ``client``, else a new connection) and have it answered ``Pass``."""
+    client = client or connect(served)
+    client.send(request_bytes(frame_body(bridge.token, seq=seq)))
+    bridge.recv(deadline(5.0))
+    bridge.send(encode_action({"action": "Pass"}), deadline())
+    assert client.response().status == 200
+    return client
+
+
+def test_idle_connections_cannot_keep_a_new_player_out(no_leaks):
+    # Connections that served a ping (or any request) and went idle would hold every place of MAX_CONNECTIONS
+    # for IDLE_TIMEOUT, an hour: a new player was answered 503. The one idle longest that is no player's now
+    # makes room.
+    with small_server(3) as served:
+        registry, server, _ = served
+        idle = []
+        for _ in range(3):
+            client = connect(served)
+            client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+            assert client.response().body == b"pong"
+            idle.append(client)
+        bridge = registry.register()
+        player = _answered(served, bridge)  # 503 before: too many connections
+        assert idle[0].closed_by_server()  # the one idle longest
+        for client in idle[1:]:
+            client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+            assert client.response().body == b"pong"
+        _answered(served, bridge, player, seq=1)
+        assert bridge.error is None
+
+
+def test_a_players_idle_connection_is_not_closed_to_make_room(no_leaks):
+    # Between its requests (while it works out its answer) a player's connection is idle too: it is never the
+    # one closed; a connection only idle players hold leaves no room, and the new one is refused (503).
+    with small_server(2) as served:
+        registry, server, _ = served
+        first, second = registry.register(alive=lambda: True), registry.register(alive=lambda: True)
+        a = _answered(served, first)
+        b = _answered(served, second)
+        extra = connect(served)
+        extra.send(b"GET /ping HTTP/1.1\r\n\r\n")
+        response = extra.response()
+        assert response.status == 503 and "too many connections" in response.json()["error"]["message"]
+        _answered(served, first, a, seq=1)
+        _answered(served, second, b, seq=1)
+        assert first.error is None and second.error is None

@@ -51,12 +51,13 @@ def test_a_full_servers_503_survives_the_request_it_did_not_read(no_leaks):
     first = None
     try:
         first = RawClient(server.port)
-        first.send(b"GET /ping HTTP/1.1\r\n\r\n")
-        assert first.response().body == b"pong"  # the one connection allowed is taken
+        first.send(b"GET /ping HTTP/1.1\r\n")  # the one connection allowed is taken, its request in progress
+        # (an idle one would make room for the next: test_http_review11)
+        wait_for(lambda: any(c.in_request for c in server._connections), DEADLINE, "the request to begin")
         for _ in range(8):
             data = _refused_answer(server.port, b"POST /train HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello")
             assert data.startswith(b"HTTP/1.1 503 Service Unavailable") and b"too many connections" in data, data
-        first.send(b"GET /ping HTTP/1.1\r\n\r\n")  # the connection being served is unaffected
+        first.send(b"\r\n")  # the connection being served is unaffected
         assert first.response().body == b"pong"
     finally:
         if first is not None:
