@@ -20,6 +20,7 @@ action list, and compute rewards and termination with caller-supplied functions 
 from __future__ import annotations
 
 import logging
+import numbers
 import secrets
 import threading
 import time
@@ -642,15 +643,32 @@ class RenderdVectorEnv(VectorEnv):
         again at the next step), and what :meth:`renderd.VectorSession.reset` raises.
         """
         n = self.num_envs
-        if isinstance(seed, int) and not isinstance(seed, bool):
+        if isinstance(seed, numbers.Integral) and not isinstance(seed, (bool, np.bool_)):
+            seed = int(seed)
+            if seed < 0:
+                raise ValueError(f"seed must be an integer 0 or more, or None, got {seed}; nothing was reset")
             super().reset(seed=seed)
             seeds: list[int | None] = [seed + i for i in range(n)]
         elif seed is None:
             seeds = [None] * n
         else:
-            seeds = list(seed)
+            if isinstance(seed, (str, bytes, Mapping)) or not isinstance(seed, (Sequence, np.ndarray)):
+                raise TypeError(
+                    f"seed must be an integer 0 or more, a list of them (one per sub-environment, None for "
+                    f"unseeded), or None, not {type(seed).__name__}; nothing was reset"
+                )
+            seeds = []
+            for i, one in enumerate(seed):
+                if one is not None and (
+                    not isinstance(one, numbers.Integral) or isinstance(one, (bool, np.bool_)) or one < 0
+                ):
+                    raise ValueError(
+                        f"seed[{i}] (sub-environment {i}) must be an integer 0 or more, or None, got {one!r}; "
+                        "nothing was reset"
+                    )
+                seeds.append(None if one is None else int(one))
             if len(seeds) != n:
-                raise ValueError(f"got {len(seeds)} seeds for {n} sub-environments")
+                raise ValueError(f"got {len(seeds)} seeds for {n} sub-environments; nothing was reset")
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if mask is None:

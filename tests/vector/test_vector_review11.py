@@ -299,3 +299,25 @@ def test_a_vector_env_names_the_sub_environment_whose_action_is_outside_the_acti
         envs.step(np.array([0, 1]))  # (nothing was sent: the vector env steps on)
     finally:
         envs.close()
+
+
+def test_a_vector_env_refuses_a_bad_seed_saying_which_before_anything_changes(no_leaks):
+    # seed=1.5 failed with "'float' object is not iterable"; seed=[1, "a"] with gymnasium's "Seed must be a python
+    # integer", naming no sub-environment, after sub-environment 0 had been reseeded already.
+    rgym = pytest.importorskip("renderd.gym")
+    envs = rgym.RenderdVectorEnv(2, scene=["FloorPlan1", "FloorPlan2", "FloorPlan3"], **player_kwargs())
+    try:
+        envs.reset(seed=7)
+        state = [rng.bit_generator.state for rng in envs._rngs]  # white box: the sub-environments' generators
+        with pytest.raises(TypeError, match=r"seed must be an integer .* not float"):
+            envs.reset(seed=1.5)
+        with pytest.raises(ValueError, match=r"seed\[1\] .*sub-environment 1.* must be an integer 0 or more, or None, "
+                                             r"got 'a'"):
+            envs.reset(seed=[1, "a"])
+        with pytest.raises(ValueError, match=r"seed\[0\] .*sub-environment 0.* got -1"):
+            envs.reset(seed=[-1, 2])
+        assert [rng.bit_generator.state for rng in envs._rngs] == state  # (nothing was reseeded)
+        envs.reset(seed=np.int64(7))
+        envs.reset(seed=[np.int64(1), None])
+    finally:
+        envs.close()
