@@ -21,24 +21,34 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 * ``metadata_objects``: add that many synthetic objects (about 1 KB of msgpack each) to ``objects``.
 * ``logger``: a :class:`logging.Logger` (default: this module's).
 
-A link calls ``player.limit_answer_size(limit)`` with the largest message its transport carries; the
-player then refuses (``InvalidArgument``) a ChangeResolution or AddThirdPartyCamera whose largest possible
-answer would not fit, instead of sending a message the client must reject.
+A link calls ``player.limit_answer_size(limit)`` with the largest message its transport carries (and
+``player.limit_metadata_size(limit)`` with its largest metadata field); the player then refuses
+(``InvalidArgument``) a ChangeResolution, AddThirdPartyCamera or Initialize of several agents whose largest
+possible answer would not fit, instead of sending a message the client must reject.
+
+Agents, as a build has them: the player starts with one, and a Reset leaves one (agent 0 answers it);
+``Initialize`` with ``agentCount`` N (1..:data:`MAX_AGENTS`) makes N, placed as a build's AgentManager places
+them (:meth:`Player._initial_agents`), each reporting that Initialize; an action's ``agentId`` (0 by default)
+names the agent that acts, and one that names none is answered by agent 0 as a failure. Every answer lists
+every agent's metadata in agent order (its own pose, objects and last action's fields; with several agents
+also its ``agentId``) with ``activeAgentId`` the acting one, and every agent's images. Agents block each
+other's moves and teleports (:meth:`Scene.collision`'s ``others``); they are not drawn in each other's view.
 
 ``metadata`` is a dict ready for :func:`renderd.protocol.encode_metadata`. ``images`` is a list of
-``(FieldType, ndarray)`` in wire order (third-party camera images first, then RGB, DEPTH, IDS), each
-array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4) uint8``; depth
-``(H, W) float32`` little-endian metres; ids ``(H, W, 4) uint8`` RGBA with alpha 255. Pass them to
+``(FieldType, ndarray)`` in wire order (third-party camera images first, then each agent's RGB, DEPTH, IDS,
+in agent order), each array C-contiguous and already in wire layout: rows bottom-up; RGB ``(H, W, 3|4)
+uint8``; depth ``(H, W) float32`` little-endian metres; ids ``(H, W, 4) uint8`` RGBA with alpha 255. Pass them to
 ``renderd.protocol.encode_message([(FieldType.METADATA, encode_metadata(metadata)), *images])`` or take
 their bytes for HTTP form parts. Arrays (and the list itself, while the view does not change) are shared
 between calls: treat them as read-only.
 
-Metadata is cached per player state (scene, pose, resolution, field of view, visibility distance,
-third-party cameras; :data:`VIEW_CACHE_SIZE` states): an action that changes none of them (``Pass``, a
-blocked move) costs no visibility render, no object list and no pack of the large parts; only the
-per-action fields (``lastAction``, ``lastActionSuccess``, ``errorMessage``, ``errorCode``,
-``actionReturn``, ``sequenceId``) are new. Each call returns a new top-level dict, but its nested parts
-(objects, colors, cameras...) are shared between answers: treat them as read-only too.
+Metadata is cached per agent and player state (scene, the agent's pose, resolution, field of view,
+visibility distance, third-party cameras; :data:`VIEW_CACHE_SIZE` states, one more per further agent): an
+action that changes none of them (``Pass``, a blocked move) costs no visibility render, no object list and
+no pack of the large parts, nor does an agent that did not act; only the per-action fields
+(``lastAction``, ``lastActionSuccess``, ``errorMessage``, ``errorCode``, ``actionReturn``, ``sequenceId``,
+``activeAgentId``) are new, and only the acting agent's are packed. Each call returns a new top-level dict,
+but its nested parts (objects, colors, cameras...) are shared between answers: treat them as read-only too.
 
 ``handle`` never raises for a bad action: an unknown action or a bad argument is answered with
 ``lastActionSuccess: False``, an ``errorMessage`` and an ``errorCode`` (``InvalidAction``,
@@ -49,6 +59,8 @@ most faults need the pipe or the process. Renderer failures propagate (the playe
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
 import logging
 import math
@@ -61,7 +73,16 @@ import numpy as np
 
 from renderd.player import faults
 from renderd.player.renderer import NumpyRenderer, RenderState, Renderer, trim_cache
-from renderd.player.scene import AGENT_Y, CAMERA_HEIGHT, DEFAULT_SCENE, Pose, Scene, scene_by_name, scene_names
+from renderd.player.scene import (
+    AGENT_RADIUS,
+    AGENT_Y,
+    CAMERA_HEIGHT,
+    DEFAULT_SCENE,
+    Pose,
+    Scene,
+    scene_by_name,
+    scene_names,
+)
 from renderd.protocol import MAX_RESOLUTION, FieldType
 
 __all__ = [
@@ -72,6 +93,7 @@ __all__ = [
     "ACTIONS",
     "RGBA_PLATFORMS",
     "MAX_RESOLUTION",
+    "MAX_AGENTS",
     "MAX_ERROR_MESSAGE",
     "MAX_ECHOED_NAME",
     "ANSWER_METADATA_ALLOWANCE",
@@ -104,8 +126,19 @@ WIRE_CACHE_SIZE = 4
 #: At most this many bytes of them (the latest is always kept; a 4096 x 4096 frame is 176 MiB).
 WIRE_CACHE_BYTES = 128 << 20
 #: How many metadata views (keyed by everything but the action's own fields) a Player keeps: an action that
-#: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes.
+#: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes. (With
+#: several agents, one more per agent; with third-party cameras, the wire frames likewise.)
 VIEW_CACHE_SIZE = 4
+#: Most agents an Initialize makes (``agentCount``): as many as a build's AgentManager has agent colours.
+MAX_AGENTS = 6
+#: The point of the flood of free positions (:meth:`Scene.flood`) agent 1 is placed on; agent ``i`` on the
+#: next ones, as a build's AgentManager places agent ``i`` on its reachable position ``i + 4``.
+FIRST_AGENT_SPOT = 5
+#: What :meth:`Player.limit_metadata_size` counts for one agent's metadata besides synthetic objects (the
+#: room's objects, a few KB; an actionReturn such as GetReachablePositions', tens of KB), and per synthetic
+#: object (one is about 930 bytes of msgpack and 1,010 of JSON).
+AGENT_METADATA_BASE = 256 * 1024
+SYNTHETIC_OBJECT_SIZE = 1100
 _EPS = 1e-6
 #: Bytes set aside for the metadata and the framing when checking that the largest answer fits the
 #: transport (:meth:`Player.limit_answer_size`): far more than this player's metadata (a few KB, ~1 KB per
@@ -317,61 +350,102 @@ class _Camera:
         }
 
 
-#: The agent's per-action keys, in wire order; everything else in an answer's metadata is decided by the
+#: The agent's per-action keys, in wire order; everything else in an agent's metadata is decided by the
 #: player's state alone (:class:`_View`).
 _ACTION_KEYS = ("lastAction", "lastActionSuccess", "errorMessage", "errorCode", "actionReturn")
 #: Compact JSON, as the HTTP link sends metadata.
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
+_pack = msgpack.Packer(use_bin_type=True).pack
+_SEQUENCE_KEY = _pack("sequenceId")
+#: ``"activeAgentId" N``, packed, by N.
+_PACKED_ACTIVE = tuple(_pack("activeAgentId") + _pack(i) for i in range(MAX_AGENTS))
+
+
+def _packed_pairs(d: dict[str, Any]) -> bytes:
+    """The key-value pairs of ``d`` as a msgpack map holds them (without the map's header)."""
+    return b"".join(_pack(k) + _pack(v) for k, v in d.items())
+
+
+class _Outcome:
+    """What an agent's last action came to: its per-action metadata values (:data:`_ACTION_KEYS` order), also
+    packed as msgpack pairs and as JSON pairs on first use, so an agent that did not act is not packed again."""
+
+    __slots__ = ("values", "_packed", "_json")
+
+    def __init__(self, values: tuple) -> None:
+        self.values = values
+        self._packed: bytes | None = None
+        self._json: bytes | None = None
+
+    def packed(self) -> bytes:
+        """The pairs packed. Raises TypeError if the action's return value cannot be packed (the player's never is)."""
+        if self._packed is None:
+            name, success, error, code, result = self.values
+            fields = msgpack.packb(
+                ("lastAction", name, "lastActionSuccess", success, "errorMessage", error, "errorCode", code,
+                 "actionReturn", result),
+                use_bin_type=True,
+            )
+            self._packed = fields[1:]  # a fixarray of the 10 items: its header byte, then the pairs as a map holds them
+        return self._packed
+
+    def json(self) -> bytes:
+        """The pairs as compact JSON (no braces). Raises TypeError for a return value JSON cannot take."""
+        if self._json is None:
+            self._json = _dumps(dict(zip(_ACTION_KEYS, self.values)))[1:-1].encode("utf-8")
+        return self._json
 
 
 class _View:
-    """What an answer's metadata holds apart from the action's own fields, for one player state.
+    """What one agent's metadata holds apart from its action's own fields, for one player state.
 
-    Built once per state (scene, pose, resolution, field of view, visibility distance, cameras) and
-    reused while the state does not change, as both a dict's parts and packed msgpack. The metadata map
-    is packed by hand around the per-action values::
+    Built once per state (scene, the agent's pose, resolution, field of view, visibility distance, cameras)
+    and reused while the state does not change, as both a dict's parts and packed msgpack. An answer's
+    metadata is packed by hand around the per-action values::
 
-        packed_head    map(4) "agents" array(1) map(N) name.. screenWidth.. screenHeight..
-        (per action)   lastAction.. lastActionSuccess.. errorMessage.. errorCode.. actionReturn..
-        packed_middle  sceneName.. ... sceneBounds.. "sequenceId"
-        (per action)   the sequence id
-        packed_end     "activeAgentId" 0 "thirdPartyCameras" [...]
+        map(4) "agents" array(N)
+          per agent:   packed_open     map(M) name.. screenWidth.. screenHeight..
+                       (per action)    lastAction.. lastActionSuccess.. errorMessage.. errorCode.. actionReturn..
+                       packed_close    sceneName.. ... sceneBounds..
+        "sequenceId" (per action) "activeAgentId" (per action)
+        packed_cameras "thirdPartyCameras" [...]
 
-    which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order). The
-    same three parts as compact JSON (``json_parts``, for the HTTP link) are made on first use.
+    which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order). The same
+    parts as compact JSON (``json_parts``, for the HTTP link) are made on first use.
     """
 
-    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_head", "packed_middle", "packed_end", "_json")
+    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_open", "packed_close", "packed_cameras", "_json")
 
     def __init__(self, agent_head: dict[str, Any], agent_tail: dict[str, Any], cameras: list[dict[str, Any]]) -> None:
         self.agent_head = agent_head
         self.agent_tail = agent_tail
         self.cameras = cameras
-        packer = msgpack.Packer(use_bin_type=True)
-
-        def pairs(d: dict[str, Any]) -> bytes:
-            return b"".join(packer.pack(k) + packer.pack(v) for k, v in d.items())
-
-        self.packed_head = b"".join((
-            packer.pack_map_header(4), packer.pack("agents"), packer.pack_array_header(1),
-            packer.pack_map_header(len(agent_head) + len(_ACTION_KEYS) + len(agent_tail)), pairs(agent_head),
-        ))
-        self.packed_middle = pairs(agent_tail) + packer.pack("sequenceId")
-        self.packed_end = pairs({"activeAgentId": 0, "thirdPartyCameras": cameras})
+        self.packed_open = msgpack.Packer().pack_map_header(len(agent_head) + len(_ACTION_KEYS) + len(agent_tail)) \
+            + _packed_pairs(agent_head)
+        self.packed_close = _packed_pairs(agent_tail)
+        self.packed_cameras = _packed_pairs({"thirdPartyCameras": cameras})
         self._json: tuple[bytes, bytes, bytes] | None = None
 
     def json_parts(self) -> tuple[bytes, bytes, bytes]:
-        """``{"agents":[{`` + head pairs, the tail pairs + ``"sequenceId":``, and the rest, as compact JSON."""
+        """``{`` + the head pairs + ``,``; ``,`` + the tail pairs + ``}``; and ``"thirdPartyCameras":[...]``, as
+        compact JSON."""
         if self._json is None:
             def pairs(d: dict[str, Any]) -> str:
                 return _dumps(d)[1:-1]
 
             self._json = (
-                ('{"agents":[{' + pairs(self.agent_head) + ",").encode("utf-8"),
-                ("," + pairs(self.agent_tail) + '}],"sequenceId":').encode("utf-8"),
-                ("," + pairs({"activeAgentId": 0, "thirdPartyCameras": self.cameras}) + "}").encode("utf-8"),
+                ("{" + pairs(self.agent_head) + ",").encode("utf-8"),
+                ("," + pairs(self.agent_tail) + "}").encode("utf-8"),
+                pairs({"thirdPartyCameras": self.cameras}).encode("utf-8"),
             )
         return self._json
+
+
+@functools.lru_cache(maxsize=16)
+def _packed_top(agents: int) -> bytes:
+    """The start of an answer's metadata: a map of four keys, its first ``"agents"`` with ``agents`` maps."""
+    packer = msgpack.Packer()
+    return packer.pack_map_header(4) + _pack("agents") + packer.pack_array_header(agents)
 
 
 class Answer:
@@ -380,57 +454,102 @@ class Answer:
     :meth:`metadata` builds a new top-level dict on each call whose nested parts (objects, colors,
     cameras...) are shared with other answers from the same player state: treat them as read-only, like
     the image arrays. :meth:`packed_metadata` is exactly ``encode_metadata(answer.metadata())``, assembled
-    from bytes cached per player state with only the per-action values packed.
+    from bytes cached per player state with only the per-action values packed. ``active_agent`` is the
+    answer's ``activeAgentId``, the agent that acted.
     """
 
-    __slots__ = ("_view", "_action_values", "sequence_id", "images")
+    __slots__ = ("_views", "_outcomes", "active_agent", "sequence_id", "images")
 
-    def __init__(self, view: _View, action_values: tuple, sequence_id: int, images: Images) -> None:
-        self._view = view
-        self._action_values = action_values
+    def __init__(self, views: list[_View], outcomes: list[_Outcome], active_agent: int, sequence_id: int,
+                 images: Images) -> None:
+        self._views = views
+        self._outcomes = outcomes
+        self.active_agent = active_agent
         self.sequence_id = sequence_id
         self.images = images
 
+    @property
+    def _view(self) -> _View:
+        """The acting agent's view."""
+        return self._views[self.active_agent]
+
     def metadata(self) -> dict[str, Any]:
         """The metadata dict (a fresh top level; nested parts shared, read-only)."""
-        view = self._view
-        agent = dict(view.agent_head)
-        agent.update(zip(_ACTION_KEYS, self._action_values))
-        agent.update(view.agent_tail)
-        return {"agents": [agent], "sequenceId": self.sequence_id, "activeAgentId": 0,
-                "thirdPartyCameras": view.cameras}
+        agents = []
+        for view, outcome in zip(self._views, self._outcomes):
+            agent = dict(view.agent_head)
+            agent.update(zip(_ACTION_KEYS, outcome.values))
+            agent.update(view.agent_tail)
+            agents.append(agent)
+        return {"agents": agents, "sequenceId": self.sequence_id, "activeAgentId": self.active_agent,
+                "thirdPartyCameras": self._views[0].cameras}
 
     def packed_metadata(self) -> bytes:
         """The metadata packed with msgpack, as :func:`renderd.protocol.encode_metadata` packs it.
 
         Raises TypeError if an action's return value cannot be packed (the player's never is).
         """
-        view = self._view
-        name, success, error, code, result = self._action_values
-        fields = msgpack.packb(
-            ("lastAction", name, "lastActionSuccess", success, "errorMessage", error, "errorCode", code,
-             "actionReturn", result),
-            use_bin_type=True,
-        )
-        # fields is a fixarray of the 10 items: one header byte, then the pairs exactly as a map holds them.
-        return b"".join((view.packed_head, fields[1:], view.packed_middle,
-                         msgpack.packb(self.sequence_id), view.packed_end))
+        views = self._views
+        parts = [_packed_top(len(views))]
+        for view, outcome in zip(views, self._outcomes):
+            parts += (view.packed_open, outcome.packed(), view.packed_close)
+        parts += (_SEQUENCE_KEY, msgpack.packb(self.sequence_id), _PACKED_ACTIVE[self.active_agent],
+                  views[0].packed_cameras)
+        return b"".join(parts)
 
     def json_metadata(self) -> bytes:
         """The metadata as compact JSON, exactly ``json.dumps(answer.metadata(), separators=(",", ":"))``
         encoded as UTF-8, assembled from text cached per player state. Raises TypeError if an action's
         return value is not JSON-serialisable (the player's always is)."""
-        head, middle, end = self._view.json_parts()
-        fields = _dumps(dict(zip(_ACTION_KEYS, self._action_values)))[1:-1].encode("utf-8")
-        return b"".join((head, fields, middle, _dumps(self.sequence_id).encode("ascii"), end))
+        parts = [b'{"agents":[']
+        for i, (view, outcome) in enumerate(zip(self._views, self._outcomes)):
+            head, tail, _ = view.json_parts()
+            parts += (b"," if i else b"", head, outcome.json(), tail)
+        parts += (b'],"sequenceId":', _dumps(self.sequence_id).encode("ascii"), b',"activeAgentId":',
+                  _dumps(self.active_agent).encode("ascii"), b",", self._views[0].json_parts()[2], b"}")
+        return b"".join(parts)
 
     def as_tuple(self) -> tuple[dict[str, Any], Images]:
         """``(metadata(), images)``, what :meth:`Player.handle` returns."""
         return self.metadata(), self.images
 
 
+class _Agent:
+    """One agent: where it stands and looks, and what its last action came to (``None`` for an agent made by
+    the action being answered, which it then reports, as a build's agents each run the Initialize that made
+    them)."""
+
+    __slots__ = ("x", "z", "yaw", "horizon", "outcome")
+
+    def __init__(self, x: float, z: float, yaw: float, horizon: float) -> None:
+        self.x, self.z, self.yaw, self.horizon = x, z, yaw, horizon
+        self.outcome: _Outcome | None = None
+
+    @property
+    def pose(self) -> Pose:
+        return Pose(self.x, self.z, self.yaw, self.horizon)
+
+    def camera_position(self) -> tuple[float, float, float]:
+        """Where the agent's camera is (metres)."""
+        return (self.x, AGENT_Y + CAMERA_HEIGHT, self.z)
+
+
+def _agent_index(value: Any, agents: int) -> int | None:
+    """The agent an action's ``agentId`` names (an integer, or a float with an integer's value, as Json.NET
+    reads one into a build's int), or ``None`` if it names none of the ``agents``."""
+    if type(value) is int and 0 <= value < agents:  # (the usual case, first)
+        return value
+    if not _finite(value) or value != int(value) or not 0 <= value < agents:
+        return None
+    return int(value)
+
+
 class Player:
-    """One agent in one scene: applies actions and produces (metadata, images). See the module docstring."""
+    """The agents in one scene: applies actions and produces (metadata, images). See the module docstring.
+
+    ``agents`` lists the agents in agent order, ``active`` is the acting agent's index (the last answer's
+    ``activeAgentId``); ``pose``, ``x``, ``z``, ``yaw`` and ``horizon`` are the acting agent's.
+    """
 
     def __init__(
         self,
@@ -471,6 +590,8 @@ class Player:
         self.sequence_id = 0
         #: Largest answer the transport carries (bytes), None for no limit: see :meth:`limit_answer_size`.
         self.max_answer_size: int | None = None
+        #: Largest metadata field the transport carries (bytes), None for no limit: :meth:`limit_metadata_size`.
+        self.max_metadata_size: int | None = None
         self._load_scene(scene_by_name(DEFAULT_SCENE), DEFAULT_SCENE)
 
     # -- public API ----------------------------------------------------------------------------------
@@ -487,34 +608,48 @@ class Player:
         return self.rejected_answer(action, message, code).as_tuple()
 
     def limit_answer_size(self, limit: int) -> None:
-        """Refuse (``InvalidArgument``, changing nothing) a ChangeResolution or AddThirdPartyCamera after which
-        the largest possible answer would be over ``limit`` bytes: every image type (RGB, depth, instance
-        segmentation, which any action may ask for) of every camera, plus :data:`ANSWER_METADATA_ALLOWANCE`.
-        A link calls this with its transport's limit; the lowest limit given holds."""
+        """Refuse (``InvalidArgument``, changing nothing) a ChangeResolution, AddThirdPartyCamera or Initialize
+        (of several agents) after which the largest possible answer would be over ``limit`` bytes: every image
+        type (RGB, depth, instance segmentation, which any action may ask for) of every camera and agent, plus
+        :data:`ANSWER_METADATA_ALLOWANCE` per agent. A link calls this with its transport's limit; the lowest
+        limit given holds."""
         if self.max_answer_size is None or limit < self.max_answer_size:
             self.max_answer_size = limit
 
-    def largest_answer_size(self, width: int, height: int, cameras: int) -> int:
-        """The largest answer (bytes, see :meth:`limit_answer_size`) at ``width`` x ``height`` with
-        ``cameras`` third-party cameras."""
-        images = 0 if self.headless else (cameras + 1) * width * height * (self.rgb_bytes_per_pixel + 4 + 4)
-        return images + ANSWER_METADATA_ALLOWANCE
+    def limit_metadata_size(self, limit: int) -> None:
+        """Refuse (``InvalidArgument``, changing nothing) an Initialize of several agents whose metadata could be
+        over ``limit`` bytes: :data:`AGENT_METADATA_BASE` per agent, and :data:`SYNTHETIC_OBJECT_SIZE` per
+        agent and synthetic object. A link calls this with the largest metadata field (or form part) its
+        transport carries; the lowest limit given holds. (One agent's metadata always fits: ``--metadata-objects``
+        is limited to that.)"""
+        if self.max_metadata_size is None or limit < self.max_metadata_size:
+            self.max_metadata_size = limit
 
-    def _check_answer_size(self, what: str, width: int, height: int, cameras: int) -> None:
+    def largest_answer_size(self, width: int, height: int, cameras: int, agents: int | None = None) -> int:
+        """The largest answer (bytes, see :meth:`limit_answer_size`) at ``width`` x ``height`` with
+        ``cameras`` third-party cameras and ``agents`` agents (default: as many as the player has)."""
+        agents = len(self.agents) if agents is None else agents
+        images = 0 if self.headless else (cameras + agents) * width * height * (self.rgb_bytes_per_pixel + 4 + 4)
+        return images + agents * ANSWER_METADATA_ALLOWANCE
+
+    def _check_answer_size(self, what: str, width: int, height: int, cameras: int, agents: int | None = None) -> None:
         limit = self.max_answer_size
         if limit is None:
             return
-        size = self.largest_answer_size(width, height, cameras)
+        agents = len(self.agents) if agents is None else agents
+        size = self.largest_answer_size(width, height, cameras, agents)
         if size > limit:
+            with_agents = f" and {agents} agents" if agents > 1 else ""
             raise ActionFailed(
-                f"{what}: at {width} x {height} with {cameras} third-party camera(s) an answer with every image type "
-                f"would be up to {size} bytes, over the {limit} bytes this player's transport carries",
+                f"{what}: at {width} x {height} with {cameras} third-party camera(s){with_agents} an answer with every "
+                f"image type would be up to {size} bytes, over the {limit} bytes this player's transport carries",
                 "InvalidArgument",
             )
 
     def first_answer(self) -> Answer:
         """:meth:`first_message` as an :class:`Answer`."""
         self.sequence_id = 0
+        self.active = 0
         return self._answer({}, "", True, "", "", None)
 
     def answer(self, action: dict[str, Any]) -> Answer:
@@ -530,6 +665,9 @@ class Player:
         else:
             bad_name = False
         success, error, code, result = True, "", "", None
+        agent_id = action.get("agentId", 0)
+        index = _agent_index(agent_id, len(self.agents))
+        self.active = 0 if index is None else index  # agent 0 answers an action that names no agent
         try:
             if not isinstance(name, str) or not name:
                 raise ActionFailed(f"the action has no 'action' name: {action!r}", "InvalidAction")
@@ -538,9 +676,9 @@ class Player:
             if seq is not None and not seq_ok:
                 raise ActionFailed(f"sequenceId must be an integer of at most 64 bits, got {seq!r}",
                                    "InvalidArgument")
-            agent_id = action.get("agentId", 0)
-            if agent_id != 0:
-                raise ActionFailed(f"agentId {agent_id!r}: this player has a single agent (0)", "InvalidArgument")
+            if index is None:
+                raise ActionFailed(f"agentId {agent_id!r} does not name one of the {len(self.agents)} agent(s) "
+                                   f"(0..{len(self.agents) - 1})", "InvalidArgument")
             method = ACTIONS.get(name)
             if method is None:
                 raise ActionFailed(f"Invalid action: {name!r} is not an action this player knows", "InvalidAction")
@@ -570,11 +708,40 @@ class Player:
         self.sequence_id = seq if _sequence_id_ok(seq) else _count_on(self.sequence_id)
         name = action.get("action")
         name = _clip(name.encode("utf-8", "replace").decode("utf-8"), MAX_ECHOED_NAME) if isinstance(name, str) else ""
+        index = _agent_index(action.get("agentId", 0), len(self.agents))
+        self.active = 0 if index is None else index
         return self._answer(action, name, False, _clip(message, MAX_ERROR_MESSAGE), code, None)
 
+    # The acting agent's pose (the last action's, agent 0 after a Reset), read-only: actions move agents.
     @property
     def pose(self) -> Pose:
-        return Pose(self.x, self.z, self.yaw, self.horizon)
+        """Where the acting agent stands and looks."""
+        return self._agent.pose
+
+    @property
+    def x(self) -> float:
+        return self._agent.x
+
+    @property
+    def z(self) -> float:
+        return self._agent.z
+
+    @property
+    def yaw(self) -> float:
+        return self._agent.yaw
+
+    @property
+    def horizon(self) -> float:
+        return self._agent.horizon
+
+    @property
+    def _agent(self) -> _Agent:
+        """The agent the action being answered names (the acting agent)."""
+        return self.agents[self.active]
+
+    def _others(self) -> list[tuple[float, float, str]]:
+        """The agents other than the acting one, as obstacles for :meth:`Scene.collision`."""
+        return [(a.x, a.z, f"agent {i}") for i, a in enumerate(self.agents) if i != self.active]
 
     # -- actions -------------------------------------------------------------------------------------
     @_action("Initialize")
@@ -607,13 +774,56 @@ class Player:
             changes["render_depth"] = _flag(action["renderDepthImage"], False)
         if "renderInstanceSegmentation" in action:
             changes["render_ids"] = _flag(action["renderInstanceSegmentation"], False)
-        agent_count = action.get("agentCount", 1)
-        if agent_count != 1:
-            raise ActionFailed(f"agentCount {agent_count!r}: this player has a single agent", "InvalidArgument")
+        agents = self._initial_agents(action, changes["grid_size"])
         for attr, value in changes.items():
             setattr(self, attr, value)
+        self.agents = agents
         # What a build returns (its InitializeReturn): AI2-THOR's controller converts depth with these planes.
         return {"cameraNearPlane": CAMERA_NEAR_PLANE, "cameraFarPlane": CAMERA_FAR_PLANE}
+
+    def _initial_agents(self, action: dict, grid_size: float) -> list[_Agent]:
+        """The agents an Initialize makes (``agentCount``, 1 by default), as a build's AgentManager makes them:
+        agent 0 where it stands, each other one a copy of it (its yaw and horizon) standing on a point of the
+        flood of free positions ``2 * gridSize`` apart from agent 0 (:meth:`Scene.flood`): agent ``i`` on point
+        ``i + 4``, or (only a grid under 0.2 m needs it) the next one no agent placed before stands too close
+        to. Raises ActionFailed for a count that is not an integer in 1..:data:`MAX_AGENTS`, one that leaves
+        out the acting agent, a room with too few points, or answers too large for the transport."""
+        count = _number(action, "agentCount", 1, lo=1, hi=MAX_AGENTS)
+        if count != int(count):
+            raise ActionFailed(f"agentCount must be an integer, got {action['agentCount']!r}", "InvalidArgument")
+        count = int(count)
+        if self.active >= count:
+            raise ActionFailed(f"Initialize: agentId {self.active} would name none of the {count} agent(s) "
+                               f"agentCount makes", "InvalidArgument")
+        if count > 1:
+            self._check_answer_size("Initialize", self.width, self.height, len(self.cameras), count)
+            self._check_metadata_size(count)
+        first = self.agents[0]
+        agents = [_Agent(first.x, first.z, first.yaw, first.horizon)]
+        taken = [(first.x, first.z)]
+        spots = itertools.islice(self.scene.flood(first.x, first.z, 2 * grid_size), FIRST_AGENT_SPOT, None)
+        while len(agents) < count:
+            for x, z in spots:
+                if all((x - tx) ** 2 + (z - tz) ** 2 >= (2 * AGENT_RADIUS) ** 2 for tx, tz in taken):
+                    break
+            else:
+                raise ActionFailed(
+                    f"Initialize: {self.scene_name} has room for only {len(agents)} of the {count} agents at "
+                    f"gridSize {grid_size:g}: a build places agent i on point i + 4 of the free positions reachable "
+                    f"from agent 0 in steps of 2 x gridSize ({2 * grid_size:g} m)", "InvalidArgument")
+            agents.append(_Agent(x, z, first.yaw, first.horizon))
+            taken.append((x, z))
+        return agents
+
+    def _check_metadata_size(self, agents: int) -> None:
+        limit = self.max_metadata_size
+        size = agents * (AGENT_METADATA_BASE + len(self._synthetic) * SYNTHETIC_OBJECT_SIZE)
+        if limit is not None and size > limit:
+            raise ActionFailed(
+                f"Initialize: the metadata of {agents} agents with {len(self._synthetic)} synthetic objects each "
+                f"could be up to {size} bytes, over the {limit} bytes this player's transport carries in one field",
+                "InvalidArgument",
+            )
 
     @_action("Reset")
     def _reset(self, action: dict) -> None:
@@ -627,9 +837,9 @@ class Player:
             raise ActionFailed(
                 f"Reset: no scene named {name!r} in this build (scenes: {', '.join(scene_names())})", "InvalidArgument"
             )
-        # A build's Reset destroys the agent and loads the scene again: Initialize's settings are gone
-        # (AI2-THOR's controller sends Initialize after every Reset). Kept, they would reach the next client
-        # of a leased player.
+        # A build's Reset destroys the agents and loads the scene again, which has one agent (agent 0 answers)
+        # and Initialize's settings gone (AI2-THOR's controller sends Initialize after every Reset). Kept, they
+        # would reach the next client of a leased player.
         self._default_settings()
         self._load_scene(scene, name)
 
@@ -656,45 +866,45 @@ class Player:
     @_action("MoveAhead", "MoveBack", "MoveLeft", "MoveRight")
     def _move(self, action: dict) -> None:
         name = action["action"]
+        agent = self._agent
         magnitude = _number(action, "moveMagnitude", self.grid_size, lo=0.0, hi=100.0)
-        angle = math.radians(self.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
-        x = round(self.x + magnitude * math.sin(angle), 4)
-        z = round(self.z + magnitude * math.cos(angle), 4)
-        # Check the path in small steps so a long move cannot jump through a box.
-        steps = max(1, math.ceil(magnitude / 0.05))
-        for i in range(1, steps + 1):
-            f = i / steps
-            hit = self.scene.collision(self.x + (x - self.x) * f, self.z + (z - self.z) * f)
-            if hit is not None:
-                raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
-        self.x, self.z = x, z
+        angle = math.radians(agent.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
+        x = round(agent.x + magnitude * math.sin(angle), 4)
+        z = round(agent.z + magnitude * math.cos(angle), 4)
+        hit = self.scene.path_collision(agent.x, agent.z, x, z, magnitude, self._others())
+        if hit is not None:
+            raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
+        agent.x, agent.z = x, z
 
     @_action("RotateLeft", "RotateRight")
     def _rotate(self, action: dict) -> None:
         degrees = _number(action, "degrees", self.rotate_step, lo=-360.0, hi=360.0)
         sign = -1.0 if action["action"] == "RotateLeft" else 1.0
-        self.yaw = _yaw(self.yaw + sign * degrees)
+        agent = self._agent
+        agent.yaw = _yaw(agent.yaw + sign * degrees)
 
     @_action("LookUp", "LookDown")
     def _look(self, action: dict) -> None:
         degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES, lo=0.0, hi=180.0)
         # A build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown) fails a look past the
         # limit with the errorCode LookDownCantExceedMin, up as well as down.
+        agent = self._agent
         if action["action"] == "LookUp":
-            horizon = self.horizon - degrees
+            horizon = agent.horizon - degrees
             if horizon < -MAX_LOOK_UP - _EPS:
                 raise ActionFailed(f"can't look up beyond {MAX_LOOK_UP:g} degrees above the forward horizon",
                                    "LookDownCantExceedMin")
         else:
-            horizon = self.horizon + degrees
+            horizon = agent.horizon + degrees
             if horizon > MAX_LOOK_DOWN + _EPS:
                 raise ActionFailed(f"can't look down beyond {MAX_LOOK_DOWN:g} degrees below the forward horizon",
                                    "LookDownCantExceedMin")
-        self.horizon = round(horizon, 4)
+        agent.horizon = round(horizon, 4)
 
     @_action("Teleport", "TeleportFull")
     def _teleport(self, action: dict) -> None:
-        x, z, yaw, horizon = self.x, self.z, self.yaw, self.horizon
+        agent = self._agent
+        x, z, yaw, horizon = agent.x, agent.z, agent.yaw, agent.horizon
         if action["action"] == "TeleportFull":
             missing = [k for k in ("position", "rotation", "horizon") if k not in action]
             if missing:
@@ -706,10 +916,10 @@ class Player:
             yaw = _vector(rot, "rotation")[1] if isinstance(rot, dict) else _number(action, "rotation")
         if "horizon" in action:
             horizon = _number(action, "horizon", lo=-MAX_LOOK_UP, hi=MAX_LOOK_DOWN)
-        hit = self.scene.collision(x, z)
+        hit = self.scene.collision(x, z, others=self._others())
         if hit is not None:
             raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
-        self.x, self.z, self.yaw, self.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
+        agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
 
     @_action("ChangeResolution")
     def _change_resolution(self, action: dict) -> None:
@@ -784,26 +994,29 @@ class Player:
 
     # -- state -----------------------------------------------------------------------------------------
     def _load_scene(self, scene: Scene, name: str) -> None:
+        """The scene as loaded: one agent at its start (the acting one), no third-party camera."""
         self.scene = scene
         self.scene_name = name
-        self.x, self.z = scene.start.x, scene.start.z
-        self.yaw, self.horizon = scene.start.yaw, scene.start.horizon
+        start = scene.start
+        #: The agents, in agent order (agentId).
+        self.agents = [_Agent(start.x, start.z, start.yaw, start.horizon)]
+        #: The acting agent's index: the last action's agentId (the answer's activeAgentId).
+        self.active = 0
         self.cameras: list[_Camera] = []
 
-    def _camera_position(self) -> tuple[float, float, float]:
-        return (self.x, AGENT_Y + CAMERA_HEIGHT, self.z)
+    def _state(self, width: int, height: int, agent: _Agent | None = None) -> RenderState:
+        """What ``agent``'s camera (the acting agent's by default) sees, at ``width`` x ``height``."""
+        agent = self._agent if agent is None else agent
+        return RenderState(self.scene, width, height, agent.camera_position(), agent.yaw, agent.horizon, self.fov)
 
-    def _state(self, width: int, height: int) -> RenderState:
-        return RenderState(self.scene, width, height, self._camera_position(), self.yaw, self.horizon, self.fov)
-
-    def _visible_ids(self) -> set[tuple[int, int, int]]:
+    def _visible_ids(self, agent: _Agent) -> set[tuple[int, int, int]]:
         # Scaled by the longer side: a tall frame (1 x 4096) would otherwise give a 64 x 262144 render per view.
         side = VISIBILITY_RENDER_SIZE
         if self.width >= self.height:
             vw, vh = side, max(1, round(side * self.height / self.width))
         else:
             vw, vh = max(1, round(side * self.width / self.height)), side
-        _, _, ids = self._probe.render(self._state(vw, vh))
+        _, _, ids = self._probe.render(self._state(vw, vh, agent))
         packed = np.unique(
             (ids[..., 0].astype(np.uint32) << 16) | (ids[..., 1].astype(np.uint32) << 8) | ids[..., 2]
         )
@@ -811,31 +1024,42 @@ class Player:
 
     # -- answers ---------------------------------------------------------------------------------------
     def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any) -> Answer:
+        """The answer to ``action``: its outcome is the acting agent's, and every agent's the action made."""
         if self._renderer_check is not None:
             self._renderer_check()
-        return Answer(self._view(), (name, success, error, code, result), self.sequence_id, self._images(action))
-
-    def _view_key(self) -> tuple:
-        """Everything the metadata depends on apart from the action's own fields (see :meth:`_build_view`)."""
+        outcome = _Outcome((name, success, error, code, result))
+        agents = self.agents
+        self.agents[self.active].outcome = outcome
         cameras = tuple((c.position, c.rotation, c.fov) for c in self.cameras) if self.cameras else ()
-        return (self.scene.name, self.scene_name, self.width, self.height, self.x, self.z, self.yaw, self.horizon,
-                self.fov, self.visibility_distance, cameras)
+        if len(agents) == 1:
+            views = [self._view(agents[0], None, cameras)]
+        else:
+            for agent in agents:
+                if agent.outcome is None:
+                    agent.outcome = outcome
+            views = [self._view(agent, i, cameras) for i, agent in enumerate(agents)]
+        return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, self._images(action, cameras))
 
-    def _view(self) -> _View:
-        key = self._view_key()
+    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple) -> _View:
+        """The agent's view of the player's state (``agent_id``: its index with several agents, else None;
+        ``cameras``: the third-party cameras' states), from the cache when the state was seen lately."""
+        # Everything the agent's metadata depends on apart from its action's own fields (see _build_view).
+        key = (self.scene.name, self.scene_name, self.width, self.height, agent.x, agent.z, agent.yaw, agent.horizon,
+               self.fov, self.visibility_distance, cameras, agent_id)
         view = self._views.get(key)
         if view is None:
-            view = self._build_view()
+            view = self._build_view(agent, agent_id)
             self._views[key] = view
-            while len(self._views) > VIEW_CACHE_SIZE:
-                self._views.popitem(last=False)
         else:
             self._views.move_to_end(key)
+        # Room for every agent's view of this state, and a few revisited ones (fewer once there are fewer agents).
+        while len(self._views) > VIEW_CACHE_SIZE - 1 + len(self.agents):
+            self._views.popitem(last=False)
         return view
 
-    def _objects(self) -> list[dict[str, Any]]:
-        seen = self._visible_ids()
-        cx, cy, cz = self._camera_position()
+    def _objects(self, agent: _Agent) -> list[dict[str, Any]]:
+        seen = self._visible_ids(agent)
+        cx, cy, cz = agent.camera_position()
         objects = []
         parts = self.scene.parts()
         for index, part in enumerate((parts[0],) + self.scene.box_parts()):
@@ -855,7 +1079,7 @@ class Player:
                     "rotation": _xyz(0.0, 0.0, 0.0),
                     "visible": visible,
                     "isInteractable": visible,
-                    "distance": round(math.hypot(px - self.x, pz - self.z), 4),
+                    "distance": round(math.hypot(px - agent.x, pz - agent.z), 4),
                     "receptacle": part.object_type in ("Table", "Shelf", "Dresser", "Cabinet", "Floor"),
                     "pickupable": False,
                     "moveable": False,
@@ -875,27 +1099,31 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _build_view(self) -> _View:
-        """The metadata's state-decided parts. Reads only what :meth:`_view_key` names (and constants)."""
+    def _build_view(self, agent: _Agent, agent_id: int | None) -> _View:
+        """An agent's metadata's state-decided parts. Reads only what :meth:`_view`'s key holds (and constants).
+        ``agent_id``: the ``agentId`` a build's map of several agents has (``None`` with one agent: its map
+        keeps the shape it had before this player had several)."""
         cameras = [c.metadata(i) for i, c in enumerate(self.cameras)]
         sx, sy, sz = self.scene.size
         head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
+        if agent_id is not None:
+            head["agentId"] = agent_id
         tail = {
             "sceneName": self.scene_name,
             "depthFormat": "Meters",
             "cameraNearPlane": CAMERA_NEAR_PLANE,
             "cameraFarPlane": CAMERA_FAR_PLANE,
             "fov": self.fov,
-            "cameraPosition": _xyz(*self._camera_position()),
+            "cameraPosition": _xyz(*agent.camera_position()),
             "agent": {
                 "name": "agent",
-                "position": _xyz(self.x, AGENT_Y, self.z),
-                "rotation": _xyz(0.0, self.yaw, 0.0),
-                "cameraHorizon": self.horizon,
+                "position": _xyz(agent.x, AGENT_Y, agent.z),
+                "rotation": _xyz(0.0, agent.yaw, 0.0),
+                "cameraHorizon": agent.horizon,
                 "isStanding": True,
                 "inHighFrictionArea": False,
             },
-            "objects": self._objects(),
+            "objects": self._objects(agent),
             "colors": [{"name": p.object_id, "color": list(p.id_color)} for p in self.scene.parts()],
             "thirdPartyCameras": cameras,
             "isSceneAtRest": True,
@@ -907,7 +1135,7 @@ class Player:
         }
         return _View(head, tail, cameras)
 
-    def _images(self, action: dict) -> Images:
+    def _images(self, action: dict, cameras: tuple) -> Images:
         render = action.get("renderImage", True)
         if self.headless or (render is not True and not _flag(render, True)):  # 0 and "false" too, as in Unity
             return []
@@ -917,15 +1145,18 @@ class Player:
         ids_on = self.render_ids if ids is None else _flag(ids, self.render_ids)
         # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
-            key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras))
+            key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras),
+                          len(self.agents))
         else:
-            key = (self._view_key(), depth_on, ids_on)
+            key = (self.scene.name, self.width, self.height, self.fov, cameras,
+                   tuple((a.x, a.z, a.yaw, a.horizon) for a in self.agents), depth_on, ids_on)
         if key != self._image_list_key:
             self._image_list = self._build_images(depth_on, ids_on)
             self._image_list_key = key
         return self._image_list
 
     def _build_images(self, depth_on: bool, ids_on: bool) -> Images:
+        """Each third-party camera's images, then each agent's (in agent order), as a build sends them."""
         out: Images = []
         for camera in self.cameras:
             rgb, depth, ids = self._frame(camera.position, camera.rotation[1], camera.rotation[0], camera.fov)
@@ -934,12 +1165,13 @@ class Player:
                 out.append((FieldType.THIRD_PARTY_DEPTH, depth))
             if ids_on:
                 out.append((FieldType.THIRD_PARTY_IMAGE_IDS, ids))
-        rgb, depth, ids = self._frame(self._camera_position(), self.yaw, self.horizon, self.fov)
-        out.append((FieldType.RGB_IMAGE, rgb))
-        if depth_on:
-            out.append((FieldType.DEPTH_IMAGE, depth))
-        if ids_on:
-            out.append((FieldType.IDS_IMAGE, ids))
+        for agent in self.agents:
+            rgb, depth, ids = self._frame(agent.camera_position(), agent.yaw, agent.horizon, self.fov)
+            out.append((FieldType.RGB_IMAGE, rgb))
+            if depth_on:
+                out.append((FieldType.DEPTH_IMAGE, depth))
+            if ids_on:
+                out.append((FieldType.IDS_IMAGE, ids))
         return out
 
     def _frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -961,7 +1193,8 @@ class Player:
         if frame is None:
             frame = self._to_wire(*self.renderer.render(state))
             self._wire_cache[state] = frame
-            trim_cache(self._wire_cache, WIRE_CACHE_SIZE, WIRE_CACHE_BYTES)
+            # Room for every frame of an answer (each camera's and agent's) and a few revisited ones.
+            trim_cache(self._wire_cache, WIRE_CACHE_SIZE - 1 + len(self.agents) + len(self.cameras), WIRE_CACHE_BYTES)
         else:
             self._wire_cache.move_to_end(state)
         return frame

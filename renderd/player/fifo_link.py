@@ -153,6 +153,7 @@ class FifoLink:
         self.encoder = _AnswerEncoder()
         self.steps = 0
         player.limit_answer_size(MAX_ANSWER_SIZE)
+        player.limit_metadata_size(DEFAULT_MAX_BODY_SIZE)  # a METADATA field is one body
 
     # -- pipes ---------------------------------------------------------------------------------------
     def open_server(self) -> None:

@@ -44,7 +44,7 @@ from renderd.errors import ProtocolError, os_error_message
 from renderd.player import faults, signals
 from renderd.player.core import Answer, Images, Player
 from renderd.protocol import FORM_FIELD_NAMES, MAX_ACTION_SIZE, ActionTooDeep, byte_views, drop_written, parse_action
-from renderd.transport.http import MAX_REQUEST_SIZE
+from renderd.transport.http import MAX_JSON_PART_SIZE, MAX_REQUEST_SIZE
 
 __all__ = [
     "run_http",
@@ -164,6 +164,7 @@ class HttpLink:
         self.conn: http.client.HTTPConnection | None = None
         self.steps = 0
         player.limit_answer_size(MAX_ANSWER_SIZE)
+        player.limit_metadata_size(MAX_JSON_PART_SIZE)  # the metadata form part
 
     # -- connection ----------------------------------------------------------------------------------
     def connect(self) -> None:

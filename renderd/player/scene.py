@@ -17,10 +17,13 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections import deque
 from dataclasses import dataclass, field
+from typing import Iterator, Sequence
 
 __all__ = [
     "AGENT_RADIUS",
+    "PATH_STEP",
     "CAMERA_HEIGHT",
     "AGENT_Y",
     "SURFACES",
@@ -36,6 +39,8 @@ __all__ = [
 
 #: Radius of the agent's footprint (a vertical cylinder), for collisions.
 AGENT_RADIUS = 0.2
+#: A path is checked for collisions at least this often (metres), so a long move cannot jump through a box.
+PATH_STEP = 0.05
 #: Height of the agent's reported position above the floor (as AI2-THOR's default agent reports it).
 AGENT_Y = 0.9
 #: Height of the camera above the agent's reported position.
@@ -143,8 +148,13 @@ class Scene:
     def box_parts(self) -> tuple[Part, ...]:
         return self._parts[len(SURFACES) :]
 
-    def collision(self, x: float, z: float, radius: float = AGENT_RADIUS) -> str | None:
-        """The object id the agent would hit standing at ``(x, z)``, or ``None`` if the spot is free."""
+    def collision(self, x: float, z: float, radius: float = AGENT_RADIUS,
+                  others: Sequence[tuple[float, float, str]] = ()) -> str | None:
+        """The object id the agent would hit standing at ``(x, z)``, or ``None`` if the spot is free.
+
+        ``others`` are other agents standing in the room, ``(x, z, name)``, each a footprint of the same
+        ``radius``, checked after the room's parts (walls, then boxes): the one the agent would overlap is
+        named when no part is hit."""
         sx, _, sz = self.size
         parts = self._parts
         if x - radius < -sx / 2:
@@ -162,7 +172,45 @@ class Scene:
             dz = max(lz - z, 0.0, z - hz)
             if dx * dx + dz * dz < radius * radius:
                 return part.object_id
+        for ox, oz, name in others:
+            if (x - ox) ** 2 + (z - oz) ** 2 < 4 * radius * radius:
+                return name
         return None
+
+    def path_collision(self, x0: float, z0: float, x1: float, z1: float, length: float | None = None,
+                       others: Sequence[tuple[float, float, str]] = ()) -> str | None:
+        """What the agent would hit going straight from ``(x0, z0)`` to ``(x1, z1)`` (see :meth:`collision`), or
+        ``None``: the path is checked in steps of at most :data:`PATH_STEP`, ``length`` (default: the distance)
+        deciding how many."""
+        if length is None:
+            length = math.hypot(x1 - x0, z1 - z0)
+        steps = max(1, math.ceil(length / PATH_STEP))
+        for i in range(1, steps + 1):
+            f = i / steps
+            hit = self.collision(x0 + (x1 - x0) * f, z0 + (z1 - z0) * f, others=others)
+            if hit is not None:
+                return hit
+        return None
+
+    def flood(self, x: float, z: float, spacing: float) -> Iterator[tuple[float, float]]:
+        """The points reachable from ``(x, z)`` in straight steps of ``spacing`` along ``x`` and ``z`` whose
+        paths are free, breadth first (``(x, z)`` itself first; from each point the steps towards ``+x``,
+        ``+z``, ``-x``, ``-z``, in that order), each once, rounded to 4 decimals: the order in which a build's
+        ``getReachablePositions`` finds them, from which its AgentManager places the agents it adds."""
+        seen = {(0, 0)}
+        queue = deque([(0, 0)])
+        while queue:
+            i, k = queue.popleft()
+            px, pz = round(x + i * spacing, 4), round(z + k * spacing, 4)
+            yield px, pz
+            for di, dk in ((1, 0), (0, 1), (-1, 0), (0, -1)):
+                step = (i + di, k + dk)
+                if step in seen:
+                    continue
+                seen.add(step)
+                nx, nz = round(x + step[0] * spacing, 4), round(z + step[1] * spacing, 4)
+                if self.path_collision(px, pz, nx, nz) is None:
+                    queue.append(step)
 
     def reachable_positions(self, grid_size: float) -> list[tuple[float, float]]:
         """Free grid points (spacing ``grid_size``, aligned with the start pose) inside the room, ``x``-major.
