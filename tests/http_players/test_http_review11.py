@@ -196,3 +196,35 @@ def test_a_players_idle_connection_is_not_closed_to_make_room(no_leaks):
         _answered(served, first, a, seq=1)
         _answered(served, second, b, seq=1)
         assert first.error is None and second.error is None
+
+
+# -- the listener knows no client process ------------------------------------------------------------------------
+
+
+def test_no_request_can_pose_as_a_peer_process(no_leaks):
+    # The control socket's server puts the connecting process's pid (SO_PEERCRED) under PEER_PID_KEY, which a
+    # lease request's client_pid is checked against. A TCP peer has no such credential: this server never sets
+    # the key, and no header can (a header is HTTP_..., and one named with "_" is dropped).
+    from renderd.daemon.api import PEER_PID_KEY
+
+    seen: list[dict] = []
+
+    def app(environ: dict, start_response: Any) -> list[bytes]:
+        seen.append(dict(environ))
+        start_response("200 OK", [("Content-Length", "0")])
+        return []
+
+    server = PlayerHttpServer(PlayerBridgeRegistry(), app=app).start()
+    client = None
+    try:
+        client = RawClient(server.port)
+        client.send(b"POST /v1/environments/demo/leases HTTP/1.1\r\nrenderd.peer_pid: 1\r\nrenderd.peer-pid: 1\r\n"
+                    b"renderd_peer_pid: 1\r\nContent-Length: 2\r\n\r\n{}")
+        assert client.response().status == 200
+    finally:
+        if client is not None:
+            client.close()
+        server.stop()
+    (environ,) = seen
+    assert PEER_PID_KEY not in environ
+    assert not [key for key in environ if "peer" in key.lower() and not key.startswith("HTTP_")], environ
