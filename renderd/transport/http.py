@@ -355,6 +355,9 @@ class PlayerBridge:
         self._connection: str | None = None  # the player's HTTP connection, "host:port"
         self._closing_expected = False  # its last request asked the server to close the connection
         self._exit_seen: float | None = None  # time.monotonic() recv first saw the attached player exited
+        # time.monotonic() the player's connection closed between requests, not taken as a hang-up, with no frame
+        # since (for the timeout's message)
+        self._idle_closed: float | None = None
         self._registry: PlayerBridgeRegistry | None = None  # the registry that made it (register())
         self._on_close: list[Callable[[], None]] = []
         self._woken = False
@@ -443,21 +446,27 @@ class PlayerBridge:
                 self._update_ready()
             self._cond.notify_all()
 
-    def connection_lost(self, connection: str, reason: str | None = None, *, between_requests: bool = False) -> None:
+    def connection_lost(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
+                        requests: int | None = None) -> None:
         """The server saw ``connection`` ("host:port") close; if it was this player's, the stream ends:
         the player hung up, or (``reason``) the server closed it, e.g. after refusing a request.
 
         ``between_requests``: the player closed it while idle, no request begun. HTTP lets a client close
         an idle connection at any time (and post its next frame on a new one), so that ends the stream only
-        when no player process is watched (:meth:`attach`, ``alive``): otherwise its exit says it died."""
+        when no player process is watched (:meth:`attach`, ``alive``: its exit says it died), and the
+        connection carried more than one request (``requests``, when the server counts them): a player that
+        kept its connection across requests and closes it has hung up, one that closes it after each
+        request (``requests.post`` without a Session) says nothing by it."""
         with self._cond:
             if connection != self._connection:
                 return
             self._connection = None
             if self._closed or self._closing_expected:
                 return
-            if between_requests and reason is None and (self._player is not None or self._alive is not None):
+            watched = self._player is not None or self._alive is not None
+            if between_requests and reason is None and (watched or (requests is not None and requests <= 1)):
                 logger.debug("%s closed its idle HTTP connection %s between frames", self.name, connection)
+                self._idle_closed = time.monotonic()
                 return
             if self._error is None:
                 if reason is None:
@@ -516,6 +525,7 @@ class PlayerBridge:
             self._offset = pos
             self._post_pending = True
             self._connection = connection
+            self._idle_closed = None
             self._closing_expected = closing
             self.frames_posted += 1
             self.last_post = time.monotonic()
@@ -571,9 +581,16 @@ class PlayerBridge:
         started = time.monotonic()
         message = self.wait_frame(deadline, deadline_name)
         if message is None:
-            waited = time.monotonic() - started
+            now = time.monotonic()
+            waited = now - started
+            closed = self._idle_closed
+            hint = ""
+            if closed is not None and self._player is None and self._alive is None:
+                hint = (f"; it closed its HTTP connection {now - closed:.3g} s ago, after its last answer, and has "
+                        "posted nothing since (renderd watches no process of it, so cannot tell whether it exited: "
+                        "register its bridge with alive= or attach() to have its exit noticed at once)")
             raise PlayerTimeout(
-                f"{self.name} posted no frame within {deadline_name} (waited {waited:.3g} s)",
+                f"{self.name} posted no frame within {deadline_name} (waited {waited:.3g} s){hint}",
                 deadline=deadline_name,
                 seconds=waited,
             )
@@ -749,11 +766,13 @@ class PlayerBridgeRegistry:
             return None
         return bridge
 
-    def connection_closed(self, connection: str, reason: str | None = None, *, between_requests: bool = False) -> None:
+    def connection_closed(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
+                          requests: int | None = None) -> None:
         """The server saw the HTTP connection ``connection`` ("host:port") close (``reason``: why the
-        server closed it; None when the peer did; ``between_requests``: while idle, no request begun)."""
+        server closed it; None when the peer did; ``between_requests``: while idle, no request begun;
+        ``requests``: how many it carried, when the server counts them). See :meth:`PlayerBridge.connection_lost`."""
         for bridge in self.bridges():
-            bridge.connection_lost(connection, reason, between_requests=between_requests)
+            bridge.connection_lost(connection, reason, between_requests=between_requests, requests=requests)
 
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
@@ -1862,7 +1881,8 @@ class PlayerHttpServer:
     def _notify_closed(self, connection: _Connection) -> None:
         try:
             self.registry.connection_closed(
-                connection.key, connection.closed_because, between_requests=connection.closed_idle
+                connection.key, connection.closed_because, between_requests=connection.closed_idle,
+                requests=connection.requests,
             )
         except Exception:
             logger.exception("connection close notification failed")

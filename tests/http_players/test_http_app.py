@@ -486,8 +486,12 @@ def test_a_request_trickled_byte_by_byte_is_dropped_at_its_deadline(served, monk
 def test_player_hanging_up_fails_the_clients_next_call(served):
     registry, _, _ = served
     bridge, other = registry.register(), registry.register()
-    client, _ = post_answered(served, bridge)
-    client.close()  # between requests: the player hung up
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")  # (it keeps its connection across requests: see below)
+    assert client.response().body == b"pong"
+    client, _ = post_answered(served, bridge, client=client)
+    client.close()  # between requests: the player hung up (one that closes after each request says nothing by
+    # it, and posts its next frame on a new connection: test_http_review11)
     started = time.monotonic()
     with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
         bridge.recv(deadline())

@@ -14,13 +14,13 @@ from typing import Any, Iterator
 import pytest
 
 import renderd
-from renderd.errors import PlayerCrashed
+from renderd.errors import PlayerCrashed, PlayerTimeout
 from renderd.protocol import FieldType, encode_action
 from renderd.transport import http as http_transport
 from renderd.transport.fifo import FifoChannel, FifoPair
 from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
-from tests.helpers.http_util import DEADLINE, RawClient, connect, frame_body, request_bytes
+from tests.helpers.http_util import BOUNDARY, DEADLINE, RawClient, connect, frame_body, request_bytes
 from tests.helpers.leaks import wait_for
 
 
@@ -228,3 +228,77 @@ def test_no_request_can_pose_as_a_peer_process(no_leaks):
     (environ,) = seen
     assert PEER_PID_KEY not in environ
     assert not [key for key in environ if "peer" in key.lower() and not key.startswith("HTTP_")], environ
+
+
+# -- players that close their connection between frames, on a bridge that watches no process --------------------
+
+
+def _post_on_new_connection(port: int, bridge, seq: int) -> tuple[int, bytes, Any]:
+    """One frame on a connection of its own (HTTP/1.1, no ``Connection: close``), answered ``Pass`` by a client
+    thread; the connection is closed after the answer, as ``requests.post`` without a Session does."""
+    import http.client
+
+    got: list = []
+
+    def client() -> None:
+        try:
+            got.append(bridge.recv(deadline(5.0)))
+            bridge.send(encode_action({"action": "Pass"}), deadline())
+        except Exception as exc:  # (the test looks at what it got)
+            got.append(exc)
+
+    thread = threading.Thread(target=client, daemon=True)
+    thread.start()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=DEADLINE)
+    try:
+        conn.request("POST", "/train", body=frame_body(bridge.token, seq=seq),
+                     headers={"Content-Type": f'multipart/form-data; boundary="{BOUNDARY.decode()}"'})
+        response = conn.getresponse()
+        status, body = response.status, response.read()
+    finally:
+        conn.close()
+    thread.join(DEADLINE)
+    return status, body, got[0] if got else None
+
+
+def test_an_unwatched_player_posting_each_frame_on_a_new_connection_is_served(served):
+    # HTTP lets a client close an idle connection at any time. A connection that carried one request and
+    # closed says nothing of the player (the next frame comes on a new one); on a bridge with no process to
+    # watch it failed the stream, so such a player could never take a second step there.
+    registry, server, _ = served
+    bridge = registry.register()
+    for seq in range(3):
+        status, body, frame = _post_on_new_connection(server.port, bridge, seq)
+        assert status == 200, body
+        assert not isinstance(frame, Exception), frame
+        wait_for(lambda: not server._connections, DEADLINE, "the server to see the connection close")
+    assert bridge.error is None
+
+
+def test_an_unwatched_player_that_never_comes_back_times_out_saying_it_closed_its_connection(served):
+    registry, server, _ = served
+    bridge = registry.register()
+    status, _, frame = _post_on_new_connection(server.port, bridge, 0)
+    assert status == 200 and not isinstance(frame, Exception), frame
+    wait_for(lambda: not server._connections, DEADLINE, "the server to see the connection close")
+    with pytest.raises(PlayerTimeout) as info:
+        bridge.recv(deadline(0.3))
+    message = str(info.value)
+    assert "closed its HTTP connection" in message and "alive" in message, message
+
+
+def test_an_unwatched_player_that_kept_its_connection_and_closes_it_between_requests_hung_up(served):
+    # A player that kept its connection across requests (here a ping, then its frame) and closes it between
+    # requests has hung up: with no process to watch, that close is the only sign, and it fails the next call
+    # at once, as before.
+    registry, server, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\n\r\n")
+    assert client.response().body == b"pong"
+    _answered(served, bridge, client)
+    client.close()
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
+        bridge.recv(deadline())
+    assert time.monotonic() - started < 2.0
