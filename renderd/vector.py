@@ -466,6 +466,27 @@ def failure_error(
     return err
 
 
+class _Callback:
+    """A settable callback attribute of :class:`VectorSession`: None or a callable, checked when it is set (not when
+    a step calls it, which a TypeError would break)."""
+
+    def __init__(self, shape: str) -> None:
+        self.shape = shape
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.attr = name, "_" + name
+
+    def __get__(self, obj: Any, objtype: type | None = None) -> Any:
+        return self if obj is None else getattr(obj, self.attr)
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if value is not None and not callable(value):
+            raise TypeError(
+                f"VectorSession {self.name} must be None or a callable {self.shape}, not {type(value).__name__}"
+            )
+        setattr(obj, self.attr, value)
+
+
 class VectorSession:
     """N player sessions stepped together; see the module docstring and docs/vector.md.
 
@@ -482,6 +503,10 @@ class VectorSession:
     Not thread-safe: one caller at a time, but :meth:`close` may be called from another thread (a watchdog) while
     a call waits: that call raises :class:`CallOrderError` (see :meth:`close` for a call busy in ``on_event``).
     """
+
+    reward_fn = _Callback("reward_fn(event) -> float")
+    done_fn = _Callback("done_fn(event) -> bool")
+    on_event = _Callback("on_event(slot, event)")
 
     def __init__(
         self,
@@ -519,6 +544,8 @@ class VectorSession:
                 raise ValueError(f"sessions[{i}] is closed: each slot needs an open session")
         if replace_on_crash and factory is None:
             raise ValueError("replace_on_crash=True needs a factory that makes a new session for a slot")
+        if factory is not None and not callable(factory):
+            raise TypeError(f"factory must be a callable factory(slot) -> a new session, not {type(factory).__name__}")
         self._slots = [_Slot(i, s) for i, s in enumerate(sessions)]
         self._factory = factory
         self.replace_on_crash = bool(replace_on_crash)

@@ -321,3 +321,26 @@ def test_a_vector_env_refuses_a_bad_seed_saying_which_before_anything_changes(no
         envs.reset(seed=[np.int64(1), None])
     finally:
         envs.close()
+
+
+def test_a_callback_that_is_not_callable_is_refused_when_set_not_in_the_step_it_breaks(no_leaks):
+    # vs.on_event = 5 was taken; the next step then broke the vector session with "'int' object is not callable".
+    sessions = [renderd.launch(**player_kwargs()) for _ in range(2)]
+    with pytest.raises(TypeError, match=r"factory must be a callable factory\(slot\) -> a new session, not str"):
+        renderd.VectorSession(sessions, factory="renderd-player", replace_on_crash=True)
+    with pytest.raises(TypeError, match=r"VectorSession reward_fn must be None or a callable .*, not float"):
+        renderd.VectorSession(sessions, reward_fn=1.0)
+    vs = renderd.VectorSession(sessions)
+    try:
+        with pytest.raises(TypeError, match=r"VectorSession on_event must be None or a callable on_event\(slot, event\), "
+                                            r"not int"):
+            vs.on_event = 5
+        with pytest.raises(TypeError, match=r"VectorSession done_fn must be None or a callable"):
+            vs.done_fn = "yes"
+        assert vs.on_event is None and vs.done_fn is None
+        seen = []
+        vs.on_event = lambda slot, event: seen.append(slot)
+        vs.done_fn = lambda event: True
+        assert vs.step(["Pass", "Pass"]).dones == [True, True] and sorted(seen) == [0, 1]
+    finally:
+        vs.close()
