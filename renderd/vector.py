@@ -1638,8 +1638,9 @@ class VectorSession:
                 while not self._closed.wait(0.1) and not sys.is_finalizing():
                     pass
             return
-        # Before the close is visible: a replacement submitted from now on starts no player (see _fail).
-        self._cancel.set()
+        if os.getpid() == self._owner_pid:  # (in a forked child, the parent's replacements are not this copy's)
+            # Before the close is visible: a replacement submitted from now on starts no player (see _fail).
+            self._cancel.set()
         self._state = _VectorState.CLOSED
         self._closer = threading.get_ident()
         self._round = None
