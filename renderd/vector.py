@@ -138,6 +138,11 @@ def _after_fork_in_child() -> None:
     sessions are broken too, see :mod:`renderd.client`), nor replace them with players of the child's own.
     Each copy is broken with an error that says so; its close() only marks it closed."""
     for vs in list(_vectors):
+        if vs._owner_pid != os.getpid():
+            # (A parent thread may have held it at fork: in this process nothing would release it. The parent's calls
+            # are not this copy's.)
+            vs._call_lock = threading.RLock()
+            vs._calls, vs._leftover = 0, False
         if vs._state is not _VectorState.CLOSED and vs._owner_pid != os.getpid():
             vs._state = _VectorState.BROKEN
             vs._round = None

@@ -344,3 +344,36 @@ def test_a_callback_that_is_not_callable_is_refused_when_set_not_in_the_step_it_
         assert vs.step(["Pass", "Pass"]).dones == [True, True] and sorted(seen) == [0, 1]
     finally:
         vs.close()
+
+
+def test_a_child_forked_while_a_parent_thread_enters_a_call_is_not_stuck_on_its_lock(no_leaks):
+    # The lock a call takes as it begins and ends was copied held into a child forked meanwhile: the child's step()
+    # (which must raise "inherited over fork") then waited for it forever.
+    from tests.vector.test_vector_fork import _in_child
+
+    vs = renderd.launch_many(1, **player_kwargs())
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:  # (as a parent thread does for an instant whenever it begins or ends a call)
+        with vs._call_lock:
+            held.set()
+            release.wait(10.0)
+
+    def in_child() -> None:
+        try:
+            vs.step(["Pass"])
+        except CallOrderError as exc:
+            assert "inherited over fork" in str(exc)
+            vs.close()
+            return
+        raise AssertionError("the child stepped the parent's player")
+
+    holder = threading.Thread(target=hold)
+    try:
+        holder.start()
+        assert held.wait(5.0)
+        assert _in_child(in_child) == 0
+    finally:
+        release.set()
+        holder.join(10.0)
+        vs.close()
