@@ -1685,9 +1685,9 @@ class VectorSession:
             # the launch threads); it closes them as it returns (see _leave_call). What runs outside this process
             # is stopped now: the players (or their leases released), so that close() returns.
             log.warning(
-                "close(): a call of this VectorSession (%s) still runs in another thread after %g s (in on_event?): "
-                "its players are stopped now, their pipes are closed as that call returns",
-                self._what, CLOSE_WAITER_TIMEOUT,
+                "close(): a call of this VectorSession (%s) is still under way in another thread (it runs on_event, or "
+                "began as close() did): its players are stopped now, and that call closes their pipes as it returns",
+                self._what,
             )
             sessions = [s.session for s in self._slots if s.session is not None]
             errors, stopped = _close_sessions([_PlayerStopper(s) for s in sessions])
