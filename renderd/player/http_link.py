@@ -35,6 +35,8 @@ from __future__ import annotations
 import http.client
 import json
 import logging
+import math
+import os
 import secrets
 import socket
 import time
@@ -55,12 +57,16 @@ __all__ = [
     "EXIT_BAD_TOKEN",
     "EXIT_PROTOCOL_ERROR",
     "CONNECT_TIMEOUT",
+    "ENV_PING_TIMEOUT",
+    "PING_TIMEOUT",
 ]
 
 EXIT_OK = 0
 EXIT_IO_ERROR = 1
 #: 403: the server does not know AI2THOR_CLIENT_TOKEN (a bad environment, like a bad command line).
 EXIT_BAD_TOKEN = 2
+#: A bad environment variable (the player's exit code for a bad command line or environment).
+EXIT_BAD_ENVIRONMENT = 2
 EXIT_PROTOCOL_ERROR = 4
 #: How long the player keeps trying to reach the server at start (seconds).
 CONNECT_TIMEOUT = 30.0
@@ -70,6 +76,9 @@ CONNECT_RETRY_INTERVAL = 0.05
 #: waits for its next action without a timeout (a client may think for as long as it likes); SIGTERM
 #: ends the wait.
 PING_TIMEOUT = 5.0
+#: Environment variable that sets the ping timeout instead (seconds, more than 0 and at most CONNECT_TIMEOUT),
+#: so that a test of what follows the ping need not wait PING_TIMEOUT out.
+ENV_PING_TIMEOUT = "RENDERD_PLAYER_PING_TIMEOUT"
 #: Most buffers passed to one sendmsg.
 MAX_IOV = 512
 #: A Content-Length no server accepts (the ``oversize`` fault).
@@ -82,6 +91,23 @@ MAX_ANSWER_SIZE = MAX_REQUEST_SIZE
 ERROR_RESPONSE_TIMEOUT = 2.0
 
 logger = logging.getLogger(__name__)
+
+
+def ping_timeout(env: Any = None) -> float:
+    """The ping timeout: :data:`ENV_PING_TIMEOUT` from ``env`` (``os.environ`` when None), else
+    :data:`PING_TIMEOUT`. Raises _Stop (exit 2, a bad environment) for a value that is not a number of seconds
+    more than 0 and at most :data:`CONNECT_TIMEOUT`."""
+    raw = (os.environ if env is None else env).get(ENV_PING_TIMEOUT)
+    if not raw:
+        return PING_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= CONNECT_TIMEOUT:  # (NaN too)
+        raise _Stop(f"{ENV_PING_TIMEOUT}={raw!r}: expected a number of seconds more than 0 and at most "
+                    f"{CONNECT_TIMEOUT:g}", EXIT_BAD_ENVIRONMENT)
+    return value
 
 
 class _Stop(Exception):
@@ -169,10 +195,11 @@ class HttpLink:
     # -- connection ----------------------------------------------------------------------------------
     def connect(self) -> None:
         """Connect and ``GET /ping``, retrying until :data:`CONNECT_TIMEOUT`. Raises _Stop."""
+        timeout = ping_timeout()
         deadline = time.monotonic() + CONNECT_TIMEOUT
         last: Exception | None = None
         while time.monotonic() < deadline:
-            conn = _Connection(self.host, self.port, timeout=PING_TIMEOUT)
+            conn = _Connection(self.host, self.port, timeout=timeout)
             try:
                 conn.request("GET", "/ping")
                 response = conn.getresponse()
@@ -183,7 +210,8 @@ class HttpLink:
                         conn.connect()
                     conn.sock.settimeout(None)
                     self.conn = conn
-                    logger.info("connected to http://%s:%d (ping answered)", self.host, self.port)
+                    logger.info("connected to http://%s:%d (ping answered; ping timeout %g s)", self.host, self.port,
+                                timeout)
                     return
                 conn.close()
                 raise _Stop(f"GET /ping answered {response.status} {body[:200]!r}, expected 200 'pong'", EXIT_IO_ERROR)

@@ -13,7 +13,7 @@ import time
 import pytest
 
 import renderd
-from renderd.player.http_link import PING_TIMEOUT
+from renderd.player.http_link import ENV_PING_TIMEOUT, PING_TIMEOUT
 from renderd.protocol import MAX_ACTION_DEPTH
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
@@ -155,19 +155,23 @@ def test_a_response_cut_short_is_an_io_error_not_an_action(scripted):
     assert len(server.posts) == 1
 
 
-@pytest.mark.slow
-def test_a_client_thinking_past_the_ping_timeout_after_connection_close(scripted):
+def test_a_client_thinking_past_the_ping_timeout_after_connection_close(scripted, monkeypatch):
     # Each answer closes the connection; http.client opens the next itself, which must wait without the
-    # ping's timeout for an agent that thinks longer than PING_TIMEOUT.
+    # ping's timeout for an agent that thinks longer than the ping timeout (set short here through
+    # ENV_PING_TIMEOUT, so the test need not wait PING_TIMEOUT out; the log shows the player took it).
+    ping_timeout = 0.3
+    monkeypatch.setenv(ENV_PING_TIMEOUT, str(ping_timeout))
+
     def late() -> bytes:
-        time.sleep(PING_TIMEOUT + 1.0)
+        time.sleep(ping_timeout + 0.15)
         return response("200 OK", b'{"action":"Pass"}', close=True)
 
     started = time.monotonic()
     server, player, log = scripted([response("200 OK", b'{"action":"Pass"}', close=True), late, GONE])
     assert player.wait(DEADLINE + PING_TIMEOUT) == 0, log.read_text()
+    assert f"ping timeout {ping_timeout:g} s" in log.read_text()
     assert len(server.posts) == 3 and server.connections == 3
-    assert time.monotonic() - started > PING_TIMEOUT
+    assert time.monotonic() - started > ping_timeout + 0.15
 
 
 def test_a_refused_post_logs_the_servers_answer(tmp_path, no_leaks):

@@ -302,3 +302,23 @@ def test_an_unwatched_player_that_kept_its_connection_and_closes_it_between_requ
     with pytest.raises(PlayerCrashed, match="closed its HTTP connection"):
         bridge.recv(deadline())
     assert time.monotonic() - started < 2.0
+
+
+# -- the reference player's ping timeout ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "nan", "31"])
+def test_a_bad_ping_timeout_in_the_environment_is_a_bad_environment(tmp_path, monkeypatch, value):
+    from renderd.player.http_link import ENV_PING_TIMEOUT
+
+    from tests.helpers.http_util import spawn_player
+
+    monkeypatch.setenv(ENV_PING_TIMEOUT, value)
+    log = tmp_path / "player.log"
+    player = spawn_player(1, "t", log_path=str(log))  # (nothing listens on port 1: never reached)
+    try:
+        assert player.wait(DEADLINE) == 2
+    finally:
+        player.stop(1.0)
+    text = log.read_text()
+    assert f"{ENV_PING_TIMEOUT}={value!r}" in text and "at most 30" in text, text
