@@ -1041,7 +1041,8 @@ MAX_HEAD_SIZE = 16 * 1024
 MAX_CONNECTIONS = 256
 #: An idle keep-alive connection (no request begun) is closed after this long (seconds), or sooner when its
 #: place is needed for a new connection and it is no served player's. A player waiting for its action is not
-#: idle: its request is in progress.
+#: idle: its request is in progress. A served player's connection is idle while the player works out its
+#: answer, which may take its client's step_timeout (up to 7 days): it is not closed while the player is served.
 IDLE_TIMEOUT = 3600.0
 #: A new connection must begin its first request within this long (seconds), or it is closed: players send
 #: their first frame as soon as they connect, and a connection that sends nothing holds one of the
@@ -1200,38 +1201,50 @@ class _Connection:
     def _recv_into(self, view: memoryview, idle: tuple[float, str] | None = None,
                    deadline: tuple[float, str] | None = None) -> int:
         """Receive into ``view``. ``idle`` is the :meth:`_idle_deadline` while no request has begun (past it,
-        the connection is closed), None inside a request; ``deadline`` is (``time.monotonic()`` by which the
-        part being read must be whole, what it is): past it, a 408."""
-        if idle is not None:
-            timeout = idle[0] - time.monotonic()
-            if timeout <= 0:
-                raise _Closed("timed out", idle[1])
-        else:
-            timeout = REQUEST_TIMEOUT
-        if deadline is not None:
-            left = deadline[0] - time.monotonic()
-            if left <= 0:
-                raise _HttpError(408, deadline[1])
-            timeout = min(timeout, left)
-        self.sock.settimeout(timeout)
-        if idle is not None:
-            self._wait_idle(True)
-        try:
-            n = self.sock.recv_into(view)
-        except TimeoutError:
-            if deadline is not None and time.monotonic() >= deadline[0]:
-                raise _HttpError(408, deadline[1]) from None
+        the connection is closed, unless it is a served player's: see :meth:`_idle_past`), None inside a
+        request; ``deadline`` is (``time.monotonic()`` by which the part being read must be whole, what it
+        is): past it, a 408."""
+        while True:
             if idle is not None:
-                raise _Closed("timed out", idle[1]) from None
-            raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
-        except OSError as exc:
-            raise _Closed(str(exc)) from None
-        finally:
+                timeout = idle[0] - time.monotonic()
+                if timeout <= 0:
+                    timeout = self._idle_past(idle)
+            else:
+                timeout = REQUEST_TIMEOUT
+            if deadline is not None:
+                left = deadline[0] - time.monotonic()
+                if left <= 0:
+                    raise _HttpError(408, deadline[1])
+                timeout = min(timeout, left)
+            self.sock.settimeout(timeout)
             if idle is not None:
-                self._wait_idle(False)
-        if n == 0:
-            raise _Closed("end of input")
-        return n
+                self._wait_idle(True)
+            try:
+                n = self.sock.recv_into(view)
+            except TimeoutError:
+                if deadline is not None and time.monotonic() >= deadline[0]:
+                    raise _HttpError(408, deadline[1]) from None
+                if idle is not None:
+                    idle = (time.monotonic() + self._idle_past(idle), idle[1])
+                    continue
+                raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
+            except OSError as exc:
+                raise _Closed(str(exc)) from None
+            finally:
+                if idle is not None:
+                    self._wait_idle(False)
+            if n == 0:
+                raise _Closed("end of input")
+            return n
+
+    def _idle_past(self, idle: tuple[float, str]) -> float:
+        """The connection has been idle past ``idle``'s deadline: raise _Closed, unless it is a served player's
+        (as the registry knows it). That player is working out its answer, for as long as its client's
+        ``step_timeout`` allows (up to 7 days): its exit, its bridge's close or that deadline ends the wait, not
+        this server. Then how long to wait before asking again (:data:`IDLE_TIMEOUT`)."""
+        if self.requests and self.key in self.server.registry._player_connections():
+            return IDLE_TIMEOUT
+        raise _Closed("timed out", idle[1])
 
     def _wait_idle(self, waiting: bool) -> None:
         """Enter (True) or leave a wait between requests with nothing received; raises _Closed if the accept loop

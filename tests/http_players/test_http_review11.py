@@ -322,3 +322,32 @@ def test_a_bad_ping_timeout_in_the_environment_is_a_bad_environment(tmp_path, mo
         player.stop(1.0)
     text = log.read_text()
     assert f"{ENV_PING_TIMEOUT}={value!r}" in text and "at most 30" in text, text
+
+
+# -- a served player's connection is not closed as idle while it works out its answer -----------------------------
+
+
+def test_a_served_players_step_may_outlast_the_idle_timeout(served, monkeypatch):
+    # Between its requests a player works out its answer, for up to the client's step_timeout (up to 7 days):
+    # renderd's own IDLE_TIMEOUT (an hour; shortened here) closed its connection meanwhile and failed the stream,
+    # "renderd closed the HTTP connection ... idle", although the player was alive and about to answer.
+    monkeypatch.setattr(http_transport, "IDLE_TIMEOUT", 0.2)
+    registry, server, _ = served
+    bridge = registry.register(alive=lambda: True)
+    client = _answered(served, bridge)
+    client.sock.settimeout(0.8)  # four IDLE_TIMEOUTs of work on the step
+    assert not client.closed_by_server()
+    client.sock.settimeout(DEADLINE)
+    _answered(served, bridge, client, seq=1)
+    assert bridge.error is None
+
+
+def test_the_idle_connection_of_a_player_no_longer_served_is_closed_at_the_idle_timeout(served, monkeypatch):
+    monkeypatch.setattr(http_transport, "IDLE_TIMEOUT", 0.2)
+    registry, server, _ = served
+    bridge = registry.register(alive=lambda: True)
+    client = _answered(served, bridge)
+    registry.unregister(bridge)
+    started = time.monotonic()
+    assert client.closed_by_server()
+    assert time.monotonic() - started < DEADLINE / 2
