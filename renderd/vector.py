@@ -479,7 +479,7 @@ class _Callback:
         self.shape = shape
 
     def __set_name__(self, owner: type, name: str) -> None:
-        self.name, self.attr = name, "_" + name
+        self.name, self.attr = name, "_callback_" + name
 
     def __get__(self, obj: Any, objtype: type | None = None) -> Any:
         return self if obj is None else getattr(obj, self.attr)
@@ -692,6 +692,21 @@ class VectorSession:
             log.warning("closing the VectorSession's sessions (left to the call close() ended): %s", first)
         if interrupt is not None:
             raise interrupt
+
+    def _on_event(self, slot: _Slot, event: Event) -> None:
+        """Call ``on_event`` for ``slot``'s observation; an exception from it says (as a note) where it came from."""
+        try:
+            self.on_event(slot.index, event)
+        except Exception as exc:
+            self._note_callback(exc, "on_event(slot, event)", slot)
+            raise
+        self._check_after_callback("on_event")
+
+    def _note_callback(self, exc: BaseException, callback: str, slot: _Slot) -> None:
+        """Add to ``exc``, raised by the caller's ``callback``, which call ran it and for which slot and player."""
+        pid = getattr(slot.session, "pid", None)
+        player = "" if pid is None else f" (player pid {pid})"
+        exc.add_note(f"raised by the VectorSession's {callback} for slot {slot.index}{player}, in {self._what}")
 
     def _check_after_callback(self, callback: str) -> None:
         """After ``callback`` (``on_event``) returned: :class:`CallOrderError` if :meth:`close` was called while it
@@ -1154,8 +1169,7 @@ class VectorSession:
             rnd.events[i] = event
             rnd.answered[i] = True
             if self.on_event is not None:
-                self.on_event(i, event)
-                self._check_after_callback("on_event")
+                self._on_event(slot, event)
             return
         if not event and not superseded:  # (a reset started over reports only its own actions' failures)
             # From the event's summary: a full decode here could raise for a part nothing needs. Players
@@ -1170,8 +1184,7 @@ class VectorSession:
         rnd.events[i] = event
         rnd.completed[i] = True
         if self.on_event is not None:
-            self.on_event(i, event)
-            self._check_after_callback("on_event")
+            self._on_event(slot, event)
         if slot.reset_errors:
             rnd.reset_errors[i] = slot.reset_errors
             slot.reset_errors = []
@@ -1511,8 +1524,7 @@ class VectorSession:
                 rnd.events[slot.index] = session.last_event
                 rnd.completed[slot.index] = True
                 if self.on_event is not None:
-                    self.on_event(slot.index, session.last_event)
-                    self._check_after_callback("on_event")
+                    self._on_event(slot, session.last_event)
 
     def _ensure_executor(self) -> ThreadPoolExecutor:
         if self._executor is None:
@@ -1591,9 +1603,17 @@ class VectorSession:
             reward, done = 0.0, False
             if rnd.answered[i] and event is not None:
                 if reward_fn is not None:
-                    reward = float(reward_fn(event))
+                    try:
+                        reward = float(reward_fn(event))
+                    except Exception as exc:
+                        self._note_callback(exc, "reward_fn(event)", slot)
+                        raise
                 if done_fn is not None:
-                    done = bool(done_fn(event))
+                    try:
+                        done = bool(done_fn(event))
+                    except Exception as exc:
+                        self._note_callback(exc, "done_fn(event)", slot)
+                        raise
             if rnd.completed[i]:
                 info["reset_complete"] = True
                 if rnd.reset_errors[i]:

@@ -377,3 +377,40 @@ def test_a_child_forked_while_a_parent_thread_enters_a_call_is_not_stuck_on_its_
         release.set()
         holder.join(10.0)
         vs.close()
+
+
+def test_an_exception_from_a_callback_says_which_callback_and_slot_raised_it(no_leaks):
+    # A KeyError from reward_fn (or on_event, done_fn) came out of step() alone: which slot's event it failed on, and
+    # that it came from the caller's own callback, was not said.
+    vs = renderd.launch_many(2, **player_kwargs())
+    try:
+        scored: list[object] = []
+
+        def reward_fn(event) -> float:  # (called slot by slot: the second call is slot 1's)
+            scored.append(event)
+            if len(scored) == 2:
+                raise KeyError("score")
+            return 1.0
+
+        vs.reward_fn = reward_fn
+        with pytest.raises(KeyError) as info:
+            vs.step(["Pass", "Pass"])
+        assert info.value.__notes__ == [
+            f"raised by the VectorSession's reward_fn(event) for slot 1 (player pid {vs.pids[1]}), in step()"
+        ]
+    finally:
+        vs.close()
+    vs = renderd.launch_many(2, **player_kwargs())
+    try:
+        def on_event(slot, event):
+            if slot == 0:
+                raise RuntimeError("no room for the frame")
+
+        vs.on_event = on_event
+        with pytest.raises(RuntimeError, match="no room") as info:
+            vs.reset()
+        assert info.value.__notes__ == [
+            f"raised by the VectorSession's on_event(slot, event) for slot 0 (player pid {vs.pids[0]}), in reset()"
+        ]
+    finally:
+        vs.close()
