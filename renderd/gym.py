@@ -736,6 +736,8 @@ class RenderdVectorEnv(VectorEnv):
         """
         if not self._was_reset:
             raise CallOrderError("step() before reset(): call reset() first")
+        # (A closed or broken vector session: said of step(), not of the reset_async() an autoreset makes first.)
+        self.vector_session._check_open("step()")
         acts = np.asarray(actions)
         n = self.num_envs
         if acts.shape != (n,):

@@ -414,3 +414,16 @@ def test_an_exception_from_a_callback_says_which_callback_and_slot_raised_it(no_
         ]
     finally:
         vs.close()
+
+
+def test_a_closed_vector_env_step_names_step_not_an_inner_call(no_leaks):
+    # With a sub-environment to autoreset, step() on a closed env said "reset_async() on a closed VectorSession".
+    rgym = pytest.importorskip("renderd.gym")
+    envs = rgym.RenderdVectorEnv(2, max_episode_steps=1, **player_kwargs())
+    try:
+        envs.reset(seed=0)
+        envs.step(np.array([0, 0]))  # (truncated: the next step autoresets both)
+    finally:
+        envs.close()
+    with pytest.raises(CallOrderError, match=r"^step\(\) on a closed VectorSession"):
+        envs.step(np.array([0, 0]))
