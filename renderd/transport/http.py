@@ -1997,6 +1997,7 @@ class FifoPump:
     player, unless the stream ended cleanly) and calling ``on_done(error)``, when: the client closes
     ``client.pipe`` at a message boundary or ``server.pipe`` (clean: ``error`` None; the bridge is closed,
     so the player is told it is no longer served, as a FIFO player exits when its client leaves); the
+    bridge is closed (clean too; between steps as well as while the pump waits for a frame); the
     player crashes, hangs up or posts a bad frame (the bridge's error); a client sends a malformed
     message (a :class:`ProtocolError`); or :meth:`stop` is called.
     """
@@ -2173,6 +2174,8 @@ class FifoPump:
             error = self.bridge.error
             if error is not None:  # the player hung up (or failed) while nothing was asked of it
                 raise _PumpEnd(f"the player's stream failed between steps: {error}", error)
+            if self.bridge.closed:  # (unregistered, or the server stopped, with no stop() of the pump)
+                raise _PumpEnd("the bridge was closed")
             if not poller.poll(int(PUMP_POLL_INTERVAL * 1000)):
                 continue
             try:

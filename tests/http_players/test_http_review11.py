@@ -351,3 +351,41 @@ def test_the_idle_connection_of_a_player_no_longer_served_is_closed_at_the_idle_
     started = time.monotonic()
     assert client.closed_by_server()
     assert time.monotonic() - started < DEADLINE / 2
+
+
+# -- a pump whose bridge is closed between steps -----------------------------------------------------------------
+
+
+def test_a_pump_ends_when_its_bridge_is_closed_between_steps(no_leaks):
+    # Between steps the pump waits for the client's next action on client.pipe. A bridge closed meanwhile
+    # (unregistered, or every bridge at the server's stop) without a stop() of the pump left it waiting there,
+    # holding both pipe ends, until the client sent something; it ends at once now, as it does when the bridge
+    # is closed while it waits for a frame, and the reader of server.pipe sees end of file.
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry).start()
+    pair = FifoPair.create()
+    done: list = []
+    channel = pump = player = None
+    try:
+        channel = FifoChannel(pair.server_path, pair.client_path)
+        bridge = registry.register(name="pumped player")
+        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
+        player = RawClient(server.port)
+        player.send(request_bytes(frame_body(bridge.token)))
+        assert channel.recv(deadline(), "start_timeout").first(FieldType.METADATA) is not None
+        wait_for(lambda: pump._rfd is not None, DEADLINE, "the pump to open client.pipe")
+        registry.unregister(bridge)
+        assert player.response().status == 410
+        wait_for(lambda: not pump.running, 2.0, "the pump to end")
+        assert done == [None] and pump.reason == "the bridge was closed", (done, pump.reason)
+        with pytest.raises(PlayerCrashed, match="closed server.pipe"):
+            channel.recv(deadline())
+    finally:
+        if player is not None:
+            player.close()
+        if channel is not None:
+            channel.close()
+        if pump is not None:
+            pump.stop()
+        server.stop()
+        pair.remove()
