@@ -76,6 +76,7 @@ __all__ = [
     "MAX_INSTANCES",
     "ArgumentError",
     "check_seconds",
+    "IN_PLACE_KEYS",
 ]
 
 #: Platform names an environment may ask for (``auto`` lets renderd choose; see docs/platforms.md).
@@ -527,6 +528,13 @@ class DaemonConfig:
     )
 
 
+#: Keys of an environment that a running player never sees: how many players are kept, the supervisor's timings
+#: (``start_timeout``: how long one may take to send its first frame), the client's ``step_timeout``, the health
+#: checks and the restart policy. A reload or PUT that changes only these applies them to the running players,
+#: without replacing any (see :meth:`EnvironmentConfig.replaces_players`).
+IN_PLACE_KEYS = frozenset({"instances", "start_timeout", "step_timeout", "health_interval", "restart"})
+
+
 @dataclass(frozen=True)
 class EnvironmentConfig:
     """One ``[environments.NAME]`` table: what to run and how many ready players to keep."""
@@ -568,7 +576,10 @@ class EnvironmentConfig:
     )
     start_timeout: float = setting(
         300.0,
-        help="Seconds a player has to send its first frame (readiness); at most 604800 (7 days).",
+        help="Seconds a player has to send its first frame (readiness), counted from its start; at most 604800 "
+        "(7 days). A reload or PUT that changes only this (or other keys a running player never sees) replaces "
+        "no player: the new value holds from then on, for a player starting at that moment too (still counted "
+        "from its start: one started longer ago than a lowered value has failed to boot).",
         check=_positive_seconds,
     )
     step_timeout: float = setting(
@@ -622,11 +633,12 @@ class EnvironmentConfig:
         return data
 
     def replaces_players(self, other: EnvironmentConfig) -> bool:
-        """Whether moving from ``other`` to this configuration needs new player processes (anything but
-        ``instances``, the client-side timeouts, the restart policy and the health checks changed)."""
-        keep = {"instances", "step_timeout", "restart", "health_interval"}
+        """Whether moving from ``other`` to this configuration needs new player processes: a key the player
+        process is started with (its program, arguments, environment, platform) changed, anything but
+        :data:`IN_PLACE_KEYS`."""
         return any(
-            getattr(self, f.name) != getattr(other, f.name) for f in settings(EnvironmentConfig) if f.name not in keep
+            getattr(self, f.name) != getattr(other, f.name)
+            for f in settings(EnvironmentConfig) if f.name not in IN_PLACE_KEYS
         )
 
 

@@ -426,7 +426,10 @@ class Supervisor:
 
     # -- declaring wanted state (any thread) -------------------------------------------------------------
     def put_environment(self, config: EnvironmentConfig, *, source: str = "api") -> dict[str, Any]:
-        """Declare an environment's wanted state; the loop reconciles toward it."""
+        """Declare an environment's wanted state; the loop reconciles toward it.
+
+        A change of keys a running player never sees (``config.IN_PLACE_KEYS``) applies to the running players
+        at once: a player starting now gets the new ``start_timeout``, counted from its start."""
         with self.lock:
             if self._stopping:
                 raise RenderdError("the daemon is stopping")
@@ -443,6 +446,12 @@ class Supervisor:
                 env.source = source
                 env.removing = False
                 for p in env.players:
+                    if not p.config.replaces_players(config):
+                        # Nothing its process was started with changed: the keys it never sees (start_timeout...)
+                        # are its own from now on. A player starting now has the new start_timeout, from its start.
+                        p.config = config
+                        if p.state == State.STARTING and p.eof_reason is None and p.started_at is not None:
+                            p.deadline = p.started_at + config.start_timeout
                     # A new declaration gives failed slots a new chance; a player its restart policy let go
                     # (EXITED) is restarted only by a change of its environment, never by an unrelated reload.
                     if p.state == State.FAILED or (p.state == State.EXITED and changed):
