@@ -354,10 +354,9 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
                 "transport 'http' needs the daemon's HTTP listener ([daemon] http)",
                 path=source, key=f"environments.{name}.transport",
             )
-        with supervisor.lock:
-            existed = name in supervisor.environments
-            state = supervisor.put_environment(config)
-        return _json_response(start_response, 200 if existed else 201, state)
+        state = supervisor.put_environment(config)
+        # (201: a declaration of its own, including one that replaces a removal under way; 200: a new version of one)
+        return _json_response(start_response, 201 if state["declared"] in ("created", "redeclared") else 200, state)
 
     def delete_environment(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
         return _json_response(start_response, 202, supervisor.delete_environment(name))

@@ -991,8 +991,12 @@ class Daemon:
                 )
         for name, new in config.environments.items():
             old = old_envs.get(name)
-            if old is None or old[2]:
+            if old is None:
                 changes.append(f"environments.{name} added ({new.instances} instance(s))")
+                continue
+            if old[2]:
+                changes.append(f"environments.{name} declared again while being removed ({new.instances} new "
+                               "instance(s); the players of the removed declaration stop, their leases end)")
                 continue
             before_cfg = old[0]
             raw_before, raw_after = before_cfg.to_dict(), new.to_dict()

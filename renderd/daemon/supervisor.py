@@ -226,6 +226,9 @@ class Environment:
         self.source = source  # "file" or "api": what a reload may change
         self.players: list[Player] = []
         self.removing = False
+        #: How many times it was removed (DELETE, a reload): a lease request that began before a removal is refused
+        #: even if the environment was declared again since (it asked for a player of the removed declaration).
+        self.removals = 0
         self.waiters: deque[object] = deque()
         self.selection: Any = None
         self.selection_for: EnvironmentConfig | None = None
@@ -428,8 +431,13 @@ class Supervisor:
     def put_environment(self, config: EnvironmentConfig, *, source: str = "api") -> dict[str, Any]:
         """Declare an environment's wanted state; the loop reconciles toward it.
 
-        A change of keys a running player never sees (``config.IN_PLACE_KEYS``) applies to the running players
-        at once: a player starting now gets the new ``start_timeout``, counted from its start."""
+        Returns the environment's state (:meth:`Environment.to_dict`) with ``declared``: ``created`` (it was
+        not there), ``redeclared`` (it was being removed: that removal goes on for the players it had, whose
+        leases end, and the new declaration gets players of its own), ``changed`` or ``unchanged``. A change of
+        keys a running player never sees (``config.IN_PLACE_KEYS``) applies to the running players at once: a
+        player starting now gets the new ``start_timeout``, counted from its start. Raises RenderdError once
+        the daemon is stopping.
+        """
         with self.lock:
             if self._stopping:
                 raise RenderdError("the daemon is stopping")
@@ -438,13 +446,28 @@ class Supervisor:
                 env = self.environments[config.name] = Environment(config, source)
                 self.metrics.declare(config.name)
                 log.info("environment %s declared: %s", config.name, _summary(config))
+                declared = "created"
+            elif env.removing:
+                # Its removal was answered (DELETE's 202) or logged (a reload) as done: its leases end and its
+                # players stop, whatever comes after. None of them serves the new declaration, even one of the
+                # same configuration, so that what happens does not depend on whether the loop took up the
+                # removal before this declaration came.
+                for p in list(env.players):
+                    self._retire(p, "environment removed")
+                stopping = len(env.players)
+                env.config = config
+                env.source = source
+                env.removing = False
+                env.held = env.held_key = None  # (a rollout of the removed declaration, held: not this one's)
+                log.info("environment %s declared again while being removed: %s (%d player(s) of the removed "
+                         "declaration still stopping)", config.name, _summary(config), stopping)
+                declared = "redeclared"
             else:
                 changed = env.config != config
                 if changed:
                     log.info("environment %s changed: %s", config.name, _summary(config))
                 env.config = config
                 env.source = source
-                env.removing = False
                 for p in env.players:
                     if not p.config.replaces_players(config):
                         # Nothing its process was started with changed: the keys it never sees (start_timeout...)
@@ -458,15 +481,20 @@ class Supervisor:
                         p.boot_failures = p.backoff_failures = 0
                         p.state = State.BACKOFF
                         p.deadline = None
+                declared = "changed" if changed else "unchanged"
             self.wake()
-            return env.to_dict()
+            return {**env.to_dict(), "declared": declared}
 
     def delete_environment(self, name: str) -> dict[str, Any]:
-        """Remove an environment: its leases end and its players stop. Raises NotFound."""
+        """Remove an environment: its leases end and its players stop (the loop does it at its next pass). A lease
+        request waiting for one of its players is refused, even if the environment is declared again meanwhile.
+        Raises NotFound."""
         with self.lock:
             env = self._environment(name)
-            env.removing = True
-            log.info("environment %s removed: stopping its %d player(s)", name, len(env.players))
+            if not env.removing:
+                env.removing = True
+                env.removals += 1
+                log.info("environment %s removed: stopping its %d player(s)", name, len(env.players))
             self.changed.notify_all()
             self.wake()
             return env.to_dict()
@@ -539,13 +567,14 @@ class Supervisor:
         try:
             with self.lock:
                 env = self._environment(name)
+                removals = env.removals
                 env.waiters.append(token)
                 waiting = False
                 try:
                     while True:
                         if self._stopping:
                             raise LeaseError(STOPPING_LEASE_MESSAGE)
-                        if env.removing or self.environments.get(name) is not env:
+                        if env.removing or env.removals != removals or self.environments.get(name) is not env:
                             raise LeaseError(f"environment {name!r} was removed")
                         now = time.monotonic()
                         if deadline is not None and now > deadline:

@@ -1,7 +1,8 @@
 """How configuration changes reach running players: keys a running player never sees (``start_timeout``, the daemon's
-``stop_grace``) change without replacing any player and are used from then on. Real players, real FIFOs: an
-in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``) where the loop's passes are counted,
-a real ``renderd start`` where the reload and the API are."""
+``stop_grace``) change without replacing any player and are used from then on; an environment declared again while
+its removal is under way (DELETE, a reload that dropped it) gets players of its own, and none of the removed
+declaration serves it. Real players, real FIFOs: an in-process Supervisor (tests/daemon/test_robustness.py's
+``supervisor_with``) where the loop's passes are counted, a real ``renderd start`` where the reload and the API are."""
 
 from __future__ import annotations
 
@@ -9,13 +10,17 @@ import dataclasses
 import os
 import signal
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from renderd.config import EnvironmentConfig, loads, settings
+from renderd.daemon.client import connect
+from renderd.daemon.leases import LeaseEnd
 from renderd.daemon.supervisor import State
+from renderd.errors import LeaseError, PlayerCrashed
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
@@ -90,6 +95,7 @@ def test_a_new_start_timeout_replaces_no_ready_player(supervisor_with, how):
     assert _players(sup) == before, "the players were replaced for a key they never see"
     if answer is not None:
         assert [p["outdated"] for p in answer["players"]] == [False, False], answer
+        assert answer["declared"] == "changed"
     with sup.lock:
         assert all(p.config.start_timeout == 45.0 for p in sup.environments["demo"].players)
     # A key the player is started with still replaces it.
@@ -111,7 +117,7 @@ def test_a_player_starting_gets_a_raised_start_timeout_from_its_start(supervisor
     p = only_player(sup)
     assert (p.boot_failures, p.restarts, p.spawns) == (0, 0, 1)
     assert "failed to boot" not in caplog.text
-    assert answer["players"][0]["outdated"] is False, answer
+    assert answer["declared"] == "changed" and answer["players"][0]["outdated"] is False, answer
 
 
 def test_a_lowered_start_timeout_ends_a_start_that_took_longer_already(supervisor_with):
@@ -165,3 +171,135 @@ def test_a_reload_of_start_timeout_keeps_the_players_and_says_so(daemon):
     assert sorted(p["pid"] for p in players) == before and [p["state"] for p in players] == ["READY"] * 2
     assert "replacing player" not in d.output()
     assert d.client.get("/v1/environments/demo")["config"]["start_timeout"] == 45.0
+
+
+# -- 2. an environment declared again while its removal is under way -------------------------------------------------
+@pytest.mark.parametrize("same", [True, False], ids=["same-configuration", "new-configuration"])
+def test_a_put_that_comes_before_the_loop_took_up_a_delete_ends_its_leases_and_its_players(supervisor_with, same):
+    text = fast_config(instances=2)
+    sup = supervisor_with(text)
+    wait_for(lambda: [s for _, s, _ in _players(sup)] == ["READY"] * 2, DEADLINE, "two READY players")
+    old = {pid for _, _, pid in _players(sup)}
+    lease, _answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    new = _demo(text if same else text.replace("step_timeout = 20.0", "step_timeout = 20.0\n    width = 64"))
+    with sup.lock:  # (the loop cannot run between the two: the DELETE is not taken up before the PUT)
+        sup.delete_environment("demo")
+        answer = sup.put_environment(new)
+    # The DELETE's leases end, as its answer said they would.
+    assert lease.ended == LeaseEnd.STOPPED and lease.ended_reason == "environment removed"
+    assert sup.lease_status(lease.id)["ended"] == "stopped"
+    assert [(p["state"], p["retiring"]) for p in answer["players"]] == [("STOPPING", True)] * 2, answer
+    assert answer["declared"] == "redeclared" and not answer["removing"] and answer["wanted"] == 2, answer
+
+    def replaced():
+        players = _players(sup)
+        return (len(players) == 2 and all(s == "READY" for _, s, _ in players)
+                and not old & {pid for _, _, pid in players})
+
+    wait_for(replaced, DEADLINE, "two new players of the new declaration")
+    assert all(pid_gone(pid) for pid in old)
+    with sup.lock:
+        assert all(p.config == new and not p.retire for p in sup.environments["demo"].players)
+    lease2, answer2 = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease2.id)
+    assert answer2["pid"] not in old and answer2["width"] == new.width
+
+
+def test_a_put_while_a_delete_stops_the_players_gets_players_of_its_own(daemon):
+    d = daemon(fast_config(instances=2, executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 1.5"))
+    session = connect("demo", socket=d.socket, timeout=DEADLINE)
+    try:
+        session.step("Pass")
+        old = {p["pid"] for p in d.players()}
+        assert d.client.request("DELETE", "/v1/environments/demo")[0] == 202
+        d.wait_players(lambda ps: [p["state"] for p in ps] == ["STOPPING"] * 2, what="the players stopping")
+        body = {"executable": [PLAYER, "--static-frame"], "platform": "headless", "instances": 2, "width": 64,
+                "height": 48}
+        status, answer = d.client.request("PUT", "/v1/environments/demo", body)
+        assert status == 201 and answer["declared"] == "redeclared", (status, answer)
+        assert not answer["removing"] and answer["wanted"] == 2
+        assert {p["pid"] for p in answer["players"] if p["retiring"]} == old, answer
+        # Leases go to players of the new declaration only, from the start (the old ones are still stopping).
+        lease = d.client.lease("demo", timeout=DEADLINE)
+        try:
+            assert lease["pid"] not in old and (lease["width"], lease["height"]) == (64, 48), lease
+        finally:
+            d.client.release(lease["lease"])
+        with pytest.raises(PlayerCrashed):  # (its player was stopped: the DELETE ended the lease)
+            session.step("Pass")
+    finally:
+        session.close()
+    d.wait_players(lambda ps: len(ps) == 2 and all(p["state"] == "READY" and p["width"] == 64 for p in ps),
+                   what="only the new players left")
+    assert all(pid_gone(pid) for pid in old)
+    metrics = d.client.request("GET", "/metrics")[1]
+    assert 'renderd_players_wanted{environment="demo"} 2.0' in metrics
+    assert 'renderd_players{environment="demo",state="READY"} 2.0' in metrics
+    assert 'renderd_players{environment="demo",state="STOPPING"} 0.0' in metrics
+    assert 'renderd_lease_ends_total{environment="demo",how="stopped"} 1.0' in metrics
+    assert "declared again while being removed" in d.output()
+
+
+def test_a_lease_request_waiting_through_a_removal_is_refused_even_if_the_environment_is_back(supervisor_with):
+    text = fast_config()
+    sup = supervisor_with(text)
+    ready_pid(sup)
+    held, _answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    outcome: list[BaseException | tuple] = []
+
+    def wait_for_a_player() -> None:
+        try:
+            outcome.append(sup.acquire("demo", os.getpid(), DEADLINE))
+        except BaseException as exc:
+            outcome.append(exc)
+
+    waiter = threading.Thread(target=wait_for_a_player)
+    waiter.start()
+    wait_for(lambda: sup.describe("demo")["waiting_clients"] == 1, DEADLINE, "the request to wait")
+    with sup.lock:
+        sup.delete_environment("demo")
+        sup.put_environment(_demo(text))
+    waiter.join(DEADLINE)
+    assert not waiter.is_alive()
+    (result,) = outcome
+    assert isinstance(result, LeaseError) and "was removed" in str(result), result
+    assert held.ended == LeaseEnd.STOPPED
+
+
+def test_a_put_drops_the_failed_and_exited_slots_of_the_removed_declaration(supervisor_with):
+    text = fast_config(instances=2, executable='["/bin/sh", "-c", "exit 3"]').replace(
+        "max_boot_failures = 3", "max_boot_failures = 1")
+    sup = supervisor_with(text)
+    wait_for(lambda: [s for _, s, _ in _players(sup)] == ["FAILED"] * 2, DEADLINE, "two FAILED players")
+    good = fast_config(instances=1)
+    with sup.lock:
+        sup.delete_environment("demo")
+        answer = sup.put_environment(_demo(good))
+    assert answer["players"] == [], answer
+    assert answer["declared"] == "redeclared"
+    wait_for(lambda: [s for _, s, _ in _players(sup)] == ["READY"], DEADLINE, "one player of the new declaration")
+
+
+def test_a_reload_that_brings_back_an_environment_it_dropped_says_so(daemon):
+    text = fast_config()
+    slow = text.replace("stop_grace = 2.0", "stop_grace = 1.5").replace(f'["{PLAYER}", "--static-frame"]', SLOW_TO_STOP)
+    d = daemon(slow)
+    old = d.players()[0]["pid"]
+    other = f"""
+    [environments.other]
+    executable = ["{PLAYER}", "--static-frame"]
+    platform = "headless"
+    instances = 0
+    """
+    Path(d.config_path).write_text(textwrap.dedent(slow.split("[environments.demo]")[0] + other))
+    d.signal(signal.SIGHUP)
+    d.wait_players(lambda ps: [p["state"] for p in ps] == ["STOPPING"], what="demo's player stopping")
+    Path(d.config_path).write_text(textwrap.dedent(text + other))  # (back, with a player that stops at once)
+    d.signal(signal.SIGHUP)
+    wait_for(lambda: "environments.demo declared again while being removed (1 new instance(s)" in d.output(),
+             DEADLINE, "the second reload's log line")
+    d.wait_players(lambda ps: len(ps) == 1 and ps[0]["state"] == "READY" and ps[0]["pid"] != old,
+                   what="a new player of demo")
+    env = d.client.get("/v1/environments/demo")
+    assert env["source"] == "file" and not env["removing"]
+    assert pid_gone(old)
