@@ -84,6 +84,17 @@ class Case:
     #: renderd decodes metadata on first access; this makes its client read ``event.metadata`` every
     #: step, so the row compares the cost of a full decode too (AI2-THOR always decodes in full).
     read_metadata: bool = False
+    #: agents in the scene (Initialize's agentCount); every agent's frames come with every step
+    agents: int = 1
+
+    def initialize(self) -> dict[str, Any] | None:
+        """The Initialize action that sets the case up, or None when the player's defaults are the case."""
+        params: dict[str, Any] = {}
+        if self.depth:
+            params["renderDepthImage"] = True
+        if self.agents != 1:
+            params["agentCount"] = self.agents
+        return {"action": "Initialize", **params} if params else None
 
     def player_args(self) -> list[str]:
         args = ["--static-frame"]
@@ -100,6 +111,7 @@ CASES = {
         Case("rgb1024", "1024x1024 RGB", 1024, 1024),
         Case("objects300", "300x300 RGB, 100 objects", 300, 300, objects=100),
         Case("objects300read", "  same, metadata read", 300, 300, objects=100, read_metadata=True),
+        Case("agents300", "300x300 RGB, 2 agents", 300, 300, agents=2),
     )
 }
 
@@ -228,8 +240,11 @@ def wait_readable(fd: int, proc: PlayerProcess, timeout: float, who: str) -> Non
 
 
 def setup_session(session: renderd.Session, case: Case) -> None:
-    if case.depth:
-        session.step("Initialize", renderDepthImage=True)
+    init = case.initialize()
+    if init is not None:
+        event = session.step(dict(init))
+        if not event:
+            raise RuntimeError(f"the player refused {init}: {event.error_message}")
 
 
 def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
@@ -254,6 +269,7 @@ def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
         if case.depth:
             assert session.last_event.depth_frame is not None
         assert session.last_event.frame.shape == (case.height, case.width, 3)
+        assert len(session.last_event.events) == case.agents
     return Result(rate, 0, faults_per_step=faults)
 
 
@@ -457,8 +473,9 @@ def ai2thor_available(module: str = "ai2thor.fifo_server") -> bool:
 def ai2thor_stepper(server: Any, case: Case) -> Callable[[], None]:
     """Set ``case`` up through an AI2-THOR server (FIFO or WSGI) whose player is ready; return one step as
     AI2-THOR's controller takes it (``send`` + ``receive``)."""
-    if case.depth:
-        server.send({"action": "Initialize", "renderDepthImage": True})
+    init = case.initialize()
+    if init is not None:
+        server.send(dict(init))
         server.receive()
 
     def step() -> None:
@@ -471,9 +488,12 @@ def ai2thor_stepper(server: Any, case: Case) -> Callable[[], None]:
 def check_ai2thor_event(server: Any, case: Case) -> None:
     """The last event AI2-THOR's server decoded holds the frames ``case`` asks for."""
     event = server.last_event
-    assert event.frame.shape == (case.height, case.width, 3)
-    if case.depth:
-        assert event.depth_frame is not None
+    # (With several agents AI2-THOR's server gives a MultiAgentEvent, which has each agent's event in events.)
+    assert len(event.events) == case.agents
+    for agent in event.events:
+        assert agent.frame.shape == (case.height, case.width, 3)
+        if case.depth:
+            assert agent.depth_frame is not None
 
 
 def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Result:
