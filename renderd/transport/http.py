@@ -1997,7 +1997,7 @@ class FifoPump:
     player, unless the stream ended cleanly) and calling ``on_done(error)``, when: the client closes
     ``client.pipe`` at a message boundary or ``server.pipe`` (clean: ``error`` None; the bridge is closed,
     so the player is told it is no longer served, as a FIFO player exits when its client leaves); the
-    bridge is closed (clean too; between steps as well as while the pump waits for a frame); the
+    bridge is closed (clean too; whatever the pump waits for: a frame, a reader, the next action); the
     player crashes, hangs up or posts a bad frame (the bridge's error); a client sends a malformed
     message (a :class:`ProtocolError`); or :meth:`stop` is called.
     """
@@ -2119,6 +2119,8 @@ class FifoPump:
         pause = 0.001
         while True:
             self._check_stop()
+            if self.bridge.closed:  # (no reader came before renderd stopped serving the player)
+                raise _PumpEnd("the bridge was closed")
             try:
                 self._wfd = os.open(self.server_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
                 return

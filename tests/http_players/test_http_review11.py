@@ -389,3 +389,30 @@ def test_a_pump_ends_when_its_bridge_is_closed_between_steps(no_leaks):
             pump.stop()
         server.stop()
         pair.remove()
+
+
+def test_a_pump_waiting_for_a_reader_ends_when_its_bridge_is_closed(no_leaks):
+    # After the first frame the pump opens server.pipe as soon as a reader has it open; a bridge closed before
+    # any reader came left its thread retrying the open until stop().
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry).start()
+    pair = FifoPair.create()
+    done: list = []
+    pump = player = None
+    try:
+        bridge = registry.register(name="pumped player")
+        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
+        player = RawClient(server.port)
+        player.send(request_bytes(frame_body(bridge.token)))
+        wait_for(lambda: bridge.frames_posted == 1 and not bridge._frames, DEADLINE, "the pump to take the frame")
+        registry.unregister(bridge)
+        assert player.response().status == 410
+        wait_for(lambda: not pump.running, 2.0, "the pump to end")
+        assert done == [None] and pump.reason == "the bridge was closed", (done, pump.reason)
+    finally:
+        if player is not None:
+            player.close()
+        if pump is not None:
+            pump.stop()
+        server.stop()
+        pair.remove()
