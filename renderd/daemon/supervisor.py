@@ -504,8 +504,9 @@ class Supervisor:
 
         Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
         need a restart (socket, socket_group, runtime_dir, http, control_token_file, api_threads, log_dir)
-        are reported and left alone. A reload while the daemon is stopping changes nothing (it is logged):
-        returns False then, True once applied.
+        are reported and left alone; the others apply from then on (a changed backoff to the restarts being waited
+        for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
+        logged): returns False then, True once applied.
         """
         with self.lock:
             if self._stopping:
@@ -521,6 +522,8 @@ class Supervisor:
                 socket=old.socket, socket_group=old.socket_group, runtime_dir=old.runtime_dir, http=old.http,
                 control_token_file=old.control_token_file, api_threads=old.api_threads, log_dir=old.log_dir,
             )
+            if (old.backoff_initial, old.backoff_max) != (config.daemon.backoff_initial, config.daemon.backoff_max):
+                self._retime_restarts()
             for name, env in self.environments.items():
                 if env.source == "file" and name not in config.environments:
                     self.delete_environment(name)
@@ -1980,11 +1983,29 @@ class Supervisor:
             return
         self._schedule_restart(p)
 
-    def _schedule_restart(self, p: Player) -> None:
+    def _backoff(self, failures: int) -> float:
+        """The wait before a restart that follows ``failures`` consecutive failures before this one."""
         cfg = self.daemon_config
-        # (backoff_failures was reset when a process that ran ended: see _end_run.)
         # (The exponent is capped: 2 ** 1024 is beyond a float, and a long run of failures must not end the loop.)
-        delay = min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(p.backoff_failures, 64))
+        return min(cfg.backoff_max, cfg.backoff_initial * 2.0 ** min(failures, 64))
+
+    def _retime_restarts(self) -> None:
+        """A reload changed the backoff: a restart being waited for waits what the new settings give, counted from
+        when its wait began, as if they had been in force then (lock held). A wait lowered below what has passed
+        ends at the loop's next pass."""
+        for env in self.environments.values():
+            for p in env.players:
+                if p.state != State.BACKOFF or p.deadline is None or p.backoff_failures <= 0:
+                    continue  # (not waiting for a restart: starting at once, or waiting for its platform)
+                began = p.deadline - p.backoff_delay
+                p.backoff_delay = self._backoff(p.backoff_failures - 1)
+                p.deadline = began + p.backoff_delay
+                log.info("%s[%d] restarting in %.3g s (the backoff changed)", env.name, p.index,
+                         max(0.0, p.deadline - time.monotonic()))
+
+    def _schedule_restart(self, p: Player) -> None:
+        # (backoff_failures was reset when a process that ran ended: see _end_run.)
+        delay = self._backoff(p.backoff_failures)
         p.backoff_failures += 1
         p.backoff_delay = delay
         p.state = State.BACKOFF

@@ -7,6 +7,7 @@ declaration serves it. Real players, real FIFOs: an in-process Supervisor (tests
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import signal
 import textwrap
@@ -303,3 +304,22 @@ def test_a_reload_that_brings_back_an_environment_it_dropped_says_so(daemon):
     env = d.client.get("/v1/environments/demo")
     assert env["source"] == "file" and not env["removing"]
     assert pid_gone(old)
+
+
+# -- 3. the backoff of a restart being waited for ---------------------------------------------------------------
+def test_a_reload_of_the_backoff_retimes_a_restart_being_waited_for(supervisor_with, caplog):
+    # A player that crashed waits backoff_initial (30 s) before its restart; a reload that lowers the backoff gives
+    # that wait the new length, from when it began: the player is back at once, not 30 s later.
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    text = fast_config().replace("backoff_initial = 0.05", "backoff_initial = 30.0").replace(
+        "backoff_max = 0.2", "backoff_max = 60.0")
+    sup = supervisor_with(text)
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: only_player(sup).state == State.BACKOFF, DEADLINE, "the crashed player waiting to restart")
+    assert only_player(sup).deadline - time.monotonic() > 20.0
+    asked = time.monotonic()
+    assert sup.reload(_config(fast_config()))
+    again = ready_pid(sup)
+    assert again != pid and time.monotonic() - asked < 10.0
+    assert "s (the backoff changed)" in caplog.text
