@@ -207,7 +207,7 @@ def test_a_put_that_comes_before_the_loop_took_up_a_delete_ends_its_leases_and_i
 
 
 def test_a_put_while_a_delete_stops_the_players_gets_players_of_its_own(daemon):
-    d = daemon(fast_config(instances=2, executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 1.5"))
+    d = daemon(fast_config(instances=2, executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 30.0"))
     session = connect("demo", socket=d.socket, timeout=DEADLINE)
     try:
         session.step("Pass")
@@ -230,6 +230,8 @@ def test_a_put_while_a_delete_stops_the_players_gets_players_of_its_own(daemon):
             session.step("Pass")
     finally:
         session.close()
+    for pid in old:  # (rather than wait out their stop_grace)
+        os.kill(pid, signal.SIGKILL)
     d.wait_players(lambda ps: len(ps) == 2 and all(p["state"] == "READY" and p["width"] == 64 for p in ps),
                    what="only the new players left")
     assert all(pid_gone(pid) for pid in old)
@@ -283,7 +285,8 @@ def test_a_put_drops_the_failed_and_exited_slots_of_the_removed_declaration(supe
 
 def test_a_reload_that_brings_back_an_environment_it_dropped_says_so(daemon):
     text = fast_config()
-    slow = text.replace("stop_grace = 2.0", "stop_grace = 1.5").replace(f'["{PLAYER}", "--static-frame"]', SLOW_TO_STOP)
+    slow = text.replace("stop_grace = 2.0", "stop_grace = 30.0").replace(f'["{PLAYER}", "--static-frame"]',
+                                                                        SLOW_TO_STOP)
     d = daemon(slow)
     old = d.players()[0]["pid"]
     other = f"""
@@ -299,6 +302,7 @@ def test_a_reload_that_brings_back_an_environment_it_dropped_says_so(daemon):
     d.signal(signal.SIGHUP)
     wait_for(lambda: "environments.demo declared again while being removed (1 new instance(s)" in d.output(),
              DEADLINE, "the second reload's log line")
+    os.kill(old, signal.SIGKILL)  # (rather than wait out its stop_grace)
     d.wait_players(lambda ps: len(ps) == 1 and ps[0]["state"] == "READY" and ps[0]["pid"] != old,
                    what="a new player of demo")
     env = d.client.get("/v1/environments/demo")
