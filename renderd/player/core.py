@@ -202,9 +202,15 @@ class ActionFailed(Exception):
     The message is cut to :data:`MAX_ERROR_MESSAGE` characters here, once for every failure: many quote
     the client's own values, which may be up to an action's size (16 MiB), and the answer must stay
     small enough for every transport (an HTTP metadata part is limited to 32 MiB).
+
+    ``code`` is the answer's ``errorCode``: ``None`` (msgpack nil, JSON null) unless the failure has one of a
+    build's ServerActionErrorCode names. A build sends null for a successful action and for every failure that
+    sets no code (a blocked move, an action that throws), as its metadata's errorCode is a string set only when
+    the code is not Undefined; AI2-THOR's controller raises ValueError for the codes InvalidAction,
+    MissingArguments, AmbiguousAction and InvalidArgument, so the difference shows.
     """
 
-    def __init__(self, message: str, code: str = "") -> None:
+    def __init__(self, message: str, code: str | None = None) -> None:
         message = _clip(message, MAX_ERROR_MESSAGE)
         super().__init__(message)
         self.message = message
@@ -650,7 +656,7 @@ class Player:
         """:meth:`first_message` as an :class:`Answer`."""
         self.sequence_id = 0
         self.active = 0
-        return self._answer({}, "", True, "", "", None)
+        return self._answer({}, "", True, "", None, None)
 
     def answer(self, action: dict[str, Any]) -> Answer:
         """:meth:`handle` as an :class:`Answer` (whose metadata can be had packed). Never raises for a bad action."""
@@ -664,7 +670,7 @@ class Player:
             bad_name = True
         else:
             bad_name = False
-        success, error, code, result = True, "", "", None
+        success, error, code, result = True, "", None, None
         agent_id = action.get("agentId", 0)
         index = _agent_index(agent_id, len(self.agents))
         self.active = 0 if index is None else index  # agent 0 answers an action that names no agent
@@ -688,7 +694,7 @@ class Player:
         except Exception as exc:  # a bug this action's arguments found: answered as a failure, never a crash
             self.log.exception("action %s failed unexpectedly", _clip(repr(name), MAX_ECHOED_NAME))
             success, error, code, result = False, _clip(f"{name}: internal error: {type(exc).__name__}: {exc}",
-                                                        MAX_ERROR_MESSAGE), "InternalError", None
+                                                        MAX_ERROR_MESSAGE), None, None
         echoed = _clip(name, MAX_ECHOED_NAME) if isinstance(name, str) else ""
         answer = self._answer(action, echoed, success, error, code, result)
         if self.log.isEnabledFor(logging.DEBUG):
@@ -1023,7 +1029,7 @@ class Player:
         return {(int(v >> 16) & 255, int(v >> 8) & 255, int(v) & 255) for v in packed}
 
     # -- answers ---------------------------------------------------------------------------------------
-    def _answer(self, action: dict, name: str, success: bool, error: str, code: str, result: Any) -> Answer:
+    def _answer(self, action: dict, name: str, success: bool, error: str, code: str | None, result: Any) -> Answer:
         """The answer to ``action``: its outcome is the acting agent's, and every agent's the action made."""
         if self._renderer_check is not None:
             self._renderer_check()

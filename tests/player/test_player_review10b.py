@@ -132,4 +132,4 @@ def test_a_look_past_the_limit_has_a_build_error_code(action, degrees):
     assert agent["errorCode"] == "LookDownCantExceedMin"
     assert agent["errorMessage"].startswith("can't look")
     md, _ = p.handle({"action": "Pass"})
-    assert md["agents"][0]["errorCode"] == ""
+    assert md["agents"][0]["errorCode"] is None
