@@ -129,6 +129,10 @@ WIRE_CACHE_BYTES = 128 << 20
 #: changes nothing (Pass, a failed move) reuses the objects, the visibility result and the packed bytes. (With
 #: several agents, one more per agent; with third-party cameras, the wire frames likewise.)
 VIEW_CACHE_SIZE = 4
+#: The actions a build's AgentManager carries out itself (its agentManagerActions) rather than handing them to the
+#: acting agent: a step's renderInstanceSegmentation does not switch segmentation on for them.
+_AGENT_MANAGER_ACTIONS = frozenset({"Reset", "Initialize", "AddThirdPartyCamera", "UpdateThirdPartyCamera",
+                                    "ChangeResolution"})
 #: Most agents an Initialize makes (``agentCount``): as many as a build's AgentManager has agent colours.
 MAX_AGENTS = 6
 #: The point of the flood of free positions (:meth:`Scene.flood`) agent 1 is placed on; agent ``i`` on the
@@ -1147,8 +1151,15 @@ class Player:
             return []
         depth = action.get("renderDepthImage")
         depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
-        ids = action.get("renderInstanceSegmentation")
-        ids_on = self.render_ids if ids is None else _flag(ids, self.render_ids)
+        # As a build's AgentManager.ProcessControlCommand: a step's renderInstanceSegmentation can only switch
+        # segmentation on, for that step (false, or not sent, leaves Initialize's setting), and only on an action
+        # its agent carries out: the AgentManager's own actions (Reset, Initialize, ChangeResolution, the
+        # third-party camera actions) send Initialize's setting whatever the step says.
+        ids_on = self.render_ids
+        if not ids_on:
+            name = action.get("action")
+            ids_on = (_flag(action.get("renderInstanceSegmentation"), False)
+                      and not (isinstance(name, str) and name in _AGENT_MANAGER_ACTIONS))
         # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
             key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras),

@@ -44,3 +44,28 @@ def test_error_code_null_packs_as_nil_and_json_null():
     assert _agent(msgpack.unpackb(answer.packed_metadata()))["errorCode"] is None
     assert _agent(json.loads(answer.json_metadata()))["errorCode"] is None
     assert _agent(answer.metadata())["lastActionSuccess"] is False
+
+
+# -- a step's renderInstanceSegmentation ---------------------------------------------------------------------
+@pytest.mark.parametrize("off", [False, 0, "false"])
+def test_a_step_cannot_switch_segmentation_off(off):
+    # A build's AgentManager.ProcessControlCommand only ever switches segmentation on for a step: false leaves
+    # Initialize's setting (its step default is indistinguishable from "not sent").
+    p = Player(width=16, height=12)
+    assert _agent(p.handle({"action": "Initialize", "renderInstanceSegmentation": True})[0])["lastActionSuccess"]
+    md, images = p.handle({"action": "MoveAhead", "renderInstanceSegmentation": off})
+    assert _agent(md)["lastActionSuccess"] and FieldType.IDS_IMAGE in _kinds(images)
+
+
+def test_a_step_switches_segmentation_on_for_an_agent_action_only():
+    p = Player(width=16, height=12)
+    assert FieldType.IDS_IMAGE in _kinds(p.handle({"action": "Pass", "renderInstanceSegmentation": True})[1])
+    assert FieldType.IDS_IMAGE not in _kinds(p.handle({"action": "Pass"})[1])  # for that step only
+    # The AgentManager's own actions send Initialize's setting whatever the step says.
+    for action in ({"action": "ChangeResolution", "x": 16, "y": 12},
+                   {"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0}, "rotation": {"x": 90}},
+                   {"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "fieldOfView": 60},
+                   {"action": "Reset"}):
+        md, images = p.handle({**action, "renderInstanceSegmentation": True})
+        assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
+        assert not {FieldType.IDS_IMAGE, FieldType.THIRD_PARTY_IMAGE_IDS} & _kinds(images), action["action"]
