@@ -1904,10 +1904,25 @@ _CALL_CODES = frozenset(
 # -- building vector sessions --------------------------------------------------------------------------
 
 
+def _platform_helper(cmdline: Sequence[str]) -> bool:
+    """Whether ``cmdline`` is one of the processes the platform layer runs with a player's environment (so with its
+    tag) that are no player: a managed Xvfb (which other sessions of this process may share) or a probe (whose
+    death would be taken, and cached, as the platform's failure)."""
+    from renderd.platforms.xvfb import MANAGED_MARKER
+
+    helpers = os.path.dirname(os.path.abspath(sys.modules["renderd.platforms"].__file__ or ""))
+    return MANAGED_MARKER in cmdline or any(
+        os.path.dirname(arg) == helpers and os.path.basename(arg).startswith("_") for arg in cmdline
+    )
+
+
 def _kill_tagged(tag: str, known: set[int | None]) -> None:
     """SIGKILL this process's children whose environment has :data:`TAG_VARIABLE` set to ``tag``, except
     those in ``known``: players still booting in a launch thread, whose launch then fails at once (and
-    cleans up after them)."""
+    cleans up after them). Only players: a child that was told no player endpoint (``AI2THOR_SERVER_TYPE``), or
+    is a managed display or a platform probe started with a player's environment, is left alone."""
+    import renderd.platforms  # noqa: F401  (for _platform_helper)
+
     me = os.getpid()
     for child in psutil.Process(me).children():
         if child.pid in known:
@@ -1918,7 +1933,14 @@ def _kill_tagged(tag: str, known: set[int | None]) -> None:
             continue
         try:
             # Checked with the pidfd open, so the signal cannot reach a process that reused the pid.
-            if child.ppid() == me and child.environ().get(TAG_VARIABLE) == tag:
+            if child.ppid() != me:
+                continue
+            environ = child.environ()
+            if (
+                environ.get(TAG_VARIABLE) == tag
+                and "AI2THOR_SERVER_TYPE" in environ
+                and not _platform_helper(child.cmdline())
+            ):
                 log.debug("stopping the booting player pid %d", child.pid)
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
         except (psutil.Error, OSError):

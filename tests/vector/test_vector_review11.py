@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,7 +18,7 @@ import pytest
 import renderd
 import renderd.vector
 from renderd.errors import CallOrderError
-from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, wait_for
 
 #: What the tests use for renderd.vector.CLOSE_WAITER_TIMEOUT (5 s): how long close() waits for the call.
 WAITER = 0.3
@@ -262,8 +263,14 @@ def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_
                                           platform="CloudRendering"))
     closed: list[float] = []
 
+    def booting() -> bool:  # (the player runs: exec'd)
+        try:
+            return any("--fault-at-start" in p.cmdline() for p in _players())
+        except psutil.Error:
+            return False
+
     def close_once_booting() -> None:
-        wait_for(lambda: len(_players()) == 1, START_TIMEOUT, "the player to start")
+        wait_for(booting, START_TIMEOUT, "the player to start")
         closed.append(time.monotonic())
         if where == "thread":
             env.close()
@@ -427,3 +434,85 @@ def test_a_closed_vector_env_step_names_step_not_an_inner_call(no_leaks):
         envs.close()
     with pytest.raises(CallOrderError, match=r"^step\(\) on a closed VectorSession"):
         envs.step(np.array([0, 0]))
+
+
+def _xvfbs() -> list[psutil.Process]:
+    from renderd.platforms.xvfb import MANAGED_MARKER
+
+    found = []
+    for p in psutil.Process().children():
+        try:
+            if MANAGED_MARKER in p.cmdline():
+                found.append(p)
+        except psutil.Error:
+            pass
+    return found
+
+
+def test_closing_a_vector_session_while_a_replacement_boots_spares_a_shared_managed_display():
+    # The managed Xvfb that the vector session's first player started had the session's tag in its environment
+    # (it runs with the players' environment); close() killed every tagged child that was no slot's player, so the
+    # display went too, with the player of another session of this process that shared it.
+    from tests.helpers.leaks import Leaks
+
+    leaks = Leaks()  # (not the threads: the display manager's spawner thread lives as long as this process)
+    kw = player_kwargs(args=["--static-frame", "--start-delay", "0.5"], platform="Linux64", x_display="managed")
+    vs = renderd.launch_many(1, replace_on_crash=True, **kw)
+    other = None
+    try:
+        displays = _xvfbs()
+        assert len(displays) == 1
+        other = renderd.launch(**kw)  # (the same geometry: it shares the display)
+        assert _xvfbs() == displays
+        vs.step([{"action": "RenderdFault", "fault": "segfault"}])  # its replacement boots (0.5 s)
+        crashed = vs._slots[0]  # white box: the slot's replacement is on its way
+        wait_for(lambda: [p for p in _players() if p.pid != other.pid and p not in displays] or crashed.future.done(),
+                 START_TIMEOUT, "the replacement player to be spawned")
+        assert not crashed.future.done()
+        vs.close()
+        assert displays[0].is_running() and displays[0].status() != psutil.STATUS_ZOMBIE, "the shared display was killed"
+        assert other.step("Pass")
+    finally:
+        vs.close()
+        if other is not None:
+            other.close()
+    leaks.check(GONE_TIMEOUT)
+
+
+def test_a_single_env_closed_while_its_platform_is_probed_leaves_the_probe_alone(no_leaks):
+    # The Vulkan probe runs with the player's environment, so with the tag that marks the env's players: close()
+    # killed it, the launch failed with "Vulkan is not usable: ... the probe died (killed by SIGKILL)", and that
+    # verdict was cached, failing this process's next CloudRendering launches too.
+    rgym = pytest.importorskip("renderd.gym")
+    from renderd.platforms import vulkan
+
+    kw = player_kwargs(args=["--fault-at-start", "hang"], start_timeout=8.0, platform="CloudRendering")
+    env = rgym.RenderdEnv(**kw)
+    tagged: list[str] = []
+
+    def first_tagged() -> bool:  # (the probe: it runs before the player is spawned)
+        for p in _players():
+            try:
+                if renderd.vector.TAG_VARIABLE in p.environ():
+                    tagged.append(" ".join(p.cmdline()))
+                    return True
+            except psutil.Error:
+                pass
+        return False
+
+    def close_at_the_first_tagged_child() -> None:
+        wait_for(first_tagged, START_TIMEOUT, "the probe to start")
+        env.close()
+
+    vulkan.clear_cache()
+    helper = threading.Thread(target=close_at_the_first_tagged_child)
+    try:
+        helper.start()
+        with pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
+            env.reset(seed=0)
+        helper.join(10.0)
+        assert "_vkprobe" in tagged[0], tagged
+        assert vulkan.probe_vulkan(dict(os.environ)).ok  # (not poisoned)
+    finally:
+        helper.join(10.0)
+        env.close()
