@@ -1705,9 +1705,9 @@ class VectorSession:
             # the launch threads); it closes them as it returns (see _leave_call). What runs outside this process
             # is stopped now: the players (or their leases released), so that close() returns.
             log.warning(
-                "close(): a call of this VectorSession (%s) is still under way in another thread (in on_event, reward_fn or "
-                "done_fn, or it began as close() did): its players are stopped now; that call closes their pipes as it "
-                "returns",
+                "close(): a call of this VectorSession (%s) is still under way in another thread (in on_event, "
+                "reward_fn or done_fn, or it began as close() did): its players are stopped now; that call closes "
+                "their pipes as it returns",
                 self._what,
             )
             sessions = [s.session for s in self._slots if s.session is not None]
