@@ -112,6 +112,13 @@ DEFAULT_ROTATE_DEGREES = 90.0
 DEFAULT_LOOK_DEGREES = 30.0
 DEFAULT_FOV = 90.0
 DEFAULT_VISIBILITY_DISTANCE = 1.5
+#: Initialize's gridSize: a build's limit (above 0, at most 5) and the player's own lower one (the free positions of a
+#: finer grid, GetReachablePositions' answer, would take minutes to find and be too large to send).
+MAX_GRID_SIZE = 5.0
+MIN_GRID_SIZE = 0.01
+#: The field of view (degrees) the player renders: a build takes anything above 0 and below 180.
+MIN_FOV = 1.0
+MAX_FOV = 179.0
 #: Initialize's settings (Player attributes) when a scene is loaded, and each one an Initialize is not given.
 _DEFAULT_SETTINGS = {"grid_size": DEFAULT_GRID_SIZE, "rotate_step": DEFAULT_ROTATE_DEGREES, "fov": DEFAULT_FOV,
                      "visibility_distance": DEFAULT_VISIBILITY_DISTANCE, "render_depth": False, "render_ids": False}
@@ -756,38 +763,65 @@ class Player:
     # -- actions -------------------------------------------------------------------------------------
     @_action("Initialize")
     def _initialize(self, action: dict) -> dict[str, float]:
-        # Every argument is checked before any is applied: a failed Initialize changes nothing. A setting it is
-        # not given takes its default, not an earlier Initialize's value, as in a build: there AgentManager's
-        # Initialize makes the agent controller anew (maxVisibleDistance back to 1.5) and sets the depth and
-        # segmentation switches from the ServerAction (false unless sent), and BaseFPSAgentController's
-        # Initialize runs InitializeBody (camera field of view 90) before it applies fieldOfView, and takes
-        # gridSize 0.25 when none is sent and rotateStepDegrees from the ServerAction (90 unless sent).
-        changes: dict[str, Any] = dict(_DEFAULT_SETTINGS)
-        for key, attr, lo, hi in (("gridSize", "grid_size", 0.01, 10.0),
-                                  ("rotateStepDegrees", "rotate_step", 0.0, 360.0),
-                                  ("fieldOfView", "fov", 1.0, 179.0),
-                                  ("visibilityDistance", "visibility_distance", 0.0, 1000.0)):
-            if key not in action:
-                continue
-            value = action[key]
-            # In a build 0 is ServerAction's own default for gridSize, fieldOfView and visibilityDistance, and
-            # BaseFPSAgentController's Initialize reads it as not given (gridSize 0 becomes 0.25, a field of
-            # view or visibility distance not above 0 is not applied); a rotateStepDegrees not above 0 fails.
-            if key == "visibilityDistance" and _finite(value) and value <= 0:
-                continue
-            if key in ("gridSize", "fieldOfView") and _finite(value) and value == 0:
-                continue
-            if key == "rotateStepDegrees" and _finite(value) and value == 0:
-                raise ActionFailed("rotateStepDegrees must be above 0, got 0", "InvalidArgument")
-            changes[attr] = _number(action, key, lo=lo, hi=hi)
-        if "renderDepthImage" in action:
-            changes["render_depth"] = _flag(action["renderDepthImage"], False)
-        if "renderInstanceSegmentation" in action:
-            changes["render_ids"] = _flag(action["renderInstanceSegmentation"], False)
-        agents = self._initial_agents(action, changes["grid_size"])
-        for attr, value in changes.items():
+        # As a build's Initialize, in its order. AgentManager's Initialize makes the agent controller anew (every
+        # setting back to its default: a setting not sent takes its default, not an earlier Initialize's value)
+        # and hands the action to it; BaseFPSAgentController's Initialize then sets the camera's field of view to
+        # 90 (InitializeBody), reads a gridSize of 0 as 0.25, and checks and applies, stopping at the first
+        # failure with what it applied so far kept: fieldOfView (0 not applied; below 0 or from 180 fails),
+        # rotateStepDegrees (not above 0 fails; then applied, and with snapToGrid, true unless sent, anything
+        # but 90, 180, 270 or a multiple of 360 fails), visibilityDistance (applied when above 0), gridSize (not
+        # above 0 or above 5 fails). Whether that failed or not, AgentManager then sets the depth and
+        # segmentation switches from the action and adds the other agents, each running the same Initialize.
+        # A build's failures there set no errorCode (null). What the player refuses for its own reasons (an
+        # argument that is not a number, as a build cannot even read the action then; limits a build does not
+        # have, where it would stop answering or the transport could not carry the answer) is refused
+        # (InvalidArgument) with nothing applied.
+        given = {}
+        for key in ("gridSize", "rotateStepDegrees", "fieldOfView", "visibilityDistance"):
+            if key in action:
+                given[key] = _number(action, key)
+        snap = _flag(action.get("snapToGrid"), True)
+        settings: dict[str, Any] = dict(_DEFAULT_SETTINGS)
+        failure = None
+        fov = given.get("fieldOfView", 0.0)
+        if 0 < fov < 180:
+            settings["fov"] = fov
+        elif fov != 0:
+            failure = f"Initialize: fieldOfView must be above 0 and below 180, got {fov:g}"
+        if failure is None:
+            rotate = given.get("rotateStepDegrees", DEFAULT_ROTATE_DEGREES)
+            if rotate <= 0:
+                failure = f"Initialize: rotateStepDegrees must be above 0, got {rotate:g}"
+            else:
+                settings["rotate_step"] = rotate
+                if snap and rotate not in (90.0, 180.0, 270.0) and rotate % 360 != 0:
+                    failure = (f"Initialize: rotateStepDegrees {rotate:g} needs snapToGrid false: with snapToGrid "
+                               f"true (the default) it must be 90, 180, 270 or a multiple of 360")
+        if failure is None:
+            visibility = given.get("visibilityDistance", 0.0)
+            if visibility > 0:
+                settings["visibility_distance"] = visibility
+            grid = given.get("gridSize", 0.0) or DEFAULT_GRID_SIZE
+            if not 0 < grid <= MAX_GRID_SIZE:
+                failure = f"Initialize: gridSize must be above 0 and at most {MAX_GRID_SIZE:g}, got {grid:g}"
+            else:
+                settings["grid_size"] = grid
+        settings["render_depth"] = _flag(action.get("renderDepthImage"), False)
+        settings["render_ids"] = _flag(action.get("renderInstanceSegmentation"), False)
+        # The player's own limits, on what the Initialize would leave.
+        if settings["grid_size"] < MIN_GRID_SIZE:
+            raise ActionFailed(f"Initialize: gridSize must be at least {MIN_GRID_SIZE:g} in this player (its free "
+                               f"positions would take minutes to find), got {settings['grid_size']:g}",
+                               "InvalidArgument")
+        if not MIN_FOV <= settings["fov"] <= MAX_FOV:
+            raise ActionFailed(f"Initialize: fieldOfView must be between {MIN_FOV:g} and {MAX_FOV:g} in this player, "
+                               f"got {settings['fov']:g}", "InvalidArgument")
+        agents = self._initial_agents(action, settings["grid_size"])
+        for attr, value in settings.items():
             setattr(self, attr, value)
         self.agents = agents
+        if failure is not None:
+            raise ActionFailed(failure)
         # What a build returns (its InitializeReturn): AI2-THOR's controller converts depth with these planes.
         return {"cameraNearPlane": CAMERA_NEAR_PLANE, "cameraFarPlane": CAMERA_FAR_PLANE}
 
@@ -888,7 +922,12 @@ class Player:
 
     @_action("RotateLeft", "RotateRight")
     def _rotate(self, action: dict) -> None:
-        degrees = _number(action, "degrees", self.rotate_step, lo=-360.0, hi=360.0)
+        # A build's physics agent turns by any degrees (rotateStepDegrees when not given or null), and fails a
+        # turn of 0 it is given (once that turned by the default step), with no errorCode.
+        degrees = _number(action, "degrees", self.rotate_step) if action.get("degrees") is not None else self.rotate_step
+        if degrees == 0:
+            raise ActionFailed(f"{action['action']}: cannot rotate by 0 degrees (leave degrees out to turn by "
+                               f"rotateStepDegrees, {self.rotate_step:g})")
         sign = -1.0 if action["action"] == "RotateLeft" else 1.0
         agent = self._agent
         agent.yaw = _yaw(agent.yaw + sign * degrees)

@@ -69,3 +69,82 @@ def test_a_step_switches_segmentation_on_for_an_agent_action_only():
         md, images = p.handle({**action, "renderInstanceSegmentation": True})
         assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
         assert not {FieldType.IDS_IMAGE, FieldType.THIRD_PARTY_IMAGE_IDS} & _kinds(images), action["action"]
+
+
+# -- Initialize, in a build's order -------------------------------------------------------------------------
+def _turned(p: Player, action: str = "RotateRight") -> float:
+    yaw = p.yaw
+    md, _ = p.handle({"action": action})
+    assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
+    return (p.yaw - yaw) % 360
+
+
+def _visible(p: Player) -> int:
+    return sum(o["visible"] for o in _agent(p.handle({"action": "Pass"})[0])["objects"])
+
+
+def test_a_rotate_step_off_the_grid_fails_with_snap_to_grid_and_is_kept():
+    # A build's Initialize applies rotateStepDegrees, then fails it when snapToGrid (true unless sent) is on and
+    # the step is not 90, 180, 270 or a multiple of 360; what comes after it (visibilityDistance, gridSize) is not
+    # applied, and AgentManager still sets the image switches. The failure has no errorCode.
+    p = Player(width=32, height=24)
+    near = _visible(p)
+    md, images = p.handle({"action": "Initialize", "rotateStepDegrees": 45, "gridSize": 0.5, "visibilityDistance": 10,
+                           "renderDepthImage": True})
+    agent = _agent(md)
+    assert not agent["lastActionSuccess"] and agent["errorCode"] is None
+    assert "snapToGrid" in agent["errorMessage"] and "45" in agent["errorMessage"]
+    assert FieldType.DEPTH_IMAGE in _kinds(images)
+    assert _turned(p) == pytest.approx(45) and _turned(p, "RotateLeft") == pytest.approx(315)
+    assert (p.grid_size, p.visibility_distance) == (0.25, 1.5) and _visible(p) <= near + 1
+
+
+@pytest.mark.parametrize("degrees, snap", [(45, False), (45, "false"), (720, None), (180, True)])
+def test_a_rotate_step_on_the_grid_or_without_snap_to_grid_is_taken(degrees, snap):
+    p = Player(width=32, height=24)
+    action = {"action": "Initialize", "rotateStepDegrees": degrees}
+    if snap is not None:
+        action["snapToGrid"] = snap
+    md, _ = p.handle(action)
+    assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
+    assert _turned(p) == pytest.approx(degrees % 360)
+
+
+def test_a_failed_initialize_keeps_what_a_build_applied_before_the_failure():
+    p = Player(width=32, height=24)
+    assert _agent(p.handle({"action": "Initialize", "gridSize": 0.5, "fieldOfView": 60})[0])["lastActionSuccess"]
+    # The field of view fails first: nothing else of the agent's is applied (the defaults of a new agent
+    # controller), the image switches are.
+    md, images = p.handle({"action": "Initialize", "fieldOfView": 200, "gridSize": 0.75,
+                           "renderInstanceSegmentation": True})
+    agent = _agent(md)
+    assert not agent["lastActionSuccess"] and agent["errorCode"] is None and agent["fov"] == 90
+    assert FieldType.IDS_IMAGE in _kinds(images) and p.grid_size == 0.25
+    # The grid size fails last: the field of view, the rotation step and the visibility distance are applied.
+    md, images = p.handle({"action": "Initialize", "fieldOfView": 60, "rotateStepDegrees": 180,
+                           "visibilityDistance": 10, "gridSize": 7})
+    agent = _agent(md)
+    assert not agent["lastActionSuccess"] and agent["errorCode"] is None and "gridSize" in agent["errorMessage"]
+    assert agent["fov"] == 60 and (p.rotate_step, p.visibility_distance, p.grid_size) == (180, 10, 0.25)
+    assert FieldType.IDS_IMAGE not in _kinds(images)
+
+
+def test_a_failed_initialize_still_makes_the_agents_which_all_report_it():
+    p = Player(width=32, height=24)
+    md, _ = p.handle({"action": "Initialize", "agentCount": 3, "rotateStepDegrees": 30})
+    assert len(md["agents"]) == 3 and len(p.agents) == 3
+    assert all(a["lastAction"] == "Initialize" and a["lastActionSuccess"] is False and a["errorCode"] is None
+               for a in md["agents"])
+    # What the player refuses for its own reasons applies nothing: a value that is not a number.
+    md, _ = p.handle({"action": "Initialize", "rotateStepDegrees": "ninety", "renderDepthImage": True})
+    assert _agent(md)["errorCode"] == "InvalidArgument" and len(p.agents) == 3 and p.render_depth is False
+
+
+def test_a_turn_takes_any_degrees_but_zero():
+    # A build's physics agent turns by any degrees, rotateStepDegrees when none (or null) is given, and fails a
+    # turn of 0 degrees (an InvalidOperationException: no errorCode).
+    p = Player(width=16, height=12)
+    md, _ = p.handle({"action": "RotateRight", "degrees": 0})
+    assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.yaw == 0
+    assert _agent(p.handle({"action": "RotateRight", "degrees": 750})[0])["lastActionSuccess"] and p.yaw == 30
+    assert _agent(p.handle({"action": "RotateLeft", "degrees": None})[0])["lastActionSuccess"] and p.yaw == 300

@@ -31,7 +31,7 @@ def test_reset_restores_the_initialization_defaults(session):
     # the next client of a leased player the previous client's settings (a step of 0.5 m where it asked
     # for none, depth frames it never asked for).
     assert session.step("Initialize", gridSize=0.5, renderDepthImage=True, renderInstanceSegmentation=True,
-                        fieldOfView=60, rotateStepDegrees=30)
+                        fieldOfView=60, rotateStepDegrees=30, snapToGrid=False)
     assert abs(_moved(session) - 0.5) < 1e-6
     assert abs(_turned(session) - 30) < 1e-6
     event = session.step("Pass")
