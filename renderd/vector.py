@@ -2072,8 +2072,8 @@ class _Launcher:
         kw = dict(self.kwargs)
         log_path = kw.get("log_path")
         if log_path is not None:
-            # Only {slot} is replaced: any other brace is part of the path.
-            kw["log_path"] = os.fspath(log_path).replace("{slot}", str(slot))
+            # Only {slot} is replaced: any other brace is part of the path. (A path given as bytes too.)
+            kw["log_path"] = os.fsdecode(log_path).replace("{slot}", str(slot))
         kw["env"] = {**(kw.get("env") or {}), TAG_VARIABLE: self.tag}
         return launch(self.executable, **kw)
 
@@ -2130,6 +2130,15 @@ def launch_many(
     fail to start, one error names every failed slot. Nothing is left running when it raises.
     """
     _check_n(n)
+    log_path = launch_kwargs.get("log_path")
+    if log_path is not None:
+        try:
+            os.fsdecode(log_path)
+        except TypeError:
+            raise TypeError(
+                f"log_path must be a path (str, bytes or os.PathLike; {{slot}} is replaced by the slot) or None, not "
+                f"{type(log_path).__name__}"
+            ) from None
     factory = _Launcher(executable, dict(launch_kwargs))
     return _build(n, factory, "started", replace_on_crash=replace_on_crash, reward_fn=reward_fn, done_fn=done_fn)
 

@@ -516,3 +516,17 @@ def test_a_single_env_closed_while_its_platform_is_probed_leaves_the_probe_alone
     finally:
         helper.join(10.0)
         env.close()
+
+
+def test_launch_many_takes_a_log_path_given_as_bytes(no_leaks, tmp_path):
+    # os.fspath(b".../{slot}.log").replace("{slot}", ...) raised "a bytes-like object is required, not 'str'" in
+    # every launch thread, naming neither the argument nor the slot.
+    pattern = os.fsencode(str(tmp_path / "player-{slot}.log"))
+    vs = renderd.launch_many(2, log_path=pattern, **player_kwargs())
+    try:
+        vs.step(["Pass", "Pass"])
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["player-0.log", "player-1.log"]
+    finally:
+        vs.close()
+    with pytest.raises(TypeError, match=r"log_path must be a path .* or None, not int"):
+        renderd.launch_many(2, log_path=5, **player_kwargs())
