@@ -144,7 +144,11 @@ class _EnvSpec:
             if not self.scenes:
                 raise ValueError("scene must be a name, a non-empty list of names, or None")
             self.scene = None
-        if max_episode_steps is not None and (isinstance(max_episode_steps, bool) or int(max_episode_steps) < 1):
+        if max_episode_steps is not None and (
+            isinstance(max_episode_steps, (bool, np.bool_))
+            or not isinstance(max_episode_steps, numbers.Integral)
+            or max_episode_steps < 1
+        ):
             raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}")
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
         self.reward_fn = reward_fn if reward_fn is not None else default_reward

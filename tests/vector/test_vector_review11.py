@@ -530,3 +530,12 @@ def test_launch_many_takes_a_log_path_given_as_bytes(no_leaks, tmp_path):
         vs.close()
     with pytest.raises(TypeError, match=r"log_path must be a path .* or None, not int"):
         renderd.launch_many(2, log_path=5, **player_kwargs())
+
+
+@pytest.mark.parametrize("limit", ["abc", 2.5, 0, True])
+def test_an_env_refuses_a_max_episode_steps_that_is_no_positive_integer(limit):
+    # "abc" failed with int()'s "invalid literal for int() with base 10", naming no argument; 2.5 was taken as 2.
+    rgym = pytest.importorskip("renderd.gym")
+    for make in (rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)):
+        with pytest.raises(ValueError, match=r"max_episode_steps must be a positive integer or None, got"):
+            make(max_episode_steps=limit, **player_kwargs())
