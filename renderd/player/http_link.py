@@ -4,7 +4,7 @@ With ``AI2THOR_SERVER_TYPE=WSGI`` the player reads ``AI2THOR_HOST``, ``AI2THOR_P
 ``AI2THOR_CLIENT_TOKEN`` and, over one persistent HTTP/1.1 connection (``http.client``):
 
 1. ``GET /ping`` (expects ``pong``; retried for :data:`CONNECT_TIMEOUT` seconds while the server is not
-   listening yet);
+   listening yet, or answers 503, every connection taken);
 2. ``POST /train``: a multipart/form-data body the way Unity's ``WWWForm`` lays it out (image parts first,
    named ``image``, ``image_depth``, ...; then ``metadata`` (JSON) and ``token``), sent with only
    ``Content-Length`` and ``Content-Type`` headers, as a build writes it on a raw socket;
@@ -194,10 +194,11 @@ class HttpLink:
 
     # -- connection ----------------------------------------------------------------------------------
     def connect(self) -> None:
-        """Connect and ``GET /ping``, retrying until :data:`CONNECT_TIMEOUT`. Raises _Stop."""
+        """Connect and ``GET /ping``, retrying until :data:`CONNECT_TIMEOUT` while nothing listens or the server
+        answers 503 (renderd's listener when every connection is taken). Raises _Stop."""
         timeout = ping_timeout()
         deadline = time.monotonic() + CONNECT_TIMEOUT
-        last: Exception | None = None
+        last: Exception | str | None = None
         while time.monotonic() < deadline:
             conn = _Connection(self.host, self.port, timeout=timeout)
             try:
@@ -214,11 +215,16 @@ class HttpLink:
                                 timeout)
                     return
                 conn.close()
-                raise _Stop(f"GET /ping answered {response.status} {body[:200]!r}, expected 200 'pong'", EXIT_IO_ERROR)
+                answer = f"GET /ping answered {response.status} {body[:200]!r}, expected 200 'pong'"
+                if response.status != 503:
+                    raise _Stop(answer, EXIT_IO_ERROR)
+                if not isinstance(last, str):  # (Service Unavailable: renderd's when every connection is taken)
+                    logger.warning("%s; trying again for up to %g s", answer, CONNECT_TIMEOUT)
+                last = answer
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 last = exc
-                time.sleep(CONNECT_RETRY_INTERVAL)
+            time.sleep(CONNECT_RETRY_INTERVAL)
         raise _Stop(f"cannot reach http://{self.host}:{self.port} within {CONNECT_TIMEOUT:g} s: {last}", EXIT_IO_ERROR)
 
     def close(self) -> None:

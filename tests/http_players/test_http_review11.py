@@ -416,3 +416,37 @@ def test_a_pump_waiting_for_a_reader_ends_when_its_bridge_is_closed(no_leaks):
             pump.stop()
         server.stop()
         pair.remove()
+
+
+# -- the reference player meets a full listener ----------------------------------------------------------------
+
+
+def test_the_reference_player_waits_out_a_full_listener(tmp_path, no_leaks):
+    # 503 is the listener's "not now" (every connection taken by a request in progress): the player tries again
+    # until CONNECT_TIMEOUT, as while nothing listens yet, instead of exiting 1 at its first ping.
+    from tests.helpers.http_util import spawn_player
+
+    registry = PlayerBridgeRegistry()
+    server = PlayerHttpServer(registry, max_connections=1).start()
+    held = player = None
+    try:
+        bridge = registry.register(name="late player")
+        held = RawClient(server.port)
+        held.send(b"GET /ping HTTP/1.1\r\n")  # the one place, its request in progress
+        wait_for(lambda: any(c.in_request for c in server._connections), DEADLINE, "the request to begin")
+        log = tmp_path / "player.log"
+        player = spawn_player(server.port, bridge.token, log_path=str(log))
+        # Three refused pings (the first logged, two more counted), or the player's exit at the first (before).
+        wait_for(lambda: server._connection_refusals._quiet >= 2 or player.exited(), DEADLINE, "refused pings")
+        assert not player.exited(), log.read_text()
+        held.send(b"\r\n")
+        assert held.response().body == b"pong"
+        held.close()
+        frame = bridge.recv(deadline(), "start_timeout")
+        assert frame.first(FieldType.METADATA) is not None
+    finally:
+        if held is not None:
+            held.close()
+        server.stop()
+        if player is not None:
+            player.stop(1.0)
