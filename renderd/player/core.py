@@ -23,8 +23,9 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 
 A link calls ``player.limit_answer_size(limit)`` with the largest message its transport carries (and
 ``player.limit_metadata_size(limit)`` with its largest metadata field); the player then refuses
-(``InvalidArgument``) a ChangeResolution, AddThirdPartyCamera or Initialize of several agents whose largest
-possible answer would not fit, instead of sending a message the client must reject.
+(``InvalidArgument``) a ChangeResolution, AddThirdPartyCamera, Initialize of several agents or
+GetReachablePositions whose largest possible answer would not fit, instead of sending a message the client must
+reject.
 
 Agents, as a build has them: the player starts with one, and a Reset leaves one (agent 0 answers it);
 ``Initialize`` with ``agentCount`` N (1..:data:`MAX_AGENTS`) makes N, placed as a build's AgentManager places
@@ -145,11 +146,16 @@ MAX_AGENTS = 6
 #: The point of the flood of free positions (:meth:`Scene.flood`) agent 1 is placed on; agent ``i`` on the
 #: next ones, as a build's AgentManager places agent ``i`` on its reachable position ``i + 4``.
 FIRST_AGENT_SPOT = 5
-#: What :meth:`Player.limit_metadata_size` counts for one agent's metadata besides synthetic objects (the
-#: room's objects, a few KB; an actionReturn such as GetReachablePositions', tens of KB), and per synthetic
-#: object (one is about 930 bytes of msgpack and 1,010 of JSON).
+#: What :meth:`Player.limit_metadata_size` counts for one agent's metadata besides synthetic objects and a list
+#: actionReturn (:data:`RETURN_ITEM_SIZE`): the room's objects, a few KB, and a small actionReturn; and per
+#: synthetic object (one is about 930 bytes of msgpack and 1,010 of JSON).
 AGENT_METADATA_BASE = 256 * 1024
 SYNTHETIC_OBJECT_SIZE = 1100
+#: What one item of a list actionReturn takes at most, beyond :data:`AGENT_METADATA_BASE`: a position of
+#: GetReachablePositions is 34 bytes of msgpack and at most 36 of JSON (its coordinates rounded to 4 decimals, the
+#: rooms under 10 m). Every agent keeps its last actionReturn, so several that ran GetReachablePositions at a
+#: fine grid (about 230,000 positions at 0.01 m) could make a metadata field larger than the transport carries.
+RETURN_ITEM_SIZE = 40
 _EPS = 1e-6
 #: Bytes set aside for the metadata and the framing when checking that the largest answer fits the
 #: transport (:meth:`Player.limit_answer_size`): far more than this player's metadata (a few KB, ~1 KB per
@@ -383,16 +389,25 @@ def _packed_pairs(d: dict[str, Any]) -> bytes:
     return b"".join(_pack(k) + _pack(v) for k, v in d.items())
 
 
+def _return_size(result: Any) -> int:
+    """At most how many bytes an actionReturn takes (msgpack or JSON) beyond what :data:`AGENT_METADATA_BASE`
+    counts: a list's items :data:`RETURN_ITEM_SIZE` bytes each (the player's lists hold positions or scene
+    names), nothing for anything else (a dict of a few fields)."""
+    return len(result) * RETURN_ITEM_SIZE if isinstance(result, list) else 0
+
+
 class _Outcome:
     """What an agent's last action came to: its per-action metadata values (:data:`_ACTION_KEYS` order), also
     packed as msgpack pairs and as JSON pairs on first use, so an agent that did not act is not packed again."""
 
-    __slots__ = ("values", "_packed", "_json")
+    __slots__ = ("values", "_packed", "_json", "return_size")
 
     def __init__(self, values: tuple) -> None:
         self.values = values
         self._packed: bytes | None = None
         self._json: bytes | None = None
+        #: At most how many bytes the actionReturn takes beyond :data:`AGENT_METADATA_BASE` (:func:`_return_size`).
+        self.return_size = _return_size(values[4])
 
     def packed(self) -> bytes:
         """The pairs packed. Raises TypeError if the action's return value cannot be packed (the player's never is)."""
@@ -636,8 +651,9 @@ class Player:
     def limit_metadata_size(self, limit: int) -> None:
         """Refuse (``InvalidArgument``, changing nothing) an Initialize of several agents whose metadata could be
         over ``limit`` bytes: :data:`AGENT_METADATA_BASE` per agent, and :data:`SYNTHETIC_OBJECT_SIZE` per
-        agent and synthetic object. A link calls this with the largest metadata field (or form part) its
-        transport carries; the lowest limit given holds. (One agent's metadata always fits: ``--metadata-objects``
+        agent and synthetic object; and a GetReachablePositions whose positions (:data:`RETURN_ITEM_SIZE` each),
+        with the actionReturns the other agents keep, could make it larger. A link calls this with the largest
+        metadata field (or form part) its transport carries; the lowest limit given holds. (One agent's metadata always fits: ``--metadata-objects``
         is limited to that.)"""
         if self.max_metadata_size is None or limit < self.max_metadata_size:
             self.max_metadata_size = limit
@@ -653,8 +669,10 @@ class Player:
         limit = self.max_answer_size
         if limit is None:
             return
+        # An action that keeps the agents keeps their actionReturns too: what they take beyond the allowance counts.
+        kept = self._kept_return_size() if agents is None else 0
         agents = len(self.agents) if agents is None else agents
-        size = self.largest_answer_size(width, height, cameras, agents)
+        size = self.largest_answer_size(width, height, cameras, agents) + kept
         if size > limit:
             with_agents = f" and {agents} agents" if agents > 1 else ""
             raise ActionFailed(
@@ -859,6 +877,31 @@ class Player:
             taken.append((x, z))
         return agents
 
+    def _kept_return_size(self, but: int | None = None) -> int:
+        """What the agents' kept actionReturns take beyond the allowance (:attr:`_Outcome.return_size`), leaving
+        out agent ``but``'s."""
+        return sum(a.outcome.return_size for i, a in enumerate(self.agents) if i != but and a.outcome is not None)
+
+    def _check_return_size(self, what: str, size: int) -> None:
+        """Refuse (``InvalidArgument``) an actionReturn of up to ``size`` bytes for the acting agent that, with the
+        other agents' kept ones, could make the metadata larger than a field the transport carries
+        (:meth:`limit_metadata_size`) or the answer larger than a message (:meth:`limit_answer_size`)."""
+        agents = len(self.agents)
+        returns = self._kept_return_size(but=self.active) + size
+        metadata = agents * (AGENT_METADATA_BASE + len(self._synthetic) * SYNTHETIC_OBJECT_SIZE) + returns
+        limit = self.max_metadata_size
+        if limit is not None and metadata > limit:
+            raise ActionFailed(
+                f"{what}: its actionReturn (up to {size} bytes) would make the metadata of the {agents} agent(s), each "
+                f"keeping its last actionReturn, up to {metadata} bytes, over the {limit} bytes this player's "
+                f"transport carries in one field", "InvalidArgument")
+        limit = self.max_answer_size
+        answer = self.largest_answer_size(self.width, self.height, len(self.cameras)) + returns
+        if limit is not None and answer > limit:
+            raise ActionFailed(
+                f"{what}: its actionReturn (up to {size} bytes) would make an answer with every image type up to "
+                f"{answer} bytes, over the {limit} bytes this player's transport carries", "InvalidArgument")
+
     def _check_metadata_size(self, agents: int) -> None:
         limit = self.max_metadata_size
         size = agents * (AGENT_METADATA_BASE + len(self._synthetic) * SYNTHETIC_OBJECT_SIZE)
@@ -1002,7 +1045,10 @@ class Player:
     def _reachable(self, action: dict) -> list[dict[str, float]]:
         # The points are already rounded to 4 decimals, as _xyz would round them.
         y = round(AGENT_Y, 4)
-        return [{"x": x, "y": y, "z": z} for x, z in self.scene.reachable_positions(self.grid_size)]
+        points = self.scene.reachable_positions(self.grid_size)
+        # Refused before the (large) list is built when the answer could not be carried.
+        self._check_return_size("GetReachablePositions", len(points) * RETURN_ITEM_SIZE)
+        return [{"x": x, "y": y, "z": z} for x, z in points]
 
     @_action("AddThirdPartyCamera")
     def _add_camera(self, action: dict) -> dict[str, Any]:

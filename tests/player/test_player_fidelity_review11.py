@@ -148,3 +148,39 @@ def test_a_turn_takes_any_degrees_but_zero():
     assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.yaw == 0
     assert _agent(p.handle({"action": "RotateRight", "degrees": 750})[0])["lastActionSuccess"] and p.yaw == 30
     assert _agent(p.handle({"action": "RotateLeft", "degrees": None})[0])["lastActionSuccess"] and p.yaw == 300
+
+
+# -- every agent keeps its actionReturn: the answer must still fit the transport ------------------------------
+def test_kept_reachable_positions_never_make_the_metadata_too_large_for_the_transport():
+    # Each agent's map keeps its last actionReturn; GetReachablePositions at a 1 cm grid returns about 230,000
+    # positions (about 8 MB). A second agent running it would have made a metadata field larger than this
+    # "transport" carries; it is refused instead, and the answer (agent 0's positions still in it) fits.
+    limit = 10_000_000
+    p = Player(width=16, height=12)
+    p.limit_metadata_size(limit)
+    md, _ = p.handle({"action": "Initialize", "agentCount": 2, "gridSize": 0.01})
+    assert all(a["lastActionSuccess"] for a in md["agents"]), md["agents"][0]["errorMessage"]
+    answer = p.answer({"action": "GetReachablePositions"})
+    assert _agent(answer.metadata())["lastActionSuccess"] and len(_agent(answer.metadata())["actionReturn"]) > 200_000
+    answer = p.answer({"action": "GetReachablePositions", "agentId": 1})
+    refused = _agent(answer.metadata(), 1)
+    assert refused["lastActionSuccess"] is False and refused["errorCode"] == "InvalidArgument"
+    assert "actionReturn" in refused["errorMessage"] and str(limit) in refused["errorMessage"]
+    assert len(_agent(answer.metadata(), 0)["actionReturn"]) > 200_000
+    assert len(answer.packed_metadata()) <= limit and len(answer.json_metadata()) <= limit
+    # A coarser grid's positions fit.
+    assert _agent(p.handle({"action": "Initialize", "agentCount": 2})[0], 1)["lastActionSuccess"]
+    assert _agent(p.answer({"action": "GetReachablePositions", "agentId": 1}).metadata(), 1)["lastActionSuccess"]
+
+
+def test_a_kept_action_return_counts_against_the_answer_size():
+    # Metadata beyond the allowance an answer keeps for it (16 MiB per agent) counts too: synthetic objects and
+    # a 1 cm grid's positions together are more than that.
+    p = Player(width=16, height=12, metadata_objects=12000)
+    limit = p.largest_answer_size(16, 12, 0) + (1 << 20)
+    p.limit_answer_size(limit)
+    assert _agent(p.handle({"action": "Initialize", "gridSize": 0.01})[0])["lastActionSuccess"]
+    answer = p.answer({"action": "GetReachablePositions"})
+    agent = _agent(answer.metadata())
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] == "InvalidArgument", agent["errorMessage"][:80]
+    assert len(answer.packed_metadata()) + sum(image.nbytes for _, image in answer.images) <= limit
