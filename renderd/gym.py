@@ -20,6 +20,7 @@ action list, and compute rewards and termination with caller-supplied functions 
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import secrets
 import threading
@@ -151,16 +152,31 @@ class _EnvSpec:
         ):
             raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}")
         self.max_episode_steps = None if max_episode_steps is None else int(max_episode_steps)
+        for name, fn in (("reward_fn", reward_fn), ("terminated_fn", terminated_fn)):
+            if fn is not None and not callable(fn):
+                raise TypeError(f"{name} must be None or a callable {name}(event), not {type(fn).__name__}")
         self.reward_fn = reward_fn if reward_fn is not None else default_reward
         self.terminated_fn = terminated_fn if terminated_fn is not None else never_terminated
         self.depth = bool(depth)
-        self.max_depth = float(max_depth)
+        try:
+            self.max_depth = float(max_depth)
+        except (TypeError, ValueError):
+            self.max_depth = math.nan
         if not (self.max_depth > 0 and np.isfinite(self.max_depth)):
             raise ValueError(f"max_depth must be a positive finite number of metres, got {max_depth!r}")
+        if init_params is not None and not isinstance(init_params, Mapping):
+            raise TypeError(
+                f"init_params must be a dict of Initialize parameters (gridSize, fieldOfView...), not "
+                f"{type(init_params).__name__}"
+            )
         self.init_params = dict(init_params or {})
         if self.depth:
             self.init_params["renderDepthImage"] = True
-        self.width, self.height = int(width), int(height)
+        try:
+            encode_action({"action": "Initialize", **self.init_params})
+        except ValueError as exc:
+            raise ValueError(f"init_params cannot be sent: {exc}") from None
+        self.width, self.height = _dimension(width, "width"), _dimension(height, "height")
         obs: dict[str, spaces.Space] = {"rgb": spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)}
         if self.depth:
             obs["depth"] = spaces.Box(0.0, self.max_depth, (self.height, self.width), np.float32)
@@ -244,6 +260,18 @@ class _EnvSpec:
     def info(event: Event) -> dict[str, Any]:
         # From the event's summary: a full metadata decode here cost about 30 us per sub-environment step.
         return {"last_action_success": bool(event), "error_message": event.error_message}
+
+
+def _dimension(value: Any, name: str) -> int:
+    """``width``/``height``: an integer 1..MAX_RESOLUTION (:class:`~renderd.config.ArgumentError`, a ValueError,
+    naming it otherwise), checked before the observation space is made of it."""
+    from renderd.config import ArgumentError, ConfigError
+    from renderd.process import check_size
+
+    try:
+        return check_size(value, name)
+    except ConfigError as exc:
+        raise ArgumentError(exc.reason, key=name) from None
 
 
 def _scene_type(value: Any) -> str:

@@ -539,3 +539,28 @@ def test_an_env_refuses_a_max_episode_steps_that_is_no_positive_integer(limit):
     for make in (rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)):
         with pytest.raises(ValueError, match=r"max_episode_steps must be a positive integer or None, got"):
             make(max_episode_steps=limit, **player_kwargs())
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"width": "abc"}, ValueError, r"^width: must be an integer 1\.\.\d+, got 'abc'"),
+        ({"height": 2.5}, ValueError, r"^height: must be an integer 1\.\.\d+, got 2\.5"),
+        ({"max_depth": "far"}, ValueError, r"^max_depth must be a positive finite number of metres, got 'far'"),
+        ({"init_params": 5}, TypeError, r"^init_params must be a dict of Initialize parameters"),
+        ({"init_params": {"gridSize": b"1"}}, ValueError, r"^init_params cannot be sent: .*bytes"),
+        ({"reward_fn": 3}, TypeError, r"^reward_fn must be None or a callable reward_fn\(event\), not int"),
+        ({"terminated_fn": "no"}, TypeError, r"^terminated_fn must be None or a callable"),
+    ],
+)
+def test_an_env_refuses_bad_arguments_naming_them_before_a_player_starts(kwargs, error, match):
+    # width="abc" raised int()'s "invalid literal for int() with base 10", max_depth="far" float()'s "could not
+    # convert string to float", init_params=5 "'int' object is not iterable"; height=2.5 was taken as 2; an
+    # init_params value that cannot be sent, or a reward_fn that is no callable, failed only at the first reset or
+    # step (the vector env's after its players had started).
+    rgym = pytest.importorskip("renderd.gym")
+    launched = len(_players())
+    for make in (rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)):
+        with pytest.raises(error, match=match):
+            make(**{**player_kwargs(), **kwargs})
+    assert len(_players()) == launched
