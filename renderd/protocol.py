@@ -332,7 +332,7 @@ def encode_action(action: dict[str, Any]) -> list[Any]:
         body = _ACTION_ENCODER.encode(action).encode("utf-8")
     except (TypeError, ValueError) as exc:
         raise ValueError(f"action cannot be encoded as JSON: {exc}") from exc
-    except RecursionError as exc:  # nested deeper than the encoder can follow from here
+    except RecursionError:  # nested deeper than the encoder can follow from here
         raise ValueError(
             f"action {action.get('action')!r} nests arrays or objects too deeply to be encoded as JSON "
             f"(over the limit of {MAX_ACTION_DEPTH} levels, MAX_ACTION_DEPTH); nothing was sent"
