@@ -954,7 +954,13 @@ class Player:
     def _move(self, action: dict) -> None:
         name = action["action"]
         agent = self._agent
-        magnitude = _number(action, "moveMagnitude", self.grid_size, lo=0.0, hi=100.0)
+        # A build's physics agent moves gridSize when moveMagnitude is not given (or null) and fails one not above 0
+        # (an InvalidOperationException: no errorCode). Over 100 m is the player's own limit.
+        magnitude = self.grid_size
+        if action.get("moveMagnitude") is not None:
+            magnitude = _number(action, "moveMagnitude", hi=100.0)
+            if magnitude <= 0:
+                raise ActionFailed(f"{name}: moveMagnitude must be above 0, got {magnitude:g}")
         angle = math.radians(agent.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
         x = round(agent.x + magnitude * math.sin(angle), 4)
         z = round(agent.z + magnitude * math.cos(angle), 4)
@@ -977,9 +983,15 @@ class Player:
 
     @_action("LookUp", "LookDown")
     def _look(self, action: dict) -> None:
-        degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES, lo=0.0, hi=180.0)
-        # A build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown) fails a look past the
-        # limit with the errorCode LookDownCantExceedMin, up as well as down.
+        # As a build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown): degrees below 0, or
+        # not a multiple of 0.1, fail (no errorCode); 0 (ServerAction's own default) looks 30 degrees; a look past
+        # the limit fails with the errorCode LookDownCantExceedMin, up as well as down.
+        degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES)
+        if degrees < 0:
+            raise ActionFailed(f"{action['action']} needs degrees of 0 or more, got {degrees:g}")
+        if abs(degrees * 10 - round(degrees * 10)) > 1e-4:
+            raise ActionFailed(f"{action['action']} needs degrees that are a multiple of 0.1, got {degrees!r}")
+        degrees = round(degrees, 1) or DEFAULT_LOOK_DEGREES
         agent = self._agent
         if action["action"] == "LookUp":
             horizon = agent.horizon - degrees

@@ -184,3 +184,25 @@ def test_a_kept_action_return_counts_against_the_answer_size():
     agent = _agent(answer.metadata())
     assert agent["lastActionSuccess"] is False and agent["errorCode"] == "InvalidArgument", agent["errorMessage"][:80]
     assert len(answer.packed_metadata()) + sum(image.nbytes for _, image in answer.images) <= limit
+
+
+# -- moves and looks, as a build's physics agent --------------------------------------------------------------
+def test_a_move_of_zero_or_less_fails_without_an_error_code_and_null_moves_a_grid_step():
+    p = Player(width=16, height=12)
+    for magnitude in (0, -0.25):
+        md, _ = p.handle({"action": "MoveAhead", "moveMagnitude": magnitude})
+        assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.z == -2.0
+        assert "moveMagnitude" in _agent(md)["errorMessage"]
+    assert _agent(p.handle({"action": "MoveAhead", "moveMagnitude": None})[0])["lastActionSuccess"] and p.z == -1.75
+
+
+def test_a_look_of_zero_degrees_looks_thirty_and_a_bad_one_fails_without_an_error_code():
+    p = Player(width=16, height=12)
+    assert _agent(p.handle({"action": "LookDown", "degrees": 0})[0])["lastActionSuccess"] and p.horizon == 30
+    for degrees in (-10, 10.05):
+        md, _ = p.handle({"action": "LookUp", "degrees": degrees})
+        assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.horizon == 30
+    # Any look past the limit is the build's LookDownCantExceedMin, however far.
+    md, _ = p.handle({"action": "LookDown", "degrees": 500})
+    assert _agent(md)["errorCode"] == "LookDownCantExceedMin" and p.horizon == 30
+    assert _agent(p.handle({"action": "LookUp", "degrees": 45.5})[0])["lastActionSuccess"] and p.horizon == -15.5
