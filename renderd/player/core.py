@@ -1062,41 +1062,57 @@ class Player:
         self._check_return_size("GetReachablePositions", len(points) * RETURN_ITEM_SIZE)
         return [{"x": x, "y": y, "z": z} for x, z in points]
 
+    @staticmethod
+    def _camera_fov(fov: float) -> float:
+        """A third-party camera's field of view, checked as a build's AgentManager checks it (above 0 and below
+        180, else an ArgumentOutOfRangeException: a failure with no errorCode), then against what this player
+        renders (:data:`MIN_FOV`..:data:`MAX_FOV`, ``InvalidArgument``)."""
+        if not 0 < fov < 180:
+            raise ActionFailed(f"fieldOfView must be above 0 and below 180, got {fov:g}")
+        if not MIN_FOV <= fov <= MAX_FOV:
+            raise ActionFailed(f"fieldOfView must be between {MIN_FOV:g} and {MAX_FOV:g} in this player, got {fov:g}",
+                               "InvalidArgument")
+        return fov
+
     @_action("AddThirdPartyCamera")
     def _add_camera(self, action: dict) -> dict[str, Any]:
-        if len(self.cameras) >= MAX_THIRD_PARTY_CAMERAS:
-            raise ActionFailed(f"at most {MAX_THIRD_PARTY_CAMERAS} third-party cameras", "InvalidArgument")
+        # As a build's: arguments missing (MissingArguments) or of the wrong kind (InvalidArgument) first, then the
+        # field of view; then the player's own limits.
         if "position" not in action or "rotation" not in action:
             raise ActionFailed("AddThirdPartyCamera needs position and rotation", "MissingArguments")
-        camera = _Camera(
-            _vector(action["position"], "position"),
-            _vector(action["rotation"], "rotation"),
-            _number(action, "fieldOfView", DEFAULT_FOV, lo=1.0, hi=179.0),  # Unity's default, not the agent's
-        )
+        position = _vector(action["position"], "position")
+        rotation = _vector(action["rotation"], "rotation")
+        fov = self._camera_fov(_number(action, "fieldOfView", DEFAULT_FOV))  # Unity's default, not the agent's
+        if len(self.cameras) >= MAX_THIRD_PARTY_CAMERAS:
+            raise ActionFailed(f"at most {MAX_THIRD_PARTY_CAMERAS} third-party cameras", "InvalidArgument")
+        camera = _Camera(position, rotation, fov)
         self._check_answer_size("AddThirdPartyCamera", self.width, self.height, len(self.cameras) + 1)
         self.cameras.append(camera)
         return camera.metadata(len(self.cameras) - 1)
 
     @_action("UpdateThirdPartyCamera")
     def _update_camera(self, action: dict) -> dict[str, Any]:
-        index = action.get("thirdPartyCameraId", 0)
-        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(self.cameras):
-            raise ActionFailed(
-                f"thirdPartyCameraId {index!r} does not name one of the {len(self.cameras)} camera(s)",
-                "InvalidArgument",
-            )
-        camera = self.cameras[index]
         # Every argument is checked before any is applied: a failed update leaves the camera as it was. A
-        # position or rotation, or an axis of one, that is not given (or null) keeps the camera's value, as in a
-        # build, whose AgentManager.UpdateThirdPartyCamera takes both as optional vectors filled in from the
-        # camera's own.
+        # position or rotation, or an axis of one, or a field of view, that is not given (or null) keeps the
+        # camera's value, as in a build, whose AgentManager.UpdateThirdPartyCamera takes them as optional values
+        # filled in from the camera's own. As there, the field of view is checked first, then the camera's id
+        # (one out of range: a failure with no errorCode; not an integer: InvalidArgument).
+        index = action.get("thirdPartyCameraId", 0)
+        fov = action.get("fieldOfView")
+        if fov is not None:
+            fov = self._camera_fov(_number(action, "fieldOfView"))
+        if not _finite(index) or index != int(index):
+            raise ActionFailed(f"thirdPartyCameraId must be an integer, got {index!r}", "InvalidArgument")
+        index = int(index)
+        if not 0 <= index < len(self.cameras):
+            raise ActionFailed(f"thirdPartyCameraId {index!r} does not name one of the {len(self.cameras)} camera(s)")
+        camera = self.cameras[index]
         position, rotation = camera.position, camera.rotation
         if action.get("position") is not None:
             position = _vector(action["position"], "position", position)
         if action.get("rotation") is not None:
             rotation = _vector(action["rotation"], "rotation", rotation)
-        fov = _number(action, "fieldOfView", lo=1.0, hi=179.0) if "fieldOfView" in action else camera.fov
-        camera.position, camera.rotation, camera.fov = position, rotation, fov
+        camera.position, camera.rotation, camera.fov = position, rotation, camera.fov if fov is None else fov
         return camera.metadata(index)
 
     # -- state -----------------------------------------------------------------------------------------

@@ -131,7 +131,7 @@ def test_every_action_is_registered():
         ({"action": "TeleportFull", "position": {"x": 0, "y": 0, "z": 0}}, "MissingArguments"),
         ({"action": "Teleport", "position": [1, 2]}, "InvalidArgument"),
         ({"action": "Reset", "sceneName": "Nowhere"}, "InvalidArgument"),
-        ({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 5}, "InvalidArgument"),
+        ({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 5}, None),  # a build's: no errorCode
         ({"action": "Pass", "agentId": 1}, "InvalidArgument"),
         ({"action": "RenderdFault", "fault": "explode"}, "InvalidArgument"),
         # Values that once ended the player (OverflowError, ValueError, an unpackable echo):
@@ -164,21 +164,21 @@ def test_a_failed_initialize_changes_nothing():
 
 
 @pytest.mark.parametrize(
-    "update",
+    "update, code",
     [
-        {"position": {"x": 1, "y": 2, "z": 1}, "rotation": "bad"},
-        {"rotation": {"x": 10, "y": 20, "z": 0}, "fieldOfView": 500},
-        {"position": {"x": 1, "y": 2, "z": 1}, "fieldOfView": float("nan")},
+        ({"position": {"x": 1, "y": 2, "z": 1}, "rotation": "bad"}, "InvalidArgument"),
+        ({"rotation": {"x": 10, "y": 20, "z": 0}, "fieldOfView": 500}, None),  # a build's: no errorCode
+        ({"position": {"x": 1, "y": 2, "z": 1}, "fieldOfView": float("nan")}, "InvalidArgument"),
     ],
 )
-def test_a_failed_camera_update_changes_nothing(update):
+def test_a_failed_camera_update_changes_nothing(update, code):
     p = Player(width=16, height=16)
     p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 1.5, "z": 0},
               "rotation": {"x": 30, "y": 0, "z": 0}})
     before = p.handle({"action": "Pass"})[0]["thirdPartyCameras"]
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, **update})
     assert md["agents"][0]["lastActionSuccess"] is False
-    assert md["agents"][0]["errorCode"] == "InvalidArgument"
+    assert md["agents"][0]["errorCode"] == code
     assert md["thirdPartyCameras"] == before
 
 

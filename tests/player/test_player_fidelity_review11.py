@@ -206,3 +206,29 @@ def test_a_look_of_zero_degrees_looks_thirty_and_a_bad_one_fails_without_an_erro
     md, _ = p.handle({"action": "LookDown", "degrees": 500})
     assert _agent(md)["errorCode"] == "LookDownCantExceedMin" and p.horizon == 30
     assert _agent(p.handle({"action": "LookUp", "degrees": 45.5})[0])["lastActionSuccess"] and p.horizon == -15.5
+
+
+# -- third-party cameras, as a build's AgentManager checks them ----------------------------------------------
+def test_a_camera_field_of_view_outside_a_builds_range_fails_without_an_error_code():
+    p = Player(width=16, height=12)
+    camera = {"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0}, "rotation": {"x": 90}}
+    for fov in (0, -5, 180, 500):
+        md, _ = p.handle({**camera, "fieldOfView": fov})
+        assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and not p.cameras
+    md, _ = p.handle({**camera, "fieldOfView": 179.5})  # a build's, not this player's
+    assert _agent(md)["errorCode"] == "InvalidArgument" and not p.cameras
+    assert _agent(p.handle(camera)[0])["lastActionSuccess"] and p.cameras[0].fov == 90
+    md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 3, "fieldOfView": 60})
+    assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None
+    md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "fieldOfView": 0})
+    assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.cameras[0].fov == 90
+
+
+def test_a_null_camera_field_of_view_keeps_the_cameras():
+    # As a position or rotation not given (or null) does: a build takes all three as optional values.
+    p = Player(width=16, height=12)
+    p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0}, "rotation": {"x": 90}})
+    md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0.0, "fieldOfView": None,
+                      "position": {"y": 2.5}})
+    assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
+    assert md["thirdPartyCameras"][0]["fieldOfView"] == 90 and md["thirdPartyCameras"][0]["position"]["y"] == 2.5
