@@ -1,8 +1,9 @@
 """How configuration changes reach running players: keys a running player never sees (``start_timeout``, the daemon's
 ``stop_grace``) change without replacing any player and are used from then on; an environment declared again while
 its removal is under way (DELETE, a reload that dropped it) gets players of its own, and none of the removed
-declaration serves it. Real players, real FIFOs: an in-process Supervisor (tests/daemon/test_robustness.py's
-``supervisor_with``) where the loop's passes are counted, a real ``renderd start`` where the reload and the API are."""
+declaration serves it; a changed backoff re-times the restarts being waited for. Real players, real FIFOs: an
+in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``) where the loop's passes are counted,
+a real ``renderd start`` where the reload and the API are."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from renderd.config import EnvironmentConfig, loads, settings
+from renderd.config import IN_PLACE_KEYS, EnvironmentConfig, loads, settings
 from renderd.daemon.client import connect
 from renderd.daemon.leases import LeaseEnd
 from renderd.daemon.supervisor import State
@@ -68,8 +69,6 @@ def _counting():
 
 # -- 1. keys a running player never sees ------------------------------------------------------------------------
 def test_only_the_keys_a_player_is_started_with_need_new_players():
-    from renderd.config import IN_PLACE_KEYS
-
     base = EnvironmentConfig(name="demo", executable="/bin/true")
     for key, value in [("start_timeout", 1.0), ("step_timeout", 1.0), ("health_interval", 1.0), ("instances", 2),
                        ("restart", "never")]:
