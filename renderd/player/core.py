@@ -1013,13 +1013,20 @@ class Player:
             missing = [k for k in ("position", "rotation", "horizon") if k not in action]
             if missing:
                 raise ActionFailed(f"TeleportFull needs {', '.join(missing)}", "MissingArguments")
-        if "position" in action:
+        # Teleport's position, rotation and horizon are optional in a build (null: not given); TeleportFull's are
+        # not. A horizon outside the look limits fails (an ArgumentOutOfRangeException: no errorCode), as the
+        # blocked spot does.
+        full = action["action"] == "TeleportFull"
+        if "position" in action and (full or action["position"] is not None):
             x, _, z = _vector(action["position"], "position")
-        if "rotation" in action:
+        if "rotation" in action and (full or action["rotation"] is not None):
             rot = action["rotation"]
             yaw = _vector(rot, "rotation")[1] if isinstance(rot, dict) else _number(action, "rotation")
-        if "horizon" in action:
-            horizon = _number(action, "horizon", lo=-MAX_LOOK_UP, hi=MAX_LOOK_DOWN)
+        if "horizon" in action and (full or action["horizon"] is not None):
+            horizon = _number(action, "horizon")
+            if not -MAX_LOOK_UP <= horizon <= MAX_LOOK_DOWN:
+                raise ActionFailed(f"{action['action']}: horizon must be between {-MAX_LOOK_UP:g} and "
+                                   f"{MAX_LOOK_DOWN:g}, got {horizon:g}")
         hit = self.scene.collision(x, z, others=self._others())
         if hit is not None:
             raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")

@@ -232,3 +232,16 @@ def test_a_null_camera_field_of_view_keeps_the_cameras():
                       "position": {"y": 2.5}})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
     assert md["thirdPartyCameras"][0]["fieldOfView"] == 90 and md["thirdPartyCameras"][0]["position"]["y"] == 2.5
+
+
+def test_a_teleport_horizon_past_the_look_limits_fails_without_an_error_code_and_null_is_not_given():
+    p = Player(width=16, height=12)
+    for action in ("Teleport", "TeleportFull"):
+        md, _ = p.handle({"action": action, "position": {"x": 0.5, "y": 0.9, "z": -2}, "rotation": {"y": 90},
+                          "horizon": 75})
+        assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.x == 0
+        assert "horizon" in _agent(md)["errorMessage"]
+    md, _ = p.handle({"action": "Teleport", "position": {"x": 0.5, "y": 0.9, "z": -2}, "rotation": None,
+                      "horizon": None})
+    assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
+    assert (p.x, p.yaw, p.horizon) == (0.5, 0, 0)
