@@ -191,7 +191,10 @@ class Session:
         self._broken_during: str | None = None  # the action whose step broke the session
         self._closer: int | None = None  # the thread running close()
         self._closed = threading.Event()  # set once close() has released everything
-        self._channel_left_open = False  # close() left the pipes to the step it interrupted in its own thread
+        # close() left the pipes to a step still using them: one it interrupted in its own thread (a signal
+        # handler), or one another thread had not ended within CLOSE_WAITER_TIMEOUT. Cleared by whoever closes them.
+        self._channel_left_open = False
+        self._left_lock = threading.RLock()
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -439,11 +442,26 @@ class Session:
         )
 
     def _finish_close(self) -> None:
-        """In a send or receive that :meth:`close` interrupted in this very thread (a signal handler): close the
-        pipes it left open for this step, now that the step leaves them."""
-        if self._channel_left_open:
+        """As a send or receive that :meth:`close` left the pipes to ends (one it interrupted in this very thread,
+        from a signal handler, or one of another thread that it did not wait for any longer): close them now,
+        unless a call of this session in another thread still uses them."""
+        if not self._channel_left_open:
+            return
+        with self._left_lock:
+            if not self._channel_left_open or self._other_thread_inside():
+                return
             self._channel_left_open = False
-            self.channel.close()
+        self.channel.close()
+
+    def _close_when_left(self) -> None:
+        """In a thread of its own, once :meth:`close` has left the pipes to a step of another thread: close them
+        when that step has left them, in case it ends without passing through :meth:`_finish_close` (it was
+        past its last check). Polls the threads' stacks; ends as soon as the pipes are closed."""
+        while self._channel_left_open and not sys.is_finalizing():
+            if not self._other_thread_inside():
+                self._finish_close()
+                return
+            time.sleep(0.05)
 
     def _channel_call_here(self) -> bool:
         """Whether this thread is inside a call of the channel made by this session's send or receive (so
@@ -566,8 +584,9 @@ class Session:
         process forked from the one that made the session, it only marks this copy closed: the player, its
         pipes and its lease stay the parent's. Called from another thread while a step waits, it stops an
         owned player first (runs ``on_close`` first for one it does not own: a lease released uncleanly has the
-        daemon stop it) and closes the pipes once that step has left them (at most
-        :data:`CLOSE_WAITER_TIMEOUT` seconds later); the step raises :class:`CallOrderError`. Called from a
+        daemon stop it) and closes the pipes once that step has left them; the step raises
+        :class:`CallOrderError`. A step still inside after :data:`CLOSE_WAITER_TIMEOUT` seconds keeps the pipes:
+        close() logs a warning and returns, and they are closed as that step ends. Called from a
         signal handler that interrupted a step of this session in its thread, it stops the player and leaves
         the pipes to that step, which closes them as it ends. Called while another thread's close() is under
         way, it returns once that one has finished.
@@ -594,6 +613,7 @@ class Session:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
         waiter = (self.process is not None or self._on_close is not None) and self._other_thread_inside()
         here = self._channel_call_here()
+        left = False  # the pipes are left to a step of another thread that did not end in time
         if error is None and (waiter or here):  # (a send may have written part of its action)
             error = CallOrderError("the session was closed while a step used its pipes")
         self._state = SessionState.CLOSED
@@ -617,16 +637,29 @@ class Session:
                     deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
                     while self._other_thread_inside():
                         if time.monotonic() > deadline:
-                            log.warning("closing the pipes of player pid %s under a step that still waits", self._pid)
+                            # Closing the pipes now would leave that step polling, reading or writing descriptor
+                            # numbers the next file opened in this process takes. They are left to it.
+                            log.warning(
+                                "player pid %s: a step of another thread still uses the session's pipes %.3g s "
+                                "after close() stopped the player; they are closed as that step ends",
+                                self._pid, CLOSE_WAITER_TIMEOUT,
+                            )
+                            left = True
                             break
                         time.sleep(0.005)
         finally:
             try:
-                if here:
+                if here or left:
                     # A signal handler in this thread, which was inside a send or receive: that call resumes
-                    # after the handler with the pipes' descriptors in hand. They are closed as it leaves
-                    # (_finish_close); the player, stopped here, ends its wait.
+                    # after the handler with the pipes' descriptors in hand. Or a step of another thread that
+                    # has not left them. They are closed as it leaves (_finish_close); the player, stopped
+                    # here, ends its wait.
                     self._channel_left_open = True
+                    if left:
+                        self._finish_close()  # (that step may have left them meanwhile)
+                        if self._channel_left_open:
+                            threading.Thread(target=self._close_when_left, name="renderd-close-pipes",
+                                             daemon=True).start()
                 else:
                     self.channel.close()
             finally:
