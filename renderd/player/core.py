@@ -1082,7 +1082,7 @@ class Player:
         return fov
 
     @_action("AddThirdPartyCamera")
-    def _add_camera(self, action: dict) -> dict[str, Any]:
+    def _add_camera(self, action: dict) -> None:
         # As a build's: arguments missing (MissingArguments) or of the wrong kind (InvalidArgument) first, then the
         # field of view; then the player's own limits.
         if "position" not in action or "rotation" not in action:
@@ -1095,10 +1095,12 @@ class Player:
         camera = _Camera(position, rotation, fov)
         self._check_answer_size("AddThirdPartyCamera", self.width, self.height, len(self.cameras) + 1)
         self.cameras.append(camera)
-        return camera.metadata(len(self.cameras) - 1)
+        # A build's AgentManager finishes the camera actions with no actionReturn (null): the camera is in the
+        # metadata's thirdPartyCameras.
+        return None
 
     @_action("UpdateThirdPartyCamera")
-    def _update_camera(self, action: dict) -> dict[str, Any]:
+    def _update_camera(self, action: dict) -> None:
         # Every argument is checked before any is applied: a failed update leaves the camera as it was. A
         # position or rotation, or an axis of one, or a field of view, that is not given (or null) keeps the
         # camera's value, as in a build, whose AgentManager.UpdateThirdPartyCamera takes them as optional values
@@ -1120,7 +1122,7 @@ class Player:
         if action.get("rotation") is not None:
             rotation = _vector(action["rotation"], "rotation", rotation)
         camera.position, camera.rotation, camera.fov = position, rotation, camera.fov if fov is None else fov
-        return camera.metadata(index)
+        return None
 
     # -- state -----------------------------------------------------------------------------------------
     def _load_scene(self, scene: Scene, name: str) -> None:

@@ -245,3 +245,15 @@ def test_a_teleport_horizon_past_the_look_limits_fails_without_an_error_code_and
                       "horizon": None})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
     assert (p.x, p.yaw, p.horizon) == (0.5, 0, 0)
+
+
+def test_the_camera_actions_return_nothing_as_a_builds():
+    # A build's AgentManager finishes AddThirdPartyCamera and UpdateThirdPartyCamera with actionFinished(true):
+    # actionReturn null; the camera is in thirdPartyCameras.
+    p = Player(width=16, height=12)
+    md, _ = p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0}, "rotation": {"x": 90}})
+    assert _agent(md)["lastActionSuccess"] and _agent(md)["actionReturn"] is None
+    assert md["thirdPartyCameras"][0]["position"] == {"x": 0, "y": 2, "z": 0}
+    md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "fieldOfView": 60})
+    assert _agent(md)["lastActionSuccess"] and _agent(md)["actionReturn"] is None
+    assert md["thirdPartyCameras"][0]["fieldOfView"] == 60

@@ -71,8 +71,7 @@ def test_a_third_party_camera_without_a_field_of_view_has_unitys_default(spawn):
     pose = {"position": here["cameraPosition"],
             "rotation": {"x": here["agent"]["cameraHorizon"], "y": here["agent"]["rotation"]["y"], "z": 0}}
     ev = p.step("AddThirdPartyCamera", **pose)
-    assert ev and ev.metadata["actionReturn"]["fieldOfView"] == 90
-    assert ev.metadata["thirdPartyCameras"][0]["fieldOfView"] == 90
+    assert ev and ev.metadata["thirdPartyCameras"][0]["fieldOfView"] == 90
     seen = ev.third_party_camera_frames[0].copy()
     assert p.step("Initialize", fieldOfView=90)
     assert (p.step("Pass").frame == seen).all()  # rendered at 90 degrees, from the agent's own pose
