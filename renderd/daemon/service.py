@@ -1021,6 +1021,10 @@ class Daemon:
             else:
                 how = f"{scaled}, the others kept" if scaled else "players kept"
                 how += "; exited ones restart"
+            if new.restart != before_cfg.restart and new.restart != "always":
+                # (see Supervisor._apply_restart_policy)
+                how += (f"{'' if how.endswith('restart') else '; exited ones restart'} unless restart = "
+                        f"{new.restart!r} lets their exit go, which also cancels a restart waited for")
             changes.append(f"{', '.join(parts)} ({how})")
         return changes
 

@@ -180,6 +180,9 @@ class Player:
         self.checks = 0  # health checks sent to it (each one's sequenceId)
         self.reason = ""
         self.returncode: int | None = None
+        #: BACKOFF after its process exited on its own once ready: that exit's status, which its restart policy
+        #: let it restart after (a change of ``restart`` may let it go instead: see _apply_restart_policy).
+        self.restart_after: int | None = None
         self.lease: Lease | None = None
         self.stop: _Stop | None = None
         self.stop_done = threading.Event()
@@ -280,6 +283,11 @@ def _platform_name(selection: Any) -> str | None:
         if isinstance(name, str):
             return name
     return None
+
+
+def _restarts(policy: str, code: int) -> bool:
+    """Whether the ``restart`` policy ``policy`` restarts a player that exited on its own with status ``code``."""
+    return policy == "always" or (policy == "on-failure" and code != 0)
 
 
 def _check_id(n: int) -> int:
@@ -466,6 +474,7 @@ class Supervisor:
                 changed = env.config != config
                 if changed:
                     log.info("environment %s changed: %s", config.name, _summary(config))
+                new_policy = config.restart if config.restart != env.config.restart else None
                 env.config = config
                 env.source = source
                 for p in env.players:
@@ -476,14 +485,48 @@ class Supervisor:
                         if p.state == State.STARTING and p.eof_reason is None and p.started_at is not None:
                             p.deadline = p.started_at + config.start_timeout
                     # A new declaration gives failed slots a new chance; a player its restart policy let go
-                    # (EXITED) is restarted only by a change of its environment, never by an unrelated reload.
-                    if p.state == State.FAILED or (p.state == State.EXITED and changed):
-                        p.boot_failures = p.backoff_failures = 0
-                        p.state = State.BACKOFF
-                        p.deadline = None
+                    # (EXITED) is restarted only by a change of its environment, never by an unrelated reload, and
+                    # not by a change of `restart` to a policy that lets its exit go either.
+                    if p.state == State.FAILED:
+                        self._retry(p)
+                    elif changed:
+                        self._apply_restart_policy(p, new_policy)
                 declared = "changed" if changed else "unchanged"
             self.wake()
             return {**env.to_dict(), "declared": declared}
+
+    @staticmethod
+    def _retry(p: Player) -> None:
+        """Start the FAILED or EXITED slot ``p`` again, its failures forgotten, at the loop's next pass (lock held)."""
+        p.boot_failures = p.backoff_failures = 0
+        p.state = State.BACKOFF
+        p.deadline = None
+        p.restart_after = None
+
+    def _apply_restart_policy(self, p: Player, new_policy: str | None) -> None:
+        """Its environment changed (lock held). An EXITED slot is started again, and a restart waited for after
+        an exit goes on, unless the change set ``restart`` to ``new_policy``, which lets that exit go: the slot is
+        (or stays) EXITED then, as if the policy had been in force when the player exited."""
+        if p.retire or p.state not in (State.EXITED, State.BACKOFF):
+            return
+        code = p.restart_after if p.state == State.BACKOFF else p.returncode
+        if p.state == State.BACKOFF and code is None:
+            return  # (waiting after a boot failure or a stop renderd made: restart does not decide those)
+        if new_policy is not None and code is not None and not _restarts(new_policy, code):
+            if p.state == State.BACKOFF:
+                log.info("%s[%d] not restarted after all (restart = %s now; it exited with %s)", p.environment.name,
+                         p.index, new_policy, describe_exit(code))
+                p.state = State.EXITED
+                p.deadline = None
+                p.restart_after = None
+                self.changed.notify_all()  # (a lease request waiting for it is refused once no player comes back)
+                self._status_update()
+            # It starts with the new configuration if anything starts it again, rather than being taken for a slot
+            # to roll out: no process of it is left to replace.
+            p.config = p.environment.config
+            return
+        if p.state == State.EXITED:
+            self._retry(p)
 
     def delete_environment(self, name: str) -> dict[str, Any]:
         """Remove an environment: its leases end and its players stop (the loop does it at its next pass). A lease
@@ -1229,6 +1272,7 @@ class Supervisor:
         p.stop = None
         p.stop_done.clear()
         p.returncode = None
+        p.restart_after = None
         p.proc = None  # the previous process (if any) is gone; a transport may look at this one
         p.awaiting_platform = False
         p.eof_reason = None
@@ -1949,12 +1993,13 @@ class Supervisor:
             p.state = State.EXITED
             return
         policy = env.config.restart
-        if policy == "never" or (policy == "on-failure" and code == 0):
+        if not _restarts(policy, code):
             log.info("%s[%d] not restarted (restart = %s)", env.name, p.index, policy)
             p.state = State.EXITED
             self.changed.notify_all()  # (a lease request waiting for it is refused once no player comes back)
             return
         self._schedule_restart(p)
+        p.restart_after = code
 
     def _count_boot_failure(self, p: Player, reason: str) -> None:
         env = p.environment
@@ -2006,6 +2051,7 @@ class Supervisor:
     def _schedule_restart(self, p: Player) -> None:
         # (backoff_failures was reset when a process that ran ended: see _end_run.)
         delay = self._backoff(p.backoff_failures)
+        p.restart_after = None  # (set by _after_exit when an exit its restart policy restarts is what it waits for)
         p.backoff_failures += 1
         p.backoff_delay = delay
         p.state = State.BACKOFF

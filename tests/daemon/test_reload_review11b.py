@@ -1,0 +1,100 @@
+"""How reloads and PUTs reach running players, continued: a change of ``restart`` decides the restarts it finds
+waiting and the players it finds exited. Real players, real FIFOs: an in-process Supervisor
+(tests/daemon/test_robustness.py's ``supervisor_with``) where the loop's passes are counted, a real
+``renderd start`` where the reload's log is."""
+
+from __future__ import annotations
+
+import os
+import signal
+import textwrap
+
+from renderd.config import EnvironmentConfig, loads
+from renderd.daemon.supervisor import State
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
+
+
+def _config(text: str):
+    return loads(textwrap.dedent(text))
+
+
+def _demo(text: str) -> EnvironmentConfig:
+    return _config(text).environments["demo"]
+
+
+def _ticks(ticks: list[float], n: int, sup) -> None:
+    """Wait until the supervisor's loop has run ``n`` more passes (woken at each poll)."""
+    start = len(ticks)
+
+    def passed() -> bool:
+        sup.wake()
+        return len(ticks) >= start + n
+
+    wait_for(passed, DEADLINE, f"{n} passes of the supervisor's loop")
+
+
+def _counting():
+    ticks: list[float] = []
+
+    def tick(now: float) -> None:
+        ticks.append(now)
+
+    return ticks, tick
+
+
+SLOW_BACKOFF = {"backoff_initial = 0.05": "backoff_initial = 30.0", "backoff_max = 0.2": "backoff_max = 60.0"}
+
+
+def _with(text: str, changes: dict[str, str]) -> str:
+    for old, new in changes.items():
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
+# -- 1. a change of `restart` --------------------------------------------------------------------------------
+def test_restart_set_to_never_cancels_a_restart_being_waited_for(supervisor_with):
+    # A player that crashed waits 30 s for its restart; `restart = "never"` declared meanwhile lets it go at once
+    # (it stayed BACKOFF, and came back 30 s later against the new policy).
+    ticks, tick = _counting()
+    text = _with(fast_config(extra='restart = "always"'), SLOW_BACKOFF)
+    sup = supervisor_with(text, on_tick=tick)
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: only_player(sup).state == State.BACKOFF, DEADLINE, "the crashed player waiting to restart")
+    answer = sup.put_environment(_demo(text.replace('restart = "always"', 'restart = "never"')), source="file")
+    assert [p["state"] for p in answer["players"]] == ["EXITED"], answer
+    _ticks(ticks, 3, sup)
+    p = only_player(sup)
+    assert p.state == State.EXITED and p.deadline is None and p.spawns == 1
+    assert pid_gone(pid)
+    # Back to a policy that restarts that exit (a SIGKILL): the player starts again.
+    sup.put_environment(_demo(text.replace('restart = "always"', 'restart = "on-failure"')), source="file")
+    assert ready_pid(sup) != pid
+
+
+def test_a_change_of_restart_restarts_only_the_exited_players_the_new_policy_restarts(supervisor_with):
+    # `on-failure` let a clean exit (SIGTERM: exit code 0) go. Changing `restart` to `never` used to start it again
+    # (any change restarted EXITED players); `always` does, as does a change of any other key.
+    ticks, tick = _counting()
+    text = fast_config(extra='restart = "on-failure"')
+    sup = supervisor_with(text, on_tick=tick)
+    pid = ready_pid(sup)
+    os.kill(pid, signal.SIGTERM)
+    wait_for(lambda: only_player(sup).state == State.EXITED, DEADLINE, "the player EXITED (exit code 0)")
+    never = text.replace('restart = "on-failure"', 'restart = "never"')
+    sup.reload(_config(never))
+    _ticks(ticks, 3, sup)
+    assert only_player(sup).state == State.EXITED, "restart = 'never' started an exited player again"
+    assert only_player(sup).spawns == 1
+    # Another key changed, `restart` left as it is: the documented new chance.
+    sup.reload(_config(never.replace("step_timeout = 20.0", "step_timeout = 25.0")))
+    pid2 = ready_pid(sup)
+    assert pid2 != pid
+    os.kill(pid2, signal.SIGTERM)
+    wait_for(lambda: only_player(sup).state == State.EXITED, DEADLINE, "the player EXITED again")
+    sup.reload(_config(never.replace('restart = "never"', 'restart = "always"')))
+    assert ready_pid(sup) not in (pid, pid2)
