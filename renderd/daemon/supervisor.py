@@ -545,7 +545,8 @@ class Supervisor:
     def reload(self, config: Config) -> bool:
         """Apply a reloaded configuration file: its environments replace the ones that came from a file.
 
-        Environments created through the API and not named in the file are kept. ``[daemon]`` keys that
+        Environments created through the API and not named in the file are kept (their FAILED players are
+        retried, as the file's are). ``[daemon]`` keys that
         need a restart (socket, socket_group, runtime_dir, http, control_token_file, api_threads, log_dir)
         are reported and left alone; the others apply from then on (a changed backoff to the restarts being waited
         for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
@@ -572,6 +573,18 @@ class Supervisor:
                     self.delete_environment(name)
             for env_config in config.environments.values():
                 self.put_environment(env_config, source="file")
+            # A reload gives every FAILED player a new chance, as its log line and the lease refusals say: those of
+            # the environments declared through the API too (a raised max_boot_failures is for them as well).
+            for name, env in self.environments.items():
+                if name in config.environments or env.removing:
+                    continue
+                failed = [p for p in env.players if p.state == State.FAILED and not p.retire]
+                for p in failed:
+                    self._retry(p)
+                if failed:
+                    log.info("reload: retrying %d FAILED player(s) of environment %s (declared through the API)",
+                             len(failed), name)
+                    self.wake()
             return True
 
     # -- leases (any thread) -----------------------------------------------------------------------------

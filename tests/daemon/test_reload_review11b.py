@@ -98,3 +98,27 @@ def test_a_change_of_restart_restarts_only_the_exited_players_the_new_policy_res
     wait_for(lambda: only_player(sup).state == State.EXITED, DEADLINE, "the player EXITED again")
     sup.reload(_config(never.replace('restart = "never"', 'restart = "always"')))
     assert ready_pid(sup) not in (pid, pid2)
+
+
+# -- 2. a reload retries the FAILED players of every environment ---------------------------------------------
+def test_a_reload_retries_the_failed_players_of_an_environment_declared_through_the_api(supervisor_with):
+    # Only the file's environments were retried: one declared through the API stayed FAILED through any reload,
+    # even one raising max_boot_failures.
+    sup = supervisor_with(fast_config().replace("max_boot_failures = 3", "max_boot_failures = 1"))
+    ready_pid(sup)
+    sup.put_environment(EnvironmentConfig(name="api", executable=["/bin/sh", "-c", "exit 3"], platform="headless",
+                                          start_timeout=20.0))
+
+    def api_slot():
+        with sup.lock:
+            players = sup.environments["api"].players
+            return (players[0].state, players[0].spawns, players[0].boot_failures) if players else (None, 0, 0)
+
+    wait_for(lambda: api_slot()[0] == State.FAILED, DEADLINE, "the API's player FAILED")
+    assert api_slot()[1:] == (1, 1)
+    assert sup.reload(_config(fast_config()))  # (max_boot_failures = 3)
+    wait_for(lambda: api_slot()[1] > 1, DEADLINE, "the API's FAILED player retried by the reload")
+    wait_for(lambda: api_slot()[0] == State.FAILED, DEADLINE, "the API's player FAILED again")
+    assert api_slot()[1:] == (4, 3), "it was not given the reload's max_boot_failures"
+    with sup.lock:
+        assert sup.environments["api"].source == "api"
