@@ -176,6 +176,9 @@ class Player:
         self.backoff_delay = 0.0  # the wait before its latest restart
         self.came_up = False  # it has been READY (since the slot was made): READY=1 does not wait for it again
         self.check_due: float | None = None  # READY: when its next health check is sent (set by the tick)
+        #: READY: when the wait for its next health check began (its last check answered, its lease ended, it came
+        #: up); the check is due health_interval after it, whatever interval a reload set meanwhile.
+        self.check_from: float | None = None
         self.check_deadline: float | None = None  # a health check under way: when its answer is due
         self.checks = 0  # health checks sent to it (each one's sequenceId)
         self.reason = ""
@@ -914,7 +917,7 @@ class Supervisor:
                 self._begin_stop(p, _Stop("scaled down", "remove"))
             else:
                 p.state = State.READY
-                p.check_due = None  # the next health check is due health_interval from now
+                p.check_due = p.check_from = None  # the next health check is due health_interval from now
                 if (
                     how == LeaseEnd.RELEASED and p.environment.config.health_interval > 0
                     and p.writer_fd is not None and p.eof_reason is None
@@ -1362,7 +1365,7 @@ class Supervisor:
         p.started_at = time.monotonic()
         p.ready_at = None
         p.served = False
-        p.check_due = p.check_deadline = None
+        p.check_due = p.check_from = p.check_deadline = None
         p.checks = 0
         p.deadline = p.started_at + cfg.start_timeout
         p.next_open = 0.0
@@ -1735,11 +1738,15 @@ class Supervisor:
                     f"({p.environment.config.step_timeout:g} s): hung",
                 )
         elif interval <= 0:
-            p.check_due = None
-        elif p.check_due is None or p.check_due > now + interval:  # (a reload may have shortened the interval)
-            p.check_due = now + interval
-        elif now >= p.check_due:
-            self._send_check(p, now)
+            p.check_due = p.check_from = None
+        else:
+            # Counted from when the wait began, with the interval in force now: a reload that raises it puts the
+            # next check further away, one that lowers it below what has passed has it sent at once.
+            if p.check_from is None:
+                p.check_from = now
+            p.check_due = p.check_from + interval
+            if now >= p.check_due:
+                self._send_check(p, now)
 
     def _send_check(self, p: Player, now: float) -> None:
         assert p.writer_fd is not None
@@ -1754,7 +1761,7 @@ class Supervisor:
         except OSError as exc:
             self._idle_failed(p, os_error_message(exc, "cannot send a health check on client.pipe"))
             return
-        p.check_due = None
+        p.check_due = p.check_from = None
         p.check_deadline = now + p.environment.config.step_timeout
 
     def _read_check_answer(self, p: Player) -> None:

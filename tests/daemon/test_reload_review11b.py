@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import textwrap
+import time
 
 from renderd.config import EnvironmentConfig, loads
 from renderd.daemon.supervisor import State
@@ -122,3 +123,34 @@ def test_a_reload_retries_the_failed_players_of_an_environment_declared_through_
     assert api_slot()[1:] == (4, 3), "it was not given the reload's max_boot_failures"
     with sup.lock:
         assert sup.environments["api"].source == "api"
+
+
+# -- 3. a changed health_interval times the next check of an idle player ---------------------------------------
+def test_a_raised_health_interval_puts_the_next_check_further_away_and_a_lowered_one_brings_it_near(supervisor_with):
+    # The next check stayed due at the time the old, shorter interval gave: raised from 0.1 s to 30 s, an idle
+    # player was still checked 0.1 s later (and then every 30 s).
+    ticks, tick = _counting()
+    text = fast_config(extra="health_interval = 0.1")
+    sup = supervisor_with(text, on_tick=tick)
+    ready_pid(sup)
+
+    def checks() -> tuple[int, bool]:
+        with sup.lock:
+            p = only_player(sup)
+            return p.checks, p.check_deadline is None
+
+    wait_for(lambda: checks() == (1, True), DEADLINE, "a first health check answered")
+    assert sup.reload(_config(text.replace("health_interval = 0.1", "health_interval = 30.0")))
+    raised = time.monotonic()
+    _ticks(ticks, 1, sup)
+    with sup.lock:
+        p = only_player(sup)
+        assert p.check_due is not None and p.check_due - raised > 25.0, (p.check_due, raised)
+    wait_for(lambda: time.monotonic() - raised > 0.3, DEADLINE, "three of the old intervals to pass")
+    _ticks(ticks, 1, sup)
+    assert checks() == (1, True), "the idle player was checked at the old interval's time"
+    # Lowered below what has passed since that check: the next one is sent at once.
+    lowered = time.monotonic()
+    assert sup.reload(_config(text.replace("health_interval = 0.1", "health_interval = 0.3")))
+    wait_for(lambda: checks() == (2, True), DEADLINE, "the next check after the lowered interval")
+    assert time.monotonic() - lowered < 5.0
