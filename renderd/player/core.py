@@ -28,9 +28,10 @@ GetReachablePositions whose largest possible answer would not fit, instead of se
 reject.
 
 Agents, as a build has them: the player starts with one, and a Reset leaves one (agent 0 answers it);
-``Initialize`` with ``agentCount`` N (1..:data:`MAX_AGENTS`) makes N, placed as a build's AgentManager places
-them (:meth:`Player._initial_agents`), each reporting that Initialize; an action's ``agentId`` (0 by default)
-names the agent that acts, and one that names none is answered by agent 0 as a failure. Every answer lists
+``Initialize`` with ``agentCount`` N (taken into 1..:data:`MAX_AGENTS`, as a build does) makes N, placed as a
+build's AgentManager places them (:meth:`Player._initial_agents`), each reporting that Initialize; an action's
+``agentId`` (0 by default) names the agent that acts, and one that names none is answered by agent 0 as a
+failure. Every answer lists
 every agent's metadata in agent order (its own pose, objects and last action's fields; with several agents
 also its ``agentId``) with ``activeAgentId`` the acting one, and every agent's images. Agents block each
 other's moves and teleports (:meth:`Scene.collision`'s ``others``); they are not drawn in each other's view.
@@ -653,8 +654,8 @@ class Player:
         over ``limit`` bytes: :data:`AGENT_METADATA_BASE` per agent, and :data:`SYNTHETIC_OBJECT_SIZE` per
         agent and synthetic object; and a GetReachablePositions whose positions (:data:`RETURN_ITEM_SIZE` each),
         with the actionReturns the other agents keep, could make it larger. A link calls this with the largest
-        metadata field (or form part) its transport carries; the lowest limit given holds. (One agent's metadata always fits: ``--metadata-objects``
-        is limited to that.)"""
+        metadata field (or form part) its transport carries; the lowest limit given holds. (One agent's metadata
+        always fits: ``--metadata-objects`` is limited to that.)"""
         if self.max_metadata_size is None or limit < self.max_metadata_size:
             self.max_metadata_size = limit
 
@@ -848,12 +849,14 @@ class Player:
         agent 0 where it stands, each other one a copy of it (its yaw and horizon) standing on a point of the
         flood of free positions ``2 * gridSize`` apart from agent 0 (:meth:`Scene.flood`): agent ``i`` on point
         ``i + 4``, or (only a grid under 0.2 m needs it) the next one no agent placed before stands too close
-        to. Raises ActionFailed for a count that is not an integer in 1..:data:`MAX_AGENTS`, one that leaves
+        to. ``agentCount`` is taken into 1..:data:`MAX_AGENTS` as a build takes it. Raises ActionFailed for a count that
+        is not an integer, one that leaves
         out the acting agent, a room with too few points, or answers too large for the transport."""
-        count = _number(action, "agentCount", 1, lo=1, hi=MAX_AGENTS)
+        count = _number(action, "agentCount", 1)
         if count != int(count):
             raise ActionFailed(f"agentCount must be an integer, got {action['agentCount']!r}", "InvalidArgument")
-        count = int(count)
+        # As a build's AgentManager (addAgents): one agent for an agentCount under 2, at most one per agent colour.
+        count = min(max(int(count), 1), MAX_AGENTS)
         if self.active >= count:
             raise ActionFailed(f"Initialize: agentId {self.active} would name none of the {count} agent(s) "
                                f"agentCount makes", "InvalidArgument")
@@ -973,7 +976,7 @@ class Player:
     def _rotate(self, action: dict) -> None:
         # A build's physics agent turns by any degrees (rotateStepDegrees when not given or null), and fails a
         # turn of 0 it is given (once that turned by the default step), with no errorCode.
-        degrees = _number(action, "degrees", self.rotate_step) if action.get("degrees") is not None else self.rotate_step
+        degrees = self.rotate_step if action.get("degrees") is None else _number(action, "degrees")
         if degrees == 0:
             raise ActionFailed(f"{action['action']}: cannot rotate by 0 degrees (leave degrees out to turn by "
                                f"rotateStepDegrees, {self.rotate_step:g})")

@@ -257,3 +257,12 @@ def test_the_camera_actions_return_nothing_as_a_builds():
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "fieldOfView": 60})
     assert _agent(md)["lastActionSuccess"] and _agent(md)["actionReturn"] is None
     assert md["thirdPartyCameras"][0]["fieldOfView"] == 60
+
+
+@pytest.mark.parametrize("count, made", [(0, 1), (-3, 1), (7, 6), (100, 6)])
+def test_an_agent_count_out_of_range_is_taken_as_a_build_takes_it(count, made):
+    # A build's AgentManager adds agents while there are fewer than min(agentColors (6), agentCount): one agent for
+    # an agentCount under 2, six for one over 6, and the Initialize succeeds.
+    p = Player(width=16, height=12)
+    md, _ = p.handle({"action": "Initialize", "agentCount": count})
+    assert len(md["agents"]) == made and all(a["lastActionSuccess"] for a in md["agents"])

@@ -210,7 +210,7 @@ def test_initialize_returns_the_camera_planes_as_a_build_does(spawn):
     ev = p.step("Initialize", gridSize=0.25, renderDepthImage=True)
     assert ev and ev.metadata["actionReturn"] == {"cameraNearPlane": 0.1, "cameraFarPlane": 20.0}
     assert ev.metadata["cameraNearPlane"] == 0.1 and ev.metadata["cameraFarPlane"] == 20.0
-    failed = p.step("Initialize", agentCount=7)  # more agents than a build makes (it has six agent colours)
+    failed = p.step("Initialize", fieldOfView=500)  # a field of view a build refuses
     assert not failed and failed.metadata["actionReturn"] is None
 
 
