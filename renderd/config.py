@@ -77,6 +77,7 @@ __all__ = [
     "ArgumentError",
     "check_seconds",
     "IN_PLACE_KEYS",
+    "RESTART_KEYS",
 ]
 
 #: Platform names an environment may ask for (``auto`` lets renderd choose; see docs/platforms.md).
@@ -533,6 +534,10 @@ class DaemonConfig:
 #: checks and the restart policy. A reload or PUT that changes only these applies them to the running players,
 #: without replacing any (see :meth:`EnvironmentConfig.replaces_players`).
 IN_PLACE_KEYS = frozenset({"instances", "start_timeout", "step_timeout", "health_interval", "restart"})
+
+#: ``[daemon]`` keys that a reload leaves as they are until renderd restarts (the listeners, the directories and the
+#: API's threads are set up once, at start); a reload applies every other ``[daemon]`` key.
+RESTART_KEYS = ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads", "log_dir")
 
 
 @dataclass(frozen=True)

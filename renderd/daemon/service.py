@@ -37,7 +37,15 @@ import threading
 import time
 from typing import Any
 
-from renderd.config import Config, DaemonConfig, EnvironmentConfig, load, parse_http_address, settings
+from renderd.config import (
+    RESTART_KEYS,
+    Config,
+    DaemonConfig,
+    EnvironmentConfig,
+    load,
+    parse_http_address,
+    settings,
+)
 from renderd.daemon.notify import Notifier, watchdog_interval
 from renderd.daemon.supervisor import Player, Supervisor
 from renderd.errors import ConfigError, LeaseBusyError, RenderdError, os_error_message
@@ -79,6 +87,8 @@ API_CLEANUP_INTERVAL = 1
 #: wait, releases (which serve them) and status requests can connect. A lease request that would wait when
 #: only these are left is refused at once (503).
 API_CONNECTION_HEADROOM = 8
+#: How a reload's log line marks a ``[daemon]`` key that takes effect only when renderd restarts.
+RESTART_LATER = " (when renderd restarts)"
 #: Largest request head (request line and headers) of the control API; a request's head is a few hundred bytes.
 API_MAX_HEADER_SIZE = 64 * 1024
 #: The control token generated in ``runtime_dir`` when the HTTP listener is on and no
@@ -939,7 +949,10 @@ class Daemon:
         except Exception:  # (only a report: never in the way of the reload)
             log.exception("reload: cannot tell what changed")
         else:
-            log.info("reload: %s", "; ".join(changes) if changes else "nothing changed")
+            # (One line says it all, a key that waits for a restart too: at WARNING then, since it did not apply.)
+            later = any(c.endswith(RESTART_LATER) for c in changes)
+            log.log(logging.WARNING if later else logging.INFO, "reload: %s",
+                    "; ".join(changes) if changes else "nothing changed")
         applied = False
         error: str | None = None
         try:
@@ -960,8 +973,8 @@ class Daemon:
                 if assignments:
                     self.notifier.notify(*assignments)
 
-    #: ``[daemon]`` keys that a reload leaves as they are until renderd restarts (see Supervisor.reload).
-    RESTART_KEYS = ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads", "log_dir")
+    #: ``[daemon]`` keys that a reload leaves as they are until renderd restarts (``config.RESTART_KEYS``).
+    RESTART_KEYS = RESTART_KEYS
 
     def _reload_changes(self, config: Config) -> list[str]:
         """What applying ``config`` changes, key by key, as the reload's log line says it: ``[daemon]`` keys,
@@ -977,7 +990,7 @@ class Daemon:
         for f in settings(DaemonConfig):
             before, after = getattr(old_daemon, f.name), getattr(config.daemon, f.name)
             if before != after:
-                later = " (when renderd restarts)" if f.name in self.RESTART_KEYS else ""
+                later = RESTART_LATER if f.name in self.RESTART_KEYS else ""
                 changes.append(f"daemon.{f.name} {before!r} -> {after!r}{later}")
         for name, (_cfg, source, removing) in old_envs.items():
             if removing or name in config.environments:

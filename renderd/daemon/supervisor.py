@@ -50,7 +50,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from renderd.config import Config, DaemonConfig, EnvironmentConfig
+from renderd.config import RESTART_KEYS, Config, DaemonConfig, EnvironmentConfig
 from renderd.daemon.leases import Lease, LeaseEnd, open_client_pidfd
 from renderd.daemon.metrics import Metrics
 from renderd.errors import (
@@ -549,9 +549,8 @@ class Supervisor:
         """Apply a reloaded configuration file: its environments replace the ones that came from a file.
 
         Environments created through the API and not named in the file are kept (their FAILED players are
-        retried, as the file's are). ``[daemon]`` keys that
-        need a restart (socket, socket_group, runtime_dir, http, control_token_file, api_threads, log_dir)
-        are reported and left alone; the others apply from then on (a changed backoff to the restarts being waited
+        retried, as the file's are). ``[daemon]`` keys that need a restart (``config.RESTART_KEYS``) are left as
+        they are (the caller reports them: the daemon's reload log line); the others apply from then on (a changed backoff to the restarts being waited
         for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
         logged): returns False then, True once applied.
         """
@@ -560,14 +559,8 @@ class Supervisor:
                 log.info("reload ignored: the daemon is stopping")
                 return False
             old = self.daemon_config
-            for key in ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads",
-                        "log_dir"):
-                if getattr(old, key) != getattr(config.daemon, key):
-                    log.warning("reload: daemon.%s changed; it takes effect when renderd is restarted", key)
             self.daemon_config = dataclasses.replace(
-                config.daemon,
-                socket=old.socket, socket_group=old.socket_group, runtime_dir=old.runtime_dir, http=old.http,
-                control_token_file=old.control_token_file, api_threads=old.api_threads, log_dir=old.log_dir,
+                config.daemon, **{key: getattr(old, key) for key in RESTART_KEYS}
             )
             if (old.backoff_initial, old.backoff_max) != (config.daemon.backoff_initial, config.daemon.backoff_max):
                 self._retime_restarts()

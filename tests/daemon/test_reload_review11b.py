@@ -9,6 +9,7 @@ import os
 import signal
 import textwrap
 import time
+from pathlib import Path
 
 from renderd.config import EnvironmentConfig, loads
 from renderd.daemon.supervisor import State
@@ -154,3 +155,18 @@ def test_a_raised_health_interval_puts_the_next_check_further_away_and_a_lowered
     assert sup.reload(_config(text.replace("health_interval = 0.1", "health_interval = 0.3")))
     wait_for(lambda: checks() == (2, True), DEADLINE, "the next check after the lowered interval")
     assert time.monotonic() - lowered < 5.0
+
+
+# -- 4. a [daemon] key that takes effect only at a restart is logged once ----------------------------------------
+def test_a_reload_logs_a_daemon_key_that_needs_a_restart_once(daemon):
+    d = daemon(fast_config(daemon="api_threads = 16"))
+    path = Path(d.config_path)
+    path.write_text(path.read_text().replace("api_threads = 16", "api_threads = 17").replace(
+        "step_timeout = 20.0", "step_timeout = 21.0"))
+    d.signal(signal.SIGHUP)
+    # (the environment's change is logged by the supervisor after the reload's [daemon] keys)
+    wait_for(lambda: "environment demo changed" in d.output(), DEADLINE, "the reload applied")
+    lines = [line for line in d.output().splitlines() if "api_threads" in line]
+    assert len(lines) == 1, lines
+    assert "daemon.api_threads 16 -> 17 (when renderd restarts)" in lines[0] and "WARNING" in lines[0], lines
+    assert d.client.get("/v1/environments/demo")["config"]["step_timeout"] == 21.0
