@@ -58,6 +58,8 @@ environment (read as an AI2-THOR build reads them):
                                  Linux64, headless or unset => 3 bytes/pixel
   {ENV_FAULT_AT_START}  same as --fault-at-start
   {ENV_LOG_LEVEL}       same as --log-level
+  RENDERD_PLAYER_PING_TIMEOUT    seconds the first GET /ping waits for its answer, WSGI
+                                 (default 5; more than 0, at most 30)
 
 fault hooks (action {{"action": "RenderdFault", "fault": KIND, ...}}): abort, segfault,
   exit (code), hang, sleep (seconds), garbage, oversize, truncate (code), close; "when": "after"
