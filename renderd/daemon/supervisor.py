@@ -1146,9 +1146,13 @@ class Supervisor:
                     log.info("environment %s: leased player %d is wanted again; it is no longer retired",
                              env.name, p.index)
         if len(live) < wanted:
-            used = {p.index for p in env.players}
+            # The lowest indices no live slot has: 0 to instances - 1 again once retired slots are gone. A retired
+            # slot still stopping (scaled down, or of a removed declaration) may share its index with a new one for
+            # that while: the index names the player's log file and pipe directory and picks its GPU, which should
+            # not depend on how long a previous player took to stop.
+            used = {p.index for p in live}
             for _ in range(wanted - len(live)):
-                index = next(i for i in range(len(env.players) + 1) if i not in used)
+                index = next(i for i in range(len(env.players) + wanted + 1) if i not in used)
                 used.add(index)
                 p = Player(env, index)
                 env.players.append(p)
@@ -1455,6 +1459,14 @@ class Supervisor:
                 os.replace(path, path + ".1")
             except OSError as exc:
                 log.warning("%s", os_error_message(exc, "cannot keep the previous player log"))
+            else:
+                # A retired slot of the same index still stopping writes on in the file it opened: its log is
+                # that file, ``.1`` now (its status, and the last lines quoted if it turns out to have crashed).
+                for q in p.environment.players:
+                    if q is not p and q.log_path == path:
+                        q.log_path = path + ".1"
+                        if q.proc is not None:
+                            q.proc.log_path = q.log_path
         return path
 
     def _selection(self, env: Environment) -> Any:

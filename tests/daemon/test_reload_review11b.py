@@ -15,6 +15,7 @@ from renderd.config import EnvironmentConfig, loads
 from renderd.daemon.supervisor import State
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
+from tests.daemon.test_reload_review11 import SLOW_TO_STOP
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
@@ -170,3 +171,32 @@ def test_a_reload_logs_a_daemon_key_that_needs_a_restart_once(daemon):
     assert len(lines) == 1, lines
     assert "daemon.api_threads 16 -> 17 (when renderd restarts)" in lines[0] and "WARNING" in lines[0], lines
     assert d.client.get("/v1/environments/demo")["config"]["step_timeout"] == 21.0
+
+
+# -- 5. the indices of new slots --------------------------------------------------------------------------------
+def test_a_redeclared_environment_gets_the_indices_and_log_files_of_its_instances(supervisor_with, tmp_path):
+    # Its new slot was numbered after the one of the removed declaration still stopping (1 with instances = 1), and
+    # kept that index: its log file was demo.1.log, its pipes demo.1.*, for as long as it ran.
+    text = fast_config(executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 30.0")
+    sup = supervisor_with(text)
+    old = ready_pid(sup)
+    with sup.lock:
+        sup.delete_environment("demo")
+        sup.put_environment(_demo(fast_config()))
+    logs = tmp_path / "logs"
+
+    def slots():
+        with sup.lock:
+            return [(p.index, p.state.value, p.retire, p.log_path) for p in sup.environments["demo"].players]
+
+    wait_for(lambda: [(i, s, r) for i, s, r, _ in slots()] == [(0, "STOPPING", True), (0, "READY", False)],
+             DEADLINE, "the new player READY beside the old one stopping")
+    assert [log for *_, log in slots()] == [str(logs / "demo.0.log.1"), str(logs / "demo.0.log")]
+    with sup.lock:
+        new = sup.environments["demo"].players[1]
+        assert os.path.basename(os.path.dirname(new.pair.server_path)).startswith("demo.0.")
+        assert sup.environments["demo"].players[0].proc.log_path == str(logs / "demo.0.log.1")
+    os.kill(old, signal.SIGKILL)  # (rather than wait out its stop_grace)
+    wait_for(lambda: [(i, s) for i, s, _, _ in slots()] == [(0, "READY")], DEADLINE, "only the new player left")
+    assert pid_gone(old)
+
