@@ -180,6 +180,7 @@ class Player:
         #: up); the check is due health_interval after it, whatever interval a reload set meanwhile.
         self.check_from: float | None = None
         self.check_deadline: float | None = None  # a health check under way: when its answer is due
+        self.check_sent = 0.0  # when the health check under way was sent (its answer is due step_timeout later)
         self.checks = 0  # health checks sent to it (each one's sequenceId)
         self.reason = ""
         self.returncode: int | None = None
@@ -1735,6 +1736,8 @@ class Supervisor:
         if p.writer_fd is None or p.eof_reason is not None:
             return
         if p.check_deadline is not None:
+            # (with the step_timeout in force now, counted from when the check was sent: a reload may have changed it)
+            p.check_deadline = p.check_sent + p.environment.config.step_timeout
             if now >= p.check_deadline:
                 p.check_deadline = None
                 self._check_display(p.display)  # (a hung X server would explain it)
@@ -1767,6 +1770,7 @@ class Supervisor:
             self._idle_failed(p, os_error_message(exc, "cannot send a health check on client.pipe"))
             return
         p.check_due = p.check_from = None
+        p.check_sent = now
         p.check_deadline = now + p.environment.config.step_timeout
 
     def _read_check_answer(self, p: Player) -> None:

@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 
 from renderd.config import EnvironmentConfig, loads
-from renderd.daemon.supervisor import State
+from renderd.daemon.supervisor import State, _pending_bytes
+from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
 from tests.daemon.test_reload_review11 import SLOW_TO_STOP
@@ -49,6 +50,17 @@ def _counting():
 
 
 SLOW_BACKOFF = {"backoff_initial = 0.05": "backoff_initial = 30.0", "backoff_max = 0.2": "backoff_max = 60.0"}
+
+
+def send_hang(client_pipe: str) -> None:
+    """Write, as a client driving the pipes by hand, an action the player never answers (it hangs, alive), and wait
+    until it has read it (client.pipe empty)."""
+    wfd = os.open(client_pipe, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(wfd, b"".join(encode_action({"action": "RenderdFault", "fault": "hang", "sequenceId": 1})))
+        wait_for(lambda: _pending_bytes(wfd) == 0, DEADLINE, "the player to read the action")
+    finally:
+        os.close(wfd)
 
 
 def _with(text: str, changes: dict[str, str]) -> str:
@@ -200,3 +212,28 @@ def test_a_redeclared_environment_gets_the_indices_and_log_files_of_its_instance
     wait_for(lambda: [(i, s) for i, s, _, _ in slots()] == [(0, "READY")], DEADLINE, "only the new player left")
     assert pid_gone(old)
 
+
+# -- 6. a changed step_timeout times the answer to a health check under way --------------------------------------
+def test_a_health_check_under_way_is_given_the_step_timeout_a_reload_sets(supervisor_with):
+    # Its answer stayed due at the time the old step_timeout gave, while the failure's reason named the new one: a
+    # player raised from 0.4 s to 30 s was still stopped as hung 0.4 s after the check, "within step_timeout (30 s)".
+    ticks, tick = _counting()
+    text = fast_config(extra="health_interval = 60.0").replace("step_timeout = 20.0", "step_timeout = 0.4")
+    sup = supervisor_with(text, on_tick=tick)
+    pid = ready_pid(sup)
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    send_hang(answer["client_pipe"])  # (it reads the action, then never answers anything)
+    sent = time.monotonic()
+    sup.release(lease.id, clean=True)  # (a clean release with health checks on: a check is sent at once)
+    released = time.monotonic()
+    assert only_player(sup).check_deadline is not None
+    assert sup.reload(_config(text.replace("step_timeout = 0.4", "step_timeout = 30.0")))
+    wait_for(lambda: time.monotonic() - sent > 0.7, DEADLINE, "the old step_timeout to pass")
+    _ticks(ticks, 2, sup)
+    p = only_player(sup)
+    assert (p.state, p.pid) == (State.READY, pid), f"failed at the old step_timeout: {p.reason}"
+    assert sent + 30.0 <= p.check_deadline <= released + 30.0
+    # Lowered below what has passed: hung at the loop's next pass, the reason naming the step_timeout it had.
+    assert sup.reload(_config(text.replace("step_timeout = 0.4", "step_timeout = 0.5")))
+    wait_for(lambda: "within step_timeout (0.5 s): hung" in only_player(sup).reason, DEADLINE, "the check failed")
+    wait_for(lambda: pid_gone(pid), DEADLINE, "the hung player stopped")
