@@ -1029,15 +1029,20 @@ class Daemon:
             scaled = (f"{more} player(s) added" if more > 0 else
                       f"{-more} player(s) retired, idle or failed ones first, a leased one when its lease ends"
                       if more < 0 else "")
+            # (what a change of restart does to exited players and restarts waited for: Supervisor._apply_restart_policy)
+            exited = "exited ones restart"
+            if new.restart != before_cfg.restart and new.restart == "never":
+                exited = "exited ones are not restarted, and restarts waited for after an exit are cancelled"
+            elif new.restart != before_cfg.restart and new.restart == "on-failure":
+                exited = ("exited ones restart unless they exited with code 0, and a restart waited for after exit "
+                          "code 0 is cancelled")
             if new.replaces_players(before_cfg):
                 how = "players replaced one at a time, leased ones after their lease" + (f"; {scaled}" if scaled else "")
+                if exited != "exited ones restart":
+                    how += f"; {exited}"
             else:
                 how = f"{scaled}, the others kept" if scaled else "players kept"
-                how += "; exited ones restart"
-            if new.restart != before_cfg.restart and new.restart != "always":
-                # (see Supervisor._apply_restart_policy)
-                how += (f"{'' if how.endswith('restart') else '; exited ones restart'} unless restart = "
-                        f"{new.restart!r} lets their exit go, which also cancels a restart waited for")
+                how += f"; {exited}"
             changes.append(f"{', '.join(parts)} ({how})")
         return changes
 

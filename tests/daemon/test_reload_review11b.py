@@ -175,7 +175,7 @@ def test_a_reload_logs_a_daemon_key_that_needs_a_restart_once(daemon):
     d = daemon(fast_config(daemon="api_threads = 16"))
     path = Path(d.config_path)
     path.write_text(path.read_text().replace("api_threads = 16", "api_threads = 17").replace(
-        "step_timeout = 20.0", "step_timeout = 21.0"))
+        "step_timeout = 20.0", "step_timeout = 21.0\n    restart = \"never\""))
     d.signal(signal.SIGHUP)
     # (the environment's change is logged by the supervisor after the reload's [daemon] keys)
     wait_for(lambda: "environment demo changed" in d.output(), DEADLINE, "the reload applied")
@@ -183,6 +183,9 @@ def test_a_reload_logs_a_daemon_key_that_needs_a_restart_once(daemon):
     assert len(lines) == 1, lines
     assert "daemon.api_threads 16 -> 17 (when renderd restarts)" in lines[0] and "WARNING" in lines[0], lines
     assert d.client.get("/v1/environments/demo")["config"]["step_timeout"] == 21.0
+    # The line says what the new restart policy does to exited players (it said "exited ones restart").
+    assert lines[0].endswith("(players kept; exited ones are not restarted, and restarts waited for after an exit "
+                             "are cancelled)"), lines
 
 
 # -- 5. the indices of new slots --------------------------------------------------------------------------------
