@@ -1271,6 +1271,23 @@ class Supervisor:
         self._drop_launch(p)
         log.info("environment %s: player %d removed", env.name, p.index)
 
+    def _renumber(self, p: Player) -> None:
+        """Before a new process fills the slot ``p`` (lock held): a slot numbered ``instances`` or more (the lower
+        slots were removed by a scale-down, which kept this one) takes the lowest index below ``instances`` that no
+        other wanted slot has, so that indices come back to 0 to ``instances`` - 1 as players restart (the index
+        names the log file and pipe directory, and picks the GPU). A running process is never renumbered."""
+        env = p.environment
+        if p.retire or p.index < env.config.instances:
+            return
+        used = {q.index for q in env.live() if q is not p}
+        index = next((i for i in range(env.config.instances) if i not in used), None)
+        if index is None:
+            return
+        log.info("environment %s: player %d starts as player %d (instances = %d)", env.name, p.index, index,
+                 env.config.instances)
+        p.index = index
+        env.players.sort(key=lambda q: q.index)
+
     # -- spawning (loop thread) --------------------------------------------------------------------------
     def _spawn(self, p: Player) -> None:
         env = p.environment
@@ -1281,6 +1298,8 @@ class Supervisor:
             launch = None
         cfg = p.config if launch is not None else env.config
         p.config = cfg
+        if launch is None:
+            self._renumber(p)
         previous, p.launch = p.launch, None
         p.reason = p.reason if p.boot_failures else ""
         p.stop = None

@@ -240,3 +240,28 @@ def test_a_health_check_under_way_is_given_the_step_timeout_a_reload_sets(superv
     assert sup.reload(_config(text.replace("step_timeout = 0.4", "step_timeout = 0.5")))
     wait_for(lambda: "within step_timeout (0.5 s): hung" in only_player(sup).reason, DEADLINE, "the check failed")
     wait_for(lambda: pid_gone(pid), DEADLINE, "the hung player stopped")
+
+
+def test_a_player_kept_by_a_scale_down_takes_a_free_lower_index_at_its_next_start(supervisor_with, tmp_path):
+    # Scaled from 2 to 1, the slot that went was player 0 (it was waiting to restart): player 1 stayed, and kept
+    # index 1 (demo.1.log) with instances = 1 through every restart. It now starts as player 0 the next time it starts.
+    text = _with(fast_config(instances=2), SLOW_BACKOFF)
+    sup = supervisor_with(text)
+
+    def slots():
+        with sup.lock:
+            return [(p.index, p.state.value, p.pid) for p in sup.environments["demo"].players]
+
+    wait_for(lambda: [s for _, s, _ in slots()] == ["READY", "READY"], DEADLINE, "two READY players")
+    os.kill(slots()[0][2], signal.SIGKILL)
+    wait_for(lambda: [s for _, s, _ in slots()] == ["BACKOFF", "READY"], DEADLINE, "player 0 waiting to restart")
+    kept = slots()[1][2]
+    sup.put_environment(_demo(text.replace("instances = 2", "instances = 1")))
+    wait_for(lambda: slots() == [(1, "READY", kept)], DEADLINE, "player 0 removed, player 1 kept as it is")
+    lease, _answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    sup.release(lease.id, clean=False)  # (recycled: a new process fills the slot)
+    wait_for(lambda: [(i, s) for i, s, pid in slots() if pid != kept] == [(0, "READY")], DEADLINE,
+             "the recycled player up as player 0")
+    with sup.lock:
+        assert only_player(sup).log_path == str(tmp_path / "logs" / "demo.0.log")
+    assert pid_gone(kept)
