@@ -1029,7 +1029,8 @@ class Daemon:
             scaled = (f"{more} player(s) added" if more > 0 else
                       f"{-more} player(s) retired, idle or failed ones first, a leased one when its lease ends"
                       if more < 0 else "")
-            # (what a change of restart does to exited players and restarts waited for: Supervisor._apply_restart_policy)
+            # (what a change of restart does to exited players and restarts waited for: see
+            # Supervisor._apply_restart_policy)
             exited = "exited ones restart"
             if new.restart != before_cfg.restart and new.restart == "never":
                 exited = "exited ones are not restarted, and restarts waited for after an exit are cancelled"

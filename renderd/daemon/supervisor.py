@@ -551,8 +551,8 @@ class Supervisor:
 
         Environments created through the API and not named in the file are kept (their FAILED players are
         retried, as the file's are). ``[daemon]`` keys that need a restart (``config.RESTART_KEYS``) are left as
-        they are (the caller reports them: the daemon's reload log line); the others apply from then on (a changed backoff to the restarts being waited
-        for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
+        they are (the caller reports them: the daemon's reload log line); the others apply from then on (a
+        changed backoff to the restarts being waited for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
         logged): returns False then, True once applied.
         """
         with self.lock:
