@@ -1161,10 +1161,12 @@ class Supervisor:
                 log.info("environment %s: adding player %d", env.name, index)
                 self._spawn(p)
         elif len(live) > wanted:
-            # Retire the slots doing least first: not yet ready, then idle, then leased; highest index first.
+            # Retire the slots doing least first: not yet ready, then idle, then leased; of those, the ones of a
+            # previous configuration first (a rollout would replace them: retiring a player of the new one instead
+            # stops it and restarts an old one), then the highest index.
             order = {State.FAILED: 0, State.EXITED: 0, State.BACKOFF: 1, State.STARTING: 2, State.STOPPING: 2,
                      State.READY: 3, State.LEASED: 4}
-            victims = sorted(live, key=lambda p: (order[p.state], -p.index))[: len(live) - wanted]
+            victims = sorted(live, key=lambda p: (order[p.state], not p.outdated, -p.index))[: len(live) - wanted]
             for p in victims:
                 self._retire(p, "scaled down")
         # A changed resolution, executable, platform...: replace outdated players one at a time, idle first.

@@ -265,3 +265,33 @@ def test_a_player_kept_by_a_scale_down_takes_a_free_lower_index_at_its_next_star
     with sup.lock:
         assert only_player(sup).log_path == str(tmp_path / "logs" / "demo.0.log")
     assert pid_gone(kept)
+
+
+# -- 6. a scale-down during a rollout ---------------------------------------------------------------------------
+def test_a_scale_down_during_a_rollout_retires_a_player_of_the_previous_configuration(supervisor_with):
+    # Of two idle players, one of the new configuration and one of the previous, a scale-down to 1 retired the one
+    # of the highest index, whichever it was: the new one was stopped, and the old one then replaced (a restart
+    # for nothing, and no player ready meanwhile).
+    text = fast_config(instances=2)
+    sup = supervisor_with(text)
+
+    def slots():
+        with sup.lock:
+            return [(p.index, p.state.value, p.pid, p.outdated) for p in sup.environments["demo"].players]
+
+    wait_for(lambda: [s for _, s, _, _ in slots()] == ["READY", "READY"], DEADLINE, "two READY players")
+    lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
+    assert answer["index"] == 0
+    wide = text.replace("step_timeout = 20.0", "step_timeout = 20.0\n    width = 64")
+    sup.put_environment(_demo(wide))  # (the idle player 1 is replaced first; player 0 after its lease)
+    wait_for(lambda: [(s, o) for _, s, _, o in slots()] == [("LEASED", True), ("READY", False)], DEADLINE,
+             "player 1 replaced, player 0 leased on the previous configuration")
+    new = slots()[1][2]
+    with sup.lock:
+        sup.release(lease.id, clean=True)
+        sup.put_environment(_demo(wide.replace("instances = 2", "instances = 1")))
+    wait_for(lambda: [(s, pid) for _, s, pid, _ in slots()] == [("READY", new)], DEADLINE,
+             "only the player of the new configuration left")
+    assert pid_gone(answer["pid"])
+    with sup.lock:
+        assert only_player(sup).spawns == 2 and not only_player(sup).outdated  # (its start, and the rollout's)
