@@ -98,11 +98,21 @@ LATE_FORK = textwrap.dedent(
     pipes = [os.pipe() for _ in range(8)]
     go.set()
     got = b""
-    deadline = time.monotonic() + 3
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([r for r, _ in pipes], [], [], 0.1)
+    # Watch the pipes until the late Xvfb has come and gone (it writes as it starts; it is stopped after
+    # stop_grace), or for 3 s if none ever comes.
+    started = time.monotonic()
+    seen = False
+    while time.monotonic() < started + (15 if seen else 3):
+        ready, _, _ = select.select([r for r, _ in pipes], [], [], 0.05)
         for r in ready:
             got += os.read(r, 100)
+        alive = bool(psutil.Process().children())
+        if seen and not alive:
+            break
+        seen = seen or alive
+    ready, _, _ = select.select([r for r, _ in pipes], [], [], 0)
+    for r in ready:
+        got += os.read(r, 100)
     deadline = time.monotonic() + 15
     while psutil.Process().children() and time.monotonic() < deadline:  # the late Xvfb, stopped
         time.sleep(0.05)
