@@ -188,6 +188,7 @@ def test_a_frame_on_a_new_connection_sent_whole_before_the_player_exited_is_rece
     assert client.response().status == 200
     thread.join(DEADLINE)
     assert client.closed_by_server()
+    client.close()  # (the player's side closes too: the server's lingering close ends at once)
     wait_for(lambda: not server._connections, DEADLINE, "the server to close the connection")
     _slow_handover(monkeypatch)
     client = connect(served)
