@@ -62,6 +62,7 @@ class Lease:
     client_pid: int
     pidfd: int | None
     player_pid: int | None = None  # the process leased (the slot's process changes after the lease)
+    player_index: int | None = None  # its index then (a slot may take another at its next start)
     id: str = field(default_factory=lambda: secrets.token_hex(LEASE_ID_BYTES))
     granted_at: float = field(default_factory=time.monotonic)
     granted_wall: float = field(default_factory=time.time)

@@ -663,7 +663,7 @@ class Supervisor:
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
                                 lease = Lease(player=player, client_pid=client_pid, pidfd=pidfd,
-                                              player_pid=player.pid)
+                                              player_pid=player.pid, player_index=player.index)
                                 pidfd = None
                                 player.state = State.LEASED
                                 player.lease = lease
@@ -838,7 +838,7 @@ class Supervisor:
             code = lease.player_returncode
             return {
                 "environment": lease.player.environment.name,
-                "index": lease.player.index,
+                "index": lease.player_index,
                 "pid": lease.player_pid,
                 "client_pid": lease.client_pid,
                 "ended": lease.ended.value if lease.ended is not None else None,

@@ -265,6 +265,8 @@ def test_a_player_kept_by_a_scale_down_takes_a_free_lower_index_at_its_next_star
     with sup.lock:
         assert only_player(sup).log_path == str(tmp_path / "logs" / "demo.0.log")
     assert pid_gone(kept)
+    # The lease's holder is told the index its player had, not the slot's new one.
+    assert sup.lease_status(lease.id)["index"] == 1
 
 
 # -- 6. a scale-down during a rollout ---------------------------------------------------------------------------
