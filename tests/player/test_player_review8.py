@@ -55,15 +55,19 @@ def test_a_malformed_first_message_over_http(tmp_path):
 
 #: Runs the player's main() with an object whose finaliser, run while the interpreter shuts down (after
 #: main() has returned and Python has put the default signal dispositions back), says so in a file and
-#: waits: the window in which a SIGTERM used to kill the exiting player is made long enough to hit.
+#: waits until the test says (in PATH.sent) that it has sent its SIGTERM: the window in which a SIGTERM used
+#: to kill the exiting player is held open until the signal is there.
 _SLOW_EXIT = (
-    "import sys, time\n"
+    "import os, sys, time\n"
     "class _SlowExit:\n"
     "    def __init__(self, path):\n"
     "        self.path, self.open, self.sleep = path, open, time.sleep\n"
+    "        self.exists, self.monotonic = os.path.exists, time.monotonic\n"
     "    def __del__(self):\n"
     "        self.open(self.path, 'w').close()\n"
-    "        self.sleep(2)\n"
+    "        deadline = self.monotonic() + 10\n"
+    "        while not self.exists(self.path + '.sent') and self.monotonic() < deadline:\n"
+    "            self.sleep(0.01)\n"
     "_slow_exit = _SlowExit(sys.argv[1])\n"
     "from renderd.player.__main__ import main\n"
     "sys.exit(main(sys.argv[2:]))\n"
@@ -92,6 +96,7 @@ def test_sigterm_while_the_player_exits_does_not_change_its_exit_status(spawn, t
         assert p.alive() or flag.exists(), f"exited {p.wait(PROMPT)} before its finaliser ran"
         time.sleep(0.01)
     p.proc.send_signal(signal.SIGTERM)
+    (tmp_path / "exiting.sent").touch()  # (the signal is pending before the finaliser can see this)
     assert p.wait(PROMPT) == 0
     assert "the client closed client.pipe" in log.read_text()
 
