@@ -77,14 +77,17 @@ def test_a_third_party_camera_without_a_field_of_view_has_unitys_default(spawn):
     assert (p.step("Pass").frame == seen).all()  # rendered at 90 degrees, from the agent's own pose
 
 
-#: Runs the player with one step of its exit made slow (1 s), after writing a flag file: the window in which
-#: a SIGTERM must not change the exit code the player has decided. argv: flag, what to slow, player args.
+#: Runs the player with one step of its exit made slow, after writing a flag file: the window in which a
+#: SIGTERM must not change the exit code the player has decided, held open until the test says (in
+#: FLAG.sent) that it has sent the signal (at most 10 s). argv: flag, what to slow, player args.
 _SLOW_STEP = (
-    "import logging, sys, time\n"
+    "import logging, os, sys, time\n"
     "flag, what = sys.argv[1], sys.argv[2]\n"
     "def slow():\n"
     "    open(flag, 'w').close()\n"
-    "    time.sleep(1)\n"
+    "    deadline = time.monotonic() + 10\n"
+    "    while not os.path.exists(flag + '.sent') and time.monotonic() < deadline:\n"
+    "        time.sleep(0.01)\n"
     "if what == 'close':\n"
     "    from renderd.player.fifo_link import FifoLink\n"
     "    close = FifoLink.close\n"
@@ -125,6 +128,7 @@ def _sigterm_once_flagged(p, flag):
         assert time.monotonic() < deadline and p.alive(), f"never reached the slow step: {p.log_text()}"
         time.sleep(0.01)
     p.proc.send_signal(signal.SIGTERM)
+    open(f"{flag}.sent", "w").close()  # (the signal is pending before the slow step can see this)
 
 
 def test_sigterm_after_a_protocol_error_leaves_exit_code_4(spawn, tmp_path):
