@@ -14,6 +14,7 @@ import pytest
 
 import renderd
 from renderd.errors import PlayerCrashed, PlayerTimeout
+from renderd.transport import fifo
 from renderd.vector import REPLACE_ATTEMPTS
 from tests.helpers import marker_player
 from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
@@ -22,6 +23,9 @@ from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
 STEP = 1.5
 #: The SIGTERM grace of stopped players.
 GRACE = 0.5
+#: How long a channel waits for an answer (or an exit) from a read-close player, which closed client.pipe and
+#: sleeps until killed: neither ever comes, so the default second of it is only waited out.
+READ_CLOSE_GRACE = 0.2
 #: Larger than client.pipe's buffer (64 KiB; even a 1 MiB pipe): written in parts as the player reads.
 HUGE = "x" * (2 * 1024 * 1024)
 
@@ -101,7 +105,7 @@ def test_a_resetting_slot_whose_player_does_not_take_its_reset_action_holds_up_n
     # Slot 0 resets with an Initialize larger than its pipe; its player answers Reset, then stops. The
     # Initialize is sent while the vector session receives: it must not hold up the other slot's step
     # (a resetting slot never holds up recv), and the slot fails at its own step_timeout.
-    step_timeout = 5.0
+    step_timeout = 3.5
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs(step_timeout=step_timeout))
     try:
         vs.step(["Pass", "Pass"])
@@ -121,6 +125,7 @@ def test_a_resetting_slot_whose_player_does_not_take_its_reset_action_holds_up_n
             out = vs.step(["Pass", "Pass"])
             if "error" in out.infos[0]:
                 break
+            time.sleep(0.01)  # (a poll, not a busy loop of steps)
         assert out.infos[0].get("error_type") == "PlayerTimeout", out.infos[0]
         assert "Initialize" in str(out.infos[0]["error"])
     finally:
@@ -147,11 +152,12 @@ class _FirstReplacementDies:
         return renderd.launch(**player_kwargs(step_timeout=STEP))
 
 
-def test_a_slot_that_fails_twice_in_one_round_reports_the_first_failure(no_leaks):
+def test_a_slot_that_fails_twice_in_one_round_reports_the_first_failure(no_leaks, monkeypatch):
     # Slot 0's player is killed: its action cannot be sent (a crash), and a replacement is started. With
     # wait_resets the round waits for it; it is given the slot's reset and crashes on it (a second failure of
     # the slot in the same round); the next replacement is healthy. The step reports the cause, the first
     # failure, with the second one noted.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", READ_CLOSE_GRACE)
     factory = _FirstReplacementDies()
     sessions = [renderd.launch(**player_kwargs(step_timeout=STEP)) for _ in range(2)]
     vs = renderd.VectorSession(sessions, factory=factory, replace_on_crash=True)
@@ -207,10 +213,11 @@ class _EveryReplacementDies:
         return renderd.launch([sys.executable, PEER, "read-close"], start_timeout=START_TIMEOUT, step_timeout=STEP)
 
 
-def test_replacements_that_all_fail_their_reset_end_the_call(no_leaks):
+def test_replacements_that_all_fail_their_reset_end_the_call(no_leaks, monkeypatch):
     # Every replacement starts, then crashes on the slot's reset. With wait_resets (as the Gymnasium layer
     # steps) the call replaced the slot again and again, forever without a timeout; now REPLACE_ATTEMPTS
     # such players in a row end it with the slot's failure.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", READ_CLOSE_GRACE)
     factory = _EveryReplacementDies()
     sessions = [renderd.launch(**player_kwargs(step_timeout=STEP)) for _ in range(2)]
     vs = renderd.VectorSession(sessions, factory=factory, replace_on_crash=True)
