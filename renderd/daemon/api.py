@@ -30,7 +30,7 @@ from renderd.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from renderd.daemon.supervisor import NotFound, Supervisor
 from renderd.errors import LeaseError, RenderdError, error_to_dict
 
-__all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION", "PEER_PID_KEY"]
+__all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION", "PEER_PID_KEY", "REMOTE_KEY"]
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ API_VERSION = "v1"
 MAX_BODY_SIZE = 1 << 20
 
 _REASONS = {
-    200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
+    200: "OK", 201: "Created", 202: "Accepted", 400: "Bad Request", 403: "Forbidden", 404: "Not Found", 405: "Method Not Allowed",
     409: "Conflict", 411: "Length Required", 413: "Content Too Large", 415: "Unsupported Media Type",
     500: "Internal Server Error", 503: "Service Unavailable",
 }
@@ -48,6 +48,9 @@ _REASONS = {
 #: (``SO_PEERCRED``, in the daemon's pid namespace; 0 when that process is in a pid namespace the daemon
 #: cannot see). Absent where the server knows no peer process (the HTTP listener).
 PEER_PID_KEY = "renderd.peer_pid"
+#: The WSGI environ key the HTTP listener's control API sets (True) on the requests it passes on: their peer is a
+#: TCP client, whose process the daemon cannot know. Lease requests are refused there.
+REMOTE_KEY = "renderd.remote"
 #: Most processes looked at, among the connecting process's ancestors and among its descendants, to find the
 #: one a lease request's ``client_pid`` names.
 MAX_CLIENT_PROCESSES = 4096
@@ -314,12 +317,13 @@ class _Router:
         raise HTTPError(404, RenderdError(f"no such route: {method} {path} (see docs/api.md{hint})"))
 
 
-def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[dict[str, Any], StartResponse],
-                                                                              Iterable[bytes]]:
+def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket: str = "") -> Callable[
+        [dict[str, Any], StartResponse], Iterable[bytes]]:
     """The control API as a WSGI application over ``supervisor``.
 
     ``http_listener`` is the daemon's ``[daemon] http`` address ("" when off): declaring an environment
-    with ``transport = "http"`` needs it.
+    with ``transport = "http"`` needs it. ``control_socket`` is the daemon's control socket, named to a lease
+    request made over the HTTP listener (refused: see :data:`REMOTE_KEY`).
     """
     router = _Router()
     pid_namespace = _pid_namespace()
@@ -362,6 +366,14 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "") -> Callable[[di
         return _json_response(start_response, 202, supervisor.delete_environment(name))
 
     def create_lease(environ: dict[str, Any], start_response: StartResponse, name: str) -> list[bytes]:
+        if environ.get(REMOTE_KEY):
+            where = f" ({control_socket})" if control_socket else ""
+            raise HTTPError(403, LeaseError(
+                f"leases are granted on the daemon's control socket{where} only, not over the HTTP listener: a "
+                "lease ends when its client process exits, and over TCP the daemon cannot know that process (nor "
+                "would a client elsewhere reach the players' pipes, which are files on the daemon's host); lease "
+                "with renderd.connect() on that host"
+            ))
         body = _read_json(environ)
         unknown = sorted(set(body) - {"client_pid", "timeout", "deadline"})
         if unknown:

@@ -223,6 +223,9 @@ class _RemoteControl:
         if app is None:
             return _json_error(start_response, "503 Service Unavailable", "the daemon is starting",
                                [("Retry-After", "1")])
+        from renderd.daemon.api import REMOTE_KEY
+
+        environ[REMOTE_KEY] = True  # (a TCP peer: no lease for it, see api.create_lease)
         return app(environ, start_response)
 
     def _log_refusal(self, environ: dict[str, Any]) -> None:
@@ -1155,7 +1158,7 @@ class Daemon:
                 http_players.supervisor = self.supervisor
             from renderd.daemon.api import make_app
 
-            app = make_app(self.supervisor, http_listener=cfg.http)
+            app = make_app(self.supervisor, http_listener=cfg.http, control_socket=cfg.socket)
             if http_players is not None:
                 http_players.control.app = app  # remote control: the same API, behind the token
                 self._remote = http_players.control
