@@ -34,7 +34,7 @@ from .conftest import Timer, pid_gone, wait_for
 #: A crash under a lease is reported within this many seconds.
 AT_ONCE = 1.5
 #: The step deadline of hang rows (the client's own step_timeout).
-HANG_TIMEOUT = 1.0
+HANG_TIMEOUT = 0.5
 LATE = 1.0
 #: A player that closed its pipe mid-message but lives on: the client waits up to 1 s for an exit status.
 EOF_ALIVE = 1.0 + AT_ONCE
@@ -130,7 +130,7 @@ LEASE_ROWS = [
              AT_ONCE),
     LeaseRow("mid-step/exit", step(fault("exit", code=3)), PlayerCrashed, "exit code 3", AT_ONCE),
     LeaseRow("mid-step/SIGKILL", signal_mid_step(signal.SIGKILL), PlayerCrashed, "killed by SIGKILL", AT_ONCE),
-    LeaseRow("mid-step/hang", step(fault("hang")), PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE,
+    LeaseRow("mid-step/hang", step(fault("hang")), PlayerTimeout, "step_timeout = 0.5 s", HANG_TIMEOUT + LATE,
              deadline="step_timeout", step_timeout=HANG_TIMEOUT),
     LeaseRow("mid-step/garbage", step(fault("garbage")), ProtocolError, "unknown field type 42", AT_ONCE),
     LeaseRow("mid-step/oversize", step(fault("oversize")), ProtocolError, "over the limit", AT_ONCE),
@@ -141,7 +141,7 @@ LEASE_ROWS = [
     LeaseRow("between-steps/SIGSEGV", after("segfault"), PlayerCrashed, "killed by SIGSEGV", AT_ONCE),
     LeaseRow("between-steps/SIGKILL", signal_between_steps(signal.SIGKILL), PlayerCrashed, "killed by SIGKILL",
              AT_ONCE),
-    LeaseRow("between-steps/hang", after("hang"), PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE,
+    LeaseRow("between-steps/hang", after("hang"), PlayerTimeout, "step_timeout = 0.5 s", HANG_TIMEOUT + LATE,
              deadline="step_timeout", step_timeout=HANG_TIMEOUT),
 ]
 

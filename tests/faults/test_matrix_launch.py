@@ -49,7 +49,7 @@ AT_ONCE = 1.5
 #: EOF_CLASSIFY_TIMEOUT (1 s) for an exit status.
 EOF_ALIVE = 1.0 + AT_ONCE
 #: The deadline a hang row runs into, and how late past it the error may come.
-HANG_TIMEOUT = 1.0
+HANG_TIMEOUT = 0.5
 LATE = 1.0
 #: Deadlines that are not under test in a row (generous: the machine may be busy).
 START = 10.0
@@ -151,7 +151,7 @@ ROWS = [
         returncode=SEGV),
     Row("before-open/SIGKILL", PlayerCrashed, "killed by SIGKILL", AT_ONCE, executable=tuple(sh("kill -KILL $$")),
         returncode=KILL),
-    Row("before-open/hang", PlayerTimeout, "start_timeout = 1 s", HANG_TIMEOUT + LATE,
+    Row("before-open/hang", PlayerTimeout, "start_timeout = 0.5 s", HANG_TIMEOUT + LATE,
         args=("--fault-at-start", "hang"), deadline="start_timeout", start_timeout=HANG_TIMEOUT),
     # -- during the first message --------------------------------------------------------------------
     Row("first-message/exit", PlayerCrashed, "exit code 1", AT_ONCE + 1, args=("--fault-at-start", "exit"),
@@ -164,7 +164,7 @@ ROWS = [
         executable=tuple(sh(f"exec 3>{FIFO}; {PARTIAL}; kill -KILL $$")), returncode=KILL),
     Row("first-message/partial+exit", PlayerCrashed, "middle of a message.*exit code 3", AT_ONCE,
         executable=tuple(sh(f"exec 3>{FIFO}; {PARTIAL}; exit 3")), returncode=3),
-    Row("first-message/hang", PlayerTimeout, "start_timeout = 1 s", HANG_TIMEOUT + LATE,
+    Row("first-message/hang", PlayerTimeout, "start_timeout = 0.5 s", HANG_TIMEOUT + LATE,
         args=("--fault-at-start", "hang-open"), deadline="start_timeout", start_timeout=HANG_TIMEOUT),
     Row("first-message/partial+hang", PlayerTimeout, r"8 byte\(s\) of an incomplete message received",
         HANG_TIMEOUT + LATE,
@@ -182,7 +182,7 @@ ROWS = [
     Row("mid-step/exit", PlayerCrashed, "exit code 3", AT_ONCE, fault=step(fault("exit", code=3)), returncode=3),
     Row("mid-step/SIGKILL", PlayerCrashed, "killed by SIGKILL", AT_ONCE, fault=signal_mid_step(signal.SIGKILL),
         returncode=KILL),
-    Row("mid-step/hang", PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE, fault=step(fault("hang")),
+    Row("mid-step/hang", PlayerTimeout, "step_timeout = 0.5 s", HANG_TIMEOUT + LATE, fault=step(fault("hang")),
         deadline="step_timeout", step_timeout=HANG_TIMEOUT),
     Row("mid-step/garbage", ProtocolError, "unknown field type 42", AT_ONCE, fault=step(fault("garbage"))),
     Row("mid-step/oversize", ProtocolError, "over the limit", AT_ONCE, fault=step(fault("oversize"))),
@@ -198,7 +198,7 @@ ROWS = [
     Row("between-steps/exit", PlayerCrashed, "exit code 5", AT_ONCE, fault=after("exit", code=5), returncode=5),
     Row("between-steps/SIGKILL", PlayerCrashed, "killed by SIGKILL", AT_ONCE,
         fault=signal_between_steps(signal.SIGKILL), returncode=KILL),
-    Row("between-steps/hang", PlayerTimeout, "step_timeout = 1 s", HANG_TIMEOUT + LATE, fault=after("hang"),
+    Row("between-steps/hang", PlayerTimeout, "step_timeout = 0.5 s", HANG_TIMEOUT + LATE, fault=after("hang"),
         deadline="step_timeout", step_timeout=HANG_TIMEOUT),
 ]
 
