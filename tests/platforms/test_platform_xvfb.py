@@ -220,7 +220,7 @@ def test_sharing_a_running_display_does_not_wait_for_another_geometry_starting(t
     # want its geometry, not those that share a display already running.
     real = shutil.which("Xvfb")
     binary = _fake_xvfb(tmp_path, f'case "$*" in *11x11x24*) exec sleep 60;; esac\nexec {real} "$@"')
-    manager = DisplayManager(xvfb=binary, start_timeout=3, stop_grace=1.0)
+    manager = DisplayManager(xvfb=binary, start_timeout=2, stop_grace=1.0)  # (a real Xvfb starts in ~0.1 s)
     try:
         running = manager.acquire(64, 64)
         failed: list[BaseException] = []
