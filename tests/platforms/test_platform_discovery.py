@@ -148,9 +148,9 @@ def test_a_frozen_display_does_not_fail_the_requested_one(no_xvfb_left, xvfb):
         assert report.valid, report.reasons
         leaks.check()  # the frozen display's probe was killed, not left waiting
 
-        facts = x11.probe_displays([stuck.name, good.name], {}, timeout=1.5)
+        facts = x11.probe_displays([stuck.name, good.name], {}, timeout=1.0)  # (a good display answers in ~0.1 s)
         assert facts[good.name].ok, facts[good.name]
-        assert not facts[stuck.name].ok and "did not finish within 1.5 s" in facts[stuck.name].error
+        assert not facts[stuck.name].ok and "did not finish within 1 s" in facts[stuck.name].error
         leaks.check()
     finally:
         thaw(stuck)
@@ -159,7 +159,7 @@ def test_a_frozen_display_does_not_fail_the_requested_one(no_xvfb_left, xvfb):
 @pytest.mark.xvfb
 def test_discovery_keeps_the_displays_that_answered(monkeypatch, no_xvfb_left, xvfb):
     monkeypatch.delenv("DISPLAY", raising=False)
-    monkeypatch.setattr(x11, "X11_PROBE_TIMEOUT", 1.5)
+    monkeypatch.setattr(x11, "X11_PROBE_TIMEOUT", 1.0)  # (a good display answers in ~0.1 s)
     stuck = xvfb("-screen", "0", "320x240x24", *GLX)
     good = xvfb("-screen", "0", "320x240x24", *GLX)
     frozen(stuck)
