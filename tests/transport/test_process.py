@@ -17,6 +17,8 @@ import pytest
 from renderd.errors import ConfigError, RenderdError
 from renderd.process import QUALITY_SETTINGS, PlayerProcess, player_argv, player_env, resolve_executable
 
+from tests.helpers.leaks import pid_gone
+
 from .conftest import wait_until
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -266,7 +268,8 @@ class TestStop:
             assert psutil.pid_exists(player_pid)
             owner.kill()
             owner.wait(10)
-            assert wait_until(lambda: not psutil.pid_exists(player_pid), 2)
+            # Dead: gone, or a zombie its new parent (init, which may reap seconds later) has not reaped yet.
+            assert wait_until(lambda: pid_gone(player_pid), 2)
         finally:
             if owner.poll() is None:
                 owner.kill()

@@ -137,10 +137,10 @@ def test_a_child_the_player_started_in_a_session_of_its_own_is_stopped_with_it(t
         assert wait_until(lambda: "helper " in log_path.read_text(), 30), log_path.read_text()
         helper_pid = int(log_path.read_text().split("helper ")[1].split()[0])
         assert os.getsid(helper_pid) == helper_pid != os.getpgid(proc.pid)
-        proc.stop(1.0)
+        proc.stop(0.3)  # (a grace the SIGTERM-ignoring helper waits out in full)
         assert wait_until(lambda: pid_gone(helper_pid), 10), "the helper outlived the player's stop()"
     finally:
-        proc.stop(1.0)
+        proc.stop(0.3)
         if helper_pid is not None and not pid_gone(helper_pid):
             os.kill(helper_pid, signal.SIGKILL)
 
