@@ -12,6 +12,7 @@ import pytest
 
 import renderd
 from renderd.errors import PlayerCrashed, ProtocolError
+from renderd.transport import http as http_transport
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
 from tests.helpers.http_util import DEADLINE, spawn_player
@@ -129,7 +130,9 @@ def test_garbage_post_is_protocol_error_on_the_clients_call(no_leaks):
 
 
 @pytest.mark.parametrize("fault, code", [("truncate", 3), ("oversize", None), ("close", None)])
-def test_stream_faults_are_crashes_never_hangs(no_leaks, fault, code):
+def test_stream_faults_are_crashes_never_hangs(no_leaks, fault, code, monkeypatch):
+    if fault == "close":  # the player lives on: waiting the default 1 s for its exit status is only waited out
+        monkeypatch.setattr(http_transport, "EXIT_CLASSIFY_TIMEOUT", 0.2)
     action = {"action": "RenderdFault", "fault": fault}
     if code is not None:
         action["code"] = code
