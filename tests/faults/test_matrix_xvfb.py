@@ -155,7 +155,7 @@ def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_pa
     from tests.daemon.conftest import DaemonProcess, fast_config
 
     slow = tmp_path / "slow"  # while this exists, the next Xvfb start takes SLOW_START seconds
-    slow_start = 3
+    slow_start = 2
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     wrapper = bin_dir / "Xvfb"
@@ -188,7 +188,7 @@ def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_pa
                 assert d.client.health()["status"] in ("ready", "starting")
             slowest = max(slowest, t.elapsed)
             answers += 1
-        assert answers >= 2 and slowest < 2.0, f"{answers} answers, slowest {slowest:.2f} s"  # (3 s under the lock)
+        assert answers >= 2 and slowest < 1.0, f"{answers} answers, slowest {slowest:.2f} s"  # (2 s under the lock)
         d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"], timeout=30,
                        what="a new READY player on the new display")
     finally:
