@@ -39,13 +39,13 @@ def launch_wrapped(script, script_text: str):
 
 def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
     # The script leads the process group and exits at once on SIGTERM; the player (its grandchild here)
-    # needs a second to shut down cleanly. The grace is for the group, not only for its leader.
+    # needs half a second to shut down cleanly. The grace is for the group, not only for its leader.
     marker = tmp_path / "shut-down-cleanly"
     slow = tmp_path / "slow_stop.py"
     slow.write_text(textwrap.dedent(f"""
         import signal, subprocess, sys, time
         def term(*_):
-            time.sleep(1.0)
+            time.sleep(0.5)
             open({str(marker)!r}, "w").close()
             sys.exit(0)
         signal.signal(signal.SIGTERM, term)
@@ -55,7 +55,7 @@ def test_a_player_under_a_wrapper_script_gets_its_grace(tmp_path):
     with Timer() as t:
         session.close()
     assert marker.exists(), "the player was killed before the end of its grace"
-    assert 1.0 <= t.elapsed < session.stop_grace
+    assert 0.5 <= t.elapsed < session.stop_grace
 
 
 def test_ctrl_c_during_close_still_stops_and_reaps_the_player(tmp_path):
