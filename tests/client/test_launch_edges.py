@@ -24,7 +24,8 @@ from .conftest import START, Timer
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 SMALL = dict(width=64, height=48)
-PLAYER = shutil.which("renderd-player")
+#: The reference player installed next to this interpreter (not a version manager's shim found first on PATH).
+PLAYER = shutil.which("renderd-player", path=os.path.dirname(sys.executable)) or shutil.which("renderd-player")
 
 
 def launch_wrapped(script, script_text: str):

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 
 import psutil
 import pytest
@@ -28,6 +29,9 @@ pytestmark = [
 ]
 
 GL_PLAYER = ["renderd-player", "--renderer", "gl"]
+#: The reference player installed next to this interpreter (not a version manager's shim found first on PATH,
+#: which costs every start a tenth of a second or more).
+PLAYER = shutil.which("renderd-player", path=os.path.dirname(sys.executable)) or shutil.which("renderd-player")
 START = 20.0
 STEP = 5.0
 
@@ -128,7 +132,7 @@ def test_the_daemon_replaces_ready_players_whose_managed_xvfb_died(tmp_path, not
     from renderd.daemon.client import connect
     from tests.daemon.conftest import DaemonProcess, fast_config
 
-    gl_player = f'["{shutil.which("renderd-player")}", "--renderer", "gl"]'
+    gl_player = f'["{PLAYER}", "--renderer", "gl"]'
     d = DaemonProcess(tmp_path / "d", fast_config(executable=gl_player).replace(
         'platform = "headless"', 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'))
     nothing_left.ignore.add(d.pid)
@@ -161,7 +165,7 @@ def test_the_control_api_answers_while_a_dead_managed_display_is_replaced(tmp_pa
     wrapper = bin_dir / "Xvfb"
     wrapper.write_text(f'#!/bin/sh\nif [ -e "{slow}" ]; then sleep {slow_start}; fi\nexec "{shutil.which("Xvfb")}" "$@"\n')
     wrapper.chmod(0o755)
-    gl_player = f'["{shutil.which("renderd-player")}", "--renderer", "gl"]'
+    gl_player = f'["{PLAYER}", "--renderer", "gl"]'
     d = DaemonProcess(
         tmp_path / "d",
         fast_config(executable=gl_player).replace(
