@@ -47,7 +47,7 @@ while (action := p.read_action(inp)) is not None:
     p.write_all(out, p.message(int(action["sequenceId"]), size, size))
 """
 #: The slots' step_timeout: what a replacement that has not opened client.pipe used to hold recv for.
-HOLD = 2.5
+HOLD = 2.0
 #: How long after the replacement has sent its first frame the other slot answers "Gate".
 GATE = 0.5
 GRACE = 0.3
