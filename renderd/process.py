@@ -795,9 +795,19 @@ class PlayerProcess:
 
     def _group_running(self) -> bool:
         """Whether a process of the player's group other than an exited leader still runs (a wrapper
-        script's child, say). Reads ``/proc``; only asked while stopping."""
+        script's child, say). Only asked while stopping."""
         if self._group_id_recycled():
             return False
+        try:
+            os.killpg(self.pgid, 0)
+        except ProcessLookupError:
+            # No process has the group id, not even a zombie: the usual case once a player has exited, told by
+            # one system call where the scan of /proc below reads every process's stat (about a millisecond per
+            # hundred processes, on every stop).
+            return False
+        except OSError:
+            pass  # (a member that is not ours to signal: the scan tells)
+        # Some process has it: a running one, or only zombies (an unreaped leader, orphans init has not reaped).
         for name in os.listdir("/proc"):
             if not name.isdigit():
                 continue
