@@ -104,7 +104,12 @@ def test_an_idle_server_pipe_readable_but_emptied_before_the_loop_reads_it_is_no
     # still holds its end open: nothing to read is not an end of file, and the player must not be stopped for
     # closing a pipe it did not close.
     ticks: list[float] = []
-    sup = supervisor_with(on_tick=ticks.append)
+
+    def tick(now: float) -> float:
+        ticks.append(now)
+        return 0.05  # (the loop passes every 0.05 s, not once a second when idle: the passes waited for come soon)
+
+    sup = supervisor_with(on_tick=tick)
     pid = ready_pid(sup, watched=True)
     p = only_player(sup)
     fd = p.holder.fileno()
