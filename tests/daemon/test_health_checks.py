@@ -78,7 +78,8 @@ def test_a_healthy_idle_player_answers_its_checks_and_serves_its_next_client(sup
 
 
 def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
-    sup = supervisor_with(_config(interval=0.1, step_timeout=1.0))
+    # (the loop passes every 0.05 s, not once a second when idle: the first check goes out at once)
+    sup = supervisor_with(_config(interval=0.1, step_timeout=1.0), on_tick=lambda now: 0.05)
     p = _ready(sup)
     pid = p.pid
     os.kill(pid, signal.SIGSTOP)  # alive, never answering
