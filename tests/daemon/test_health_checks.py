@@ -116,7 +116,7 @@ def test_checks_are_off_by_default(supervisor_with):
 
 def test_http_players_are_checked_through_the_bridge(daemon):
     d = daemon(fast_config(extra='transport = "http"\nhealth_interval = 0.1', daemon='http = "127.0.0.1:0"')
-               .replace("step_timeout = 20.0", "step_timeout = 2.0"), args=("--log-level", "debug"))
+               .replace("step_timeout = 20.0", "step_timeout = 1.0"), args=("--log-level", "debug"))
     (player,) = d.players()
     wait_for(lambda: "answered health check 3" in d.output(), DEADLINE, "three health checks answered")
     (same,) = d.players()
@@ -124,7 +124,7 @@ def test_http_players_are_checked_through_the_bridge(daemon):
     with renderd.connect("demo", socket=d.socket) as session:
         assert session.step("MoveAhead").sequence_id == 1
     os.kill(player["pid"], signal.SIGSTOP)
-    wait_for(lambda: "did not answer a health check (Pass) within step_timeout (2 s): hung" in d.output(), DEADLINE,
+    wait_for(lambda: "did not answer a health check (Pass) within step_timeout (1 s): hung" in d.output(), DEADLINE,
              "the hung HTTP player noticed")
     d.wait_players(lambda ps: ps[0]["state"] == "READY" and ps[0]["pid"] != player["pid"], what="a new player")
 
