@@ -22,6 +22,12 @@ from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixtu
 DEADLINE = 20.0
 
 
+def FAST_TICKS(now: float) -> float:
+    """An ``on_tick`` that has the loop pass every 0.05 s, not once a second when idle: a READY player's
+    first check goes out after health_interval, not up to a second later."""
+    return 0.05
+
+
 def _config(interval: float, step_timeout: float = 20.0) -> str:
     return fast_config(extra=f"health_interval = {interval}").replace(
         "step_timeout = 20.0", f"step_timeout = {step_timeout}"
@@ -63,7 +69,7 @@ def _step(answer: dict, seq: int) -> int:
 
 
 def test_a_healthy_idle_player_answers_its_checks_and_serves_its_next_client(supervisor_with):
-    sup = supervisor_with(_config(interval=0.1))
+    sup = supervisor_with(_config(interval=0.1), on_tick=FAST_TICKS)
     p = _ready(sup)
     pid = p.pid
     wait_for(lambda: p.checks >= 3 and p.check_deadline is None, DEADLINE, "three health checks answered")
@@ -78,8 +84,7 @@ def test_a_healthy_idle_player_answers_its_checks_and_serves_its_next_client(sup
 
 
 def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
-    # (the loop passes every 0.05 s, not once a second when idle: the first check goes out at once)
-    sup = supervisor_with(_config(interval=0.1, step_timeout=1.0), on_tick=lambda now: 0.05)
+    sup = supervisor_with(_config(interval=0.1, step_timeout=1.0), on_tick=FAST_TICKS)
     p = _ready(sup)
     pid = p.pid
     os.kill(pid, signal.SIGSTOP)  # alive, never answering
@@ -91,7 +96,7 @@ def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
 
 
 def test_a_lease_request_waits_for_a_check_under_way(supervisor_with):
-    sup = supervisor_with(_config(interval=0.1, step_timeout=10.0))
+    sup = supervisor_with(_config(interval=0.1, step_timeout=10.0), on_tick=FAST_TICKS)
     p = _ready(sup)
     os.kill(p.pid, signal.SIGSTOP)
     try:
@@ -145,7 +150,7 @@ def test_a_late_answer_read_during_a_check_gets_the_player_recycled_not_failed(s
     # A client sent an action and released the lease cleanly without reading the answer; the player answers
     # after its next health check was sent, so the daemon reads that answer first. It is an answer nobody
     # waited for, as when no check is under way: the player is recycled (no failure, no backoff).
-    sup = supervisor_with(_config(interval=0.1))
+    sup = supervisor_with(_config(interval=0.1), on_tick=FAST_TICKS)
     p = _ready(sup)
     pid = p.pid
     lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
@@ -163,7 +168,7 @@ def test_a_late_answer_with_the_next_checks_sequence_id_is_not_taken_for_its_ans
     # A client's actions are numbered 1, 2, 3...: a late answer to one of them must not pass for the answer to
     # a health check (the check's own answer, read next, would then be an answer nobody waited for, or the
     # next client's first answer). Checks carry sequenceIds a client does not use.
-    sup = supervisor_with(_config(interval=0.1))
+    sup = supervisor_with(_config(interval=0.1), on_tick=FAST_TICKS)
     p = _ready(sup)
     pid = p.pid
     lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
