@@ -47,7 +47,7 @@ def test_sighup_during_a_graceful_stop_is_ignored_and_the_stop_completes(daemon)
     # The player's process group ignores SIGTERM: the stop waits the whole stop_grace, and the SIGHUP
     # arrives meanwhile. The daemon must finish its stop (SIGKILL after the grace) and exit 0.
     exe = f'["/bin/sh", "-c", "trap \'\' TERM; {PLAYER} --static-frame; exec sleep 30"]'
-    d = daemon(fast_config(executable=exe))  # stop_grace = 2.0
+    d = daemon(fast_config(executable=exe).replace("stop_grace = 2.0", "stop_grace = 1.0"))
     assert len(d.players()) == 1  # (and its pid is remembered for the cleanup)
     d.signal(signal.SIGTERM)
     wait_for(lambda: "stopping: ending" in d.output(), DEADLINE, "the graceful stop to begin")
@@ -55,7 +55,7 @@ def test_sighup_during_a_graceful_stop_is_ignored_and_the_stop_completes(daemon)
     assert d.wait_exit() == 0, d.output()
     out = d.output()
     assert "SIGHUP ignored: the daemon is stopping" in out
-    assert "did not exit within 2 s of SIGTERM; sending SIGKILL" in out  # the grace was given
+    assert "did not exit within 1 s of SIGTERM; sending SIGKILL" in out  # the grace was given
     assert "Traceback" not in out and "still running at shutdown" not in out
 
 
