@@ -59,15 +59,23 @@ def test_sighup_during_a_graceful_stop_is_ignored_and_the_stop_completes(daemon)
     assert "Traceback" not in out and "still running at shutdown" not in out
 
 
+def _go(marker: Path) -> Path:
+    """The file a test makes to end the window a :func:`_slow_step` opened with ``marker``."""
+    return marker.with_name(marker.name + ".go")
+
+
 def _slow_step(method: str, marker: Path) -> str:
-    """A preamble making ``Daemon.<method>`` write ``marker`` and take 1.5 s first: a window for a signal."""
+    """A preamble making ``Daemon.<method>`` write ``marker`` and wait first, until the test makes
+    ``_go(marker)`` (at most 10 s): a window for a signal, held open until the test has sent it."""
     return f"""
-    import time
+    import os, time
     from renderd.daemon import service
     _original = service.Daemon.{method}
     def _slow(self, *args, **kwargs):
         open({str(marker)!r}, "w").close()
-        time.sleep(1.5)
+        _until = time.monotonic() + 10
+        while not os.path.exists({str(_go(marker))!r}) and time.monotonic() < _until:
+            time.sleep(0.01)
         return _original(self, *args, **kwargs)
     service.Daemon.{method} = _slow
     """
@@ -88,6 +96,7 @@ def test_a_signal_while_setting_up_or_cleaning_up_leaves_nothing_behind(daemon, 
     wait_for(marker.exists, DEADLINE, f"the daemon to reach {method}")
     for sig in signals:
         d.signal(sig)
+    _go(marker).touch()  # (the signals are pending or handled by now: the daemon goes on with them)
     assert d.wait_exit() == 0, d.output()
     assert sorted(os.listdir(d.base)) == ["daemon.log", "renderd.toml"], d.output()  # no socket, lock, dirs
     assert "Traceback" not in d.output()
