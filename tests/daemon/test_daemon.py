@@ -237,7 +237,7 @@ def test_a_reload_before_the_players_are_ready_does_not_announce_ready(daemon, t
     path = str(tmp_path / "notify.sock")
     sock = _notify_socket(path)
     try:
-        exe = f'["{sys.executable}", "-m", "renderd.player", "--static-frame", "--start-delay", "2.0"]'
+        exe = f'["{sys.executable}", "-m", "renderd.player", "--static-frame", "--start-delay", "1.0"]'
         d = daemon(fast_config(executable=exe), env={"NOTIFY_SOCKET": path}, ready=False)
         early = _datagrams(sock, f"MAINPID={d.pid}", 30)
         d.signal(signal.SIGHUP)
