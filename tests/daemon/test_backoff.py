@@ -43,11 +43,11 @@ def test_a_player_that_crashes_soon_after_every_start_is_restarted_ever_more_slo
 
 
 def test_a_player_that_ran_long_enough_starts_a_new_series(supervisor_with):
-    sup = supervisor_with(_config(backoff_max=1.0))
+    sup = supervisor_with(_config(backoff_max=0.6))
     delays = [_crash_and_measure(sup, _ready_pid(sup)) for _ in range(3)]
     assert delays == [0.05, 0.1, 0.2], delays
     pid = _ready_pid(sup)
-    wait_for(lambda: time.monotonic() - _player(sup).ready_at > 1.1, DEADLINE, "the player up for backoff_max")
+    wait_for(lambda: time.monotonic() - _player(sup).ready_at > 0.7, DEADLINE, "the player up for backoff_max")
     assert _crash_and_measure(sup, pid) == 0.05
 
 
