@@ -347,7 +347,8 @@ def test_a_player_that_dies_before_its_first_frame_is_recorded_with_its_exit(dae
     # Its end of file usually reaches the daemon before its exit does: every boot failure must still say
     # how it ended, and count as an exit.
     exe = f'["{PLAYER}", "--static-frame", "--fault-at-start", "{kind}"]'
-    d = daemon(fast_config(executable=exe).replace("max_boot_failures = 3", "max_boot_failures = 6"), ready=False)
+    d = daemon(fast_config(executable=exe).replace("max_boot_failures = 3", "max_boot_failures = 6")
+               .replace("backoff_max = 0.2", "backoff_max = 0.05"), ready=False)  # (restarts at once)
     wait_for(lambda: d.health() is not None, DEADLINE, "the daemon to answer")
     (failed,) = d.wait_players(lambda ps: ps and ps[0]["state"] == "FAILED", what="the slot FAILED")
     assert failed["boot_failures"] == 6 and how in failed["reason"], failed
