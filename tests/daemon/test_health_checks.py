@@ -154,7 +154,7 @@ def test_a_late_answer_read_during_a_check_gets_the_player_recycled_not_failed(s
     p = _ready(sup)
     pid = p.pid
     lease, answer = sup.acquire("demo", client_pid=os.getpid(), timeout=DEADLINE)
-    send_slow_action(answer["client_pipe"], 1.0, 7)
+    send_slow_action(answer["client_pipe"], 0.5, 7)
     sup.release(lease.id)
     wait_for(lambda: p.check_deadline is not None, DEADLINE, "a health check under way")
     wait_for(lambda: p.pid != pid and p.state == State.READY, DEADLINE, "a new player READY")

@@ -99,13 +99,13 @@ def test_giving_back_the_last_reference_on_a_hung_managed_display_does_not_stall
 def test_a_player_released_cleanly_with_an_answer_on_its_way_is_not_handed_on_when_health_checks_are_on(
     supervisor_with,
 ):
-    # A client drives the pipes by hand: it sends an action the player takes a second to answer, does not read
+    # A client drives the pipes by hand: it sends an action the player takes half a second to answer, does not read
     # the answer, and releases the lease cleanly (its pipes are empty: the player read the action). The next
     # lease request comes at once. Handed on, the player would give that client the late answer as its first.
     sup = supervisor_with(_health_config(60.0))
     pid = ready_pid(sup)
     lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
-    send_slow_action(answer["client_pipe"], 1.0, 7)
+    send_slow_action(answer["client_pipe"], 0.5, 7)
     assert sup.release(lease.id)["recycled"] is False  # (nothing unread or unsent: the release looks clean)
     lease, answer = sup.acquire("demo", os.getpid(), DEADLINE)
     try:
