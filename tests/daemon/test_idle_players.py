@@ -35,7 +35,8 @@ def _odd_config(idle: str) -> str:
 
 def test_an_idle_player_that_closes_server_pipe_is_stopped_and_restarted(daemon):
     # (the player lives on: 0.2 s is enough to see that it did not exit, instead of EOF_EXIT_WAIT's 1 s)
-    d = daemon(_odd_config("close"), ready=False, preamble="import renderd.daemon.supervisor as s; s.EOF_EXIT_WAIT = 0.2")
+    d = daemon(_odd_config("close"), ready=False,
+               preamble="import renderd.daemon.supervisor as s; s.EOF_EXIT_WAIT = 0.2")
     wait_for(lambda: re.search(r"demo\[0\] pid \d+ closed server.pipe while idle \(and it did not exit\)", d.output()),
              DEADLINE, "the daemon to notice the closed pipe")
     wait_for(lambda: "restarting in" in d.output(), DEADLINE, "a restart")
