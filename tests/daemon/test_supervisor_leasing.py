@@ -23,7 +23,8 @@ SLOW_TO_STOP = f"""["/bin/sh", "-c", 'trap "" TERM; "$0" "$@"; exec sleep 30', "
 
 
 def test_a_lease_request_never_takes_an_idle_player_whose_unasked_output_the_loop_has_not_read(supervisor_with):
-    sup = supervisor_with(fast_config())
+    # (the loop passes every 0.05 s, not once a second when idle: it watches the released player again at once)
+    sup = supervisor_with(fast_config(), on_tick=lambda now: 0.05)
     pid = ready_pid(sup, watched=True)
     lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
     sup.release(lease.id)
