@@ -1060,6 +1060,14 @@ class Supervisor:
                         for t in (p.check_due, p.check_deadline):
                             if t is not None:
                                 due = min(due, t)
+                        if (
+                            p.check_from is None and p.check_deadline is None and p.writer_fd is not None
+                            and p.holder is not None and not p.holder.closed
+                            and env.config.health_interval > 0
+                        ):
+                            # Its next check is not timed yet (it has just come up, answered a check, or ended a
+                            # lease): a pass now times it (_health_tick), from now, rather than after LOOP_IDLE.
+                            due = now
         return max(0.0, due - now)
 
     def _watch(self, fd: int | None, data: tuple[str, Any]) -> None:
