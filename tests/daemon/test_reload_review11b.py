@@ -7,46 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
-import textwrap
 import time
 from pathlib import Path
 
-from renderd.config import EnvironmentConfig, loads
+from renderd.config import EnvironmentConfig
 from renderd.daemon.supervisor import State, _pending_bytes
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_reload_review11 import SLOW_TO_STOP
+from tests.daemon.test_reload_review11 import SLOW_TO_STOP, _config, _counting, _demo, _ticks
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
-
-
-def _config(text: str):
-    return loads(textwrap.dedent(text))
-
-
-def _demo(text: str) -> EnvironmentConfig:
-    return _config(text).environments["demo"]
-
-
-def _ticks(ticks: list[float], n: int, sup) -> None:
-    """Wait until the supervisor's loop has run ``n`` more passes (woken at each poll)."""
-    start = len(ticks)
-
-    def passed() -> bool:
-        sup.wake()
-        return len(ticks) >= start + n
-
-    wait_for(passed, DEADLINE, f"{n} passes of the supervisor's loop")
-
-
-def _counting():
-    ticks: list[float] = []
-
-    def tick(now: float) -> None:
-        ticks.append(now)
-
-    return ticks, tick
 
 
 SLOW_BACKOFF = {"backoff_initial = 0.05": "backoff_initial = 30.0", "backoff_max = 0.2": "backoff_max = 60.0"}
