@@ -1,7 +1,8 @@
 """Managed X displays: renderd starts Xvfb itself, shares it, and never leaves one behind.
 
 ``DisplayManager.acquire(width, height, screens)`` returns a :class:`ManagedDisplay` handle on an Xvfb
-whose screens are ``width x height x 24`` with GLX. Handles of the same geometry share one server; the
+whose screens are ``width x height x 24`` with GLX. Handles of the same geometry and the same Xvfb
+environment (:func:`xvfb_environment`: the variables that change the server) share one server; the
 server stops when the last handle is released, when :meth:`DisplayManager.shutdown` runs (the daemon
 calls it on exit; it is also registered with :mod:`atexit`), or when this process dies: each Xvfb gets
 ``PR_SET_PDEATHSIG`` and its own process group.
@@ -71,6 +72,15 @@ INSTALL_HINT = "install Xvfb and its GL drivers: apt-get install xvfb libgl1-mes
 
 _T = TypeVar("_T")
 
+#: Environment variables that change the Xvfb started with them, by name and by prefix: the binary found
+#: (``PATH``), the dynamic loader (``LD_*``: libraries, preloads), and the GL stack its GLX loads (libglvnd's
+#: ``__GLX_*``/``__GL_*``/``__EGL_*``, Mesa's ``LIBGL_*``/``MESA_*``/``GALLIUM_*``/``LP_*`` (llvmpipe)/
+#: ``EGL_*``/``GBM_*``/``DRI_PRIME``) and its keyboard setup (``XKB_*``, ``XLOCALEDIR``). Requests that differ in
+#: one of them get servers of their own; the rest of an environment (a session's own settings) is not
+#: read by Xvfb and does not stop them from sharing.
+XVFB_ENV_NAMES = frozenset({"PATH", "DRI_PRIME", "XLOCALEDIR"})
+XVFB_ENV_PREFIXES = ("LD_", "__GLX_", "__GL_", "__EGL_", "LIBGL_", "MESA_", "GALLIUM_", "LP_", "EGL_", "GBM_", "XKB_")
+
 #: The word after ``-I`` (the X server ignores everything from ``-I`` on) at the end of every managed
 #: Xvfb's command line: the mark of a display renderd manages.
 MANAGED_MARKER = "renderd-managed-display"
@@ -80,6 +90,17 @@ def find_xvfb(env: Mapping[str, str] | None = None) -> str | None:
     """The path of the Xvfb binary on ``env['PATH']`` (default: this process's), or None."""
     path = (env if env is not None else os.environ).get("PATH", os.defpath)
     return shutil.which(XVFB_BINARY, path=path)
+
+
+def xvfb_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The part of ``env`` that changes an Xvfb started with it (:data:`XVFB_ENV_NAMES`,
+    :data:`XVFB_ENV_PREFIXES`), sorted: managed displays are shared only between equal ones."""
+    return tuple(
+        sorted((k, v) for k, v in env.items() if k in XVFB_ENV_NAMES or k.startswith(XVFB_ENV_PREFIXES))
+    )
+
+
+_Key = tuple[int, int, int, tuple[tuple[str, str], ...]]
 
 
 # -- spawning from one long-lived thread --------------------------------------------------------------
@@ -135,7 +156,14 @@ class _Server:
     """One running Xvfb and the handles on it."""
 
     def __init__(
-        self, proc: subprocess.Popen[bytes], number: int, width: int, height: int, screens: int, log_file: IO[bytes]
+        self,
+        proc: subprocess.Popen[bytes],
+        number: int,
+        width: int,
+        height: int,
+        screens: int,
+        log_file: IO[bytes],
+        env: Mapping[str, str],
     ) -> None:
         self.proc = proc
         self.number = number
@@ -143,6 +171,9 @@ class _Server:
         self.height = height
         self.screens = screens
         self.log_file = log_file
+        #: The environment it was started with (a replacement for it starts with the same one).
+        self.env = dict(env)
+        self.key: _Key = (width, height, screens, xvfb_environment(self.env))
         self.users = 0
         self.started = time.time()
         #: Set (under the manager's lock) by whoever takes it on to stop and clean up: the last release,
@@ -153,10 +184,6 @@ class _Server:
     @property
     def name(self) -> str:
         return f":{self.number}"
-
-    @property
-    def key(self) -> tuple[int, int, int]:
-        return (self.width, self.height, self.screens)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -232,8 +259,10 @@ class ManagedDisplay:
         self._manager.release(self)
 
     def renew(self, env: Mapping[str, str] | None = None) -> ManagedDisplay:
-        """A handle on a running display of the same geometry (a new server if this one died), then
-        release this handle. Raises :class:`PlatformError` as :meth:`DisplayManager.acquire` does."""
+        """A handle on a running display of the same geometry for ``env`` (default: the environment this
+        one's server was started with), a new server if this one died, then release this handle. Raises
+        :class:`PlatformError` as :meth:`DisplayManager.acquire` does."""
+        env = env if env is not None else self._server.env
         fresh = self._manager.acquire(self.width, self.height, self.screens, env=env)
         self.release()
         return fresh
@@ -280,10 +309,11 @@ class DisplayManager:
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
         self._lock = threading.Lock()
-        # One per geometry: a start that takes long (up to start_timeout) holds back only the callers
-        # that want the same geometry, never those sharing a server already running.
-        self._start_locks: dict[tuple[int, int, int], threading.Lock] = {}
-        self._servers: dict[tuple[int, int, int], _Server] = {}
+        # Keyed by geometry and Xvfb environment (xvfb_environment). One start lock per key: a start that
+        # takes long (up to start_timeout) holds back only the callers that want the same server, never
+        # those sharing a server already running.
+        self._start_locks: dict[_Key, threading.Lock] = {}
+        self._servers: dict[_Key, _Server] = {}
         self._closed = False
         _MANAGERS.add(self)
 
@@ -312,15 +342,16 @@ class DisplayManager:
     ) -> ManagedDisplay:
         """A handle on an Xvfb with ``screens`` screens of ``width`` x ``height`` x 24 and GLX.
 
-        Shares a running server of the same geometry, else starts one and verifies it. ``env`` is the
-        environment Xvfb runs with (default: this process's).
+        Shares a running server of the same geometry started with the same :func:`xvfb_environment`, else
+        starts one and verifies it. ``env`` is the environment Xvfb runs with (default: this process's).
 
         Raises :class:`PlatformError` when Xvfb is not installed, exits, does not announce its display
         within ``start_timeout``, fails verification, or the manager was shut down.
         """
         if width <= 0 or height <= 0 or screens <= 0:
             raise ValueError(f"invalid managed display geometry {width}x{height}, {screens} screens")
-        key = (width, height, screens)
+        env = env if env is not None else os.environ
+        key = (width, height, screens, xvfb_environment(env))
         with self._lock:
             start_lock = self._start_locks.setdefault(key, threading.Lock())
         with start_lock:
@@ -340,7 +371,7 @@ class DisplayManager:
                     server.users += 1
                     log.debug("sharing managed display %s (%d users)", server.name, server.users)
                     return ManagedDisplay(self, server)
-            server = self._start(width, height, screens, env if env is not None else os.environ)
+            server = self._start(width, height, screens, env)
             with self._lock:
                 if not self._closed:
                     server.users = 1
@@ -464,7 +495,7 @@ class DisplayManager:
             raise
         finally:
             os.close(read_fd)
-        server = _Server(proc, number, width, height, screens, log_file)
+        server = _Server(proc, number, width, height, screens, log_file, child_env)
         try:
             self._verify(server, env, deadline)
         except BaseException:
