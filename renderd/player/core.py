@@ -381,6 +381,10 @@ _ACTION_KEYS = ("lastAction", "lastActionSuccess", "errorMessage", "errorCode", 
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _pack = msgpack.Packer(use_bin_type=True).pack
 _SEQUENCE_KEY = _pack("sequenceId")
+#: The top-level ``"thirdPartyCameras"`` pair, packed and as JSON: always null, as a build's AgentManager sends it
+#: (it lists the cameras in each agent's map only; its MultiAgentMetadata's own field is never set).
+_PACKED_TOP_CAMERAS = _pack("thirdPartyCameras") + _pack(None)
+_JSON_TOP_CAMERAS = b'"thirdPartyCameras":null'
 #: ``"activeAgentId" N``, packed, by N.
 _PACKED_ACTIVE = tuple(_pack("activeAgentId") + _pack(i) for i in range(MAX_AGENTS))
 
@@ -432,36 +436,32 @@ class _Outcome:
 class _View:
     """What one agent's metadata holds apart from its action's own fields, for one player state.
 
-    Built once per state (scene, the agent's pose, resolution, field of view, visibility distance, cameras)
-    and reused while the state does not change, as both a dict's parts and packed msgpack. An answer's
+    Built once per state (scene, the agent's pose, resolution, field of view, visibility distance, cameras
+    or, for an answer without images, none) and reused while the state does not change, as both a dict's parts and packed msgpack. An answer's
     metadata is packed by hand around the per-action values::
 
         map(4) "agents" array(N)
           per agent:   packed_open     map(M) name.. screenWidth.. screenHeight..
                        (per action)    lastAction.. lastActionSuccess.. errorMessage.. errorCode.. actionReturn..
                        packed_close    sceneName.. ... sceneBounds..
-        "sequenceId" (per action) "activeAgentId" (per action)
-        packed_cameras "thirdPartyCameras" [...]
+        "sequenceId" (per action) "activeAgentId" (per action) "thirdPartyCameras" nil
 
     which is byte for byte what ``msgpack.packb`` makes of the dict (same keys in the same order). The same
     parts as compact JSON (``json_parts``, for the HTTP link) are made on first use.
     """
 
-    __slots__ = ("agent_head", "agent_tail", "cameras", "packed_open", "packed_close", "packed_cameras", "_json")
+    __slots__ = ("agent_head", "agent_tail", "packed_open", "packed_close", "_json")
 
-    def __init__(self, agent_head: dict[str, Any], agent_tail: dict[str, Any], cameras: list[dict[str, Any]]) -> None:
+    def __init__(self, agent_head: dict[str, Any], agent_tail: dict[str, Any]) -> None:
         self.agent_head = agent_head
         self.agent_tail = agent_tail
-        self.cameras = cameras
         self.packed_open = msgpack.Packer().pack_map_header(len(agent_head) + len(_ACTION_KEYS) + len(agent_tail)) \
             + _packed_pairs(agent_head)
         self.packed_close = _packed_pairs(agent_tail)
-        self.packed_cameras = _packed_pairs({"thirdPartyCameras": cameras})
-        self._json: tuple[bytes, bytes, bytes] | None = None
+        self._json: tuple[bytes, bytes] | None = None
 
-    def json_parts(self) -> tuple[bytes, bytes, bytes]:
-        """``{`` + the head pairs + ``,``; ``,`` + the tail pairs + ``}``; and ``"thirdPartyCameras":[...]``, as
-        compact JSON."""
+    def json_parts(self) -> tuple[bytes, bytes]:
+        """``{`` + the head pairs + ``,``; and ``,`` + the tail pairs + ``}``, as compact JSON."""
         if self._json is None:
             def pairs(d: dict[str, Any]) -> str:
                 return _dumps(d)[1:-1]
@@ -469,7 +469,6 @@ class _View:
             self._json = (
                 ("{" + pairs(self.agent_head) + ",").encode("utf-8"),
                 ("," + pairs(self.agent_tail) + "}").encode("utf-8"),
-                pairs({"thirdPartyCameras": self.cameras}).encode("utf-8"),
             )
         return self._json
 
@@ -515,7 +514,7 @@ class Answer:
             agent.update(view.agent_tail)
             agents.append(agent)
         return {"agents": agents, "sequenceId": self.sequence_id, "activeAgentId": self.active_agent,
-                "thirdPartyCameras": self._views[0].cameras}
+                "thirdPartyCameras": None}
 
     def packed_metadata(self) -> bytes:
         """The metadata packed with msgpack, as :func:`renderd.protocol.encode_metadata` packs it.
@@ -527,7 +526,7 @@ class Answer:
         for view, outcome in zip(views, self._outcomes):
             parts += (view.packed_open, outcome.packed(), view.packed_close)
         parts += (_SEQUENCE_KEY, msgpack.packb(self.sequence_id), _PACKED_ACTIVE[self.active_agent],
-                  views[0].packed_cameras)
+                  _PACKED_TOP_CAMERAS)
         return b"".join(parts)
 
     def json_metadata(self) -> bytes:
@@ -536,10 +535,10 @@ class Answer:
         return value is not JSON-serialisable (the player's always is)."""
         parts = [b'{"agents":[']
         for i, (view, outcome) in enumerate(zip(self._views, self._outcomes)):
-            head, tail, _ = view.json_parts()
+            head, tail = view.json_parts()
             parts += (b"," if i else b"", head, outcome.json(), tail)
         parts += (b'],"sequenceId":', _dumps(self.sequence_id).encode("ascii"), b',"activeAgentId":',
-                  _dumps(self.active_agent).encode("ascii"), b",", self._views[0].json_parts()[2], b"}")
+                  _dumps(self.active_agent).encode("ascii"), b",", _JSON_TOP_CAMERAS, b"}")
         return b"".join(parts)
 
     def as_tuple(self) -> tuple[dict[str, Any], Images]:
@@ -1166,24 +1165,31 @@ class Player:
         agents = self.agents
         self.agents[self.active].outcome = outcome
         cameras = tuple((c.position, c.rotation, c.fov) for c in self.cameras) if self.cameras else ()
+        # As a build's AgentManager: an answer with images lists the cameras in each agent's map, one without lists
+        # none (null), the cameras' state then not part of the view.
+        render = action.get("renderImage", True)
+        render = not self.headless and (render is True or _flag(render, True))  # 0 and "false" too, as in Unity
+        listed = cameras if render else None
         if len(agents) == 1:
-            views = [self._view(agents[0], None, cameras)]
+            views = [self._view(agents[0], None, listed)]
         else:
             for agent in agents:
                 if agent.outcome is None:
                     agent.outcome = outcome
-            views = [self._view(agent, i, cameras) for i, agent in enumerate(agents)]
-        return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, self._images(action, cameras))
+            views = [self._view(agent, i, listed) for i, agent in enumerate(agents)]
+        images = self._images(action, cameras) if render else []
+        return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, images)
 
-    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple) -> _View:
+    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None) -> _View:
         """The agent's view of the player's state (``agent_id``: its index with several agents, else None;
-        ``cameras``: the third-party cameras' states), from the cache when the state was seen lately."""
+        ``cameras``: the third-party cameras' states, None for an answer without images, whose agent maps list
+        no camera), from the cache when the state was seen lately."""
         # Everything the agent's metadata depends on apart from its action's own fields (see _build_view).
         key = (self.scene.name, self.scene_name, self.width, self.height, agent.x, agent.z, agent.yaw, agent.horizon,
                self.fov, self.visibility_distance, cameras, agent_id)
         view = self._views.get(key)
         if view is None:
-            view = self._build_view(agent, agent_id)
+            view = self._build_view(agent, agent_id, cameras is not None)
             self._views[key] = view
         else:
             self._views.move_to_end(key)
@@ -1234,11 +1240,12 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _build_view(self, agent: _Agent, agent_id: int | None) -> _View:
+    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool) -> _View:
         """An agent's metadata's state-decided parts. Reads only what :meth:`_view`'s key holds (and constants).
         ``agent_id``: the ``agentId`` a build's map of several agents has (``None`` with one agent: its map
-        keeps the shape it had before this player had several)."""
-        cameras = [c.metadata(i) for i, c in enumerate(self.cameras)]
+        keeps the shape it had before this player had several). ``list_cameras``: the map's ``thirdPartyCameras``
+        lists the cameras (``[]`` with none), else it is null, as a build's map for an answer without images."""
+        cameras = [c.metadata(i) for i, c in enumerate(self.cameras)] if list_cameras else None
         sx, sy, sz = self.scene.size
         head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
         if agent_id is not None:
@@ -1268,12 +1275,10 @@ class Player:
                 "size": _xyz(sx, sy, sz),
             },
         }
-        return _View(head, tail, cameras)
+        return _View(head, tail)
 
     def _images(self, action: dict, cameras: tuple) -> Images:
-        render = action.get("renderImage", True)
-        if self.headless or (render is not True and not _flag(render, True)):  # 0 and "false" too, as in Unity
-            return []
+        """The answer's images (:meth:`_answer` decides whether it has any)."""
         depth = action.get("renderDepthImage")
         depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
         # As a build's AgentManager.ProcessControlCommand: a step's renderInstanceSegmentation can only switch

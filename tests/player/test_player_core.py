@@ -83,7 +83,7 @@ def test_first_message_and_wire_layout():
     p = Player(width=40, height=30)
     md, images = p.first_message()
     agent = md["agents"][0]
-    assert md["sequenceId"] == 0 and md["activeAgentId"] == 0 and md["thirdPartyCameras"] == []
+    assert md["sequenceId"] == 0 and md["activeAgentId"] == 0 and md["thirdPartyCameras"] is None
     assert agent["lastAction"] == "" and agent["screenWidth"] == 40 and agent["screenHeight"] == 30
     assert [t for t, _ in images] == [FieldType.RGB_IMAGE]
     rgb = images[0][1]
@@ -175,11 +175,11 @@ def test_a_failed_camera_update_changes_nothing(update, code):
     p = Player(width=16, height=16)
     p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 1.5, "z": 0},
               "rotation": {"x": 30, "y": 0, "z": 0}})
-    before = p.handle({"action": "Pass"})[0]["thirdPartyCameras"]
+    before = p.handle({"action": "Pass"})[0]["agents"][0]["thirdPartyCameras"]
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, **update})
     assert md["agents"][0]["lastActionSuccess"] is False
     assert md["agents"][0]["errorCode"] == code
-    assert md["thirdPartyCameras"] == before
+    assert md["agents"][0]["thirdPartyCameras"] == before
 
 
 @pytest.mark.parametrize(

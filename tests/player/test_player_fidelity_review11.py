@@ -231,7 +231,7 @@ def test_a_null_camera_field_of_view_keeps_the_cameras():
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0.0, "fieldOfView": None,
                       "position": {"y": 2.5}})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
-    assert md["thirdPartyCameras"][0]["fieldOfView"] == 90 and md["thirdPartyCameras"][0]["position"]["y"] == 2.5
+    assert _agent(md)["thirdPartyCameras"][0]["fieldOfView"] == 90 and _agent(md)["thirdPartyCameras"][0]["position"]["y"] == 2.5
 
 
 def test_a_teleport_horizon_past_the_look_limits_fails_without_an_error_code_and_null_is_not_given():
@@ -253,10 +253,10 @@ def test_the_camera_actions_return_nothing_as_a_builds():
     p = Player(width=16, height=12)
     md, _ = p.handle({"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0}, "rotation": {"x": 90}})
     assert _agent(md)["lastActionSuccess"] and _agent(md)["actionReturn"] is None
-    assert md["thirdPartyCameras"][0]["position"] == {"x": 0, "y": 2, "z": 0}
+    assert _agent(md)["thirdPartyCameras"][0]["position"] == {"x": 0, "y": 2, "z": 0}
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "fieldOfView": 60})
     assert _agent(md)["lastActionSuccess"] and _agent(md)["actionReturn"] is None
-    assert md["thirdPartyCameras"][0]["fieldOfView"] == 60
+    assert _agent(md)["thirdPartyCameras"][0]["fieldOfView"] == 60
 
 
 @pytest.mark.parametrize("count, made", [(0, 1), (-3, 1), (7, 6), (100, 6)])

@@ -84,7 +84,7 @@ def test_reset_with_a_null_or_empty_scene_name_reloads_the_current_scene(name):
     agent = md["agents"][0]
     assert agent["lastActionSuccess"], agent["errorMessage"]
     assert agent["sceneName"] == "FloorPlan2_physics" and p.pose == start
-    assert md["thirdPartyCameras"] == []
+    assert agent["thirdPartyCameras"] == []
 
 
 def test_update_third_party_camera_keeps_the_axes_it_is_not_given():
@@ -97,16 +97,16 @@ def test_update_third_party_camera_keeps_the_axes_it_is_not_given():
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "position": {"y": 2.2},
                       "rotation": {"x": None, "y": 90.0}})
     assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
-    camera = md["thirdPartyCameras"][0]
+    camera = md["agents"][0]["thirdPartyCameras"][0]
     assert camera["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
     assert camera["rotation"] == {"x": 30.0, "y": 90.0, "z": 0.0}
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "position": None,
                       "fieldOfView": 60})
     assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
-    assert md["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
+    assert md["agents"][0]["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "position": {"x": "left"}})
     assert md["agents"][0]["errorCode"] == "InvalidArgument"
-    assert md["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
+    assert md["agents"][0]["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
 
 
 def test_initialize_takes_a_zero_size_as_not_given():
