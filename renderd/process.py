@@ -85,6 +85,12 @@ LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 20
 #: How often a watch without a pidfd polls for the player's exit.
 PID_POLL_INTERVAL = 0.05
+#: At most how often :meth:`PlayerProcess.poll` notes the running player's helpers outside its process group
+#: (:meth:`PlayerProcess.note_descendants`), so that :meth:`PlayerProcess.stop` still finds them once the
+#: player has exited.
+DESCENDANT_NOTE_INTERVAL = 1.0
+#: The most helpers outside its process group noted for one player (each holds a pidfd until the stop).
+MAX_NOTED_DESCENDANTS = 64
 
 #: Variables that tell a player where its endpoints are; stale ones inherited from our own environment
 #: are dropped so a player never talks to somebody else's pipes.
@@ -571,6 +577,12 @@ class PlayerProcess:
         self.core_dumped = False
         #: The thread that spawned the player with PR_SET_PDEATHSIG (set by :meth:`spawn`): its exit kills it.
         self.spawned_by: threading.Thread | None = None
+        # Helpers the running player started outside its process group, by pid (see note_descendants): a pidfd
+        # (or a psutil.Process without pidfds) each, kept until stop() takes them.
+        self._noted: dict[int, int | psutil.Process] = {}
+        self._noted_lock = threading.Lock()
+        self._noting_closed = False  # set (under _noted_lock) by stop() before it reaps the player
+        self._last_note = self.started_at
 
     @classmethod
     def spawn(
@@ -672,6 +684,8 @@ class PlayerProcess:
             self._returncode = self._popen.poll()
             return self._returncode
         if info is None or info.si_pid == 0:
+            if time.monotonic() - self._last_note >= DESCENDANT_NOTE_INTERVAL:
+                self.note_descendants(wait=False)
             return None
         if info.si_code == os.CLD_EXITED:
             self._returncode = info.si_status
@@ -774,6 +788,67 @@ class PlayerProcess:
             "uptime": time.monotonic() - self.started_at,
         }
 
+    def note_descendants(self, *, wait: bool = True) -> None:
+        """Note the running player's descendants outside its process group (helpers started with ``setsid``
+        or ``start_new_session``, and what they started), so that :meth:`stop` still finds them after the
+        player has exited: they are then no longer its descendants (orphans go to init or the nearest
+        subreaper), and signals to its group miss them.
+
+        :meth:`poll` calls this at most every :data:`DESCENDANT_NOTE_INTERVAL` seconds while the player runs
+        (the daemon polls every player on each pass of its loop); a helper started and orphaned since the
+        last note is not found. Each one noted holds a pidfd (so a signal through it can reach no other
+        process), at most :data:`MAX_NOTED_DESCENDANTS` per player; those that have exited are let go at the
+        next note. With ``wait=False`` it does nothing while another thread is noting. Never raises for a
+        process that is gone."""
+        if not self._noted_lock.acquire(blocking=wait):
+            return
+        try:
+            self._last_note = time.monotonic()
+            if self._noting_closed or os.getpid() != self._owner_pid:
+                return
+            for pid, handle in list(self._noted.items()):
+                if _handle_exited(handle):
+                    del self._noted[pid]
+                    self._close_all([handle])
+            if not self._leader_unreaped():
+                return  # (its pid may name another process once reaped; an exited player has no descendants)
+            found = self._outside_descendants([self.pid], set(self._noted))
+            if not self._leader_unreaped():  # reaped behind our back meanwhile: what was read may be another's
+                self._close_all(list(found.values()))
+                return
+            for pid, handle in found.items():
+                if len(self._noted) >= MAX_NOTED_DESCENDANTS:
+                    log.debug("player pid %d: not noting helper pid %d, %d are noted already", self.pid, pid,
+                              MAX_NOTED_DESCENDANTS)
+                    self._close_all([handle])
+                    continue
+                self._noted[pid] = handle
+        finally:
+            self._noted_lock.release()
+
+    def noted_descendants(self) -> list[int]:
+        """The pids of the helpers outside its process group noted for the player (see
+        :meth:`note_descendants`) and not let go yet."""
+        with self._noted_lock:
+            return sorted(self._noted)
+
+    def _leader_unreaped(self) -> bool:
+        """Whether the player has not been reaped (it runs, or its zombie holds its pid)."""
+        if self._popen.returncode is not None:
+            return False
+        try:
+            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return True
+
+    def _take_noted(self) -> dict[int, int | psutil.Process]:
+        """The noted helpers, handed over to stop() (no more are noted after this)."""
+        with self._noted_lock:
+            self._noting_closed = True
+            noted, self._noted = self._noted, {}
+        return noted
+
     # -- stopping --------------------------------------------------------------------------------------
     def _group_id_recycled(self) -> bool:
         """Whether the player's process group id may now name someone else's group. Never while the leader
@@ -821,14 +896,17 @@ class PlayerProcess:
                 return True
         return False
 
-    def _outside_descendants(self) -> list[int | psutil.Process]:
-        """The running player's descendants that left its process group (a helper started with ``setsid``
-        or ``start_new_session``, a wrapper script's player in a session of its own): signals to the group
-        miss them. Each is a pidfd checked to be the process found (not a recycled pid) after it was opened,
-        so signalling through it can hit no other; or, where pidfds are unavailable (seccomp, an old kernel,
-        no descriptor left), a ``psutil.Process``, which checks its start time before each signal."""
-        found: list[int | psutil.Process] = []
-        for pid in _descendants(self.pid):
+    def _outside_descendants(self, roots: list[int], known: set[int]) -> dict[int, int | psutil.Process]:
+        """The descendants of ``roots`` (the running player, noted helpers still running) that are outside
+        the player's process group (a helper started with ``setsid`` or ``start_new_session``, a wrapper
+        script's player in a session of its own) and not in ``known``: signals to the group miss them. Each
+        is a pidfd checked to be the process found (not a recycled pid) after it was opened, so signalling
+        through it can hit no other; or, where pidfds are unavailable (seccomp, an old kernel, no descriptor
+        left), a ``psutil.Process``, which checks its start time before each signal."""
+        found: dict[int, int | psutil.Process] = {}
+        for pid in [d for root in roots for d in _descendants(root)]:
+            if pid in known or pid in found:
+                continue
             try:
                 if os.getpgid(pid) == self.pgid:
                     continue
@@ -840,17 +918,43 @@ class PlayerProcess:
             except ProcessLookupError:
                 continue
             except (AttributeError, OSError):
-                found.append(proc)
+                found[pid] = proc
                 continue
             try:
                 same = proc.is_running()  # (compares the start time: the pid was not recycled)
             except psutil.Error:
                 same = False
             if same:
-                found.append(fd)
+                found[pid] = fd
             else:
                 os.close(fd)
         return found
+
+    def _outside_to_stop(self, leader_running: bool) -> list[int | psutil.Process]:
+        """What :meth:`stop` signals besides the group: the noted helpers still running, and the descendants
+        outside the group of the running player and of those helpers."""
+        noted = self._take_noted()
+        alive: dict[int, int | psutil.Process] = {}
+        for pid, handle in noted.items():
+            if _handle_exited(handle):
+                self._close_all([handle])
+            else:
+                alive[pid] = handle
+        roots = [self.pid] if leader_running else []
+        outside = dict(alive)
+        try:
+            for pid, handle in alive.items():  # (what a noted helper started since the last note)
+                found = self._outside_descendants([pid], set(outside))
+                if _handle_exited(handle):  # its pid may be another's now: nothing read from it counts
+                    self._close_all(list(found.values()))
+                else:
+                    outside.update(found)
+            if roots:
+                outside.update(self._outside_descendants(roots, set(outside)))
+        except BaseException:
+            self._close_all(list(outside.values()))
+            raise
+        return list(outside.values())
 
     @staticmethod
     def _signal_outside(handles: list[int | psutil.Process], sig: signal.Signals) -> None:
@@ -899,8 +1003,10 @@ class PlayerProcess:
         the player is its child) gets it too, however soon the script exits. Leftover members of the group
         are killed (the unreaped leader keeps the group id reserved until then). Processes the running player
         started outside its group (``setsid``, ``start_new_session``) get the same SIGTERM, grace and SIGKILL,
-        daemonised ones too (the player is their subreaper, see :func:`die_with_parent`; one that a player
-        which had exited already left behind is no longer its descendant and cannot be found). Idempotent; logs a
+        daemonised ones too (the player is their subreaper, see :func:`die_with_parent`). Once the player has
+        exited, those are no longer its descendants: they are found only when they were noted while it ran
+        (:meth:`note_descendants`, which :meth:`poll` does every :data:`DESCENDANT_NOTE_INTERVAL` seconds), and
+        so are the processes outside the group that they started since. Idempotent; logs a
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
         before the interruption goes on, so nothing is left running. In a process forked from the one that
@@ -912,13 +1018,13 @@ class PlayerProcess:
             # A copy inherited over fork: the player is the parent's child, to stop (and reap) there.
             self._stopped = True
             self._close_pidfd()
+            self._close_all(list(self._take_noted().values()))
             return self._returncode
         outside: list[int | psutil.Process] = []
         try:
             leader_running = self.poll() is None
-            if leader_running:
-                outside = self._outside_descendants()
-            if leader_running or self._group_running():
+            outside = self._outside_to_stop(leader_running)
+            if leader_running or outside or self._group_running():
                 deadline = time.monotonic() + grace
                 self._signal_group(signal.SIGTERM)
                 self._signal_outside(outside, signal.SIGTERM)
