@@ -447,7 +447,7 @@ class PlayerBridge:
             self._cond.notify_all()
 
     def connection_lost(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
-                        requests: int | None = None) -> None:
+                        requests: int | None = None, failure: str | None = None) -> None:
         """The server saw ``connection`` ("host:port") close; if it was this player's, the stream ends:
         the player hung up, or (``reason``) the server closed it, e.g. after refusing a request.
 
@@ -456,7 +456,10 @@ class PlayerBridge:
         when no player process is watched (:meth:`attach`, ``alive``: its exit says it died), and the
         connection carried more than one request (``requests``, when the server counts them): a player that
         kept its connection across requests and closes it has hung up, one that closes it after each
-        request (``requests.post`` without a Session) says nothing by it."""
+        request (``requests.post`` without a Session) says nothing by it.
+
+        ``failure`` (why the peer is gone: the connection's socket failed, say its host answered no TCP keepalive
+        probe) ends the stream whenever it happens: the player is gone, not just its connection."""
         with self._cond:
             if connection != self._connection:
                 return
@@ -464,12 +467,15 @@ class PlayerBridge:
             if self._closed or self._closing_expected:
                 return
             watched = self._player is not None or self._alive is not None
-            if between_requests and reason is None and (watched or (requests is not None and requests <= 1)):
+            if (between_requests and reason is None and failure is None
+                    and (watched or (requests is not None and requests <= 1))):
                 logger.debug("%s closed its idle HTTP connection %s between frames", self.name, connection)
                 self._idle_closed = time.monotonic()
                 return
             if self._error is None:
-                if reason is None:
+                if failure is not None:
+                    self._error = PlayerCrashed(f"{self.name} is gone: {failure}")
+                elif reason is None:
                     self._error = PlayerCrashed(f"{self.name} closed its HTTP connection")
                 else:
                     self._error = PlayerCrashed(f"renderd closed the HTTP connection of {self.name}: {reason}")
@@ -508,9 +514,9 @@ class PlayerBridge:
         can tell when it closes; ``closing`` says this request asked for the connection to be closed
         after it (then its closing is not a hang-up). Waits as long as the bridge lives: a ready player
         idles here until a client steps it. ``disconnected()``, if given, is asked every
-        :data:`DISCONNECT_POLL_INTERVAL` seconds; True fails the stream with :class:`PlayerCrashed`.
-        Raises :class:`BridgeClosed` when the bridge closes, :class:`AlreadyPendingCallError` when
-        another post is waiting, or the stream's error.
+        :data:`DISCONNECT_POLL_INTERVAL` seconds; a true answer fails the stream with :class:`PlayerCrashed`
+        (a string answer says why the player is gone, and is quoted). Raises :class:`BridgeClosed` when the
+        bridge closes, :class:`AlreadyPendingCallError` when another post is waiting, or the stream's error.
         """
         sizes = [memoryview(body).nbytes for _, body in fields]
         with self._cond:
@@ -542,8 +548,12 @@ class PlayerBridge:
                         raise BridgeClosed(f"{self.name}: the bridge closed while the player waited for an action")
                     if self._error is not None:
                         raise self._error
-                    if disconnected is not None and disconnected():
-                        self._error = PlayerCrashed(f"{self.name} closed its HTTP connection while waiting for an action")
+                    gone = disconnected() if disconnected is not None else False
+                    if gone:
+                        if isinstance(gone, str):  # why the peer is gone (renderd's server: its socket failed)
+                            self._error = PlayerCrashed(f"{self.name} is gone while waiting for an action: {gone}")
+                        else:
+                            self._error = PlayerCrashed(f"{self.name} closed its HTTP connection while waiting for an action")
                         self._update_ready()
                         self._cond.notify_all()
                         raise self._error
@@ -767,12 +777,14 @@ class PlayerBridgeRegistry:
         return bridge
 
     def connection_closed(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
-                          requests: int | None = None) -> None:
+                          requests: int | None = None, failure: str | None = None) -> None:
         """The server saw the HTTP connection ``connection`` ("host:port") close (``reason``: why the
         server closed it; None when the peer did; ``between_requests``: while idle, no request begun;
-        ``requests``: how many it carried, when the server counts them). See :meth:`PlayerBridge.connection_lost`."""
+        ``requests``: how many it carried, when the server counts them; ``failure``: why the peer is gone,
+        when its socket failed so). See :meth:`PlayerBridge.connection_lost`."""
         for bridge in self.bridges():
-            bridge.connection_lost(connection, reason, between_requests=between_requests, requests=requests)
+            bridge.connection_lost(connection, reason, between_requests=between_requests, requests=requests,
+                                   failure=failure)
 
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
@@ -1065,6 +1077,25 @@ LINGER_MAX_BYTES = 4 << 20
 #: Most refused connections (503) lingered on at once (each for up to LINGER_TIMEOUT, by the accept loop);
 #: beyond this a refused connection is closed at once, even if that resets it.
 MAX_REFUSED_LINGERING = 64
+#: TCP keepalive on every accepted connection, so that a peer whose host vanishes without a word (powered off,
+#: unplugged, its network gone: no FIN, no reset) is noticed: after KEEPALIVE_IDLE seconds without a packet from
+#: it, the kernel probes it every KEEPALIVE_INTERVAL seconds and gives up after KEEPALIVE_COUNT unanswered probes,
+#: so it is found gone within KEEPALIVE_IDLE + KEEPALIVE_INTERVAL x KEEPALIVE_COUNT = 30 s of its last packet
+#: (rather than at its client's step_timeout, 100 s by default), its player's stream fails naming the peer, and
+#: the connection's place is freed. The peer's kernel answers the probes, so a player that thinks long is never
+#: affected. The same total is the connection's TCP_USER_TIMEOUT: how long an answer sent may stay unacknowledged
+#: (keepalive probes only a connection with nothing in flight). An option the platform lacks keeps its default.
+KEEPALIVE_IDLE = 10
+KEEPALIVE_INTERVAL = 5
+KEEPALIVE_COUNT = 4
+#: Errors of a connection's socket that say its peer is gone, not that it closed the connection: its host
+#: answered no keepalive probe, or did not acknowledge an answer in time (ETIMEDOUT); an ICMP error came back
+#: instead (unreachable); or it reset the connection (a host that restarted answers a probe so). The player is
+#: gone even when this happens between requests, where a close is not a hang-up.
+_PEER_GONE_ERRNOS = frozenset(
+    getattr(errno, name) for name in ("ETIMEDOUT", "ECONNRESET", "EHOSTUNREACH", "ENETUNREACH", "EHOSTDOWN", "ENETDOWN")
+    if hasattr(errno, name)
+)
 #: How long :meth:`PlayerHttpServer.stop` waits for its threads (seconds).
 STOP_TIMEOUT = 5.0
 #: Backlog of the listening socket.
@@ -1140,12 +1171,53 @@ class _Closed(Exception):
     """The peer closed the connection (or it timed out) between or inside requests.
 
     ``by_server`` is the reason when the server is the one closing it (a timeout), else None;
-    ``between_requests`` is set when it closed while idle, no byte of a next request read."""
+    ``between_requests`` is set when it closed while idle, no byte of a next request read; ``failure``
+    says why the peer is gone when the socket failed with one of :data:`_PEER_GONE_ERRNOS`."""
 
-    def __init__(self, message: str, by_server: str | None = None) -> None:
+    def __init__(self, message: str, by_server: str | None = None, failure: str | None = None) -> None:
         super().__init__(message)
         self.by_server = by_server
         self.between_requests = False
+        self.failure = failure
+
+
+def _keepalive_seconds() -> int:
+    """How long after its last packet a vanished peer is found gone (see KEEPALIVE_IDLE)."""
+    return KEEPALIVE_IDLE + KEEPALIVE_INTERVAL * KEEPALIVE_COUNT
+
+
+def _set_keepalive(sock: Any) -> None:
+    """Turn on TCP keepalive (:data:`KEEPALIVE_IDLE` and the rest) on an accepted connection; an option the
+    platform lacks, or refuses, keeps its default."""
+    import socket
+
+    options = [(socket.SOL_SOCKET, "SO_KEEPALIVE", 1)]
+    options += [(socket.IPPROTO_TCP, name, value) for name, value in (
+        ("TCP_KEEPIDLE", KEEPALIVE_IDLE), ("TCP_KEEPINTVL", KEEPALIVE_INTERVAL), ("TCP_KEEPCNT", KEEPALIVE_COUNT),
+        ("TCP_USER_TIMEOUT", _keepalive_seconds() * 1000),  # milliseconds
+    )]
+    for level, name, value in options:
+        option = getattr(socket, name, None)
+        if option is None:
+            continue
+        try:
+            sock.setsockopt(level, option, value)
+        except OSError as exc:
+            logger.debug("cannot set %s on an HTTP connection: %s", name, exc)
+
+
+def _peer_gone(key: str, code: int) -> str:
+    """Why the connection ``key`` ("host:port") failed with errno ``code``, one of :data:`_PEER_GONE_ERRNOS`."""
+    name = errno.errorcode.get(code, str(code))
+    if code == errno.ECONNRESET:
+        why = "its peer reset it (a host that restarted answers so: it no longer knows the connection)"
+    elif code == errno.ETIMEDOUT:
+        why = (f"its peer's host answered nothing for {_keepalive_seconds()} s (no reply to TCP keepalive probes, or "
+               "no acknowledgement of an answer; KEEPALIVE_IDLE + KEEPALIVE_INTERVAL x KEEPALIVE_COUNT): the host is "
+               "down or no longer reachable")
+    else:
+        why = "its peer's host is no longer reachable"
+    return f"its HTTP connection from {key} failed ({os.strerror(code)} [{name}]): {why}"
 
 
 def _error_bytes(status: int, message: str, type_: str = "ProtocolError", close: bool = True) -> bytes:
@@ -1173,6 +1245,7 @@ class _Connection:
         self.requests = 0  # requests begun on this connection (heads read)
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
+        self.failure: str | None = None  # why the peer is gone, when its socket failed so (_PEER_GONE_ERRNOS)
         self.in_request = False  # a request has begun and is not yet answered
         # Between requests: since when (time.monotonic()) no request has begun, and whether the thread waits in
         # recv for the next one with nothing received (then, under the server's lock, the accept loop may close
@@ -1221,15 +1294,17 @@ class _Connection:
                 self._wait_idle(True)
             try:
                 n = self.sock.recv_into(view)
-            except TimeoutError:
+            except OSError as exc:
+                if exc.errno in _PEER_GONE_ERRNOS:  # (a keepalive failure is a TimeoutError too, with an errno)
+                    raise _Closed(str(exc), failure=_peer_gone(self.key, exc.errno)) from None
+                if not isinstance(exc, TimeoutError):
+                    raise _Closed(str(exc)) from None
                 if deadline is not None and time.monotonic() >= deadline[0]:
                     raise _HttpError(408, deadline[1]) from None
                 if idle is not None:
                     idle = (time.monotonic() + self._idle_past(idle), idle[1])
                     continue
                 raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
-            except OSError as exc:
-                raise _Closed(str(exc)) from None
             finally:
                 if idle is not None:
                     self._wait_idle(False)
@@ -1334,14 +1409,27 @@ class _Connection:
             self.buf[:rest] = self.buf[end : self.have]
         self.have = rest
 
-    def disconnected(self) -> bool:
-        """True once the peer has closed (or reset) the connection (asked while its request waits)."""
+    def disconnected(self) -> bool | str:
+        """Truthy once the peer has closed (or reset) the connection (asked while its request waits): why the
+        peer is gone when its socket failed with one of :data:`_PEER_GONE_ERRNOS` (a keepalive failure), else
+        True."""
+        import socket
+
         poller = select.poll()
         try:
             poller.register(self.sock.fileno(), _POLL_HUP)
         except (OSError, ValueError):
             return True
-        return bool(poller.poll(0))
+        if not poller.poll(0):
+            return False
+        try:
+            code = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except OSError:
+            return True
+        if code in _PEER_GONE_ERRNOS:
+            self.failure = _peer_gone(self.key, code)
+            return self.failure
+        return True
 
     # -- parsing ---------------------------------------------------------------------------------------------
     def _parse_head(self, head: bytes) -> tuple[str, str, str, dict[str, str]]:
@@ -1427,6 +1515,7 @@ class _Connection:
         except _Closed as exc:
             self.closed_because = exc.by_server
             self.closed_idle = exc.between_requests
+            self.failure = exc.failure or self.failure
         except _HttpError as exc:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
             self.linger = self._send(_error_bytes(exc.status, exc.message))
@@ -1764,6 +1853,7 @@ class PlayerHttpServer:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             except OSError:
                 pass
+            _set_keepalive(conn)
             connection = _Connection(self, conn, addr)
             players = self.registry._player_connections()
             with self._lock:
@@ -1895,7 +1985,7 @@ class PlayerHttpServer:
         try:
             self.registry.connection_closed(
                 connection.key, connection.closed_because, between_requests=connection.closed_idle,
-                requests=connection.requests,
+                requests=connection.requests, failure=connection.failure,
             )
         except Exception:
             logger.exception("connection close notification failed")
