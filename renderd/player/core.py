@@ -127,6 +127,11 @@ _DEFAULT_SETTINGS = {"grid_size": DEFAULT_GRID_SIZE, "rotate_step": DEFAULT_ROTA
 #: cameraHorizon limits: looking up is negative, down positive (AI2-THOR's defaults).
 MAX_LOOK_UP = 30.0
 MAX_LOOK_DOWN = 60.0
+#: A Teleport with forceAction takes a horizon past those limits (as a build's physics agent does) up to straight
+#: up or down, and a spot this far (metres, along x and along z) from the room's centre: the player's own limits
+#: (past them a build's camera turns over, and this player's renderer would lose its precision).
+MAX_FORCED_HORIZON = 90.0
+MAX_FORCED_DISTANCE = 100.0
 MAX_THIRD_PARTY_CAMERAS = 8
 #: Longer side of the small ids render used to decide which objects are visible (the frame's shape kept).
 VISIBILITY_RENDER_SIZE = 64
@@ -1017,21 +1022,33 @@ class Player:
                 raise ActionFailed(f"TeleportFull needs {', '.join(missing)}", "MissingArguments")
         # Teleport's position, rotation and horizon are optional in a build (null: not given); TeleportFull's are
         # not. A horizon outside the look limits fails (an ArgumentOutOfRangeException: no errorCode), as the
-        # blocked spot does.
+        # blocked spot does; with forceAction a build's physics agent checks neither (up to this player's own
+        # limits, MAX_FORCED_HORIZON and MAX_FORCED_DISTANCE).
         full = action["action"] == "TeleportFull"
+        force = _flag(action.get("forceAction"), False)
         if "position" in action and (full or action["position"] is not None):
             x, _, z = _vector(action["position"], "position")
+            if force and not (abs(x) <= MAX_FORCED_DISTANCE and abs(z) <= MAX_FORCED_DISTANCE):
+                raise ActionFailed(f"{action['action']}: with forceAction this player takes a position up to "
+                                   f"{MAX_FORCED_DISTANCE:g} m from the room's centre along x and z, got "
+                                   f"({x:g}, {z:g})", "InvalidArgument")
         if "rotation" in action and (full or action["rotation"] is not None):
             rot = action["rotation"]
             yaw = _vector(rot, "rotation")[1] if isinstance(rot, dict) else _number(action, "rotation")
         if "horizon" in action and (full or action["horizon"] is not None):
             horizon = _number(action, "horizon")
-            if not -MAX_LOOK_UP <= horizon <= MAX_LOOK_DOWN:
+            if force:
+                if not -MAX_FORCED_HORIZON <= horizon <= MAX_FORCED_HORIZON:
+                    raise ActionFailed(f"{action['action']}: with forceAction this player takes a horizon between "
+                                       f"{-MAX_FORCED_HORIZON:g} and {MAX_FORCED_HORIZON:g}, got {horizon:g}",
+                                       "InvalidArgument")
+            elif not -MAX_LOOK_UP <= horizon <= MAX_LOOK_DOWN:
                 raise ActionFailed(f"{action['action']}: horizon must be between {-MAX_LOOK_UP:g} and "
-                                   f"{MAX_LOOK_DOWN:g}, got {horizon:g}")
-        hit = self.scene.collision(x, z, others=self._others())
-        if hit is not None:
-            raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
+                                   f"{MAX_LOOK_DOWN:g}, got {horizon:g} (forceAction takes it)")
+        if not force:
+            hit = self.scene.collision(x, z, others=self._others())
+            if hit is not None:
+                raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
         agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
 
     @_action("ChangeResolution")
