@@ -55,6 +55,7 @@ __all__ = [
     "player_env",
     "PlayerWatch",
     "PlayerProcess",
+    "process_start_ticks",
     "LeasedPlayer",
     "PlayerOnDisplay",
 ]
@@ -371,6 +372,22 @@ class PlayerWatch(Protocol):
     def wait_exit(self, timeout: float) -> bool: ...
 
     def crashed(self, context: str) -> PlayerCrashed: ...
+
+
+#: Clock ticks per second of process start times in ``/proc/<pid>/stat``.
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def process_start_ticks(pid: int) -> int | None:
+    """When process ``pid`` started: field 22 of ``/proc/<pid>/stat``, clock ticks (``SC_CLK_TCK``) since
+    boot, on the clock of ``CLOCK_BOOTTIME``. With the pid it names one process for good (a pid given out
+    again gets a later start time). None when there is no such process (or /proc does not tell)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rpartition(b")")[2].split()
+        return int(fields[19])  # (after the command name: state is field 3, starttime field 22)
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def _open_pidfd(pid: int) -> int | None:
@@ -1118,6 +1135,16 @@ class LeasedPlayer:
     is opened at once and kept open, so the quote is this player's even after its owner has renamed the
     log to start another player with that path (the daemon restarting a crashed player). ``close()``
     releases the pidfd and the log.
+
+    The pid is the player's as its owner answered; by the time the pidfd is opened, the player may have
+    exited and been reaped, and the pid been given to another process. So once the pidfd pins the process,
+    its start time (:func:`process_start_ticks`) is checked: equal to ``start_time`` when the owner gave it
+    (the player's, as the owner read it), else no later than ``leased_at`` (``CLOCK_BOOTTIME`` seconds when
+    the lease was answered, or earlier; default: when this watch is made, which is after). A process that
+    started later is not the player: :class:`PlayerCrashed` says so (the pidfd is closed). Without
+    ``start_time``, a pid given out again between the owner's answer and ``leased_at`` is not told apart
+    (nor within a clock tick, 10 ms, of ``leased_at``). A process that has exited is not checked (its pid
+    may already name another): the watch reports the exit.
     """
 
     def __init__(
@@ -1126,18 +1153,50 @@ class LeasedPlayer:
         *,
         log_path: str | None = None,
         exit_status: Callable[[float], tuple[int | None, str | None]] | None = None,
+        start_time: int | None = None,
+        leased_at: float | None = None,
     ) -> None:
+        if leased_at is None:
+            leased_at = time.clock_gettime(time.CLOCK_BOOTTIME)
         self.pid = pid
         self.log_path = log_path
         self._exit_status = exit_status
         self._returncode: int | None = None
         self._stopped_because: str | None = None
+        self._log_fd: int | None = None
         self.pidfd: int | None = _open_pidfd(pid)
         try:
-            self._proc: psutil.Process | None = psutil.Process(pid)
-        except psutil.NoSuchProcess:
-            self._proc = None
-        self._log_fd: int | None = _open_log(log_path) if log_path else None
+            try:
+                self._proc: psutil.Process | None = psutil.Process(pid)
+            except psutil.NoSuchProcess:
+                self._proc = None
+            self._check_identity(start_time, leased_at)
+        except BaseException:
+            self.close()
+            raise
+        self._log_fd = _open_log(log_path) if log_path else None
+
+    def _check_identity(self, start_time: int | None, leased_at: float) -> None:
+        """Raise :class:`PlayerCrashed` when the process the pidfd pins (or, without one, the process with
+        the pid now) started after the player did (see the class)."""
+        started = process_start_ticks(self.pid)
+        if started is None or self.exited():  # (checked after reading: what was read is the pinned process's)
+            return
+        if start_time is not None:
+            if started == start_time:
+                return
+            why = f"it started {started} clock ticks after boot, the leased player {start_time}"
+        else:
+            limit = int(leased_at * _CLOCK_TICKS)
+            if started <= limit:
+                return
+            why = f"it started {(started - limit) / _CLOCK_TICKS:.2f} s after the lease was answered"
+        raise PlayerCrashed(
+            f"leased player pid {self.pid} is gone: that pid now names another process ({why}), so the player "
+            "exited, and was reaped, before renderd could watch it; lease a player again (the daemon starts a "
+            "new one)",
+            pid=self.pid,
+        )
 
     def fileno(self) -> int | None:
         return self.pidfd
