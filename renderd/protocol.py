@@ -499,6 +499,9 @@ class Decoder:
     :class:`ProtocolError` from a field's header alone: ``max_body_size`` per body, ``max_fields`` per
     message, and ``max_message_size`` for a whole message, its end-of-message marker included (so every
     :attr:`Message.nbytes` is at most that; default: :data:`MESSAGE_SIZE_IN_BODIES` times ``max_body_size``).
+    Each fails as soon as the header bytes in prove it: ``max_fields`` from the type byte, the others (and
+    an end marker's non-zero length) from the first length bytes that do, the length being big-endian
+    (its most significant byte first), so a stream that stalls after them is not waited for.
 
     Large bodies (over ``SMALL_BODY``) get buffers of their own, which the decoder keeps (up to
     ``pool_bytes`` in all, ``POOL_BUFFERS`` buffers) and hands out again for a body of the same size once
@@ -746,6 +749,50 @@ class Decoder:
         self._fields.append((ftype, body))
         self._offsets.append(offset)
 
+    def _check_partial_header(self, avail: int) -> None:
+        """Fail now if the first ``avail`` (1-4) bytes of a header, its type byte valid, already break a limit.
+
+        The length is big-endian: the bytes in give its high part, so the smallest length the header can
+        still announce is theirs followed by zero bytes. A stream that stalls mid-header after an impossible
+        length is then a ProtocolError as soon as the byte that makes it impossible arrives, not a wait until
+        the caller's deadline; a length that some remaining bytes could still make valid is waited for.
+        """
+        start = self._start
+        ftype = _FIELD_TYPE_OF[self._scratch[start]]
+        if ftype is not FieldType.END_OF_MESSAGE and len(self._fields) >= self.max_fields:
+            self._fail(
+                f"message has more than {self.max_fields} fields without an end-of-message marker",
+                self._consumed,
+                ftype,
+            )
+        if avail == 1:
+            return
+        least = int.from_bytes(self._scratch[start + 1 : start + avail], "big") << (8 * (HEADER_SIZE - avail))
+        if not least:
+            return
+        seen = f"from the first {avail - 1} of its 4 length bytes, the most significant first"
+        if ftype is FieldType.END_OF_MESSAGE:
+            self._fail(
+                f"end-of-message marker with a length of at least {least} (expected 0; {seen})",
+                self._consumed,
+                ftype,
+            )
+        if least > self.max_body_size:
+            self._fail(
+                f"{ftype.name} field declares a body of at least {least} bytes ({seen}), over the limit of "
+                f"{self.max_body_size} bytes (max_body_size)",
+                self._consumed,
+                ftype,
+            )
+        msg_size = self._msg_size + HEADER_SIZE + least
+        if msg_size > self.max_message_size:
+            self._fail(
+                f"message grows to at least {msg_size} bytes with this {ftype.name} field ({seen}) and its "
+                f"end-of-message marker, over the limit of {self.max_message_size} bytes (max_message_size)",
+                self._consumed,
+                ftype,
+            )
+
     def _parse(self) -> None:
         scratch = self._scratch
         while self._body is None:
@@ -753,8 +800,10 @@ class Decoder:
             if avail < HEADER_SIZE:
                 # A type byte that starts no field fails now, not once (if ever) the rest of its header came:
                 # a player that wrote garbage and hung is a ProtocolError, not a timeout.
-                if avail and _FIELD_TYPE_OF[scratch[self._start]] is None:
-                    self._unknown_type(scratch[self._start])
+                if avail:
+                    if _FIELD_TYPE_OF[scratch[self._start]] is None:
+                        self._unknown_type(scratch[self._start])
+                    self._check_partial_header(avail)
                 return
             offset = self._consumed
             t, length = HEADER.unpack_from(scratch, self._start)
