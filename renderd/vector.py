@@ -1645,6 +1645,10 @@ class VectorSession:
         the caller's code (``on_event``): the players are stopped (leases released) and this returns, leaving the
         pipes, the wake-up descriptor and the launch threads to that call, which closes them as it returns (raising
         :class:`CallOrderError`).
+
+        Called by the vector session's own ``factory`` (in the launch thread of a failed slot's replacement), it does
+        not wait for that launch, which is what runs it: it closes everything else and returns; the session the
+        factory returns after it is closed as soon as it does.
         """
         self._close(together=True)
 
@@ -1691,8 +1695,14 @@ class VectorSession:
             first = self._leave_callers()
         except _INTERRUPTS as exc:
             interrupt = exc  # finish closing first
+        own = self._own_launch()
         for slot in self._slots:
             future, slot.future = slot.future, None
+            if future is not None and slot.index == own:
+                # close() was called by the factory, in this very launch thread: waiting for the launch would wait for
+                # itself. The session it makes after all (it goes on once this returns) is closed as it returns.
+                future.add_done_callback(_close_result)
+                future = None
             while future is not None:
                 try:
                     slot.session = self._await_replacement(future)
@@ -1768,7 +1778,7 @@ class VectorSession:
         executor, self._executor = self._executor, None
         while executor is not None:
             try:
-                executor.shutdown(wait=True, cancel_futures=True)
+                _shutdown(executor)
                 executor = None
             except _INTERRUPTS as exc:
                 interrupt = interrupt or exc
@@ -1777,6 +1787,13 @@ class VectorSession:
         if wake is not None:
             os.close(wake)
         return first, interrupt
+
+    def _own_launch(self) -> int | None:
+        """The slot whose replacement this thread is launching for this vector session (close() called by the
+        factory), or None."""
+        if getattr(_launching, "cancel", None) is self._cancel:
+            return _launching.slot
+        return None
 
     def _inside_here(self) -> bool:
         """Whether this thread is inside a call of this vector session (close() from on_event, or from a signal
@@ -1954,9 +1971,36 @@ def _make_executor(n: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=max(1, n), thread_name_prefix="renderd-vector")
 
 
+#: In a launch thread, while :func:`_replace` runs: ``cancel`` (the vector session's) and ``slot``, so that a close()
+#: the factory calls can tell it runs in the launch it would otherwise wait for.
+_launching = threading.local()
+
+
+def _shutdown(executor: ThreadPoolExecutor) -> None:
+    """Stop the launch threads and wait for them; from one of them (a factory that closed its vector session), for the
+    others only: that one ends once its launch returns."""
+    me = threading.current_thread()
+    threads = list(getattr(executor, "_threads", ()))
+    if me not in threads:
+        executor.shutdown(wait=True, cancel_futures=True)
+        return
+    executor.shutdown(wait=False, cancel_futures=True)
+    for thread in threads:
+        if thread is not me:
+            thread.join()
+
+
 def _replace(factory: Callable[[int], Any], slot: int, old: Any, cancel: threading.Event) -> Any:
     """In a launch thread: close the failed session, then make a new one (up to REPLACE_ATTEMPTS tries);
     no new attempt once ``cancel`` is set (the vector session is closing)."""
+    _launching.cancel, _launching.slot = cancel, slot
+    try:
+        return _replace_now(factory, slot, old, cancel)
+    finally:
+        _launching.cancel = _launching.slot = None
+
+
+def _replace_now(factory: Callable[[int], Any], slot: int, old: Any, cancel: threading.Event) -> Any:
     if old is not None:
         try:
             old.close()
