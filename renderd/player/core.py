@@ -1183,30 +1183,36 @@ class Player:
         self.agents[self.active].outcome = outcome
         cameras = tuple((c.position, c.rotation, c.fov) for c in self.cameras) if self.cameras else ()
         # As a build's AgentManager: an answer with images lists the cameras in each agent's map, one without lists
-        # none (null), the cameras' state then not part of the view.
+        # none (null), the cameras' state then not part of the view; and only one with the segmentation images
+        # lists the segmentation colours.
         render = action.get("renderImage", True)
         render = not self.headless and (render is True or _flag(render, True))  # 0 and "false" too, as in Unity
-        listed = cameras if render else None
+        if render:
+            listed = cameras
+            ids_on = self._ids_on(action)
+            images = self._images(action, cameras, ids_on)
+        else:
+            listed, ids_on, images = None, False, []
         if len(agents) == 1:
-            views = [self._view(agents[0], None, listed)]
+            views = [self._view(agents[0], None, listed, ids_on)]
         else:
             for agent in agents:
                 if agent.outcome is None:
                     agent.outcome = outcome
-            views = [self._view(agent, i, listed) for i, agent in enumerate(agents)]
-        images = self._images(action, cameras) if render else []
+            views = [self._view(agent, i, listed, ids_on) for i, agent in enumerate(agents)]
         return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, images)
 
-    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None) -> _View:
+    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None, colors: bool) -> _View:
         """The agent's view of the player's state (``agent_id``: its index with several agents, else None;
         ``cameras``: the third-party cameras' states, None for an answer without images, whose agent maps list
-        no camera), from the cache when the state was seen lately."""
+        no camera; ``colors``: the answer has the segmentation images, whose colours the maps list), from the
+        cache when the state was seen lately."""
         # Everything the agent's metadata depends on apart from its action's own fields (see _build_view).
         key = (self.scene.name, self.scene_name, self.width, self.height, agent.x, agent.z, agent.yaw, agent.horizon,
-               self.fov, self.visibility_distance, cameras, agent_id)
+               self.fov, self.visibility_distance, cameras, colors, agent_id)
         view = self._views.get(key)
         if view is None:
-            view = self._build_view(agent, agent_id, cameras is not None)
+            view = self._build_view(agent, agent_id, cameras is not None, colors)
             self._views[key] = view
         else:
             self._views.move_to_end(key)
@@ -1257,11 +1263,13 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool) -> _View:
+    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool, list_colors: bool) -> _View:
         """An agent's metadata's state-decided parts. Reads only what :meth:`_view`'s key holds (and constants).
         ``agent_id``: the ``agentId`` a build's map of several agents has (``None`` with one agent: its map
         keeps the shape it had before this player had several). ``list_cameras``: the map's ``thirdPartyCameras``
-        lists the cameras (``[]`` with none), else it is null, as a build's map for an answer without images."""
+        lists the cameras (``[]`` with none), else it is null, as a build's map for an answer without images.
+        ``list_colors``: ``colors`` lists every part's segmentation colour, else it is null, as a build's map for an
+        answer without the segmentation images (its AgentManager fills the list where it adds them)."""
         cameras = [c.metadata(i) for i, c in enumerate(self.cameras)] if list_cameras else None
         sx, sy, sz = self.scene.size
         head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
@@ -1283,7 +1291,8 @@ class Player:
                 "inHighFrictionArea": False,
             },
             "objects": self._objects(agent),
-            "colors": [{"name": p.object_id, "color": list(p.id_color)} for p in self.scene.parts()],
+            "colors": [{"name": p.object_id, "color": list(p.id_color)} for p in self.scene.parts()] if list_colors
+                      else None,
             "thirdPartyCameras": cameras,
             "isSceneAtRest": True,
             "inventoryObjects": [],
@@ -1294,19 +1303,22 @@ class Player:
         }
         return _View(head, tail)
 
-    def _images(self, action: dict, cameras: tuple) -> Images:
-        """The answer's images (:meth:`_answer` decides whether it has any)."""
-        depth = action.get("renderDepthImage")
-        depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
+    def _ids_on(self, action: dict) -> bool:
+        """Whether an answer to ``action`` with images has the segmentation images."""
         # As a build's AgentManager.ProcessControlCommand: a step's renderInstanceSegmentation can only switch
         # segmentation on, for that step (false, or not sent, leaves Initialize's setting), and only on an action
         # its agent carries out: the AgentManager's own actions (Reset, Initialize, ChangeResolution, the
         # third-party camera actions) send Initialize's setting whatever the step says.
-        ids_on = self.render_ids
-        if not ids_on:
-            name = action.get("action")
-            ids_on = (_flag(action.get("renderInstanceSegmentation"), False)
-                      and not (isinstance(name, str) and name in _AGENT_MANAGER_ACTIONS))
+        if self.render_ids:
+            return True
+        name = action.get("action")
+        return (_flag(action.get("renderInstanceSegmentation"), False)
+                and not (isinstance(name, str) and name in _AGENT_MANAGER_ACTIONS))
+
+    def _images(self, action: dict, cameras: tuple, ids_on: bool) -> Images:
+        """The answer's images (:meth:`_answer` decides whether it has any, and the segmentation ones)."""
+        depth = action.get("renderDepthImage")
+        depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
         # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
             key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras),
