@@ -45,7 +45,8 @@ their bytes for HTTP form parts. Arrays (and the list itself, while the view doe
 between calls: treat them as read-only.
 
 Metadata is cached per agent and player state (scene, the agent's pose, resolution, field of view,
-visibility distance, third-party cameras; :data:`VIEW_CACHE_SIZE` states, one more per further agent): an
+visibility distance, third-party cameras, whether the answer has images and segmentation images, which decide
+its ``thirdPartyCameras`` and ``colors``; :data:`VIEW_CACHE_SIZE` states, one more per further agent): an
 action that changes none of them (``Pass``, a blocked move) costs no visibility render, no object list and
 no pack of the large parts, nor does an agent that did not act; only the per-action fields
 (``lastAction``, ``lastActionSuccess``, ``errorMessage``, ``errorCode``, ``actionReturn``, ``sequenceId``,
