@@ -496,6 +496,7 @@ class Supervisor:
                     elif changed:
                         self._apply_restart_policy(p, new_policy)
                 declared = "changed" if changed else "unchanged"
+            self.changed.notify_all()  # (a lease request waiting has nothing to wait for with instances = 0)
             self.wake()
             return {**env.to_dict(), "declared": declared}
 
@@ -605,10 +606,12 @@ class Supervisor:
 
         Waiters are served in arrival order. Raises NotFound for an unknown environment, LeaseError
         when the client pid cannot be watched (``pidfd``, a pidfd of the client, is taken over and closed
-        in every case), when no player became ready in time (saying why: none wanted, all busy, or the
-        request came after its deadline), at once when every player is FAILED or EXITED (nothing starts them
-        again before a reload or PUT), when the client process exited while the request waited (a lease would
-        only have its player recycled), or when the daemon or environment stops meanwhile.
+        in every case), when no player became ready in time (saying why: all busy, starting..., or the
+        request came after its deadline), at once when every player is FAILED or EXITED or when the environment
+        wants 0 instances (nothing starts a player before a reload or PUT; a request waiting when one sets
+        ``instances = 0`` is refused then, not kept for a later one that might raise it again), when the client
+        process exited while the request waited (a lease would only have its player recycled), or when the daemon
+        or environment stops meanwhile.
         """
         if timeout is None:
             timeout = self.daemon_config.lease_timeout
@@ -632,6 +635,10 @@ class Supervisor:
                             raise LeaseError(STOPPING_LEASE_MESSAGE)
                         if env.removing or env.removals != removals or self.environments.get(name) is not env:
                             raise LeaseError(f"environment {name!r} was removed")
+                        if env.config.instances == 0:
+                            # Nothing starts a player for it before a PUT or a reload raises `instances` (a player
+                            # not retired yet by the loop is not leased either: it is on its way out).
+                            raise LeaseError(self._no_instances(env))
                         now = time.monotonic()
                         if deadline is not None and now > deadline:
                             self.metrics.lease_timeouts.labels(name).inc()
@@ -713,6 +720,14 @@ class Supervisor:
                 done_waiting()
 
     @staticmethod
+    def _no_instances(env: Environment) -> str:
+        """Why a lease request for ``env``, whose configuration has ``instances = 0``, is refused at once."""
+        how = ("PUT the environment with a higher `instances`, or raise it in the configuration file and reload"
+               if env.source == "file" else "PUT the environment with a higher `instances`")
+        return (f"no player of {env.name!r} to lease: the environment wants 0 instances (instances = 0), so none "
+                f"is started; to lease one, {how}")
+
+    @staticmethod
     def _none_coming_back(env: Environment) -> str:
         """Why a lease request for ``env``, every player of which is EXITED or FAILED, is refused at once."""
         failed = any(p.state == State.FAILED for p in env.players)
@@ -790,8 +805,6 @@ class Supervisor:
         states = [p.state for p in env.players]
         # (rounded: a client sends what is left of its own timeout, 0.999998 s for its 1 s)
         base = f"no ready player of {env.name!r} within {round(timeout, 2):g} s"
-        if env.config.instances == 0:
-            return f"{base}: the environment wants 0 instances"
         if states and all(s == State.FAILED for s in states):
             reasons = "; ".join(sorted({p.reason for p in env.players if p.reason}))
             return f"{base}: every player failed to start ({reasons})"

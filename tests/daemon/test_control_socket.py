@@ -22,6 +22,16 @@ from tests.daemon.conftest import fast_config, wait_for
 
 #: The read deadline these tests give the server (seconds), instead of the daemon's.
 READ_TIMEOUT = 1
+#: A player that never sends its first frame (within the fast configuration's start_timeout, 20 s): lease requests
+#: for it wait. (An environment of instances = 0 refuses them at once.)
+NEVER_READY = '["/bin/sh", "-c", "exec sleep 60"]'
+
+
+def _waiting_daemon(daemon):
+    """A daemon whose one player never becomes ready, once it answers."""
+    d = daemon(fast_config(executable=NEVER_READY), ready=False)
+    wait_for(d.health, 20, "the daemon to answer")
+    return d
 
 
 def _app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
@@ -133,7 +143,7 @@ def test_a_keep_alive_connection_serves_requests_then_is_closed_once_idle(contro
 def test_lease_requests_waiting_when_the_daemon_stops_get_its_answer_not_a_cut_connection(daemon):
     # The daemon answers each waiting request "the daemon is stopping" (503): the control socket's server must
     # hand those answers over before it closes the connections, not drop them half-sent.
-    d = daemon(fast_config(instances=0))
+    d = _waiting_daemon(daemon)
     errors: list[BaseException] = []
     waiting = 8
 
@@ -229,7 +239,7 @@ def _lease_request(body: bytes) -> bytes:
 def test_a_client_that_shuts_its_sending_side_still_gets_its_answer(daemon):
     # Half a close is not a hang-up: the client reads on. waitress took end of file for a client gone and
     # dropped the answer (most of the time: whenever the end of file was read before the answer was written).
-    d = daemon(fast_config(instances=0))
+    d = _waiting_daemon(daemon)
     for request in (b"GET /v1/health HTTP/1.0\r\n\r\n", b"GET /v1/environments HTTP/1.1\r\nHost: x\r\n\r\n",
                     b"GET /nope HTTP/1.1\r\nHost: x\r\n\r\n"):
         for _ in range(20):
@@ -243,7 +253,7 @@ def test_a_client_that_shuts_its_sending_side_still_gets_its_answer(daemon):
 
 
 def test_a_half_closed_client_that_then_closes_while_its_lease_request_waits_is_granted_nothing(daemon):
-    d = daemon(fast_config(instances=0))
+    d = _waiting_daemon(daemon)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
         sock.connect(d.socket)
         sock.sendall(_lease_request(b'{"client_pid": %d, "timeout": 60}' % os.getpid()))

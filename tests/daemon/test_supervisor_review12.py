@@ -1,0 +1,64 @@
+"""Supervisor edge cases: a lease request for an environment that wants no player. Real players, real FIFOs: an
+in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+from renderd.errors import LeaseError
+from tests.daemon.conftest import fast_config, wait_for
+from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
+from tests.daemon.test_reload_review11 import _demo
+from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+
+
+# -- 1. instances = 0 -------------------------------------------------------------------------------------------
+def test_a_lease_request_for_an_environment_of_0_instances_is_refused_at_once(supervisor_with):
+    # It waited its whole timeout, then said "the environment wants 0 instances": nothing starts a player for it
+    # before a PUT or a reload raises `instances`.
+    sup = supervisor_with(fast_config(instances=0))
+    started = time.monotonic()
+    with pytest.raises(LeaseError) as caught:
+        sup.acquire("demo", os.getpid(), 5.0)
+    assert time.monotonic() - started < 1.0
+    message = str(caught.value)
+    assert "'demo'" in message and "wants 0 instances" in message and "instances" in message, message
+    assert "PUT" in message and "reload" in message, message
+    with sup.lock:
+        assert not sup.environments["demo"].waiters
+
+
+def test_a_request_waiting_when_instances_becomes_0_is_refused_at_once(supervisor_with):
+    # Its only player leased, a request waits; a PUT of instances = 0 leaves it nothing to wait for.
+    text = fast_config()
+    sup = supervisor_with(text)
+    ready_pid(sup)
+    lease, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    outcome: list[BaseException | float] = []
+
+    def wait() -> None:
+        try:
+            sup.acquire("demo", os.getpid(), 4.0)
+        except LeaseError as exc:
+            outcome.append(exc)
+        outcome.append(time.monotonic())
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    try:
+        wait_for(lambda: len(sup.environments["demo"].waiters) == 1, DEADLINE, "the request waiting")
+        scaled = time.monotonic()
+        sup.put_environment(_demo(text.replace("instances = 1", "instances = 0")))
+        waiter.join(DEADLINE)
+        assert not waiter.is_alive()
+        error, ended = outcome
+        assert isinstance(error, LeaseError) and "wants 0 instances" in str(error), error
+        assert ended - scaled < 1.0
+    finally:
+        waiter.join(DEADLINE)
+        sup.release(lease.id)
+
