@@ -144,6 +144,9 @@ FORM_FIELD_ALIASES: dict[str, FieldType] = {"image_thirdParty_flows": FieldType.
 #: The one request that carries a player's frame (method, path): the application's ``/train`` route, and what
 #: the server counts as a request that may still become a bridge's frame (see EXIT_DRAIN_TIMEOUT).
 FRAME_ROUTE = ("POST", "/train")
+#: The path of a player's hello (``GET /ping``, or ``HEAD``): a connection that has carried nothing but pings may
+#: be a starting player's, which posts its first frame on it once it is ready (see PlayerHttpServer._make_room).
+PING_PATH = "/ping"
 
 _IMAGE_TYPES_BY_NAME: dict[str, FieldType] = {**FIELD_TYPES_BY_FORM_NAME, **FORM_FIELD_ALIASES}
 #: Part sizes of recent bodies by body length: a player posts the same layout frame after frame, so the
@@ -370,6 +373,8 @@ class PlayerBridge:
         self.frames_posted = 0
         #: ``time.monotonic()`` of the player's last ``POST /train`` (None before the first)
         self.last_post: float | None = None
+        #: ``time.monotonic()`` the bridge was made: its player, started after, pings after it
+        self.created = time.monotonic()
 
     # -- state -----------------------------------------------------------------------------------------
     @property
@@ -797,6 +802,13 @@ class PlayerBridgeRegistry:
         connections.discard(None)
         return connections  # type: ignore[return-value]
 
+    def _players_starting(self) -> list[float]:
+        """When the bridges of the served players that have posted no frame yet (not closed, not failed) were made,
+        oldest first: each such player may have pinged, since, on a connection it will post its first frame on."""
+        with self._lock:
+            bridges = list(self._bridges.values())
+        return sorted(b.created for b in bridges if b.frames_posted == 0 and not b._closed and b._error is None)
+
     def _requests_unattributed(self, bridge: PlayerBridge) -> bool:
         """Whether a server of this registry holds a request that may still become ``bridge``'s frame: one
         begun or received (or a connection not yet accepted) on a connection no other player is known by."""
@@ -1049,7 +1061,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
 #: Largest request head (request line and header lines) accepted; a longer one is answered 431.
 MAX_HEAD_SIZE = 16 * 1024
 #: Most simultaneous connections. Each player keeps one. One more closes the connection idle longest that is
-#: no served player's (see :meth:`PlayerHttpServer._make_room`); with none, it is answered 503 and closed.
+#: no served player's, nor a starting player's that pinged on it (see :meth:`PlayerHttpServer._make_room`); with
+#: none, it is answered 503 and closed.
 MAX_CONNECTIONS = 256
 #: An idle keep-alive connection (no request begun) is closed after this long (seconds), or sooner when its
 #: place is needed for a new connection and it is no served player's. A player waiting for its action is not
@@ -1247,6 +1260,10 @@ class _Connection:
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
         self.failure: str | None = None  # why the peer is gone, when its socket failed so (_PEER_GONE_ERRNOS)
         self.in_request = False  # a request has begun and is not yet answered
+        # time.monotonic() its first ping was received, while it has carried nothing but pings (PING_PATH): it may be
+        # a starting player's, which posts its first frame on it once ready (PlayerHttpServer._make_room)
+        self.pinged: float | None = None
+        self.only_pings = True
         # Between requests: since when (time.monotonic()) no request has begun, and whether the thread waits in
         # recv for the next one with nothing received (then, under the server's lock, the accept loop may close
         # the connection to make room for a new one: `evicted` says why).
@@ -1599,7 +1616,14 @@ class _Connection:
         head, end = self._read_head()
         self.requests += 1
         method, target, version, headers = self._parse_head(head)
-        self.may_carry_frame = (method, _path_and_query(target)[0]) == FRAME_ROUTE
+        path = _path_and_query(target)[0]
+        self.may_carry_frame = (method, path) == FRAME_ROUTE
+        ping = path == PING_PATH and method in ("GET", "HEAD")
+        self.only_pings = self.only_pings and ping
+        if not self.only_pings:
+            self.pinged = None
+        elif self.pinged is None:  # (from the request, not its answer: a client acts on the answer at once)
+            self.pinged = time.monotonic()
         if "TRANSFER_ENCODING" in headers:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
         raw_length = headers.get("CONTENT_LENGTH")
@@ -1856,10 +1880,11 @@ class PlayerHttpServer:
             _set_keepalive(conn)
             connection = _Connection(self, conn, addr)
             players = self.registry._player_connections()
+            starting = self.registry._players_starting()
             with self._lock:
                 full = sum(c.evicted is None for c in self._connections) >= self.max_connections
                 if full:
-                    full = not self._make_room(players)
+                    full = not self._make_room(players, starting)
                 if not full:
                     self._connections.add(connection)
                 self._accepting = False
@@ -1879,17 +1904,35 @@ class PlayerHttpServer:
                     self._connections.discard(connection)
                 self._refuse(poller, conn, "the server cannot start a thread for this connection")
 
-    def _make_room(self, players: set[str]) -> bool:
+    def _make_room(self, players: set[str], starting: Sequence[float] = ()) -> bool:
         """With ``_lock`` held and every place taken: close the connection idle longest (no request begun, nothing
         received) that is not a served player's (``players``: theirs, as the registry knows them); False when there
         is none. A connection idle between requests holds a place for up to IDLE_TIMEOUT (an hour): a ping's, a
         refused post's, a control API client's kept alive, one whose player is no longer served. HTTP lets a
         server close an idle connection at any time; a player's is idle while it works out its answer, so it is
-        never the one closed."""
+        never the one closed.
+
+        Nor is a starting player's: one that pinged (the reference player does, on the connection it then posts
+        every frame on) and is still getting ready, its first frame not yet posted. A ping carries no token, so
+        each served player that has posted no frame yet (``starting``: when their bridges were made, oldest
+        first) is taken to own the connection first pinged after its bridge was made, of those that have carried
+        nothing but pings and are not taken by an older one: at most one connection per starting player is
+        spared, for as long as it starts (its first frame, or its bridge's close when its start_timeout runs
+        out, ends that), and a ping from before every starting player's bridge spares nothing."""
         import socket
 
-        idle = sorted((c for c in self._connections if c.waiting_idle and c.evicted is None and c.key not in players),
-                      key=lambda c: c.idle_since)
+        candidates = [c for c in self._connections if c.waiting_idle and c.evicted is None and c.key not in players]
+        pinged = sorted(((c.pinged, c) for c in candidates if c.pinged is not None), key=lambda pair: pair[0])
+        spared: set[_Connection] = set()
+        i = 0
+        for created in starting:
+            while i < len(pinged) and pinged[i][0] < created:
+                i += 1
+            if i == len(pinged):
+                break
+            spared.add(pinged[i][1])
+            i += 1
+        idle = sorted((c for c in candidates if c not in spared), key=lambda c: c.idle_since)
         now = time.monotonic()
         for connection in idle:
             poller = select.poll()
