@@ -49,7 +49,14 @@ import msgpack
 import numpy as np
 
 from renderd.errors import ProtocolError
-from renderd.protocol import IMAGE_FIELDS, FieldType, Message, decode_metadata
+from renderd.protocol import (
+    IMAGE_FIELDS,
+    FieldType,
+    Message,
+    decode_metadata,
+    metadata_container_limit,
+    metadata_may_exceed,
+)
 
 __all__ = [
     "AgentMetadata",
@@ -132,14 +139,18 @@ def _copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
         packed = msgpack.packb(metadata, strict_types=True)
     except (TypeError, ValueError, OverflowError):
         return copy.deepcopy(metadata)
-    return decode_metadata(packed)
+    return decode_metadata(packed, limit_containers=False)  # decoded (and counted) once already
 
 
 def _scan_metadata(body: Any) -> dict[str, Any] | None:
     """The part of a metadata map that building events needs, or ``None`` if the body is not the
-    regular shape (a map whose ``agents`` is a list of maps, nothing after it): the caller then decodes
-    it in full, which names the exact problem."""
+    regular shape (a map whose ``agents`` is a list of maps, nothing after it) or, over
+    ``METADATA_UNCOUNTED_SIZE``, may hold more maps and arrays than ``METADATA_BYTES_PER_CONTAINER``
+    allows: the caller then decodes it in full, which names the exact problem."""
     view = memoryview(body)
+    limit = metadata_container_limit(view.nbytes)
+    if limit is not None and metadata_may_exceed(body, limit):
+        return None  # maybe too many maps and arrays: the full decode counts them (and names the limit)
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, max_buffer_size=max(view.nbytes, 1))
     try:
         unpacker.feed(view)

@@ -59,6 +59,8 @@ __all__ = [
     "encode_action",
     "encode_metadata",
     "decode_metadata",
+    "METADATA_BYTES_PER_CONTAINER",
+    "METADATA_UNCOUNTED_SIZE",
     "decode_action",
     "parse_action",
     "message_nbytes",
@@ -377,8 +379,68 @@ _MSGPACK_COUNTED = {
 }
 
 
-def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = FieldType.METADATA) -> dict:
-    """Unpack a METADATA or METADATA_PATCH body; anything but a msgpack map is a ProtocolError."""
+#: A metadata body over :data:`METADATA_UNCOUNTED_SIZE` may decode into at most one map or array per this
+#: many bytes of body. An empty map or array is one byte of msgpack and 56-72 bytes of Python (a map of one
+#: entry, 3 bytes with its value, takes about 290), so without a limit a 64 MiB body of them would take
+#: 4-6 GiB; AI2-THOR's metadata has one per 10-60 bytes (a position ``{x, y, z}`` of float32s is 22 bytes,
+#: a point ``[x, z]`` 11, an object about 60). Set it lower (1 turns the limit off) for a player whose metadata is denser.
+METADATA_BYTES_PER_CONTAINER = 8
+#: Metadata bodies up to this size are decoded without counting their maps and arrays (they take at most
+#: about 100 MiB whatever they hold), so the common case pays nothing.
+METADATA_UNCOUNTED_SIZE = 1 << 20
+# Bytes that can start a map or an array: fixmap 0x80-0x8f, fixarray 0x90-0x9f, array 16/32 0xdc/0xdd,
+# map 16/32 0xde/0xdf (tested on the byte's top bits with numpy).
+
+
+def metadata_container_limit(nbytes: int) -> int | None:
+    """How many maps and arrays a metadata body of ``nbytes`` bytes may decode into; None for no limit."""
+    if nbytes <= METADATA_UNCOUNTED_SIZE or METADATA_BYTES_PER_CONTAINER <= 1:
+        return None
+    return nbytes // METADATA_BYTES_PER_CONTAINER
+
+
+def metadata_may_exceed(body: Any, limit: int) -> bool:
+    """False when ``body`` cannot decode into more than ``limit`` maps and arrays: it holds no more bytes
+    that could start one (an upper bound, 0.3 ms for 2 MB, where counting them while decoding adds a third
+    to the decode)."""
+    a = np.frombuffer(body, dtype=np.uint8)
+    return int(np.count_nonzero((a >> 5) == 4)) + int(np.count_nonzero((a & 0xFC) == 0xDC)) > limit
+
+
+class _TooManyContainers(Exception):
+    pass
+
+
+def _counting_hook(limit: int) -> Any:
+    left = limit
+
+    def hook(obj: Any) -> Any:
+        nonlocal left
+        left -= 1
+        if left < 0:
+            raise _TooManyContainers
+        return obj
+
+    return hook
+
+
+def decode_metadata(
+    body: Any,
+    *,
+    offset: int | None = None,
+    ftype: FieldType = FieldType.METADATA,
+    limit_containers: bool = True,
+) -> dict:
+    """Unpack a METADATA or METADATA_PATCH body; anything but a msgpack map is a ProtocolError.
+
+    A body over :data:`METADATA_UNCOUNTED_SIZE` that would decode into more than one map or array per
+    :data:`METADATA_BYTES_PER_CONTAINER` bytes is a ProtocolError as well, raised once that many are built
+    (``limit_containers=False`` skips the check, for bytes packed from metadata decoded already).
+    """
+    limit = metadata_container_limit(memoryview(body).nbytes) if limit_containers else None
+    hooks: dict[str, Any] = {}
+    if limit is not None and metadata_may_exceed(body, limit):
+        hooks["list_hook"] = hooks["object_hook"] = _counting_hook(limit)
     # Metadata with many objects unpacks into thousands of small containers, none in a reference cycle;
     # letting the cyclic collector run again and again in the middle of that costs a third of the decode
     # time. Pause it for the unpack: the new objects are counted and collected normally afterwards.
@@ -386,7 +448,18 @@ def decode_metadata(body: Any, *, offset: int | None = None, ftype: FieldType = 
     if collecting:
         gc.disable()
     try:
-        value = msgpack.unpackb(body, raw=False, strict_map_key=False)
+        value = msgpack.unpackb(body, raw=False, strict_map_key=False, **hooks)
+    except _TooManyContainers:
+        size = memoryview(body).nbytes
+        raise ProtocolError(
+            f"{ftype.name} body of {size} bytes decodes into more than {limit} maps and arrays, over the limit "
+            f"of one per {METADATA_BYTES_PER_CONTAINER} bytes of body (renderd.protocol."
+            f"METADATA_BYTES_PER_CONTAINER; real metadata has one per 10-60 bytes, and a body of tiny "
+            f"containers takes up to 100 times its size in memory): the player sent malformed metadata; if "
+            f"its metadata really is that dense, set METADATA_BYTES_PER_CONTAINER lower (1 turns the limit off)",
+            offset=offset,
+            field_type=ftype,
+        ) from None
     except Exception as exc:  # msgpack raises several unrelated types for bad input
         # Some carry no text (StackError, FormatError): their class's description says what they mean.
         detail = str(exc) or (type(exc).__doc__ or "").strip().split("\n")[0].rstrip(".") or "no details"
