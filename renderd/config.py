@@ -491,7 +491,8 @@ class DaemonConfig:
         5,
         help="Consecutive boot failures (an exit or an undecodable first frame before readiness, no first frame "
         "within `start_timeout`, a player or platform that could not be started) after which a player slot is "
-        "given up (state FAILED, with the reason).",
+        "given up (state FAILED, with the reason). A reload that lowers it gives up at once the slots waiting to "
+        "start again after as many failures or more.",
         check=_positive,
     )
     backoff_initial: float = setting(

@@ -553,7 +553,8 @@ class Supervisor:
         Environments created through the API and not named in the file are kept (their FAILED players are
         retried, as the file's are). ``[daemon]`` keys that need a restart (``config.RESTART_KEYS``) are left as
         they are (the caller reports them: the daemon's reload log line); the others apply from then on (a
-        changed backoff to the restarts being waited for too: see :meth:`_retime_restarts`). A reload while the daemon is stopping changes nothing (it is
+        changed backoff to the restarts being waited for too: see :meth:`_retime_restarts`; a lowered
+        ``max_boot_failures`` to the slots waiting to start again: see :meth:`_apply_boot_failure_limit`). A reload while the daemon is stopping changes nothing (it is
         logged): returns False then, True once applied.
         """
         with self.lock:
@@ -583,7 +584,32 @@ class Supervisor:
                     log.info("reload: retrying %d FAILED player(s) of environment %s (declared through the API)",
                              len(failed), name)
                     self.wake()
+            if self.daemon_config.max_boot_failures < old.max_boot_failures:
+                self._apply_boot_failure_limit()
             return True
+
+    def _apply_boot_failure_limit(self) -> None:
+        """A reload lowered ``max_boot_failures`` (lock held): a slot waiting to start again after as many boot
+        failures in a row as the new limit, or more, is FAILED at once, keeping the reason of its last failure,
+        rather than started once more. (One starting now is judged by its own start: FAILED if it fails too.)"""
+        limit = self.daemon_config.max_boot_failures
+        given_up = 0
+        for env in self.environments.values():
+            for p in env.players:
+                if p.state != State.BACKOFF or p.retire or env.removing or p.boot_failures < limit:
+                    continue
+                p.state = State.FAILED
+                p.deadline = None
+                p.awaiting_platform = False
+                given_up += 1
+                log.error(
+                    "%s[%d] FAILED: %d consecutive boot failures, and max_boot_failures is %d now; giving up (reload "
+                    "or PUT the environment to retry). Last: %s", env.name, p.index, p.boot_failures, limit, p.reason,
+                )
+        if given_up:
+            self.changed.notify_all()  # (a lease request waiting for it is refused once no player comes back)
+            self._status_update()
+            self.wake()  # (a held rollout says that it stopped)
 
     # -- leases (any thread) -----------------------------------------------------------------------------
     def acquire(

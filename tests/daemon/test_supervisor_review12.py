@@ -12,7 +12,7 @@ import pytest
 from renderd.errors import LeaseError
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
-from tests.daemon.test_reload_review11 import _demo
+from tests.daemon.test_reload_review11 import _config, _demo
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 
@@ -62,3 +62,36 @@ def test_a_request_waiting_when_instances_becomes_0_is_refused_at_once(superviso
         waiter.join(DEADLINE)
         sup.release(lease.id)
 
+
+# -- 2. a lowered max_boot_failures -----------------------------------------------------------------------------
+def test_a_lowered_max_boot_failures_fails_a_player_waiting_to_restart_at_once(supervisor_with):
+    # A player that failed to boot and waits 30 s for its next start: a reload lowering max_boot_failures to what it
+    # has failed already gave it one more start (and its failure) before it was FAILED.
+    text = (fast_config(executable='["/bin/sh", "-c", "echo bad build; exit 3"]')
+            .replace("backoff_initial = 0.05", "backoff_initial = 30.0").replace("backoff_max = 0.2", "backoff_max = 60.0")
+            .replace("max_boot_failures = 3", "max_boot_failures = 5"))
+    sup = supervisor_with(text)
+
+    def slot():
+        with sup.lock:
+            players = sup.environments["demo"].players
+            assert len(players) <= 1, players
+            p = players[0] if players else None
+            return (p.state.value, p.boot_failures, p.spawns, p.reason) if p else (None, 0, 0, "")
+
+    wait_for(lambda: slot()[:2] == ("BACKOFF", 1), DEADLINE, "the first boot failure")
+    reason = slot()[3]
+    assert "exit code 3" in reason, reason
+    # Lowered, but above what it has failed: it waits on for its restart.
+    assert sup.reload(_config(text.replace("max_boot_failures = 5", "max_boot_failures = 2")))
+    assert slot() == ("BACKOFF", 1, 1, reason)
+    assert sup.reload(_config(text.replace("max_boot_failures = 5", "max_boot_failures = 1")))
+    assert slot() == ("FAILED", 1, 1, reason)
+    with sup.lock:
+        assert sup.environments["demo"].players[0].deadline is None
+    with pytest.raises(LeaseError, match="every player failed to start"):
+        sup.acquire("demo", os.getpid(), 5.0)
+    # A reload retries it, as every reload retries a FAILED player, under the limit it sets.
+    assert sup.reload(_config(text.replace("max_boot_failures = 5", "max_boot_failures = 1")
+                              .replace("backoff_initial = 30.0", "backoff_initial = 0.05")))
+    wait_for(lambda: slot()[:3] == ("FAILED", 1, 2), DEADLINE, "the retried player FAILED after one more start")
