@@ -10,8 +10,12 @@ Metadata is decoded lazily by :meth:`FrameAssembler.event`: building an event re
 skips everything else without building it; ``event.metadata`` decodes the whole map on first access. With
 100 objects in the metadata that scan costs about 5% of a full decode. The scan checks the whole body's
 msgpack structure, so malformed framing is still a :class:`ProtocolError` from ``event()``; only what a
-structural scan cannot see (invalid UTF-8 inside a string, an unhashable map key) surfaces as a
-:class:`ProtocolError` on first access of ``event.metadata``.
+structural scan cannot see (invalid UTF-8 inside a string, a timestamp extension, type -1, of the wrong
+length or nanoseconds, a map or array used as a map key) surfaces as a :class:`ProtocolError` on first
+access of ``event.metadata`` (finding it at the step would take a full decode), naming the METADATA field
+and its offset and saying that the event's images and summary fields are valid and the session is not
+broken; a later METADATA_PATCH, merged into that metadata, raises it too. Other extension types are not
+errors: they come out as ``msgpack.ExtType``.
 
 Depth is converted to metres from the agent's ``depthFormat`` as AI2-THOR's ``Event`` converts it (with
 ``Normalized`` scaled by the agent's ``cameraFarPlane - cameraNearPlane``, 20 - 0.1 when the metadata has
@@ -140,6 +144,14 @@ def _copy_metadata(metadata: dict[str, Any]) -> dict[str, Any]:
     except (TypeError, ValueError, OverflowError):
         return copy.deepcopy(metadata)
     return decode_metadata(packed, limit_containers=False)  # decoded (and counted) once already
+
+
+def _malformed_after_all(exc: ProtocolError, context: str) -> ProtocolError:
+    """``exc`` (about a METADATA body the event scan took) with ``context``: when and where it surfaced."""
+    text = exc.message
+    if exc.offset is not None and text.endswith(f" (at byte offset {exc.offset})"):
+        text = text[: -len(f" (at byte offset {exc.offset})")]
+    return ProtocolError(f"{text}; {context}", offset=exc.offset, field_type=exc.field_type)
 
 
 def _scan_metadata(body: Any) -> dict[str, Any] | None:
@@ -536,7 +548,17 @@ class Event:
         metadata = self._metadata
         if metadata is None:
             assert self._lazy is not None
-            metadata = self._lazy.value()["agents"][self._index]
+            try:
+                full = self._lazy.value()
+            except ProtocolError as exc:
+                raise _malformed_after_all(
+                    exc,
+                    "found on first access of event.metadata (building the event decodes only what it needs): "
+                    "the event's images, sequence_id, last_action and error_message are valid and the session "
+                    "is not broken by it, but a step answered with a METADATA_PATCH fails, as it merges into "
+                    "this metadata",
+                ) from exc.__cause__
+            metadata = full["agents"][self._index]
             if type(metadata) is dict:
                 metadata = AgentMetadata(metadata)
             self._metadata = self._summary = metadata
@@ -1043,7 +1065,14 @@ class FrameAssembler:
         return metadata, images
 
     def _apply_patch(self, patch: dict[str, Any], sequence_id: int | None, offset: int) -> dict[str, Any]:
-        previous = self.metadata  # decodes the previous message in full if it was not yet
+        try:
+            previous = self.metadata  # decodes the previous message in full if it was not yet
+        except ProtocolError as exc:  # (what the scan of that message could not see)
+            raise _malformed_after_all(
+                exc,
+                f"found when the METADATA_PATCH at byte offset {offset} was to be merged into it (the "
+                "previous message's metadata, decoded in full only now)",
+            ) from exc.__cause__
         if previous is None:
             raise ProtocolError(
                 "METADATA_PATCH before any full METADATA (there is nothing to patch)",
