@@ -72,6 +72,7 @@ from renderd.errors import (
 from renderd.event import Event
 from renderd.process import check_size
 from renderd.protocol import encode_action
+from renderd.transport import fifo as _fifo
 
 __all__ = [
     "REPLACE_ATTEMPTS",
@@ -175,6 +176,7 @@ class _Slot:
     """One player's place in the vector: its session and where it is in its reset."""
 
     __slots__ = (
+        "closed_input",
         "deadline",
         "fds",
         "failed_in_turn",
@@ -206,6 +208,9 @@ class _Slot:
         self.sent_at = 0.0  # time.monotonic() when the action in flight was sent
         self.sent_action = ""  # its name
         self.fds: tuple[int, ...] = ()  # registered with the poller while something is in flight
+        # The player closed client.pipe under the action in flight (see _await_exit): the PlayerCrashed to report
+        # (its context) once its exit (or, when ``answer``, its answer) has had its time; else None.
+        self.closed_input: tuple[str, bool] | None = None
         # The action in flight, not written yet: its player has not opened client.pipe (see _defer_open),
         # which is checked again at open_retry (time.monotonic()), then open_pause later.
         self.unopened: str | dict[str, Any] | None = None
@@ -338,6 +343,25 @@ def _hold_client_pipe(session: Any) -> int | None:
         return os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         return _UNOPENED if exc.errno == errno.ENXIO else None
+
+
+def _reader_gone(session: Any) -> bool:
+    """Whether the player closed its end of ``session``'s client.pipe (its write end polls POLLERR: no reader left),
+    so it will read no other action."""
+    wfd = _writer_fd(session)
+    if wfd is None:
+        return False
+    poller = select.poll()
+    poller.register(wfd, 0)
+    return any(events & select.POLLERR for _, events in poller.poll(0))
+
+
+def _watched(session: Any) -> bool:
+    """Whether ``session``'s player has a pidfd (its exit wakes a poll) and says how it failed (``crashed``): what
+    :meth:`VectorSession._await_exit` needs."""
+    player = getattr(getattr(session, "channel", None), "player", None)
+    fileno = getattr(player, "fileno", None)
+    return fileno is not None and hasattr(player, "crashed") and isinstance(fileno(), int)
 
 
 def _within(deadline: str) -> str:
@@ -1051,6 +1075,17 @@ class VectorSession:
             own = self._send_start + session.step_timeout
             if limit is None or own < limit[0]:
                 limit = (own, "step_timeout", session.step_timeout)
+        if _reader_gone(session) and _watched(session) and not _player_exited(session):
+            # The player closed client.pipe since its last answer: the write would fail (EPIPE), and the channel
+            # would then wait for the player's exit (EOF_CLASSIFY_TIMEOUT) before going on to the next slot. That
+            # wait is made here alongside the other slots' (see _await_exit).
+            name = limit[1] if limit is not None and limit[0] < time.monotonic() + session.step_timeout else "step_timeout"
+            slot.in_flight = kind
+            slot.sent_at = time.monotonic()
+            slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
+            slot.deadline = slot.sent_at + session.step_timeout
+            self._await_exit(slot, f"the player closed client.pipe while renderd sent it an action ({name})", False)
+            return
         # A FIFO channel writes what client.pipe takes at once and keeps the rest, which recv's poll writes
         # as the player reads: a player that does not read costs no other slot its write (the shared
         # deadline is for opening client.pipe), and the rest has the answer's deadline.
@@ -1145,6 +1180,40 @@ class VectorSession:
             self._writer_fds.pop(fd, None)
         slot.fds = ()
         slot.in_flight = None
+        slot.closed_input = None
+
+    def _await_exit(self, slot: _Slot, context: str, answer: bool) -> None:
+        """The slot's player closed client.pipe (it will read no other action) and has not exited: give it
+        EOF_CLASSIFY_TIMEOUT (1 s) to exit (or, when ``answer``, to answer the action it read) while the poll goes on
+        for the other slots, then fail the slot as a crash (``context``, with its exit status: see
+        :meth:`_exit_awaited`). The channel's own wait (in the send or receive that finds it) would hold up every
+        other slot meanwhile: many such players would take a second each, one after another."""
+        channel = slot.session.channel
+        pidfd = channel.player.fileno()
+        keep = (channel.fileno(), pidfd) if answer else (pidfd,)  # (the pipe, for an answer on its way)
+        for fd in slot.fds:
+            if fd not in keep:
+                self._poller.unregister(fd)
+                self._fd_slots.pop(fd, None)
+                self._writer_fds.pop(fd, None)
+        for fd in keep:
+            if fd not in slot.fds:
+                self._poller.register(fd, _READ_EVENTS)
+                self._fd_slots[fd] = slot
+        slot.fds = keep
+        slot.closed_input = (context, answer)
+        slot.deadline = min(slot.deadline, time.monotonic() + _fifo.EOF_CLASSIFY_TIMEOUT)
+
+    def _exit_awaited(self, slot: _Slot, rnd: _Round) -> None:
+        """The slot's player closed client.pipe and then exited, answered, or let EOF_CLASSIFY_TIMEOUT pass (see
+        :meth:`_await_exit`): take its answer, or fail the slot with a PlayerCrashed saying whether it is still
+        running or how it exited."""
+        assert slot.closed_input is not None
+        context, answer = slot.closed_input
+        if answer and _answer_ready(slot.session):
+            self._receive(slot, rnd)  # (an answer, or the player's exit: the channel reports it at once)
+            return
+        self._fail(slot, slot.session.channel.player.crashed(context))
 
     def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None, *, late: bool = False) -> None:
         """Take the answer of the slot's action in flight (its data is there, or its deadline passed: with
@@ -1313,10 +1382,30 @@ class VectorSession:
             if slot.unopened is not None:  # its player exited (or opened client.pipe meanwhile)
                 self._retry_open(slot)
                 continue
-            if slot in input_closed and _unsent(slot.session):
-                self._write_more(slot)  # the player closed client.pipe: this reports its crash
+            if slot.closed_input is not None:  # it closed client.pipe before: its exit or its answer came
+                if _player_exited(slot.session) or (slot.closed_input[1] and _answer_ready(slot.session)):
+                    self._exit_awaited(slot, rnd)
                 continue
-            if slot in input_closed or _answer_ready(slot.session):
+            if slot in input_closed:
+                # The player closed client.pipe. With part of the action still to write, it never gets the action
+                # (a write reports the crash); else its answer may still come (an answer on its way is taken).
+                unsent = bool(_unsent(slot.session))
+                if not unsent and _answer_ready(slot.session):
+                    self._receive(slot, rnd)
+                elif _watched(slot.session) and not _player_exited(slot.session):
+                    context = (
+                        "the player closed client.pipe while renderd sent it an action (step_timeout)"
+                        if unsent
+                        else "the player closed client.pipe and sent no answer while renderd waited for it "
+                        "(step_timeout)"
+                    )
+                    self._await_exit(slot, context, not unsent)
+                elif unsent:
+                    self._write_more(slot)  # this reports its crash
+                else:
+                    self._receive(slot, rnd)
+                continue
+            if _answer_ready(slot.session):
                 self._receive(slot, rnd)
 
     def _write_more(self, slot: _Slot) -> bool:
@@ -1341,6 +1430,9 @@ class VectorSession:
                 self._retry_open(slot)
 
     def _expire(self, slot: _Slot, rnd: _Round, timeout: float | None) -> None:
+        if slot.closed_input is not None:  # (its player closed client.pipe: a crash, whatever the deadline)
+            self._exit_awaited(slot, rnd)
+            return
         if slot.unopened is not None:
             # (Opened at the last moment: the action is sent now, its deadline counted anew.)
             if not self._retry_open(slot):

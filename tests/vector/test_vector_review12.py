@@ -3,18 +3,43 @@ that close client.pipe but stay alive."""
 
 from __future__ import annotations
 
+import select
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
 import renderd
 import renderd.vector
-from renderd.errors import CallOrderError
+from renderd.errors import CallOrderError, PlayerCrashed
+from renderd.transport import fifo
 from tests.helpers.leaks import pid_gone
 from tests.vector.conftest import GONE_TIMEOUT, STEP_TIMEOUT, player_kwargs, wait_for
 
 EXIT = {"action": "RenderdFault", "fault": "exit", "code": 3}
+PEERS = Path(__file__).parent.parent / "transport"
+#: What the tests use for renderd.transport.fifo.EOF_CLASSIFY_TIMEOUT (1 s): how long a player that closed
+#: client.pipe gets to exit (or answer) before it is reported as a crash.
+CLASSIFY = 0.4
+#: Players in the tests of players that close client.pipe: one after another they would take N x CLASSIFY.
+N = 5
+#: A scripted FIFO player (tests/transport/peer.py's helpers) that reads one action, closes client.pipe, answers the
+#: action after ARG seconds (none: never), and then stays alive until killed.
+CLOSE_THEN_ANSWER = f"""
+import os, sys, time
+sys.path.insert(0, {str(PEERS)!r})
+from peer import message, read_action, write_all
+out = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+write_all(out, message(0, 32, 24))
+inp = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+action = read_action(inp)
+os.close(inp)
+time.sleep(float(sys.argv[1]))
+write_all(out, message(int(action["sequenceId"]), 32, 24))
+time.sleep(3600)
+"""
 
 
 def test_a_factory_that_closes_its_own_vector_session_does_not_wait_for_itself(no_leaks):
@@ -65,3 +90,59 @@ def test_a_factory_that_closes_its_own_vector_session_does_not_wait_for_itself(n
             running.set_result(None)  # (lets the stuck close() go on, so that the test ends)
             returned.wait(5.0)
         vs.close()
+
+
+def test_players_that_close_client_pipe_under_their_action_take_one_classify_wait_between_them(no_leaks, monkeypatch):
+    # Each player reads its action, closes client.pipe and stays alive. Each slot's channel waited its
+    # EOF_CLASSIFY_TIMEOUT for an answer or an exit in turn: N players took N seconds. Now the waits overlap.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", CLASSIFY)
+    vs = renderd.launch_many(N, [sys.executable, str(PEERS / "peer.py"), "read-close"], start_timeout=30.0,
+                             step_timeout=30.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass"] * N)
+        took = time.monotonic() - started
+        assert info.value.slots == list(range(N))
+        for i in range(N):
+            text = str(info.value.failures[i])
+            assert "the player closed client.pipe and sent no answer while renderd waited for it (step_timeout)" in text
+            assert "the player process is still running" in text
+    finally:
+        vs.close()
+    assert CLASSIFY <= took < 2.5 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed client.pipe"
+
+
+def _reader_gone(session: renderd.Session) -> bool:
+    poller = select.poll()
+    poller.register(session.channel.writer_fileno(), 0)
+    return bool(poller.poll(0))
+
+
+def test_players_that_closed_client_pipe_since_their_answer_take_one_classify_wait_between_them(
+    no_leaks, monkeypatch, tmp_path
+):
+    # Each player closes client.pipe, answers the action it read 0.1 s later (an answer on its way is taken), and
+    # stays alive. The next step's writes failed (EPIPE) one after another, each then waiting EOF_CLASSIFY_TIMEOUT
+    # for the player's exit: N players took N seconds. Now the waits overlap, and no write is tried.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", CLASSIFY)
+    script = tmp_path / "close_then_answer.py"
+    script.write_text(CLOSE_THEN_ANSWER)
+    vs = renderd.launch_many(N, [sys.executable, str(script), "0.1"], start_timeout=30.0, step_timeout=30.0)
+    try:
+        out = vs.step(["Pass"] * N)
+        assert all(event is not None for event in out.observations), out.infos
+        assert not any("error" in info for info in out.infos), out.infos
+        wait_for(lambda: all(_reader_gone(s) for s in vs.sessions), GONE_TIMEOUT, "every player to close client.pipe")
+        started = time.monotonic()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass"] * N)
+        took = time.monotonic() - started
+        assert info.value.slots == list(range(N))
+        for i in range(N):
+            text = str(info.value.failures[i])
+            assert "the player closed client.pipe while renderd sent it an action (step_timeout)" in text
+            assert "the player process is still running" in text
+    finally:
+        vs.close()
+    assert CLASSIFY <= took < 2.5 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed client.pipe"
