@@ -1522,20 +1522,34 @@ class Supervisor:
             self._begin_stop(p, _Stop(why, "backoff"))
 
     def _log_path(self, p: Player) -> str:
+        """The log file of ``p``'s next process, ``NAME.INDEX.log``; the previous one there is kept as ``.1``.
+
+        A retired slot of the same index still stopping writes on in the file it opened: its log is that file,
+        moved with it (its status, and the last lines quoted if it turns out to have crashed). A file another slot
+        still names is never replaced: when ``.1`` is the log of a retiring player (``p`` restarts before that
+        player is gone), it moves on to ``.2`` (and so on) first."""
         path = os.path.join(self.log_dir, f"{p.environment.name}.{p.index}.log")
-        if os.path.exists(path):
+        if not os.path.exists(path):
+            return path
+        others = [q for q in p.environment.players if q is not p and q.log_path]
+        held = {q.log_path for q in others}
+        chain = [path]
+        while f"{path}.{len(chain)}" in held:
+            chain.append(f"{path}.{len(chain)}")
+        chain.append(f"{path}.{len(chain)}")  # (named by no slot: the file there, if any, is replaced)
+        for src, dst in reversed(list(zip(chain, chain[1:]))):
             try:
-                os.replace(path, path + ".1")
+                os.replace(src, dst)
+            except FileNotFoundError:
+                pass  # (removed by hand: the slot naming it names where it would be, never another's file)
             except OSError as exc:
                 log.warning("%s", os_error_message(exc, "cannot keep the previous player log"))
-            else:
-                # A retired slot of the same index still stopping writes on in the file it opened: its log is
-                # that file, ``.1`` now (its status, and the last lines quoted if it turns out to have crashed).
-                for q in p.environment.players:
-                    if q is not p and q.log_path == path:
-                        q.log_path = path + ".1"
-                        if q.proc is not None:
-                            q.proc.log_path = q.log_path
+                break
+            for q in others:
+                if q.log_path == src:
+                    q.log_path = dst
+                    if q.proc is not None:
+                        q.proc.log_path = dst
         return path
 
     def _selection(self, env: Environment) -> Any:

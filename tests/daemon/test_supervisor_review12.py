@@ -4,6 +4,7 @@ in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``).""
 from __future__ import annotations
 
 import os
+import signal
 import threading
 import time
 
@@ -95,3 +96,45 @@ def test_a_lowered_max_boot_failures_fails_a_player_waiting_to_restart_at_once(s
     assert sup.reload(_config(text.replace("max_boot_failures = 5", "max_boot_failures = 1")
                               .replace("backoff_initial = 30.0", "backoff_initial = 0.05")))
     wait_for(lambda: slot()[:3] == ("FAILED", 1, 2), DEADLINE, "the retried player FAILED after one more start")
+
+
+# -- 3. indices of slots that share a moment --------------------------------------------------------------------
+def _slots(sup, name: str = "demo") -> list[tuple[int, str, bool, str | None]]:
+    with sup.lock:
+        return [(p.index, p.state.value, p.retire, p.log_path) for p in sup.environments[name].players]
+
+
+def test_a_retiring_players_log_is_kept_when_the_new_player_of_its_index_restarts(supervisor_with, tmp_path):
+    # The new player of a redeclared environment shares index 0 with the retired one still stopping, whose log was
+    # moved to demo.0.log.1. The new player's restart moved its own log there, over the retiring player's, which
+    # went on writing in a file that no name reached any more, while its status named the new player's old log.
+    from tests.daemon.test_reload_review11 import SLOW_TO_STOP
+
+    text = fast_config(executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 30.0")
+    sup = supervisor_with(text)
+    old = ready_pid(sup)
+    with sup.lock:
+        sup.delete_environment("demo")
+        sup.put_environment(_demo(fast_config()))
+    wait_for(lambda: [(i, s, r) for i, s, r, _ in _slots(sup)] == [(0, "STOPPING", True), (0, "READY", False)],
+             DEADLINE, "the new player READY beside the old one stopping")
+    with sup.lock:
+        new = sup.environments["demo"].players[1].pid
+    try:
+        os.kill(new, signal.SIGKILL)  # it restarts (after 0.05 s) while the old one still stops
+        wait_for(lambda: [(i, s) for i, s, _, _ in _slots(sup)] == [(0, "STOPPING"), (0, "READY")]
+                 and sup.environments["demo"].players[1].pid != new, DEADLINE, "the new player restarted")
+        (_, _, _, kept), (_, _, _, current) = _slots(sup)
+        logs = tmp_path / "logs"
+        assert current == str(logs / "demo.0.log")
+        # The file the retiring player writes in is the one its status names.
+        written = os.readlink(f"/proc/{old}/fd/1")
+        assert written == kept and os.path.exists(kept), (written, kept)
+        assert os.path.samestat(os.stat(f"/proc/{old}/fd/1"), os.stat(kept))
+        with sup.lock:
+            assert sup.environments["demo"].players[0].proc.log_path == kept
+        # The new player's previous log is kept too, as demo.0.log.1.
+        assert (logs / "demo.0.log.1").exists() and str(logs / "demo.0.log.1") != kept
+    finally:
+        os.kill(old, signal.SIGKILL)  # (rather than wait out its stop_grace)
+    wait_for(lambda: [(i, s) for i, s, _, _ in _slots(sup)] == [(0, "READY")], DEADLINE, "only the new player left")
