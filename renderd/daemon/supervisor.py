@@ -1328,7 +1328,9 @@ class Supervisor:
         env = p.environment
         if p.retire or p.index < env.config.instances:
             return
-        used = {q.index for q in env.live() if q is not p}
+        # (nor the index of a leased player a scale-down retired: a later one may want it again, and it keeps its
+        # index, as a running process does; two wanted players would share one for good)
+        used = {q.index for q in env.players if q is not p and (not q.retire or q.state == State.LEASED)}
         index = next((i for i in range(env.config.instances) if i not in used), None)
         if index is None:
             return

@@ -104,6 +104,35 @@ def _slots(sup, name: str = "demo") -> list[tuple[int, str, bool, str | None]]:
         return [(p.index, p.state.value, p.retire, p.log_path) for p in sup.environments[name].players]
 
 
+def test_a_renumbered_slot_never_takes_the_index_of_a_retired_leased_player_that_comes_back(supervisor_with):
+    # A leased player that a scale-down retired is kept (unretired) when a later PUT wants it again. A slot renumbered
+    # meanwhile (its index was >= instances) took its index: two wanted players at index 0 for good, each one's
+    # restarts moving the other's log file aside.
+    text = fast_config(instances=2)
+    wide = text.replace("instances = 2", "instances = 2\n    width = 64")
+    sup = supervisor_with(text)
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["READY", "READY"], DEADLINE, "two players READY")
+    first, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    second, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    assert (first.player_index, second.player_index) == (0, 1)
+    sup.put_environment(_demo(wide))  # both leased: the rollout waits for a free player
+    sup.release(second.id)  # player 1 replaced by one of the new configuration
+    wait_for(lambda: [(i, s) for i, s, _, _ in _slots(sup)] == [(0, "LEASED"), (1, "READY")]
+             and not sup.environments["demo"].players[1].outdated, DEADLINE, "player 1 of the new configuration")
+    again, _ = sup.acquire("demo", os.getpid(), DEADLINE)
+    assert again.player_index == 1
+    sup.put_environment(_demo(wide.replace("instances = 2", "instances = 1")))  # retires player 0 (outdated)
+    wait_for(lambda: [(i, r) for i, _, r, _ in _slots(sup)] == [(0, True), (1, False)], DEADLINE, "player 0 retired")
+    sup.release(again.id, clean=False)  # player 1 recycled: it starts again, renumbered if it can be
+    wait_for(lambda: [s for _, s, _, _ in _slots(sup)] == ["LEASED", "READY"], DEADLINE, "player 1 back")
+    sup.put_environment(_demo(wide))  # player 0, still leased, is wanted again
+    wait_for(lambda: [r for _, _, r, _ in _slots(sup)] == [False, False], DEADLINE, "player 0 wanted again")
+    slots = _slots(sup)
+    assert sorted(i for i, *_ in slots) == [0, 1], slots
+    assert len({log for *_, log in slots}) == 2, slots
+    sup.release(first.id)
+
+
 def test_a_retiring_players_log_is_kept_when_the_new_player_of_its_index_restarts(supervisor_with, tmp_path):
     # The new player of a redeclared environment shares index 0 with the retired one still stopping, whose log was
     # moved to demo.0.log.1. The new player's restart moved its own log there, over the retiring player's, which
