@@ -103,6 +103,7 @@ def _after_fork_in_child() -> None:
         if session._state is not SessionState.CLOSED and session._owner_pid != os.getpid():
             session._state = SessionState.BROKEN
             session._pending = None
+            session._io_lock = threading.RLock()  # (a thread of the parent may have held it at fork)
             session._error = CallOrderError(
                 f"this session was inherited over fork from process {session._owner_pid}, which owns its "
                 "player and pipes; in this process, launch or connect a session of its own"
@@ -195,6 +196,9 @@ class Session:
         # handler), or one another thread had not ended within CLOSE_WAITER_TIMEOUT. Cleared by whoever closes them.
         self._channel_left_open = False
         self._left_lock = threading.RLock()
+        # Held by the thread inside step, send, recv, wait_ready or reset (re-entered by reset's steps, and by a
+        # signal handler's call in that thread): another thread's call meanwhile is refused, not interleaved.
+        self._io_lock = threading.RLock()
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -260,6 +264,20 @@ class Session:
                 f"{what} on a broken session: {why}. Close this session and launch or connect a new one."
             ) from error
 
+    def _busy(self, what: str) -> CallOrderError:
+        """The error of a call (``what`` names it) made while another thread is inside one of this session's."""
+        if self._state is SessionState.CLOSED:  # (closed by that thread's close(), or by this one's)
+            return CallOrderError(f"{what} on a closed session (launch or connect a new one)")
+        ident = self._thread_inside()
+        other = next((t.name for t in threading.enumerate() if t.ident == ident), None) if ident is not None else None
+        who = f"thread {other!r}" if other is not None else "another thread"
+        return CallOrderError(
+            f"{what} in thread {threading.current_thread().name!r} while {who} is inside a call of this session "
+            "(step, send, recv, wait_ready or reset): a session is used by one thread at a time, or their actions "
+            "and answers would interleave on the pipes. Give each thread its own session, or hold a lock around "
+            "the calls (close() is the one call another thread may make). Nothing was sent or received"
+        )
+
     def _check_ready(self, what: str) -> None:
         """For a call that sends (``what`` names it): :class:`CallOrderError` on a closed or broken session,
         :class:`AlreadyPendingCallError` with an answer pending."""
@@ -286,6 +304,14 @@ class Session:
         or any later answer has been received (:func:`launch` waits for the first frame itself). Any of the
         first three breaks the session.
         """
+        if not self._io_lock.acquire(False):
+            raise self._busy("wait_ready()")
+        try:
+            return self._wait_ready(timeout, deadline_name)
+        finally:
+            self._io_lock.release()
+
+    def _wait_ready(self, timeout: float, deadline_name: str) -> Event:
         self._check_open("wait_ready()")
         timeout = check_seconds(timeout, "timeout")
         if self._state is SessionState.PENDING:
@@ -313,7 +339,12 @@ class Session:
         for an action that cannot be encoded (the session stays usable), and :class:`PlayerCrashed` or
         :class:`PlayerTimeout` (``step_timeout``) if the player cannot take it (the session breaks).
         """
-        return self._send(action, kwargs, None)
+        if not self._io_lock.acquire(False):
+            raise self._busy("send()")
+        try:
+            return self._send(action, kwargs, None)
+        finally:
+            self._io_lock.release()
 
     def _send(
         self, action: str | Mapping[str, Any] | None, kwargs: Mapping[str, Any], limit: tuple[float, str, float] | None
@@ -370,27 +401,38 @@ class Session:
         or more, and breaks the session with :class:`PlayerTimeout`, :class:`PlayerCrashed` or
         :class:`ProtocolError` (also for an answer carrying another ``sequenceId``).
         """
-        self._check_open("recv()")
-        if self._state is not SessionState.PENDING or self._pending is None:
-            raise NoPendingCallError("recv() with no action pending; call send() first")
-        if timeout is not None:
-            timeout = check_seconds(timeout, "timeout", zero_ok=True)
-            seq, name, _ = self._pending
-            self._pending = (seq, name, time.monotonic() + timeout)
-            return self._receive("recv timeout", timeout)
-        return self._receive("step_timeout", self._step_timeout)
+        if not self._io_lock.acquire(False):
+            raise self._busy("recv()")
+        try:
+            self._check_open("recv()")
+            if self._state is not SessionState.PENDING or self._pending is None:
+                raise NoPendingCallError("recv() with no action pending; call send() first")
+            if timeout is not None:
+                timeout = check_seconds(timeout, "timeout", zero_ok=True)
+                seq, name, _ = self._pending
+                self._pending = (seq, name, time.monotonic() + timeout)
+                return self._receive("recv timeout", timeout)
+            return self._receive("step_timeout", self._step_timeout)
+        finally:
+            self._io_lock.release()
 
     def step(self, action: str | Mapping[str, Any] | None = None, **kwargs: Any) -> Event:
         """Send one action and return the player's answer: ``send()`` then ``recv()``.
 
         ``step("MoveAhead")``, ``step(action="RotateLeft", degrees=30)`` and
         ``step({"action": "Teleport", "x": 1.0})`` are the same kind of call. Raises what
-        :meth:`send` and :meth:`recv` raise.
+        :meth:`send` and :meth:`recv` raise, and :class:`CallOrderError` while another thread is inside a
+        call of this session (nothing is sent then).
         """
-        if self._state is not SessionState.READY:
-            self._check_ready("step()")
-        self._send(action, kwargs, None)
-        return self._receive("step_timeout", self._step_timeout)
+        if not self._io_lock.acquire(False):
+            raise self._busy("step()")
+        try:
+            if self._state is not SessionState.READY:
+                self._check_ready("step()")
+            self._send(action, kwargs, None)
+            return self._receive("step_timeout", self._step_timeout)
+        finally:
+            self._io_lock.release()
 
     def _receive(self, deadline_name: str, seconds: float) -> Event:
         pending = self._pending
@@ -477,23 +519,28 @@ class Session:
             f = f.f_back
         return False
 
-    def _other_thread_inside(self) -> bool:
-        """Whether a thread other than this one is inside this session's send or receive (a step that waits
-        while :meth:`close` is called from a thread of its own). Read from the threads' stacks, at close only."""
+    def _thread_inside(self) -> int | None:
+        """The id of a thread other than this one inside this session's send or receive (a step that waits while
+        :meth:`close` is called from a thread of its own, or while another thread's call is refused), else None.
+        Read from the threads' stacks: at close, and for that error, only."""
         me = threading.get_ident()
         try:
             frames = sys._current_frames()
         except Exception:  # noqa: BLE001 - (at interpreter shutdown): close as if no step waited
-            return False
+            return None
         for ident, frame in frames.items():
             if ident == me:
                 continue
             f = frame
             while f is not None:
                 if f.f_code in _IO_CODES and f.f_locals.get("self") is self:
-                    return True
+                    return ident
                 f = f.f_back
-        return False
+        return None
+
+    def _other_thread_inside(self) -> bool:
+        """Whether a thread other than this one is inside this session's send or receive."""
+        return self._thread_inside() is not None
 
     def _timeout_error(
         self,
@@ -535,8 +582,17 @@ class Session:
         parameters are unchanged and Initialize is not sent; the session stays usable), ``ValueError`` when
         the player refuses the Reset itself (a scene it does not have: its ``errorMessage`` quoted; Initialize
         is not sent, the parameters are unchanged, the session stays usable), ``TypeError`` for a
-        ``scene`` that is not a name (a procedural house, a dict: nothing is sent).
+        ``scene`` that is not a name (a procedural house, a dict: nothing is sent), and :class:`CallOrderError`
+        while another thread is inside a call of this session (its steps hold the session until the last).
         """
+        if not self._io_lock.acquire(False):
+            raise self._busy("reset()")
+        try:
+            return self._reset(scene, init_params)
+        finally:
+            self._io_lock.release()
+
+    def _reset(self, scene: str | None, init_params: dict[str, Any]) -> Event:
         if self._state is not SessionState.READY:
             self._check_ready("reset()")
         if scene is not None and not isinstance(scene, str):
