@@ -13,6 +13,7 @@ import argparse
 import logging
 import os
 import sys
+import unicodedata
 from typing import Sequence
 
 from renderd.player import signals
@@ -53,7 +54,9 @@ environment (read as an AI2-THOR build reads them):
   {ENV_CLIENT_PIPE}  path of client.pipe (client -> player), FIFO
   {ENV_HOST}, {ENV_PORT}      address of the HTTP endpoint, WSGI
   {ENV_TOKEN}           token for the HTTP endpoint, WSGI
-  {ENV_SCREENSHOT} True/False (logged; images follow -nographics)
+  {ENV_SCREENSHOT} True: answers carry images; False or unset: metadata only (as a
+                                 build's bool.Parse reads it: either case, spaces around; another value
+                                 is a bad environment, exit 2)
   {ENV_PLATFORM}               set by renderd: CloudRendering => RGB is RGBA (4 bytes/pixel);
                                  Linux64, headless or unset => 3 bytes/pixel
   {ENV_FAULT_AT_START}  same as --fault-at-start
@@ -145,6 +148,25 @@ def _setup_logging(log_file: str | None, level: str) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(getattr(logging, level.upper()))
+
+
+def _is_dotnet_space(char: str) -> bool:
+    """Whether .NET's ``bool.Parse`` trims ``char`` from the ends of its argument (``Char.IsWhiteSpace``, or NUL)."""
+    return char in "\t\n\v\f\r\x85\x00" or unicodedata.category(char) in ("Zs", "Zl", "Zp")
+
+
+def parse_dotnet_bool(value: str) -> bool | None:
+    """``value`` read as a build's C# ``bool.Parse`` reads it: ``True`` or ``False`` in any case, with white space
+    around it; None for any other value (``""``, ``yes``, ``1``, ...), which ``bool.Parse`` rejects."""
+    start, end = 0, len(value)
+    while start < end and _is_dotnet_space(value[start]):
+        start += 1
+    while end > start and _is_dotnet_space(value[end - 1]):
+        end -= 1
+    word = value[start:end]
+    if not word.isascii():
+        return None
+    return {"true": True, "false": False}.get(word.lower())
 
 
 def _usage_error(message: str) -> int:
@@ -252,6 +274,12 @@ def _main(argv: Sequence[str] | None) -> int:
         return _usage_error(f"--metadata-objects must be 0..{MAX_METADATA_OBJECTS}, got {args.metadata_objects}")
     if not 0 <= args.start_delay <= MAX_START_DELAY:
         return _usage_error(f"--start-delay must be 0..{MAX_START_DELAY:g} seconds")
+    # As a build's AgentManager (LoadBoolVariable): unset is false, and a value bool.Parse rejects stops it at start.
+    screenshot_value = env.get(ENV_SCREENSHOT)
+    screenshot = False if screenshot_value is None else parse_dotnet_bool(screenshot_value)
+    if screenshot is None:
+        return _usage_error(f"{ENV_SCREENSHOT}={screenshot_value!r}: expected True or False (either case; unset "
+                            "means False), as an AI2-THOR build parses it with bool.Parse")
     if server_type not in ("FIFO", "WSGI"):
         return _usage_error(f"{ENV_SERVER_TYPE}={server_type!r}: expected FIFO or WSGI")
 
@@ -285,11 +313,13 @@ def _main(argv: Sequence[str] | None) -> int:
         renderer = make_renderer(renderer_name, device_index=args.device_index)
     except (ImportError, ValueError, RuntimeError) as exc:
         return _usage_error(f"cannot start the {renderer_name} renderer: {exc}")
+    if not screenshot and not args.nographics:
+        logger.info("%s is not True: answers carry metadata only, no images, as a build's", ENV_SCREENSHOT)
     player = Player(
         width=args.screen_width,
         height=args.screen_height,
         platform=platform,
-        headless=args.nographics,
+        headless=args.nographics or not screenshot,
         renderer=renderer,
         static_frame=args.static_frame,
         metadata_objects=args.metadata_objects,

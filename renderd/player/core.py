@@ -14,7 +14,8 @@ Stable API (the FIFO link here and the HTTP link in ``renderd/player/http_link.p
 
 * ``platform``: ``"CloudRendering"`` makes RGB images 4 bytes per pixel (RGBA, alpha 255), as Unity does
   there; anything else (``"Linux64"``, ``"headless"``, ``None``) gives 3 bytes per pixel.
-* ``headless``: Unity's ``-nographics``: no image fields at all, metadata only.
+* ``headless``: no image fields at all, metadata only: Unity's ``-nographics``, or a build's
+  ``AI2THOR_SERVER_SIDE_SCREENSHOT`` not true (the player's command line passes either).
 * ``renderer``: any object with the :mod:`renderd.player.renderer` interface (``None``: a NumpyRenderer).
 * ``static_frame``: skip rendering: every step sends the same precomputed frame (the scene's start
   view); metadata still follows the actions.

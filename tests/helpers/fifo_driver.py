@@ -76,7 +76,7 @@ class PlayerProcess:
                 "AI2THOR_FIFO_SERVER_PIPE_PATH": str(self.server_path),
                 "AI2THOR_FIFO_CLIENT_PIPE_PATH": str(self.client_path),
                 "AI2THOR_CLIENT_TOKEN": "test-token",
-                "AI2THOR_SERVER_SIDE_SCREENSHOT": "False",
+                "AI2THOR_SERVER_SIDE_SCREENSHOT": "True",  # as renderd's launchers set it: answers carry images
             }
         )
         if platform is not None:
