@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import threading
 
 __all__ = ["Notifier", "watchdog_interval"]
 
@@ -49,6 +50,10 @@ class Notifier:
             address = os.environ.get("NOTIFY_SOCKET") or None
         self._address: str | bytes | None = None
         self._sock: socket.socket | None = None
+        # notify() is called from the supervisor's loop and from control API threads (status changes on
+        # lease and release): the socket is made, used and closed under this lock, so two first calls at
+        # once do not each make one (the loser's would leak) and close() never pulls it from under a send.
+        self._lock = threading.Lock()
         self._warned = False
         #: True once READY=1 has been announced (sent or not): later READY=1s (after a reload) only then.
         self.declared_ready = False
@@ -70,9 +75,10 @@ class Notifier:
             return False
         data = "\n".join(a.replace("\n", " ") for a in assignments).encode("utf-8", "replace")
         try:
-            if self._sock is None:
-                self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
-            self._sock.sendto(data, socket.MSG_DONTWAIT, self._address)
+            with self._lock:
+                if self._sock is None:
+                    self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                self._sock.sendto(data, socket.MSG_DONTWAIT, self._address)
         except OSError as exc:
             if not self._warned:
                 log.warning("cannot notify the service manager at %r: %s", os.environ.get("NOTIFY_SOCKET"), exc)
@@ -97,6 +103,7 @@ class Notifier:
         return self.notify("WATCHDOG=1")
 
     def close(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
+        with self._lock:
+            if self._sock is not None:
+                self._sock.close()
+                self._sock = None
