@@ -379,6 +379,9 @@ def _player_in_another_pid_namespace() -> type:
             self._ask = exit_status
             self._ended = False
 
+        def _check_identity(self, start_time: int | None, leased_at: float) -> None:
+            """Nothing to check: here the pid names no process or an unrelated one, which is never watched."""
+
         def exited(self) -> bool:
             """Whether the daemon has said the player ended (asked by :meth:`wait_exit` once its pipes ended)."""
             return self._ended
@@ -432,9 +435,16 @@ def connect(
         # The player's pid is the daemon's pid namespace's (``pid_namespace``, from a daemon that says): in
         # another one it names no process here, or another process, which must not be taken for the player.
         elsewhere = answer.get("pid_namespace") not in (None, _pid_namespace())
-        watch = (_player_in_another_pid_namespace() if elsewhere else LeasedPlayer)(
-            int(answer["pid"]), log_path=answer.get("log"),
-            exit_status=lambda timeout: _exit_status(control, lease_id, timeout))
+        exit_status = lambda timeout: _exit_status(control, lease_id, timeout)  # noqa: E731
+        if elsewhere:
+            watch = _player_in_another_pid_namespace()(int(answer["pid"]), log_path=answer.get("log"),
+                                                       exit_status=exit_status)
+        else:
+            # ``pid_start`` (from a daemon that says) is when the player started: the pidfd opened by its pid is
+            # checked to pin that process, not one the pid was given to after the player exited and was reaped.
+            start = answer.get("pid_start")
+            watch = LeasedPlayer(int(answer["pid"]), log_path=answer.get("log"), exit_status=exit_status,
+                                 start_time=start if isinstance(start, int) and not isinstance(start, bool) else None)
         channel = FifoChannel(answer["server_pipe"], answer["client_pipe"], player=watch)
     except BaseException as exc:
         if watch is not None:

@@ -62,7 +62,14 @@ from renderd.errors import (
     os_error_message,
 )
 from renderd.event import FrameAssembler
-from renderd.process import KILL_REAP_TIMEOUT, PlayerProcess, player_argv, player_env, poll_readable
+from renderd.process import (
+    KILL_REAP_TIMEOUT,
+    PlayerProcess,
+    player_argv,
+    player_env,
+    poll_readable,
+    process_start_ticks,
+)
 from renderd.protocol import NEED_DATA, FieldType, decode_metadata, encode_action
 from renderd.transport.fifo import FifoChannel, FifoPair
 
@@ -819,6 +826,10 @@ class Supervisor:
             "server_pipe": p.pair.server_path,
             "client_pipe": p.pair.client_path,
             "pid": p.proc.pid,
+            # When it started (clock ticks since boot, /proc/<pid>/stat), read while the daemon has not reaped
+            # it, so the pid is still its own: a client that opens a pidfd by the pid checks it names this
+            # process, not one the pid was given to after the player exited (renderd.process.LeasedPlayer).
+            "pid_start": process_start_ticks(p.proc.pid),
             "width": p.config.width,
             "height": p.config.height,
             "platform": _platform_name(p.selection),
