@@ -599,6 +599,9 @@ class VectorSession:
         self._wake_lock = threading.Lock()
         # Set by close(): a replacement on its way starts no new attempt (and a booting player is stopped).
         self._cancel = threading.Event()
+        # Failed players being stopped (SIGTERM, grace, SIGKILL) while their replacements start: each one's thread
+        # and pid. close() waits for them.
+        self._stoppers: list[tuple[threading.Thread, int | None]] = []
         # Set once close() has finished; the thread running it (a close() in another thread waits for it).
         self._closed = threading.Event()
         self._closer: int | None = None
@@ -1560,10 +1563,15 @@ class VectorSession:
             # sets _cancel first: a replacement submitted after that starts no player.)
             self._failures.append((slot.index, exc, True))
             slot.state = SlotState.REPLACING
+            # The failed player is stopped while its replacement starts, not before: one that ignores SIGTERM would
+            # hold the replacement up for its whole stop grace. (Begun while the slot still holds the session: a
+            # close() landing meanwhile, from a signal handler, closes it too, and waits for this stop.)
+            if old is not None:
+                self._retire(slot.index, old)
             slot.session = None
             executor = self._ensure_executor()
             self._ensure_wake_fd()
-            slot.future = executor.submit(_replace, self._factory, slot.index, old, self._cancel)
+            slot.future = executor.submit(_replace, self._factory, slot.index, self._cancel)
             slot.future.add_done_callback(self._wake)
             if self._closer is not None:
                 self._undo_replacement(slot)
@@ -1571,14 +1579,42 @@ class VectorSession:
         slot.state = SlotState.FAILED
         self._failures.append((slot.index, exc, False))
 
+    def _retire(self, index: int, old: Any) -> None:
+        """Close the failed session ``old`` of slot ``index`` (its player stopped: SIGTERM, grace, SIGKILL; or its
+        lease released) in a thread of its own, while the slot's replacement starts; close() waits for it."""
+
+        def stop() -> None:
+            try:
+                old.close()
+            except Exception as exc:
+                log.warning("slot %d: closing the failed session: %s", index, exc)
+
+        self._stoppers = [(t, pid) for t, pid in self._stoppers if t.is_alive()]
+        thread = threading.Thread(target=stop, name=f"renderd-vector-stop-{index}", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError:  # (no thread can be started: at interpreter exit)
+            stop()
+            return
+        self._stoppers.append((thread, getattr(old, "pid", None)))
+
+    def _join_stoppers(self) -> None:
+        """Wait until the failed players being stopped are (each within its stop grace)."""
+        while self._stoppers:
+            thread, _ = self._stoppers[0]
+            if thread is not threading.current_thread():
+                thread.join()
+            self._stoppers.pop(0)
+
     def _undo_replacement(self, slot: _Slot) -> None:
         """close() came (a signal handler's, between the lines of :meth:`_fail`) after the failed slot lost its
-        session and before its replacement was submitted, so it closed neither; and what the replacement needs
-        (a launch pool, the wake-up descriptor) was made after it. The replacement, cancelled, closes the failed
-        session and starts no player; wait for it, then close what was made after the close."""
+        session and before its replacement was submitted, so it closed neither the replacement nor what it needs
+        (a launch pool, the wake-up descriptor), made after it. (The failed session is being closed already, see
+        :meth:`_retire`; close() waits for that.) The replacement, cancelled, starts no player; wait for it, then
+        close what was made after the close."""
         future, slot.future = slot.future, None
         if future is not None:
-            # (Cancelled: the failed session is closed and no player started; unless the close came from another
+            # (Cancelled: no player started; unless the close came from another
             # thread after the launch was under way: a player still booting is stopped then.)
             session = self._await_replacement(future)
             if session is not None:
@@ -1874,6 +1910,11 @@ class VectorSession:
                 executor = None
             except _INTERRUPTS as exc:
                 interrupt = interrupt or exc
+        while self._stoppers:
+            try:
+                self._join_stoppers()
+            except _INTERRUPTS as exc:
+                interrupt = interrupt or exc
         with self._wake_lock:
             wake, self._wake_fd = self._wake_fd, None
         if wake is not None:
@@ -1968,8 +2009,7 @@ class VectorSession:
 
     def _await_replacement(self, future: Future) -> Any:
         """The session a cancelled replacement made anyway, or None (it failed); waits for its launch
-        thread (which closes the failed session first), killing the player it boots meanwhile (see
-        :meth:`_stop_booting`)."""
+        thread, killing the player it boots meanwhile (see :meth:`_stop_booting`)."""
         tag = getattr(self._factory, "tag", None)
         while not future.done():
             if tag is not None:
@@ -2082,22 +2122,17 @@ def _shutdown(executor: ThreadPoolExecutor) -> None:
             thread.join()
 
 
-def _replace(factory: Callable[[int], Any], slot: int, old: Any, cancel: threading.Event) -> Any:
-    """In a launch thread: close the failed session, then make a new one (up to REPLACE_ATTEMPTS tries);
-    no new attempt once ``cancel`` is set (the vector session is closing)."""
+def _replace(factory: Callable[[int], Any], slot: int, cancel: threading.Event) -> Any:
+    """In a launch thread: make a new session for ``slot`` (up to REPLACE_ATTEMPTS tries); no new attempt once
+    ``cancel`` is set (the vector session is closing)."""
     _launching.cancel, _launching.slot = cancel, slot
     try:
-        return _replace_now(factory, slot, old, cancel)
+        return _replace_now(factory, slot, cancel)
     finally:
         _launching.cancel = _launching.slot = None
 
 
-def _replace_now(factory: Callable[[int], Any], slot: int, old: Any, cancel: threading.Event) -> Any:
-    if old is not None:
-        try:
-            old.close()
-        except Exception as exc:
-            log.warning("slot %d: closing the failed session: %s", slot, exc)
+def _replace_now(factory: Callable[[int], Any], slot: int, cancel: threading.Event) -> Any:
     errors: list[BaseException] = []
     for attempt in range(1, REPLACE_ATTEMPTS + 1):
         if cancel.is_set():

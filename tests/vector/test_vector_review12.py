@@ -3,7 +3,10 @@ that close client.pipe but stay alive."""
 
 from __future__ import annotations
 
+import os
+import secrets
 import select
+import signal
 import sys
 import threading
 import time
@@ -25,6 +28,11 @@ PEERS = Path(__file__).parent.parent / "transport"
 CLASSIFY = 0.4
 #: Players in the tests of players that close client.pipe: one after another they would take N x CLASSIFY.
 N = 5
+#: Runs the script of its first argument (with the rest as its arguments) with SIGTERM ignored.
+IGNORES_SIGTERM = (
+    "import runpy, signal, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); sys.argv = sys.argv[1:]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 #: A scripted FIFO player (tests/transport/peer.py's helpers) that reads one action, closes client.pipe, answers the
 #: action after ARG seconds (none: never), and then stays alive until killed.
 CLOSE_THEN_ANSWER = f"""
@@ -146,3 +154,35 @@ def test_players_that_closed_client_pipe_since_their_answer_take_one_classify_wa
     finally:
         vs.close()
     assert CLASSIFY <= took < 2.5 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed client.pipe"
+
+
+def test_a_failed_players_stop_grace_does_not_delay_its_replacement(no_leaks):
+    # The launch thread stopped the failed player (SIGTERM, its stop grace, SIGKILL) before it called the factory:
+    # a player that ignores SIGTERM held its slot's replacement up for the whole grace. Now it is stopped while the
+    # replacement starts.
+    grace = 1.5
+    called: list[float] = []
+    peer = [sys.executable, str(PEERS / "peer.py"), "serve"]
+
+    def factory(slot: int):
+        called.append(time.monotonic())
+        return renderd.launch(peer, start_timeout=30.0, step_timeout=30.0)
+
+    deaf = [sys.executable, "-c", IGNORES_SIGTERM, *peer[1:]]
+    vs = renderd.VectorSession([renderd.launch(deaf, start_timeout=30.0, step_timeout=30.0) for _ in range(2)],
+                               factory=factory, replace_on_crash=True)
+    try:
+        old = vs.sessions[0]
+        old.stop_grace = grace
+        out = vs.step([{"action": "HalfThenHang"}, "Pass"], timeout=0.3)  # (slot 0's player hangs half-way)
+        failed = time.monotonic()
+        assert out.infos[0].get("error_type") == "PlayerTimeout", out.infos[0]
+        wait_for(lambda: called, GONE_TIMEOUT, "the factory to be called")
+        assert called[0] - failed < grace / 2, f"the factory was called {called[0] - failed:.2f} s after the failure"
+        out = vs.step(["Pass", "Pass"], wait_resets=True)
+        assert out.infos[0].get("reset_complete") and vs.slot_states[0] is renderd.vector.SlotState.RUNNING
+        wait_for(lambda: pid_gone(old.pid), grace + GONE_TIMEOUT, "the failed player to be stopped")
+        assert old.process.returncode == -signal.SIGKILL  # (it did ignore SIGTERM: the grace was waited out)
+    finally:
+        vs.close()
+
