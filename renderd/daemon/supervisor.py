@@ -1412,13 +1412,16 @@ class Supervisor:
             )
             base_env = dict(os.environ)
             base_env.update(platform_env)
+            # A build sends images only with AI2THOR_SERVER_SIDE_SCREENSHOT=True: "False" when headless (no
+            # graphics device, no images either way), as renderd.launch and AI2-THOR's controller set it.
+            screenshot = not getattr(selection, "headless", False)
             if cfg.transport == "http":
                 endpoint = self._http_endpoint(p)
-                child_env = player_env(base_env, server_type="WSGI", extra=cfg.env, **endpoint)
+                child_env = player_env(base_env, server_type="WSGI", extra=cfg.env, screenshot=screenshot, **endpoint)
             else:
                 child_env = player_env(
                     base_env, server_type="FIFO", server_pipe=p.pair.server_path,
-                    client_pipe=p.pair.client_path, extra=cfg.env,
+                    client_pipe=p.pair.client_path, extra=cfg.env, screenshot=screenshot,
                 )
             # The screen the platform chose for this instance wins over a DISPLAY in the environment's ``env``:
             # the selection was made with it (a DISPLAY named there is the display probed), so DISPLAY=:N.s
