@@ -600,7 +600,7 @@ class VectorSession:
         # Set by close(): a replacement on its way starts no new attempt (and a booting player is stopped).
         self._cancel = threading.Event()
         # Failed players being stopped (SIGTERM, grace, SIGKILL) while their replacements start: each one's thread
-        # and pid. close() waits for them.
+        # and pid. close() waits for them, and does not take them for booting replacements.
         self._stoppers: list[tuple[threading.Thread, int | None]] = []
         # Set once close() has finished; the thread running it (a close() in another thread waits for it).
         self._closed = threading.Event()
@@ -1763,7 +1763,8 @@ class VectorSession:
 
         A replacement on its way is cancelled: it starts no new attempt, and a player it is still booting
         is killed, so this returns within seconds, not after ``start_timeout`` (a lease request on its way
-        is waited for). Idempotent; called while another thread's close() is under way, it returns once
+        is waited for). A replacement that is ready (not yet taken up by a step), and a failed player still being
+        stopped, are stopped as the slots' players are (SIGTERM, grace, SIGKILL), not killed. Idempotent; called while another thread's close() is under way, it returns once
         that one has finished. The first error from a session's close is raised after everything else was
         closed. A ``KeyboardInterrupt`` (Ctrl-C), or the ``SystemExit`` of a signal handler's ``sys.exit()``,
         while it works does not stop it half-way: it is raised once everything is closed.
@@ -2013,17 +2014,24 @@ class VectorSession:
         tag = getattr(self._factory, "tag", None)
         while not future.done():
             if tag is not None:
-                self._stop_booting(tag)
+                self._stop_booting(tag, future)
             wait([future], timeout=CANCEL_POLL)
         if future.exception() is not None:
             return None
         return future.result()
 
-    def _stop_booting(self, tag: str) -> None:
+    def _stop_booting(self, tag: str, awaited: Future) -> None:
         """SIGKILL this process's children that carry the vector session's tag and are no slot's player:
         replacements still waiting for their first frame. Their launch then fails at once (and cleans up
-        after them) instead of waiting out ``start_timeout``."""
-        _kill_tagged(tag, {s.session.pid for s in self._slots if s.session is not None})
+        after them) instead of waiting out ``start_timeout``. Not a replacement that is ready (its launch has
+        returned; not taken up by a step yet: ``awaited``, or another slot's), nor a failed player being stopped:
+        those are closed as every slot's player is (SIGTERM, grace, SIGKILL)."""
+        known = {s.session.pid for s in self._slots if s.session is not None}
+        known.update(pid for _, pid in self._stoppers)
+        for future in [awaited, *(s.future for s in self._slots)]:
+            if future is not None and future.done() and not future.cancelled() and future.exception() is None:
+                known.add(getattr(future.result(), "pid", None))
+        _kill_tagged(tag, known)
 
     def __enter__(self) -> VectorSession:
         return self

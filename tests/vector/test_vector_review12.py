@@ -186,3 +186,42 @@ def test_a_failed_players_stop_grace_does_not_delay_its_replacement(no_leaks):
     finally:
         vs.close()
 
+
+def test_close_stops_another_slots_ready_replacement_cleanly(no_leaks, monkeypatch):
+    # Slot 1's replacement was ready (not yet taken up by a step) while slot 0's was still on its way: close(), waiting
+    # for slot 0's, SIGKILLed slot 1's player as a booting one. Now only players still booting are killed; a ready
+    # one is closed as every slot's player is.
+    tag = secrets.token_hex(8)
+    release = threading.Event()
+    made: dict[int, renderd.Session] = {}
+
+    def factory(slot: int):
+        if slot == 0:
+            release.wait(STEP_TIMEOUT)
+        session = renderd.launch(**player_kwargs(env={renderd.vector.TAG_VARIABLE: tag}))
+        made[slot] = session
+        return session
+
+    factory.tag = tag  # (as launch_many's factory: close() kills this vector session's players still booting)
+    kills: list[set] = []
+    kill_tagged = renderd.vector._kill_tagged
+
+    def counted(tag: str, known: set) -> None:  # (the real one, counted: slot 0's launch goes on after two rounds)
+        kill_tagged(tag, known)
+        kills.append(known)
+        if len(kills) >= 2:
+            release.set()
+
+    monkeypatch.setattr(renderd.vector, "_kill_tagged", counted)
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+    try:
+        out = vs.step([EXIT, EXIT])
+        assert out.infos[0].get("replaced") and out.infos[1].get("replaced")
+        wait_for(lambda: 1 in made, GONE_TIMEOUT, "slot 1's replacement to be ready")
+    finally:
+        release.set() if not kills else None
+        vs.close()
+    assert len(kills) >= 2
+    assert made[1].closed
+    assert made[1].process.returncode == 0, f"slot 1's ready replacement ended with {made[1].process.returncode}"
