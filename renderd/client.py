@@ -300,7 +300,8 @@ class Session:
 
         Raises :class:`PlayerTimeout` (naming ``deadline_name``) when it does not come within
         ``timeout`` seconds, :class:`PlayerCrashed` if the player exits first, :class:`ProtocolError` if the
-        message is malformed, :class:`CallOrderError` if the session is not idle, or once the first frame
+        message is malformed, :class:`CallOrderError` if the session is not idle (another thread inside a call
+        of it included), or once the first frame
         or any later answer has been received (:func:`launch` waits for the first frame itself). Any of the
         first three breaks the session.
         """
@@ -335,7 +336,8 @@ class Session:
 
         The action is a name with keyword arguments, or a dict. ``sequenceId`` is the previous one plus 1
         unless the action carries its own. Raises :class:`AlreadyPendingCallError` when an answer is
-        still pending, :class:`CallOrderError` on a closed or broken session, ``ValueError``/``TypeError``
+        still pending, :class:`CallOrderError` on a closed or broken session (or while another thread is inside
+        a call of this session: nothing is sent), ``ValueError``/``TypeError``
         for an action that cannot be encoded (the session stays usable), and :class:`PlayerCrashed` or
         :class:`PlayerTimeout` (``step_timeout``) if the player cannot take it (the session breaks).
         """
@@ -396,7 +398,8 @@ class Session:
 
         Waits until the deadline set by :meth:`send` (``step_timeout`` after it), or ``timeout`` seconds
         from now when given. Raises :class:`NoPendingCallError` with nothing pending,
-        :class:`CallOrderError` on a closed or broken session, :class:`~renderd.config.ArgumentError` (a
+        :class:`CallOrderError` on a closed or broken session (or while another thread is inside a call of
+        this session), :class:`~renderd.config.ArgumentError` (a
         ValueError; the session is unchanged) for a ``timeout`` that is not a finite number of seconds, 0
         or more, and breaks the session with :class:`PlayerTimeout`, :class:`PlayerCrashed` or
         :class:`ProtocolError` (also for an answer carrying another ``sequenceId``).
