@@ -1573,7 +1573,10 @@ class VectorSession:
             self._ensure_wake_fd()
             slot.future = executor.submit(_replace, self._factory, slot.index, self._cancel)
             slot.future.add_done_callback(self._wake)
-            if self._closer is not None:
+            if self._closer is not None and (self._closer == threading.get_ident() or self._closed.is_set()):
+                # (A close() under way in another thread, such as the factory's in this very launch, waits for this
+                # call to leave before it takes up the replacements: it closes this one then. Waiting for it here
+                # would wait for that close.)
                 self._undo_replacement(slot)
             return
         slot.state = SlotState.FAILED

@@ -100,6 +100,42 @@ def test_a_factory_that_closes_its_own_vector_session_does_not_wait_for_itself(n
         vs.close()
 
 
+
+def test_a_factory_that_closes_its_own_vector_session_while_a_step_waits_for_it(no_leaks):
+    # As the gym layer steps (wait_resets=True), the step waits for the replacement: the factory's close() waited for
+    # that step to leave, and the step, seeing the close, waited for the replacement (the launch running the close).
+    # Now the step raises CallOrderError at once and the close goes on.
+    returned = threading.Event()
+    made: list[renderd.Session] = []
+
+    def factory(slot: int):
+        vs.close()
+        returned.set()
+        made.append(renderd.launch(**player_kwargs()))
+        return made[0]
+
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+    raised: list[BaseException] = []
+
+    def stepping() -> None:
+        try:
+            vs.step([EXIT, "Pass"], wait_resets=True)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            raised.append(exc)
+
+    stepper = threading.Thread(target=stepping, name="stepper", daemon=True)  # (daemon: on failure it may never end)
+    started = time.monotonic()
+    stepper.start()
+    stepper.join(STEP_TIMEOUT)
+    took = time.monotonic() - started
+    assert not stepper.is_alive(), "the step never returned"
+    assert len(raised) == 1 and isinstance(raised[0], CallOrderError), raised
+    assert took < 3.0, f"the step took {took:.2f} s to raise"
+    assert returned.wait(5.0), "close() called by the factory did not return"
+    wait_for(lambda: made and made[0].closed, GONE_TIMEOUT, "the session the factory made after close() to close")
+    vs.close()
+
 def test_players_that_close_client_pipe_under_their_action_take_one_classify_wait_between_them(no_leaks, monkeypatch):
     # Each player reads its action, closes client.pipe and stays alive. Each slot's channel waited its
     # EOF_CLASSIFY_TIMEOUT for an answer or an exit in turn: N players took N seconds. Now the waits overlap.
