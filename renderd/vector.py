@@ -919,7 +919,8 @@ class VectorSession:
         flight. Raises :class:`AlreadyPendingCallError` between :meth:`send` and :meth:`recv`,
         :class:`CallOrderError` on a closed or broken vector session, ``ValueError`` for a bad slot list
         or parameter (:class:`~renderd.config.ArgumentError` for a ``width``/``height`` that is not an
-        integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action.
+        integer 1..``MAX_RESOLUTION``; nothing is sent then), and (without ``replace_on_crash``) the error of a player that fails on the first reset action (one that closed client.pipe but still runs is given its second to exit
+        in the next :meth:`recv`, which reports it).
         """
         self._enter_call("reset_async()")
         try:
@@ -1342,6 +1343,7 @@ class VectorSession:
                 for s in self._slots
                 if s.in_flight is not None
                 and s.unopened is None
+                and s.closed_input is None  # (waited for in the poll: see _await_exit)
                 and (not s.fds or (self._sequential_recv and s.in_flight == "action" and not _unsent(s.session)))
             ]
             if serial:

@@ -261,3 +261,24 @@ def test_close_stops_another_slots_ready_replacement_cleanly(no_leaks, monkeypat
     assert len(kills) >= 2
     assert made[1].closed
     assert made[1].process.returncode == 0, f"slot 1's ready replacement ended with {made[1].process.returncode}"
+
+
+def test_slot_by_slot_receiving_waits_for_players_that_closed_client_pipe_in_the_poll_too(
+    no_leaks, monkeypatch, tmp_path
+):
+    # benchmarks/vector.py's slot-by-slot strategy received from a slot whose action was never written (its player had
+    # closed client.pipe): NoPendingCallError, reported as that slot's failure instead of the player's crash.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", CLASSIFY)
+    script = tmp_path / "close_then_answer.py"
+    script.write_text(CLOSE_THEN_ANSWER)
+    vs = renderd.launch_many(2, [sys.executable, str(script), "0"], start_timeout=30.0, step_timeout=30.0)
+    vs._sequential_recv = True  # (white box: the strategy benchmarks/vector.py measures)
+    try:
+        vs.step(["Pass", "Pass"])
+        wait_for(lambda: all(_reader_gone(s) for s in vs.sessions), GONE_TIMEOUT, "every player to close client.pipe")
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass", "Pass"])
+        assert info.value.slots == [0, 1]
+        assert "the player closed client.pipe while renderd sent it an action" in str(info.value.failures[0])
+    finally:
+        vs.close()
