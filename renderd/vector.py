@@ -1606,10 +1606,11 @@ class VectorSession:
     def _join_stoppers(self) -> None:
         """Wait until the failed players being stopped are (each within its stop grace)."""
         while self._stoppers:
-            thread, _ = self._stoppers[0]
-            if thread is not threading.current_thread():
-                thread.join()
-            self._stoppers.pop(0)
+            entry = self._stoppers[0]
+            if entry[0] is not threading.current_thread():
+                entry[0].join()
+            if entry in self._stoppers:  # (the list may have been pruned meanwhile: see _retire)
+                self._stoppers.remove(entry)
 
     def _undo_replacement(self, slot: _Slot) -> None:
         """close() came (a signal handler's, between the lines of :meth:`_fail`) after the failed slot lost its
