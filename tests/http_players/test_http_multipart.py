@@ -176,8 +176,21 @@ def test_fuzz_roundtrip(parts, preamble, padding, unity):
     assert bodies(body, split_multipart(body, B)) == parts
 
 
+# The multipart package decodes HTML5's limited percent-encoding in names (%22, %0D, %0A: a browser's escapes of
+# '"', CR and LF); renderd takes a name's '%' as it is (a player's field names are fixed words, and
+# test_a_percent_in_a_name_is_taken_as_it_is pins it), so the names compared here have none.
+plain_names = st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126, blacklist_characters='"\\;=%'),
+                      min_size=1, max_size=12)
+plain_parts = st.lists(st.tuples(plain_names, st.one_of(st.none(), plain_names), part_bodies), min_size=1, max_size=6)
+
+
+def test_a_percent_in_a_name_is_taken_as_it_is():
+    body = bytes(encode([("%22", "a%0Db", b"x")], unity=False))
+    assert bodies(body, split_multipart(body, B)) == [("%22", "a%0Db", b"x")]
+
+
 @settings(max_examples=200, deadline=None)
-@given(parts=parts_strategy)
+@given(parts=plain_parts)
 def test_fuzz_agrees_with_the_multipart_package(parts):
     body = bytes(encode(parts, unity=False))
     theirs = []
