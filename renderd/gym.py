@@ -331,26 +331,22 @@ def rgb_copy(frame: np.ndarray) -> np.ndarray:
     return out[: h * w * 3].reshape(h, w, 3)
 
 
-class _CallbackFailed(Exception):
-    """The caller's ``reward_fn`` or ``terminated_fn`` (``name``) raised ``exc`` (or returned what is no number, for
-    ``reward_fn``): ``text`` says so."""
-
-    def __init__(self, name: str, exc: Exception) -> None:
-        super().__init__(name)
-        self.name, self.exc = name, exc
-        self.text = f"{name}(event) raised {type(exc).__name__}: {exc}"
-
-
 def _score(spec: _EnvSpec, event: Event) -> tuple[float, bool]:
-    """``reward_fn(event)`` and ``terminated_fn(event)``, as a float and a bool; :class:`_CallbackFailed` naming the
-    one that raised."""
+    """``reward_fn(event)`` and ``terminated_fn(event)``, as a float and a bool. What either raises (or ``float()``
+    of what ``reward_fn`` returned) goes on as it is, with a note naming the function that raised it: the exception
+    is the caller's own, so ``except KeyError`` in the caller's code still catches it."""
     name = "reward_fn"
     try:
         reward = float(spec.reward_fn(event))
         name = "terminated_fn"
         terminated = bool(spec.terminated_fn(event))
     except Exception as exc:
-        raise _CallbackFailed(name, exc) from exc
+        exc.add_note(f"raised by {name}(event)")
+        try:
+            exc.renderd_callback = name  # type: ignore[attr-defined]  # (which one, for the env's own note)
+        except (AttributeError, TypeError):  # (an exception class with __slots__)
+            pass
+        raise
     return reward, terminated
 
 
@@ -376,9 +372,9 @@ class RenderdEnv(gymnasium.Env):
 
     ``reset`` and ``step`` raise what :meth:`renderd.Session.step` raises (a crashed player is a
     :class:`renderd.PlayerCrashed`), ``ValueError`` for a reset the player refuses (an unknown scene)
-    or an action outside the action space. A ``reset`` after the player failed launches a new one. ``step`` raises
-    ``RuntimeError`` (the exception chained) when ``reward_fn`` or ``terminated_fn`` raises: the step is counted
-    and the episode ends (call ``reset``).
+    or an action outside the action space. A ``reset`` after the player failed launches a new one. What
+    ``reward_fn`` or ``terminated_fn`` raises, ``step`` raises, with notes naming the function and saying that
+    the step is counted and the episode ends (call ``reset``).
     """
 
     metadata = {"render_modes": ["rgb_array"], "render_fps": RENDER_FPS}
@@ -501,14 +497,13 @@ class RenderdEnv(gymnasium.Env):
         spec = self._spec
         try:
             reward, terminated = _score(spec, event)
-        except _CallbackFailed as failed:
+        except Exception as exc:
             # The step is counted (the player took the action) but cannot be returned; whether the episode ended is
             # not known: it ends here.
-            self._no_episode = f"step() after {failed.name} raised: call reset() to start a new episode"
-            raise RuntimeError(
-                f"{failed.text}; the step was counted (step {self._elapsed} of the episode) and the episode ended: "
-                "call reset()"
-            ) from failed.exc
+            name = getattr(exc, "renderd_callback", "reward_fn")
+            self._no_episode = f"step() after {name} raised: call reset() to start a new episode"
+            exc.add_note(f"the step was counted (step {self._elapsed} of the episode) and the episode ended: call reset()")
+            raise
         limit = self._episode_limit()
         truncated = limit is not None and self._elapsed >= limit
         return spec.observation(event), reward, terminated, truncated, spec.info(event)
@@ -778,26 +773,29 @@ class RenderdVectorEnv(VectorEnv):
         self._autoreset[list(refused)] = True
         raise ValueError("; ".join(f"sub-environment {i}: reset failed: {why}" for i, why in refused.items()))
 
-    def _raise_callback_failed(self, failed: Sequence[tuple[int, _CallbackFailed]], refused: Mapping[int, str]) -> None:
-        """RuntimeError for sub-environments whose ``reward_fn`` or ``terminated_fn`` raised, once the step is booked
-        for every sub-environment: their episodes end (whether they did is not known), so they are reset at the next
-        step, as are those the step ended and those whose autoreset the players refused (said in a note)."""
+    def _raise_callback_failed(self, failed: Sequence[tuple[int, Exception]], refused: Mapping[int, str]) -> None:
+        """Raise what the first sub-environment's ``reward_fn`` or ``terminated_fn`` raised (the caller's own
+        exception, notes added), once the step is booked for every sub-environment: the episodes of those whose
+        function raised end (whether they did is not known), so they are reset at the next step, as are those the
+        step ended and those whose autoreset the players refused (each said in a note)."""
         ended = [i for i, _ in failed]
         self._autoreset[ended] = True
         self._autoreset[list(refused)] = True
+        first_index, first = failed[0]
+        first.add_note(f"in {self._where(first_index).rstrip(': ')}")
+        for i, exc in failed[1:]:
+            name = getattr(exc, "renderd_callback", "reward_fn")
+            first.add_note(f"{self._where(i)}{name}(event) raised {type(exc).__name__}: {exc} as well")
         names = ", ".join(str(i) for i in ended)
         which = (
             f"sub-environment {names}'s episode ended: it is" if len(ended) == 1
             else f"sub-environments {names}' episodes ended: they are"
         )
-        err = RuntimeError(
-            "; ".join(f"{self._where(i)}{exc.text}" for i, exc in failed)
-            + f"; the step was booked for every sub-environment (its results are not returned): {which} reset at the "
-            "next step"
-        )
+        first.add_note(f"the step was booked for every sub-environment (its results are not returned): {which} reset "
+                       "at the next step")
         for i, why in refused.items():
-            err.add_note(f"sub-environment {i}: reset failed: {why} (it is reset again at the next step)")
-        raise err from failed[0][1].exc
+            first.add_note(f"sub-environment {i}: reset failed: {why} (it is reset again at the next step)")
+        raise first
 
     def _info(self, event: Event | None, vinfo: Mapping[str, Any]) -> dict[str, Any]:
         info = self._spec.info(event) if event is not None else {}
@@ -818,9 +816,9 @@ class RenderdVectorEnv(VectorEnv):
         Raises :class:`CallOrderError` before the first reset, ``ValueError`` for actions outside the
         action space or for an autoreset a player refused (an unknown scene: raised once every
         sub-environment's step is booked, so those that ended are reset at the next step, and so is the
-        refused one, with a new scene drawn), ``RuntimeError`` (the exception chained) when ``reward_fn`` or
-        ``terminated_fn`` raises (also once every sub-environment's step is booked: the sub-environments whose
-        function raised are reset at the next step), and what :meth:`renderd.VectorSession.step` raises.
+        refused one, with a new scene drawn), what ``reward_fn`` or ``terminated_fn`` raises, notes added (also
+        once every sub-environment's step is booked: the sub-environments whose function raised are reset at the
+        next step), and what :meth:`renderd.VectorSession.step` raises.
         """
         if not self._was_reset:
             raise CallOrderError("step() before reset(): call reset() first")
@@ -866,7 +864,7 @@ class RenderdVectorEnv(VectorEnv):
         truncated = np.zeros(n, dtype=np.bool_)
         infos: dict[str, Any] = {}
         refused: dict[int, str] = {}
-        failed: list[tuple[int, _CallbackFailed]] = []  # sub-environments whose reward_fn or terminated_fn raised
+        failed: list[tuple[int, Exception]] = []  # sub-environments whose reward_fn or terminated_fn raised
         for i in range(n):
             event, vinfo = result.observations[i], result.infos[i]
             if autoreset[i] or (vinfo.get("reset_complete") and "error" not in vinfo):
@@ -887,7 +885,7 @@ class RenderdVectorEnv(VectorEnv):
                 self._elapsed[i] += 1
                 try:
                     rewards[i], terminated[i] = _score(spec, event)
-                except _CallbackFailed as exc:
+                except Exception as exc:
                     failed.append((i, exc))  # (booked like the others; its episode ends, below)
                 truncated[i] = spec.max_episode_steps is not None and self._elapsed[i] >= spec.max_episode_steps
             infos = self._add_info(infos, self._info(event, vinfo), i)
