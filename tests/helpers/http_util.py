@@ -11,6 +11,7 @@ import threading
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from renderd.process import PlayerProcess, player_env
+from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
 #: Deadline for one HTTP answer, a player's first frame or exit in these tests (a test that hits it failed).
 DEADLINE = 20.0
@@ -123,6 +124,21 @@ def connect(served_fixture, timeout: float = DEADLINE) -> RawClient:
     client = RawClient(server.port, timeout)
     clients.append(client)
     return client
+
+
+@contextlib.contextmanager
+def small_server(max_connections: int) -> Iterator[tuple[PlayerBridgeRegistry, PlayerHttpServer, list[RawClient]]]:
+    """(registry, server, clients) as the ``served`` fixture gives, for a server of ``max_connections`` connections;
+    the clients (see :func:`connect`) are closed and the server stopped afterwards."""
+    registry = PlayerBridgeRegistry(max_request_size=1 << 20)
+    server = PlayerHttpServer(registry, max_connections=max_connections).start()
+    clients: list[RawClient] = []
+    try:
+        yield registry, server, clients
+    finally:
+        for client in clients:
+            client.close()
+        server.stop()
 
 
 def spawn_player(port: int, token: str | None, args: Sequence[str] = (), log_path: str | None = None,

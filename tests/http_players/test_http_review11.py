@@ -5,22 +5,19 @@ does with a lease request's ``client_pid``; players that close their connection 
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 import threading
 import time
 from typing import Any, Iterator
 
 import pytest
 
-import renderd
 from renderd.errors import PlayerCrashed, PlayerTimeout
 from renderd.protocol import FieldType, encode_action
 from renderd.transport import http as http_transport
 from renderd.transport.fifo import FifoChannel, FifoPair
 from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
-from tests.helpers.http_util import BOUNDARY, DEADLINE, RawClient, connect, frame_body, request_bytes
+from tests.helpers.http_util import BOUNDARY, DEADLINE, RawClient, connect, frame_body, request_bytes, small_server
 from tests.helpers.leaks import wait_for
 
 
@@ -134,19 +131,6 @@ def test_a_request_that_may_be_the_players_last_frame_is_still_waited_for(no_lea
 
 
 # -- idle connections cannot keep a new player out ---------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def small_server(max_connections: int) -> Iterator[tuple[PlayerBridgeRegistry, PlayerHttpServer, list]]:
-    registry = PlayerBridgeRegistry(max_request_size=1 << 20)
-    server = PlayerHttpServer(registry, max_connections=max_connections).start()
-    clients: list[RawClient] = []
-    try:
-        yield registry, server, clients
-    finally:
-        for client in clients:
-            client.close()
-        server.stop()
 
 
 def _answered(served, bridge, client=None, seq: int = 0) -> RawClient:

@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
-from typing import Iterator
 
 from renderd.protocol import encode_action
-from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
+from renderd.transport.http import PlayerHttpServer
 
-from tests.helpers.http_util import DEADLINE, RawClient, frame_body, request_bytes
+from tests.helpers.http_util import DEADLINE, RawClient, connect, frame_body, request_bytes, small_server
 from tests.helpers.leaks import wait_for
 
 
-@contextlib.contextmanager
-def small_server(max_connections: int) -> Iterator[tuple[PlayerBridgeRegistry, PlayerHttpServer, list]]:
-    registry = PlayerBridgeRegistry(max_request_size=1 << 20)
-    server = PlayerHttpServer(registry, max_connections=max_connections).start()
-    clients: list[RawClient] = []
-    try:
-        yield registry, server, clients
-    finally:
-        for client in clients:
-            client.close()
-        server.stop()
-
-
 def _connect(server: PlayerHttpServer, clients: list, timeout: float = DEADLINE) -> RawClient:
-    client = RawClient(server.port, timeout)
-    clients.append(client)
-    return client
+    return connect((None, server, clients), timeout)
 
 
 def _all_idle(server: PlayerHttpServer, count: int) -> None:
