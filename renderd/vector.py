@@ -208,9 +208,10 @@ class _Slot:
         self.sent_at = 0.0  # time.monotonic() when the action in flight was sent
         self.sent_action = ""  # its name
         self.fds: tuple[int, ...] = ()  # registered with the poller while something is in flight
-        # The player closed client.pipe under the action in flight (see _await_exit): the PlayerCrashed to report
-        # (its context) once its exit (or, when ``answer``, its answer) has had its time; else None.
-        self.closed_input: tuple[str, bool] | None = None
+        # The player closed client.pipe under the action in flight, or server.pipe (see _await_exit): the PlayerCrashed
+        # to report (its context; None: the channel's recv reports the end of file) once its exit (or, when
+        # ``answer``, its answer) has had its time; else None.
+        self.closed_input: tuple[str | None, bool] | None = None
         # The action in flight, not written yet: its player has not opened client.pipe (see _defer_open),
         # which is checked again at open_retry (time.monotonic()), then open_pause later.
         self.unopened: str | dict[str, Any] | None = None
@@ -362,6 +363,16 @@ def _watched(session: Any) -> bool:
     player = getattr(getattr(session, "channel", None), "player", None)
     fileno = getattr(player, "fileno", None)
     return fileno is not None and hasattr(player, "crashed") and isinstance(fileno(), int)
+
+
+def _eof_pending(session: Any) -> float | None:
+    """When ``session``'s channel read end of file on server.pipe (its ``eof_seen``), if its player, watched (see
+    :func:`_watched`), has not exited yet: its recv would wait for that exit (EOF_CLASSIFY_TIMEOUT at most) before it
+    reports the crash. Else None."""
+    seen = getattr(getattr(session, "channel", None), "eof_seen", None)
+    if not isinstance(seen, float) or not _watched(session) or _player_exited(session):
+        return None
+    return seen
 
 
 def _within(deadline: str) -> str:
@@ -1186,12 +1197,16 @@ class VectorSession:
         slot.in_flight = None
         slot.closed_input = None
 
-    def _await_exit(self, slot: _Slot, context: str, answer: bool) -> None:
+    def _await_exit(self, slot: _Slot, context: str | None, answer: bool) -> None:
         """The slot's player closed client.pipe (it will read no other action) and has not exited: give it
         EOF_CLASSIFY_TIMEOUT (1 s) to exit (or, when ``answer``, to answer the action it read) while the poll goes on
         for the other slots, then fail the slot as a crash (``context``, with its exit status: see
         :meth:`_exit_awaited`). The channel's own wait (in the send or receive that finds it) would hold up every
-        other slot meanwhile: many such players would take a second each, one after another."""
+        other slot meanwhile: many such players would take a second each, one after another.
+
+        ``context`` None: the player closed server.pipe instead (its channel read end of file, see
+        :func:`_eof_pending`): the wait is for its exit, up to EOF_CLASSIFY_TIMEOUT after that end of file, and the
+        channel's recv then reports the crash at once."""
         channel = slot.session.channel
         pidfd = channel.player.fileno()
         keep = (channel.fileno(), pidfd) if answer else (pidfd,)  # (the pipe, for an answer on its way)
@@ -1206,7 +1221,10 @@ class VectorSession:
                 self._fd_slots[fd] = slot
         slot.fds = keep
         slot.closed_input = (context, answer)
-        slot.deadline = min(slot.deadline, time.monotonic() + _fifo.EOF_CLASSIFY_TIMEOUT)
+        if context is None:  # (as long as the channel's recv would wait, even past the step's deadline)
+            slot.deadline = channel.eof_seen + _fifo.EOF_CLASSIFY_TIMEOUT
+        else:
+            slot.deadline = min(slot.deadline, time.monotonic() + _fifo.EOF_CLASSIFY_TIMEOUT)
 
     def _exit_awaited(self, slot: _Slot, rnd: _Round) -> None:
         """The slot's player closed client.pipe and then exited, answered, or let EOF_CLASSIFY_TIMEOUT pass (see
@@ -1214,10 +1232,21 @@ class VectorSession:
         running or how it exited."""
         assert slot.closed_input is not None
         context, answer = slot.closed_input
+        if context is None:
+            self._receive(slot, rnd)  # (the channel reports the end of file, its wait for the exit over)
+            return
         if answer and _answer_ready(slot.session):
-            self._receive(slot, rnd)  # (an answer, or the player's exit: the channel reports it at once)
+            self._take(slot, rnd)  # (an answer, or the player's exit or end of file: the channel reports it)
             return
         self._fail(slot, slot.session.channel.player.crashed(context))
+
+    def _take(self, slot: _Slot, rnd: _Round) -> None:
+        """Receive from a slot whose channel is ready (see :func:`_answer_ready`); but when that is an end of file on
+        server.pipe from a player still running, wait for its exit in the poll first (see :meth:`_await_exit`)."""
+        if _eof_pending(slot.session) is not None:
+            self._await_exit(slot, None, False)
+        else:
+            self._receive(slot, rnd)
 
     def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None, *, late: bool = False) -> None:
         """Take the answer of the slot's action in flight (its data is there, or its deadline passed: with
@@ -1396,7 +1425,7 @@ class VectorSession:
                 # (a write reports the crash); else its answer may still come (an answer on its way is taken).
                 unsent = bool(_unsent(slot.session))
                 if not unsent and _answer_ready(slot.session):
-                    self._receive(slot, rnd)
+                    self._take(slot, rnd)
                 elif _watched(slot.session) and not _player_exited(slot.session):
                     context = (
                         "the player closed client.pipe while renderd sent it an action (step_timeout)"
@@ -1411,7 +1440,7 @@ class VectorSession:
                     self._receive(slot, rnd)
                 continue
             if _answer_ready(slot.session):
-                self._receive(slot, rnd)
+                self._take(slot, rnd)
 
     def _write_more(self, slot: _Slot) -> bool:
         """Write what client.pipe takes now of the slot's action in flight; True once it is all written.

@@ -301,6 +301,8 @@ class FifoChannel:
         self.client_path = client_path
         self.decoder = Decoder(max_body_size=max_body_size)
         self._received = 0  # bytes read from server.pipe so far
+        # time.monotonic() when ready() first read end of file on server.pipe (see eof_seen), else None
+        self._eof_at: float | None = None
         self._message_start = 0  # stream offset where the message being received begins
         self._wfd: int | None = None
         # The rest of an action written in part (see send): written before anything else, so the stream
@@ -358,6 +360,15 @@ class FifoChannel:
     @property
     def closed(self) -> bool:
         return self._rfd is None
+
+    @property
+    def eof_seen(self) -> float | None:
+        """When :meth:`ready` read end of file on ``server.pipe`` (a ``time.monotonic()`` value; None while it has
+        not): the player closed the pipe, and the next :meth:`recv` reports it as a crash once the player has exited
+        or :data:`EOF_CLASSIFY_TIMEOUT` has passed since then, whichever comes first. For callers that wait on many
+        channels: they may wait for the players' exits (their pidfds) together until then, and :meth:`recv` then
+        reports each at once instead of waiting its turn."""
+        return self._eof_at
 
     # -- receiving ---------------------------------------------------------------------------------------
     def recv(self, deadline: float, deadline_name: str = "step_timeout") -> Message:
@@ -456,8 +467,11 @@ class FifoChannel:
                 return player is not None and player.exited()
             except OSError:
                 return True  # recv reports it
-            if n == 0:
-                return True  # end of file: recv reports the crash
+            if n == 0:  # end of file: recv reports the crash, its wait for the player's exit counted from now
+                if self._eof_at is None:
+                    self._eof_at = time.monotonic()
+                return True
+            self._eof_at = None  # (a writer came back)
             self._received += n
             try:
                 decoder.buffers_updated(n)
@@ -550,7 +564,10 @@ class FifoChannel:
         if self._player is None:
             err = PlayerCrashed(context)
         else:
-            self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
+            seen = self._eof_at
+            self._player.wait_exit(
+                EOF_CLASSIFY_TIMEOUT if seen is None else max(seen + EOF_CLASSIFY_TIMEOUT - time.monotonic(), 0.0)
+            )
             err = self._player.crashed(context)
         err.__cause__ = partial
         return err

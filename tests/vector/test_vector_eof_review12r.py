@@ -1,0 +1,42 @@
+"""A vector session's players that close server.pipe and stay alive: the waits for their exit overlap."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import renderd
+from renderd.errors import PlayerCrashed
+from renderd.transport import fifo
+from tests.vector.conftest import player_kwargs
+
+#: What the tests use for renderd.transport.fifo.EOF_CLASSIFY_TIMEOUT (1 s): how long a player that closed
+#: server.pipe gets to exit before it is reported as a crash.
+CLASSIFY = 0.4
+#: Players: one after another they would take N x CLASSIFY.
+N = 3
+CLOSE = {"action": "RenderdFault", "fault": "close"}
+
+
+def test_players_that_close_server_pipe_and_stay_alive_take_one_classify_wait_between_them(no_leaks, monkeypatch):
+    # Each reference player sends part of its answer, closes server.pipe and stays alive. Each slot's channel waited
+    # EOF_CLASSIFY_TIMEOUT for its player's exit in turn: N players took N x that. Now the waits overlap.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", CLASSIFY)
+    vs = renderd.launch_many(N, **player_kwargs())
+    try:
+        started = time.monotonic()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step([CLOSE] * N)
+        took = time.monotonic() - started
+        assert info.value.slots == list(range(N))
+        for i in range(N):
+            failure = info.value.failures[i]
+            text = str(failure)
+            assert "the player closed server.pipe in the middle of a message" in text, text
+            assert "while renderd waited for its answer (step_timeout)" in text, text
+            assert "the player process is still running" in text, text
+            assert failure.__cause__ is not None  # (the partial message, as the channel chains it)
+    finally:
+        vs.close()
+    assert CLASSIFY <= took < 1.8 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed server.pipe"
