@@ -452,7 +452,7 @@ class PlayerBridge:
             self._cond.notify_all()
 
     def connection_lost(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
-                        requests: int | None = None, failure: str | None = None) -> None:
+                        requests: int | None = None, failure: str | None = None, reset: bool = False) -> None:
         """The server saw ``connection`` ("host:port") close; if it was this player's, the stream ends:
         the player hung up, or (``reason``) the server closed it, e.g. after refusing a request.
 
@@ -464,7 +464,11 @@ class PlayerBridge:
         request (``requests.post`` without a Session) says nothing by it.
 
         ``failure`` (why the peer is gone: the connection's socket failed, say its host answered no TCP keepalive
-        probe) ends the stream whenever it happens: the player is gone, not just its connection."""
+        probe) ends the stream whenever it happens: the player is gone, not just its connection. Except a reset
+        (``reset``) of a watched player's connection: a player's process resets it when it closes it (or ends) with
+        data unread, or aborts it (``SO_LINGER`` 0), and a restarted host is not what happened to a process renderd
+        watches; it is a close like any other there, and the process's exit says whether the player is gone (and how
+        it ended)."""
         with self._cond:
             if connection != self._connection:
                 return
@@ -472,6 +476,8 @@ class PlayerBridge:
             if self._closed or self._closing_expected:
                 return
             watched = self._player is not None or self._alive is not None
+            if reset and watched:
+                failure = None
             if (between_requests and reason is None and failure is None
                     and (watched or (requests is not None and requests <= 1))):
                 logger.debug("%s closed its idle HTTP connection %s between frames", self.name, connection)
@@ -782,14 +788,14 @@ class PlayerBridgeRegistry:
         return bridge
 
     def connection_closed(self, connection: str, reason: str | None = None, *, between_requests: bool = False,
-                          requests: int | None = None, failure: str | None = None) -> None:
+                          requests: int | None = None, failure: str | None = None, reset: bool = False) -> None:
         """The server saw the HTTP connection ``connection`` ("host:port") close (``reason``: why the
         server closed it; None when the peer did; ``between_requests``: while idle, no request begun;
         ``requests``: how many it carried, when the server counts them; ``failure``: why the peer is gone,
-        when its socket failed so). See :meth:`PlayerBridge.connection_lost`."""
+        when its socket failed so; ``reset``: that failure was a reset). See :meth:`PlayerBridge.connection_lost`."""
         for bridge in self.bridges():
             bridge.connection_lost(connection, reason, between_requests=between_requests, requests=requests,
-                                   failure=failure)
+                                   failure=failure, reset=reset)
 
     def bridges(self) -> list[PlayerBridge]:
         with self._lock:
@@ -1185,13 +1191,16 @@ class _Closed(Exception):
 
     ``by_server`` is the reason when the server is the one closing it (a timeout), else None;
     ``between_requests`` is set when it closed while idle, no byte of a next request read; ``failure``
-    says why the peer is gone when the socket failed with one of :data:`_PEER_GONE_ERRNOS`."""
+    says why the peer is gone when the socket failed with one of :data:`_PEER_GONE_ERRNOS` (``reset``: the
+    peer reset the connection, ECONNRESET)."""
 
-    def __init__(self, message: str, by_server: str | None = None, failure: str | None = None) -> None:
+    def __init__(self, message: str, by_server: str | None = None, failure: str | None = None,
+                 reset: bool = False) -> None:
         super().__init__(message)
         self.by_server = by_server
         self.between_requests = False
         self.failure = failure
+        self.reset = reset
 
 
 def _keepalive_seconds() -> int:
@@ -1223,7 +1232,8 @@ def _peer_gone(key: str, code: int) -> str:
     """Why the connection ``key`` ("host:port") failed with errno ``code``, one of :data:`_PEER_GONE_ERRNOS`."""
     name = errno.errorcode.get(code, str(code))
     if code == errno.ECONNRESET:
-        why = "its peer reset it (a host that restarted answers so: it no longer knows the connection)"
+        why = ("its peer reset it (a process that ends, or closes the connection, with data unread resets it, or one "
+               "that aborts it; so does a host that restarted: it no longer knows the connection)")
     elif code == errno.ETIMEDOUT:
         why = (f"its peer's host answered nothing for {_keepalive_seconds()} s (no reply to TCP keepalive probes, or "
                "no acknowledgement of an answer; KEEPALIVE_IDLE + KEEPALIVE_INTERVAL x KEEPALIVE_COUNT): the host is "
@@ -1259,6 +1269,7 @@ class _Connection:
         self.closed_because: str | None = None  # why the server closed the connection (None: the peer did)
         self.closed_idle = False  # it closed between requests (no byte of a next request read)
         self.failure: str | None = None  # why the peer is gone, when its socket failed so (_PEER_GONE_ERRNOS)
+        self.reset = False  # that failure was a reset (ECONNRESET)
         self.in_request = False  # a request has begun and is not yet answered
         # time.monotonic() its first ping was received, while it has carried nothing but pings (PING_PATH): it may be
         # a starting player's, which posts its first frame on it once ready (PlayerHttpServer._make_room)
@@ -1313,7 +1324,8 @@ class _Connection:
                 n = self.sock.recv_into(view)
             except OSError as exc:
                 if exc.errno in _PEER_GONE_ERRNOS:  # (a keepalive failure is a TimeoutError too, with an errno)
-                    raise _Closed(str(exc), failure=_peer_gone(self.key, exc.errno)) from None
+                    raise _Closed(str(exc), failure=_peer_gone(self.key, exc.errno),
+                                  reset=exc.errno == errno.ECONNRESET) from None
                 if not isinstance(exc, TimeoutError):
                     raise _Closed(str(exc)) from None
                 if deadline is not None and time.monotonic() >= deadline[0]:
@@ -1445,6 +1457,7 @@ class _Connection:
             return True
         if code in _PEER_GONE_ERRNOS:
             self.failure = _peer_gone(self.key, code)
+            self.reset = code == errno.ECONNRESET
             return self.failure
         return True
 
@@ -1532,7 +1545,8 @@ class _Connection:
         except _Closed as exc:
             self.closed_because = exc.by_server
             self.closed_idle = exc.between_requests
-            self.failure = exc.failure or self.failure
+            if exc.failure is not None:
+                self.failure, self.reset = exc.failure, exc.reset
         except _HttpError as exc:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
             self.linger = self._send(_error_bytes(exc.status, exc.message))
@@ -2028,7 +2042,7 @@ class PlayerHttpServer:
         try:
             self.registry.connection_closed(
                 connection.key, connection.closed_because, between_requests=connection.closed_idle,
-                requests=connection.requests, failure=connection.failure,
+                requests=connection.requests, failure=connection.failure, reset=connection.reset,
             )
         except Exception:
             logger.exception("connection close notification failed")
