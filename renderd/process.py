@@ -33,6 +33,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
@@ -545,6 +546,21 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+#: Players of this process (:func:`_after_fork_in_child`).
+_player_processes: weakref.WeakSet[PlayerProcess] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """In a forked child: each inherited :class:`PlayerProcess` gets a new ``_noted_lock``. A thread of the parent
+    noting the player's helpers at the fork held it, and does not exist here to release it: the copy's ``stop()``
+    (which takes the noted pidfds, to close them) would wait for it for good."""
+    for proc in list(_player_processes):
+        proc._noted_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def _handle_exited(handle: int | psutil.Process) -> bool:
     """Whether the process behind a pidfd or a ``psutil.Process`` has exited (a zombie has)."""
     if isinstance(handle, int):
@@ -597,9 +613,10 @@ class PlayerProcess:
         # Helpers the running player started outside its process group, by pid (see note_descendants): a pidfd
         # (or a psutil.Process without pidfds) each, kept until stop() takes them.
         self._noted: dict[int, int | psutil.Process] = {}
-        self._noted_lock = threading.Lock()
+        self._noted_lock = threading.Lock()  # (a new one in a forked child: _after_fork_in_child)
         self._noting_closed = False  # set (under _noted_lock) by stop() before it reaps the player
         self._last_note = self.started_at
+        _player_processes.add(self)
 
     @classmethod
     def spawn(
@@ -1027,7 +1044,9 @@ class PlayerProcess:
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
         before the interruption goes on, so nothing is left running. In a process forked from the one that
-        spawned the player, it signals nothing (the player is the parent's) and only closes the pidfd.
+        spawned the player, it signals nothing (the player is the parent's) and only closes the pidfd and the noted
+        helpers' pidfds, without waiting for anything (a thread of the parent noting helpers at the fork does not exist
+        there).
         """
         if self._stopped:
             return self._returncode
