@@ -103,7 +103,7 @@ def _after_fork_in_child() -> None:
         if session._state is not SessionState.CLOSED and session._owner_pid != os.getpid():
             session._state = SessionState.BROKEN
             session._pending = None
-            session._io_lock = threading.RLock()  # (a thread of the parent may have held it at fork)
+            session._io_lock = threading.Lock()  # (a thread of the parent may have held it at fork)
             session._error = CallOrderError(
                 f"this session was inherited over fork from process {session._owner_pid}, which owns its "
                 "player and pipes; in this process, launch or connect a session of its own"
@@ -196,9 +196,10 @@ class Session:
         # handler), or one another thread had not ended within CLOSE_WAITER_TIMEOUT. Cleared by whoever closes them.
         self._channel_left_open = False
         self._left_lock = threading.RLock()
-        # Held by the thread inside step, send, recv, wait_ready or reset (re-entered by reset's steps, and by a
-        # signal handler's call in that thread): another thread's call meanwhile is refused, not interleaved.
-        self._io_lock = threading.RLock()
+        # Held by the thread inside step, send, recv, wait_ready or reset (reset's steps do not take it again): another
+        # thread's call meanwhile is refused, not interleaved, and so is one from a signal handler (or a callback)
+        # in the thread inside.
+        self._io_lock = threading.Lock()
         _sessions.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -265,9 +266,20 @@ class Session:
             ) from error
 
     def _busy(self, what: str) -> CallOrderError:
-        """The error of a call (``what`` names it) made while another thread is inside one of this session's."""
+        """The error of a call (``what`` names it) made while a thread is inside one of this session's: another
+        one, or this one (the call comes from a signal handler, or a callback, run inside that call)."""
         if self._state is SessionState.CLOSED:  # (closed by that thread's close(), or by this one's)
             return CallOrderError(f"{what} on a closed session (launch or connect a new one)")
+        f = sys._getframe(2)  # (above the call refused)
+        while f is not None:
+            if f.f_code in _IO_CODES and f.f_locals.get("self") is self:
+                return CallOrderError(
+                    f"{what} from a signal handler (or a callback) while this thread is inside {f.f_code.co_name}() "
+                    "of this session: its action and answer would interleave with that call's on the pipes. Only "
+                    "close() may be called there (the call under way then ends with CallOrderError); set a flag and "
+                    "make the call once that one has returned. Nothing was sent or received"
+                )
+            f = f.f_back
         ident = self._thread_inside()
         other = next((t.name for t in threading.enumerate() if t.ident == ident), None) if ident is not None else None
         who = f"thread {other!r}" if other is not None else "another thread"
@@ -424,8 +436,8 @@ class Session:
 
         ``step("MoveAhead")``, ``step(action="RotateLeft", degrees=30)`` and
         ``step({"action": "Teleport", "x": 1.0})`` are the same kind of call. Raises what
-        :meth:`send` and :meth:`recv` raise, and :class:`CallOrderError` while another thread is inside a
-        call of this session (nothing is sent then).
+        :meth:`send` and :meth:`recv` raise, and :class:`CallOrderError` while another thread (or a signal
+        handler, in this one) is inside a call of this session (nothing is sent then).
         """
         if not self._io_lock.acquire(False):
             raise self._busy("step()")
@@ -436,6 +448,13 @@ class Session:
             return self._receive("step_timeout", self._step_timeout)
         finally:
             self._io_lock.release()
+
+    def _step_held(self, action: str | Mapping[str, Any], kwargs: Mapping[str, Any]) -> Event:
+        """:meth:`step` for a call that holds the session already (reset's steps)."""
+        if self._state is not SessionState.READY:
+            self._check_ready("step()")
+        self._send(action, kwargs, None)
+        return self._receive("step_timeout", self._step_timeout)
 
     def _receive(self, deadline_name: str, seconds: float) -> Event:
         pending = self._pending
@@ -617,7 +636,7 @@ class Session:
         reset: dict[str, Any] = {"action": "Reset", "sequenceId": 0}
         if scene is not None:
             reset["sceneName"] = scene
-        event = self.step(reset)
+        event = self._step_held(reset, {})
         if not event:
             raise ValueError(
                 f"reset: the player refused the Reset{f' to scene {scene!r}' if scene is not None else ''}: "
@@ -625,7 +644,7 @@ class Session:
                 "unchanged)"
             )
         if size is not None and size != (self.width, self.height):
-            event = self.step("ChangeResolution", x=size[0], y=size[1])
+            event = self._step_held("ChangeResolution", {"x": size[0], "y": size[1]})
             if not event:
                 raise ValueError(
                     f"reset: the player refused ChangeResolution to {size[0]} x {size[1]}: {event.error_message} "
@@ -633,7 +652,7 @@ class Session:
                 )
             self._width, self._height = size
         self._init_params.update(params)
-        return self.step("Initialize", **self._init_params)
+        return self._step_held("Initialize", self._init_params)
 
     # -- closing -----------------------------------------------------------------------------------------
     def close(self) -> None:
