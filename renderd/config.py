@@ -492,7 +492,8 @@ class DaemonConfig:
         help="Consecutive boot failures (an exit or an undecodable first frame before readiness, no first frame "
         "within `start_timeout`, a player or platform that could not be started) after which a player slot is "
         "given up (state FAILED, with the reason). A reload that lowers it gives up at once the slots waiting to "
-        "start again after as many failures or more.",
+        "start again after as many failures or more, unless the same reload changes their environment's "
+        "configuration: those start with the new one, their failures forgotten.",
         check=_positive,
     )
     backoff_initial: float = setting(

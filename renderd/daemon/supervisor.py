@@ -598,12 +598,15 @@ class Supervisor:
     def _apply_boot_failure_limit(self) -> None:
         """A reload lowered ``max_boot_failures`` (lock held): a slot waiting to start again after as many boot
         failures in a row as the new limit, or more, is FAILED at once, keeping the reason of its last failure,
-        rather than started once more. (One starting now is judged by its own start: FAILED if it fails too.)"""
+        rather than started once more. (One starting now is judged by its own start: FAILED if it fails too.) Not
+        a slot whose configuration the reload changed (outdated): its failures were those of the configuration
+        being replaced, and it is started with the new one, its failures forgotten (see _reconcile)."""
         limit = self.daemon_config.max_boot_failures
         given_up = 0
         for env in self.environments.values():
             for p in env.players:
-                if p.state != State.BACKOFF or p.retire or env.removing or p.boot_failures < limit:
+                if (p.state != State.BACKOFF or p.retire or env.removing or p.boot_failures < limit
+                        or p.outdated):
                     continue
                 p.state = State.FAILED
                 p.deadline = None
