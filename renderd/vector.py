@@ -616,10 +616,11 @@ class VectorSession:
         # Set once close() has finished; the thread running it (a close() in another thread waits for it).
         self._closed = threading.Event()
         self._closer: int | None = None
-        # The call under way (step(), send(), recv(), reset(), reset_async()): how deep (a call from on_event),
-        # in which thread, its name; and whether a close() from another thread left the pipes to it (it still ran
-        # after CLOSE_WAITER_TIMEOUT, in on_event...): it closes them as it returns. Guarded by _call_lock
-        # (reentrant: a signal handler's close() may come while its thread holds it).
+        # The call under way (step(), send(), recv(), reset(), reset_async()): whether there is one (another call
+        # meanwhile, from another thread or from on_event or a signal handler in its own, is refused), in which
+        # thread, its name; and whether a close() from another thread left the pipes to it (it still ran after
+        # CLOSE_WAITER_TIMEOUT, in on_event...): it closes them as it returns. Guarded by _call_lock (reentrant: a
+        # signal handler's close() may come while its thread holds it).
         self._call_lock = threading.RLock()
         self._calls = 0
         self._call_thread: int | None = None
@@ -711,12 +712,35 @@ class VectorSession:
 
     def _enter_call(self, what: str) -> None:
         """At the start of a call that uses the players' pipes (``what``: ``step()``...): a close() from another
-        thread waits for it to return, and leaves the pipes to it if it does not in time (see :meth:`_hand_off`)."""
+        thread waits for it to return, and leaves the pipes to it if it does not in time (see :meth:`_hand_off`).
+        :class:`CallOrderError` while another call is under way: the two would poll, read and write the same pipes
+        (and take each other's answers)."""
         with self._call_lock:
-            if not self._calls:
-                self._call_thread = threading.get_ident()
-                self._what = what
+            if self._calls:
+                raise self._busy(what)
+            self._call_thread = threading.get_ident()
+            self._what = what
             self._calls += 1
+
+    def _busy(self, what: str) -> CallOrderError:
+        """The error of a call (``what`` names it) made while another call of this vector session is under way."""
+        if self._state is _VectorState.CLOSED:
+            return CallOrderError(f"{what} on a closed VectorSession (launch or connect a new one)")
+        if self._call_thread == threading.get_ident():
+            return CallOrderError(
+                f"{what} from on_event (or reward_fn, done_fn, a signal handler) while this thread is inside "
+                f"{self._what} of this VectorSession: the two calls would use the same pipes and take each other's "
+                "answers. Only close() may be called there; make the call once that one has returned. Nothing was "
+                "sent or received"
+            )
+        other = next((t.name for t in threading.enumerate() if t.ident == self._call_thread), None)
+        who = f"thread {other!r}" if other is not None else "another thread"
+        return CallOrderError(
+            f"{what} in thread {threading.current_thread().name!r} while {who} is inside {self._what} of this "
+            "VectorSession: a vector session is used by one thread at a time, or the two calls would use the same "
+            "pipes and take each other's answers. Hold a lock around the calls (close() is the one call another "
+            "thread may make). Nothing was sent or received"
+        )
 
     def _leave_call(self) -> None:
         """As a call returns or raises: if a close() from another thread left the pipes to it, close them now."""
