@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -40,3 +42,43 @@ def test_players_that_close_server_pipe_and_stay_alive_take_one_classify_wait_be
     finally:
         vs.close()
     assert CLASSIFY <= took < 1.8 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed server.pipe"
+
+
+PEERS = Path(__file__).parent.parent / "transport"
+#: A scripted FIFO player (tests/transport/peer.py's helpers) that reads one action, closes both its pipes and stays
+#: alive until killed.
+CLOSE_BOTH = f"""
+import os, sys, time
+sys.path.insert(0, {str(PEERS)!r})
+from peer import message, read_action, write_all
+out = os.open(os.environ["AI2THOR_FIFO_SERVER_PIPE_PATH"], os.O_WRONLY)
+write_all(out, message(0, 32, 24))
+inp = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+read_action(inp)
+os.close(inp)
+os.close(out)
+time.sleep(3600)
+"""
+
+
+def test_players_that_close_both_pipes_and_stay_alive_take_one_classify_wait_between_them(
+    no_leaks, monkeypatch, tmp_path
+):
+    # Closed client.pipe, then (at once) server.pipe: the wait for an answer overlapped (see test_vector_review12),
+    # but the end of file that came next was received slot by slot, each channel waiting for its player's exit.
+    monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", CLASSIFY)
+    script = tmp_path / "close_both.py"
+    script.write_text(CLOSE_BOTH)
+    vs = renderd.launch_many(N, [sys.executable, str(script)], start_timeout=30.0, step_timeout=30.0)
+    try:
+        started = time.monotonic()
+        with pytest.raises(PlayerCrashed) as info:
+            vs.step(["Pass"] * N)
+        took = time.monotonic() - started
+        assert info.value.slots == list(range(N))
+        for i in range(N):
+            text = str(info.value.failures[i])
+            assert "the player closed " in text and "the player process is still running" in text, text
+    finally:
+        vs.close()
+    assert took < 1.8 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed both pipes"
