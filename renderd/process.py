@@ -26,6 +26,7 @@ import logging
 import numbers
 import os
 import select
+import shlex
 import shutil
 import signal
 import stat
@@ -212,6 +213,7 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
         if not argv:
             raise ConfigError("the executable argv list is empty", key="executable")
     program = argv[0]
+    split_hint = _split_hint(executable, program)
     if os.sep in program:
         try:
             path = os.path.abspath(program)
@@ -226,6 +228,8 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
             tilde = ""
             if program.startswith("~"):  # (as a shell would expand it: then it is a path relative to here)
                 tilde = f": a leading '~' is not expanded here; give os.path.expanduser({program!r})"
+            if split_hint:
+                raise ConfigError(f"{program!r} does not exist (or is not a file){split_hint}", key="executable")
             raise ConfigError(f"{program!r} does not exist (or is not a file){tilde}", key="executable")
         if not os.access(path, os.X_OK):
             raise ConfigError(f"{program!r} is not executable (chmod +x?)", key="executable")
@@ -234,11 +238,40 @@ def resolve_executable(executable: str | os.PathLike[str] | Sequence[str]) -> li
         found = shutil.which(program, path=here) or shutil.which(program)
         if found is None:
             raise ConfigError(
-                f"{program!r} was not found next to {sys.executable} or on PATH; give its full path",
+                f"{program!r} was not found next to {sys.executable} or on PATH"
+                + (split_hint or "; give its full path"),
                 key="executable",
             )
         path = os.path.abspath(found)
     return [path, *argv[1:]]
+
+
+def _split_hint(executable: object, program: str) -> str:
+    """When ``program`` (a single string) is a program and its arguments: how to give them, else "".
+
+    Said only when the string holds white space and its first word is a program that can be found (as
+    ``resolve_executable`` would find it), so that a path with a space in a name keeps its own message.
+    """
+    if not isinstance(executable, str) or not program.strip() or not any(c.isspace() for c in program):
+        return ""
+    try:
+        words = shlex.split(program)
+    except ValueError:  # (an unbalanced quote)
+        words = program.split()
+    if len(words) < 2:
+        return ""
+    first = words[0]
+    if os.sep in first:
+        if not (os.path.isfile(first) and os.access(first, os.X_OK)):
+            return ""
+    else:
+        here = os.path.dirname(os.path.abspath(sys.executable))
+        if (shutil.which(first, path=here) or shutil.which(first)) is None:
+            return ""
+    return (
+        f": it is a program ({first!r}) and its arguments in one string; "
+        f"give the program and its arguments as a list: {words!r}"
+    )
 
 
 def _quality_number(quality: str | int) -> int:
