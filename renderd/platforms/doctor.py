@@ -144,8 +144,11 @@ def _format(request: PlatformRequest, result: dict[str, Any]) -> str:
         where = f" ({where})" if where else ""
         lines.append(f"=> {chosen}{where} serves this request (platform={request.platform!r}).")
     else:
-        lines.append("=> no platform can serve this request.")
+        if request.platform != "auto":
+            lines.append(f"=> the requested platform {request.platform} cannot serve this request.")
+        else:
+            lines.append("=> no platform can serve this request.")
         error = result["error"] or ""
-        notes = ("x_display=", "headless was", "Platforms that", "renderd knows")
+        notes = ("x_display=", "headless was", "Other platforms", "No other platform", "renderd knows")
         lines.extend(line for line in error.splitlines()[1:] if line.startswith(notes))
     return "\n".join(lines)

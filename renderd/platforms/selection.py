@@ -50,7 +50,11 @@ class Decision:
 
     def error(self, request: PlatformRequest) -> PlatformError:
         """The :class:`PlatformError` for a decision without a winner: each candidate's reasons and fixes."""
-        lines = [f"No platform can serve {describe_request(request)}."]
+        if request.platform != "auto":
+            # (the others that could serve it, if any, are in the note: "no platform" would contradict it)
+            lines = [f"The requested platform {request.platform} cannot serve {describe_request(request)}."]
+        else:
+            lines = [f"No platform can serve {describe_request(request)}."]
         lines += [r.describe() for r in (self.shown if self.shown is not None else self.considered)]
         if self.note:
             lines.append(self.note)
@@ -74,11 +78,11 @@ def decide(request: PlatformRequest, reports: Mapping[str, PlatformReport] | Non
             return Decision(report, [report])
         others = [get(name) for name in PLATFORMS if name not in (request.platform, "headless")]
         usable = [r for r in others if r.valid]
-        note = ""
+        note = "No other platform that renders images can serve it either."
         if usable:
-            note = "Platforms that can serve this request: " + ", ".join(
+            note = "Other platforms that can serve this request: " + ", ".join(
                 r.name + (f" ({r.details['display']})" if r.details.get("display") else "") for r in usable
-            ) + " (or platform='auto')."
+            ) + " (ask for one by name, or platform='auto')."
         return Decision(None, [report, *others], note, shown=[report])
     if request.headless:
         report = get("headless")

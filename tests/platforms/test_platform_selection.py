@@ -93,7 +93,7 @@ def test_explicit_platform_names_alternatives():
         pytest.skip("no Vulkan here")
     with pytest.raises(PlatformError) as info:
         select(PlatformRequest(platform="Linux64", system="Linux", x_display=":4093"))
-    assert "Platforms that can serve this request: CloudRendering" in str(info.value)
+    assert "Other platforms that can serve this request: CloudRendering" in str(info.value)
     assert info.value.reports[0].name == "Linux64"
 
 
