@@ -117,18 +117,27 @@ class Linux64(Platform):
                     )
 
         reasons = [r for c in candidates for r in c.reasons]
+        if xvfb_path is not None:  # (the fixes that would install it: say it is there and how to use it)
+            reasons = [r.replace(x11.MANAGED_FIX, x11.managed_fix(xvfb_path)) for r in reasons]
         if not candidates:
             others = " other than renderd's managed displays" if passed_managed else ""
             reasons.append(
                 f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets{others}; fix: "
-                f"{x11.MANAGED_FIX}, or start an X server and set DISPLAY"
+                f"{x11.managed_fix(xvfb_path)}, or start an X server and set DISPLAY"
             )
         if explicit or xvfb_path is None:
             if xvfb_path is None and not explicit:
                 reasons.append(
                     f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}"
                 )
-            return self.report(request, reasons, managed=False, notes=notes)
+            instructions = None
+            if xvfb_path is not None:  # (installing it is no fix: it is there)
+                instructions = (
+                    "run an X server with GLX and a 24-bit screen at least the player's size and point DISPLAY "
+                    f'or x_display at it, or let renderd manage one (x_display="managed"; Xvfb is installed: '
+                    f"{xvfb_path})"
+                )
+            return self.report(request, reasons, instructions=instructions, managed=False, notes=notes)
         # Discovery found nothing usable, but renderd can start a display itself.
         return self._managed_report(request, xvfb_path, reasons, notes=managed_notes)
 

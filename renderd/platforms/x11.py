@@ -45,6 +45,14 @@ _NAME_RE = re.compile(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.(?P<screen>\d+))?$"
 MANAGED_FIX = 'let renderd start an Xvfb (x_display="managed"; needs the xvfb package: apt-get install xvfb)'
 
 
+def managed_fix(xvfb_path: str | None) -> str:
+    """:data:`MANAGED_FIX` for a machine where Xvfb is installed at ``xvfb_path`` (None: it is not)."""
+    if xvfb_path is None:
+        return MANAGED_FIX
+    return (f'let renderd start an Xvfb (x_display="managed", as launch()\'s argument or the x_display key of '
+            f"the configuration; Xvfb is installed: {xvfb_path})")
+
+
 @dataclass(frozen=True)
 class DisplayName:
     """A parsed X display name ``[host]:number[.screen]``."""
