@@ -57,6 +57,8 @@ __all__ = [
     "TRANSPORTS",
     "DEFAULT_ENVIRONMENT",
     "default_socket_path",
+    "SOCKET_ENV_VAR",
+    "environment_socket",
     "default_runtime_dir",
     "load",
     "loads",
@@ -90,6 +92,9 @@ RESTART_POLICIES = ("always", "on-failure", "never")
 TRANSPORTS = ("fifo", "http")
 #: The environment served when renderd starts with no configuration file.
 DEFAULT_ENVIRONMENT = "demo"
+#: The environment variable naming the control socket: for the clients (``renderd status``, ``renderd.connect()``)
+#: when they are given none, and for ``renderd start`` when neither ``--socket`` nor ``[daemon] socket`` names one.
+SOCKET_ENV_VAR = "RENDERD_SOCKET"
 #: The longest path a unix socket address holds (``sun_path`` is 108 bytes including the NUL).
 MAX_SOCKET_PATH = 107
 #: Environment names appear in URLs and file names: keep them to a safe alphabet.
@@ -441,9 +446,11 @@ class DaemonConfig:
 
     socket: str = setting(
         default_factory=default_socket_path,
-        doc_default="`/run/renderd/renderd.sock` as root, else `$XDG_RUNTIME_DIR/renderd/renderd.sock` "
-        "(`/tmp/renderd-$UID/renderd.sock` without `XDG_RUNTIME_DIR`)",
-        help="Unix socket of the control API. Its directory is created with mode 0700, the socket with 0600.",
+        doc_default="`$RENDERD_SOCKET` when set, else `/run/renderd/renderd.sock` as root, else "
+        "`$XDG_RUNTIME_DIR/renderd/renderd.sock` (`/tmp/renderd-$UID/renderd.sock` without `XDG_RUNTIME_DIR`)",
+        help="Unix socket of the control API. Its directory is created with mode 0700, the socket with 0600. "
+        "`renderd start` takes `--socket`, else this key, else `$RENDERD_SOCKET` (the variable the clients "
+        "read), else the default path; it warns when the socket it listens on is not `$RENDERD_SOCKET`.",
         check=_socket_path,
     )
     socket_group: str = setting(
@@ -656,6 +663,8 @@ class Config:
     daemon: DaemonConfig = field(default_factory=DaemonConfig)
     environments: dict[str, EnvironmentConfig] = field(default_factory=dict)
     path: str | None = None
+    #: What named ``daemon.socket``: ``--socket``, ``[daemon] socket``, ``$RENDERD_SOCKET``, or "" (the default).
+    socket_from: str = field(default="", compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The whole configuration as plain values, secrets included (internal use; see
@@ -678,8 +687,12 @@ class Config:
             f = _field(DaemonConfig, name)
             values[name] = _check_value(f, value, source, f"daemon.{name}")
         config = dataclasses.replace(self, daemon=dataclasses.replace(self.daemon, **values))
+        if "socket" in values:
+            config = dataclasses.replace(config, socket_from="--socket")
         _check_daemon(config.daemon, source)
-        _check_paths(config.daemon, source if values.keys() & {"socket", "runtime_dir"} else self.path or source)
+        env_socket = config.socket_from == f"${SOCKET_ENV_VAR}"
+        _check_paths(config.daemon, source if values.keys() & {"socket", "runtime_dir"} else
+                     f"${SOCKET_ENV_VAR}" if env_socket else self.path or source)
         # A file's environment that needs [daemon] http: the command line's fault if it overrode http.
         _check_cross(config, source if "http" in values else self.path or source)
         return config
@@ -1091,12 +1104,15 @@ def _check_cross(config: Config, source: str) -> None:
             )
 
 
-def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cross: bool = True) -> Config:
+def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cross: bool = True,
+          socket_from_env: bool = False) -> Config:
     """Parse a configuration from TOML text. Raises ConfigError naming ``path``, the key and why.
 
     ``check_cross=False`` leaves out the checks between tables (an environment with ``transport = "http"``
     needs ``[daemon] http``) and between paths (the control socket's is its own) for a caller that applies
     command-line overrides next with :meth:`Config.with_daemon`, which makes them on the result.
+    ``socket_from_env``: a text without ``[daemon] socket`` gets :func:`environment_socket` when it is set, as
+    ``renderd start`` does without ``--socket``.
     """
     try:
         data = tomllib.loads(text)
@@ -1106,7 +1122,13 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
     if unknown:
         hint = _unknown_key_hint(unknown[0], ["daemon", "environments"], None)
         raise ConfigError(f"unknown table or key{hint} (known: daemon, environments)", path=path, key=unknown[0])
-    daemon = DaemonConfig(**_table(DaemonConfig, data.get("daemon", {}), path, "daemon"))
+    daemon_values = _table(DaemonConfig, data.get("daemon", {}), path, "daemon")
+    socket_from = "[daemon] socket" if "socket" in daemon_values else ""
+    if socket_from_env and not socket_from:
+        env_socket = environment_socket()
+        if env_socket is not None:
+            daemon_values["socket"], socket_from = env_socket, f"${SOCKET_ENV_VAR}"
+    daemon = DaemonConfig(**daemon_values)
     _check_daemon(daemon, path)
     envs_data = data.get("environments", {})
     if not isinstance(envs_data, dict):
@@ -1124,9 +1146,9 @@ def loads(text: str, *, path: str = "<string>", resolve: bool = True, check_cros
     environments = {
         name: parse_environment(name, table, source=path, resolve=resolve) for name, table in envs_data.items()
     }
-    config = Config(daemon=daemon, environments=environments, path=path)
+    config = Config(daemon=daemon, environments=environments, path=path, socket_from=socket_from)
     if check_cross:
-        _check_paths(daemon, path)
+        _check_paths(daemon, f"${SOCKET_ENV_VAR}" if socket_from.startswith("$") else path)
         _check_cross(config, path)
     return config
 
@@ -1176,19 +1198,46 @@ def _read_config(name: str) -> str:
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: bool = True) -> Config:
-    """Read and parse a configuration file (``check_cross`` as for :func:`loads`). Raises ConfigError (also
-    for a file that cannot be read: missing, not a regular file, larger than :data:`MAX_CONFIG_BYTES`)."""
+def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: bool = True,
+         socket_from_env: bool = False) -> Config:
+    """Read and parse a configuration file (``check_cross`` and ``socket_from_env`` as for :func:`loads`).
+    Raises ConfigError (also for a file that cannot be read: missing, not a regular file, larger than
+    :data:`MAX_CONFIG_BYTES`)."""
     name = os.fspath(path)
-    return loads(_read_config(name), path=name, resolve=resolve, check_cross=check_cross)
+    return loads(_read_config(name), path=name, resolve=resolve, check_cross=check_cross,
+                 socket_from_env=socket_from_env)
 
 
-def default_config(*, resolve: bool = True) -> Config:
-    """The configuration used without a file: one environment ``demo`` on the reference player."""
+def default_config(*, resolve: bool = True, socket_from_env: bool = False) -> Config:
+    """The configuration used without a file: one environment ``demo`` on the reference player (and with
+    ``socket_from_env``, the socket :func:`environment_socket` names, when it is set)."""
     env = EnvironmentConfig(name=DEFAULT_ENVIRONMENT)
     if resolve:
         env = _resolve(env, "<default configuration>", f"environments.{DEFAULT_ENVIRONMENT}.executable")
-    return Config(environments={DEFAULT_ENVIRONMENT: env}, path=None)
+    env_socket = environment_socket() if socket_from_env else None
+    if env_socket is None:
+        return Config(environments={DEFAULT_ENVIRONMENT: env}, path=None)
+    return Config(daemon=DaemonConfig(socket=env_socket), environments={DEFAULT_ENVIRONMENT: env}, path=None,
+                  socket_from=f"${SOCKET_ENV_VAR}")
+
+
+def environment_socket() -> str | None:
+    """``$RENDERD_SOCKET`` as the daemon's socket (a leading ``~`` expanded, made absolute, as ``--socket``
+    is), or None when it is unset or empty. Raises ConfigError naming the variable when it cannot be a socket's
+    path (too long, a directory's): the clients could not use it either."""
+    value = os.environ.get(SOCKET_ENV_VAR)
+    if not value:
+        return None
+    try:
+        path = option_path(value)
+        assert path is not None
+        return _check_value(_field(DaemonConfig, "socket"), path, "", "")
+    except ConfigError as exc:
+        raise ConfigError(
+            f"{exc.reason}; renderd start listens there when neither --socket nor [daemon] socket names the "
+            f"control socket: correct the variable, unset it, or pass --socket",
+            key=f"${SOCKET_ENV_VAR}",
+        ) from None
 
 
 # -- documentation -----------------------------------------------------------------------------------
@@ -1260,7 +1309,8 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
     """Check a configuration file: every key, type and value, and that executables exist.
 
     With the overrides renderd start will be given (--socket, --runtime-dir, --http), the file is checked as
-    it will run (a transport = "http" environment needs an HTTP listener, from the file or --http). Exits 0
+    it will run (a transport = "http" environment needs an HTTP listener, from the file or --http; without
+    --socket and [daemon] socket, the socket is $RENDERD_SOCKET when set, as for renderd start). Exits 0
     and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
     """
     if config_path == "":  # an unset variable in `renderd validate ${CONFIG}`
@@ -1271,13 +1321,13 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
 
     overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
     try:
-        if any(v is not None for v in overrides.values()):
-            config = load(config_path, check_cross=False).with_daemon(**overrides)
-        else:
-            config = load(config_path)
+        # (the socket as renderd start takes it: --socket, else the file's, else $RENDERD_SOCKET)
+        config = load(config_path, check_cross=False, socket_from_env=socket is None).with_daemon(**overrides)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"{config_path}: valid; socket {config.daemon.socket}, {len(config.environments)} environment(s)")
+    from_env = f" (from ${SOCKET_ENV_VAR})" if config.socket_from == f"${SOCKET_ENV_VAR}" else ""
+    click.echo(f"{config_path}: valid; socket {config.daemon.socket}{from_env}, "
+               f"{len(config.environments)} environment(s)")
     for line in describe(config):
         click.echo(f"  {line}")
 

@@ -31,15 +31,13 @@ import urllib.parse
 import weakref
 from typing import Any, Callable
 
-from renderd.config import MAX_SOCKET_PATH, default_socket_path
+from renderd.config import MAX_SOCKET_PATH, SOCKET_ENV_VAR, default_socket_path
 from renderd.errors import LeaseBusyError, LeaseError, RenderdError, error_from_dict, os_error_message
 
 __all__ = ["ControlClient", "connect", "socket_path", "DEFAULT_LEASE_TIMEOUT", "SOCKET_ENV_VAR"]
 
 log = logging.getLogger(__name__)
 
-#: The variable naming the daemon's socket when ``--socket`` / ``socket=`` is not given.
-SOCKET_ENV_VAR = "RENDERD_SOCKET"
 #: Seconds :func:`connect` waits for a ready player by default.
 DEFAULT_LEASE_TIMEOUT = 30.0
 #: Seconds a control request may take beyond the time it asks the daemon to wait.

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from renderd.config import ConfigError, default_config, load, option_path
+from renderd.config import SOCKET_ENV_VAR, Config, ConfigError, default_config, load, option_path
 
 __all__ = ["start", "status", "configure_logging", "format_status"]
 
@@ -73,7 +73,8 @@ def _expanded(value: str | None) -> str | None:
 @click.command("start")
 @click.option("-c", "--config", "config_path", metavar="CONFIG", type=str,
               help="TOML configuration (docs/configuration.md). Without it: environment `demo` on renderd-player.")
-@click.option("--socket", metavar="PATH", help="Control socket (overrides [daemon] socket).")
+@click.option("--socket", metavar="PATH",
+              help="Control socket (overrides [daemon] socket; without either, $RENDERD_SOCKET, else the default path).")
 @click.option("--runtime-dir", metavar="DIR", help="Directory for pipes, logs and the lock (overrides [daemon] runtime_dir).")
 @click.option("--http", metavar="HOST:PORT", help="HTTP listener for transport = \"http\" players (overrides [daemon] http).")
 @click.option("--log-level", type=click.Choice(LOG_LEVELS, case_sensitive=False), default="info", show_default=True,
@@ -100,11 +101,15 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
     try:
         # The checks between tables (transport "http" needs an http address) run once, with the overrides.
-        config = load(config_path, check_cross=False) if config_path is not None else default_config()
+        # The socket: --socket, else the file's [daemon] socket, else $RENDERD_SOCKET (which the clients read).
+        from_env = socket is None
+        config = (load(config_path, check_cross=False, socket_from_env=from_env) if config_path is not None
+                  else default_config(socket_from_env=from_env))
         config = config.with_daemon(**overrides)
     except ConfigError as exc:
         log.error("%s", exc)
         raise click.ClickException(str(exc)) from None
+    _warn_socket_differs(config)
     try:
         code = Daemon(config, config_path=config_path, overrides=overrides).run()
     except DaemonError as exc:
@@ -112,6 +117,22 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
         raise click.ClickException(str(exc)) from None
     log.info("stopped")
     sys.exit(code)
+
+
+def _warn_socket_differs(config: Config) -> None:
+    """A warning when ``$RENDERD_SOCKET`` is set and names another socket than the one renderd listens on:
+    renderd status and renderd.connect() in this environment would look for the daemon there."""
+    env_socket = os.environ.get(SOCKET_ENV_VAR)
+    if not env_socket or config.socket_from == f"${SOCKET_ENV_VAR}":
+        return
+    if os.path.abspath(os.path.expanduser(env_socket)) == os.path.abspath(config.daemon.socket):
+        return
+    named_by = "--socket" if config.socket_from == "--socket" else f"[daemon] socket in {config.path}"
+    log.warning(
+        "listening on %s (%s), not $%s (%s), where renderd status and renderd.connect() run with this environment "
+        "look for the daemon: set %s=%s for them, or unset it", config.daemon.socket, named_by, SOCKET_ENV_VAR,
+        env_socket, SOCKET_ENV_VAR, config.daemon.socket,
+    )
 
 
 def _duration(seconds: float | None) -> str:

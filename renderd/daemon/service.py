@@ -934,7 +934,8 @@ class Daemon:
             )
         failed: str | None = None
         try:
-            config = load(self.config_path, check_cross=False).with_daemon(**self.overrides)
+            config = load(self.config_path, check_cross=False,
+                          socket_from_env=self.overrides.get("socket") is None).with_daemon(**self.overrides)
             self._check_running_http(config)
         except ConfigError as exc:
             failed = str(exc)
