@@ -8,6 +8,7 @@ other side from :data:`ERROR_TYPES`, an allow-list: a type name is never evaluat
 from __future__ import annotations
 
 import errno as _errno
+import re as _re
 import signal as _signal
 from typing import Any
 
@@ -65,12 +66,25 @@ class ProtocolError(RenderdError):
 
     def __init__(self, message: str, *, offset: int | None = None, field_type: int | None = None) -> None:
         source = message
-        if offset is not None:
+        if offset is not None and not _says_offset(str(message), offset):  # (said once)
             message = f"{message} (at byte offset {offset})"
         super().__init__(message)
         self.offset = offset
         self.field_type = field_type
         self._adopt(source, offset=offset, field_type=field_type)
+
+    def inline(self) -> str:
+        """The message with its position said inline (``", at byte offset N"``) rather than in parentheses
+        at the end: for quoting it inside another message's parentheses."""
+        suffix = f" (at byte offset {self.offset})"
+        if self.offset is not None and self.message.endswith(suffix):
+            return f"{self.message[: -len(suffix)]}, at byte offset {self.offset}"
+        return self.message
+
+
+def _says_offset(message: str, offset: int) -> bool:
+    """Whether ``message`` already names byte offset ``offset`` (not another one that begins with its digits)."""
+    return _re.search(rf"\bbyte offset {offset}(?!\d)", message) is not None
 
 
 def describe_exit(returncode: int | None) -> str:

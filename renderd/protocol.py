@@ -714,10 +714,12 @@ class Decoder:
             )
         if self._fields:
             last = self._fields[-1][0]
+            # (the message's offset said here, once: ProtocolError adds no second one)
+            where = "" if self._offsets[-1] == self._msg_offset else f" at byte offset {self._offsets[-1]}"
             self._fail(
-                f"end of input inside a message: {len(self._fields)} field(s) received, "
-                f"no end-of-message marker; input ended at byte offset {self._consumed}, after the "
-                f"{last.name} field at byte offset {self._offsets[-1]}",
+                f"end of input inside a message, which starts at byte offset {self._msg_offset}: "
+                f"{len(self._fields)} field{'' if len(self._fields) == 1 else 's'} received, no end-of-message "
+                f"marker; input ended at byte offset {self._consumed}, after the {last.name} field{where}",
                 self._msg_offset,
                 last,
             )

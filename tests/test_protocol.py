@@ -472,7 +472,10 @@ def test_eom_with_nonzero_length():
             struct.pack("!BI", 5, 100_000) + b"x" * 50_000,
             "inside the body of a DEPTH_IMAGE field: expected 100000 bytes, got 50000",
         ),
-        (b"\x02\x00\x00\x00\x02{}", "inside a message: 1 field(s) received, no end-of-message marker"),
+        (
+            b"\x02\x00\x00\x00\x02{}",
+            "inside a message, which starts at byte offset 0: 1 field received, no end-of-message marker",
+        ),
     ],
 )
 def test_end_of_input_inside(data, expect):

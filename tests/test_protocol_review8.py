@@ -107,7 +107,7 @@ def test_a_cut_between_fields_says_where_input_ended_and_after_which_field():
     data = field(FieldType.METADATA, b"\x80") + field(FieldType.RGB_IMAGE, b"abc") + field(FieldType.DEPTH_IMAGE, b"")
     e = _eof_error(data)
     text = str(e)
-    assert "inside a message: 3 field(s) received, no end-of-message marker" in text
+    assert "3 fields received, no end-of-message marker" in text
     assert f"input ended at byte offset {len(data)}" in text
     assert "after the DEPTH_IMAGE field at byte offset 14" in text
     assert e.field_type == FieldType.DEPTH_IMAGE

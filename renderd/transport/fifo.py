@@ -559,7 +559,7 @@ class FifoChannel:
             partial = exc
         what = "closed server.pipe"
         if partial is not None:
-            what += f" in the middle of a message ({partial})"
+            what += f" in the middle of a message ({partial.inline()})"
         context = f"the player {what} while renderd waited for {_awaited(deadline_name)} ({deadline_name})"
         if self._player is None:
             err = PlayerCrashed(context)
