@@ -1049,6 +1049,8 @@ def launch_player(
             session.wait_ready(start_timeout, "start_timeout")
         except PlayerTimeout as exc:
             raise _launch_timeout(exc, process, start_timeout) from None
+        except ProtocolError as exc:
+            raise _launch_malformed(exc, process) from exc
         return session
     except BaseException:
         if session is not None:
@@ -1078,16 +1080,34 @@ def _launch_timeout(exc: PlayerTimeout, process: PlayerProcess | None, start_tim
     build still loading, or stuck) says more than the pipes do, so it is quoted as a crash's is."""
     inner = exc.__cause__ if isinstance(exc.__cause__, PlayerTimeout) else exc
     pid = f" (pid {process.pid})" if process is not None else ""
-    tail = process.log_tail() if process is not None else ""
-    if tail.strip():
-        log = "; its log ends:\n" + "\n".join("  | " + line for line in tail.rstrip("\n").splitlines())
-    else:
-        log = "; it wrote nothing to its log"
+    log = _launch_log(process)
     return PlayerTimeout(
         f"launch: no first frame from the player{pid} within start_timeout = {start_timeout:g} s ({inner}). The "
         f"player was stopped. Raise start_timeout if it needs longer to load{log}",
         deadline="start_timeout",
         seconds=start_timeout,
+    )
+
+
+def _launch_log(process: PlayerProcess | None) -> str:
+    """The end of a failed launch's player log, quoted, as ``"; its log ends: ..."`` (or that it wrote none)."""
+    tail = process.log_tail() if process is not None else ""
+    if tail.strip():
+        return "; its log ends:\n" + "\n".join("  | " + line for line in tail.rstrip("\n").splitlines())
+    return "; it wrote nothing to its log"
+
+
+def _launch_malformed(exc: ProtocolError, process: PlayerProcess | None) -> ProtocolError:
+    """The error of a launch whose player's first message could not be decoded: which player, that it was
+    its first message, that it was stopped, and its log (which a build that speaks another protocol, or
+    writes to the pipe what belongs in its log, shows); ``offset`` and ``field_type`` as ``exc``'s."""
+    pid = f" (pid {process.pid})" if process is not None else ""
+    return ProtocolError(
+        f"launch: the first message from the player{pid} is malformed: {exc.inline()}. The player was stopped. "
+        "A build that sends anything but AI2-THOR's messages (another protocol version, or its own output where "
+        f"they go) does this: check the build{_launch_log(process)}",
+        offset=exc.offset,
+        field_type=exc.field_type,
     )
 
 
@@ -1125,7 +1145,8 @@ def launch(
     :class:`renderd.config.ArgumentError`, which is a ConfigError naming the argument and a ValueError),
     :class:`PlatformError` (no platform can run it), :class:`PlayerCrashed` (the player exited before its
     first frame: exit code or signal, and its log), :class:`PlayerTimeout` (no first frame within
-    ``start_timeout``), :class:`ProtocolError` (a malformed first frame). Nothing is left behind when it
+    ``start_timeout``), :class:`ProtocolError` (a malformed first frame: the message names the player and
+    quotes its log). Nothing is left behind when it
     raises.
     """
     start_timeout = check_seconds(start_timeout, "start_timeout")
