@@ -286,7 +286,15 @@ def _main(argv: Sequence[str] | None) -> int:
     if server_type == "FIFO":
         server_path, client_path = env.get(ENV_SERVER_PIPE), env.get(ENV_CLIENT_PIPE)
         if not server_path or not client_path:
-            return _usage_error(f"{ENV_SERVER_TYPE}=FIFO needs {ENV_SERVER_PIPE} and {ENV_CLIENT_PIPE}")
+            missing = [n for n in (ENV_SERVER_PIPE, ENV_CLIENT_PIPE) if not env.get(n)]
+            unset = "neither is set" if len(missing) == 2 else f"{missing[0]} is not set"
+            which = (f"{ENV_SERVER_TYPE}=FIFO" if env.get(ENV_SERVER_TYPE)
+                     else f"{ENV_SERVER_TYPE} is unset, so FIFO (the default), which")
+            return _usage_error(
+                f"{which} needs {ENV_SERVER_PIPE} and {ENV_CLIENT_PIPE}, the named pipes to its client ({unset}). "
+                "renderd-player is normally started by renderd, which sets them: renderd.launch(...) in Python, "
+                "or `renderd start` (the daemon) and renderd.connect(...)"
+            )
         link_args = (server_path, client_path)
     else:
         try:
