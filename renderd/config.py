@@ -59,6 +59,8 @@ __all__ = [
     "default_socket_path",
     "SOCKET_ENV_VAR",
     "environment_socket",
+    "error_text",
+    "key_line",
     "default_runtime_dir",
     "load",
     "loads",
@@ -204,9 +206,9 @@ def _seconds(value: float, *, zero_ok: bool = False) -> str | None:
     if isinstance(value, float) and not math.isfinite(value):
         return f"must be a finite number of seconds, at most {MAX_SECONDS:g}, not {value}"
     if zero_ok and value < 0:
-        return "must be 0 or more"
+        return f"must be 0 or more seconds, got {value:g}"
     if not zero_ok and value <= 0:
-        return "must be greater than 0"
+        return f"must be greater than 0 seconds, got {value:g}"
     if value > MAX_SECONDS:
         return f"must be at most {MAX_SECONDS:g} seconds (7 days), got {value:g}"
     return None
@@ -254,7 +256,7 @@ def _count(lowest: int, highest: int) -> Check:
 
     def check(value: int) -> str | None:
         if value < lowest:
-            return "must be 0 or more" if lowest == 0 else f"must be {lowest} or more"
+            return f"must be {lowest} or more (at most {highest}), got {value}"
         if value > highest:
             return f"must be at most {highest}, got {value}"
         return None
@@ -263,16 +265,27 @@ def _count(lowest: int, highest: int) -> Check:
 
 
 def _positive(value: Any) -> str | None:
-    return None if value > 0 else "must be greater than 0"
+    return None if value > 0 else f"must be greater than 0, got {value}"
 
 
 def _one_of(choices: tuple[str, ...]) -> Check:
     def check(value: str) -> str | None:
         if value in choices:
             return None
-        return f"{value!r} is not one of: {', '.join(choices)}"
+        return f"{value!r} is not one of: {', '.join(choices)}{_choice_hint(value, choices)}"
 
     return check
+
+
+def _choice_hint(value: str, choices: tuple[str, ...]) -> str:
+    """``; did you mean 'Ultra'?`` for a value that is one of ``choices`` written in another case or with a
+    typo (as for a key's typo), else ""."""
+    folded = {c.casefold(): c for c in choices}
+    close = folded.get(value.casefold())
+    if close is None:
+        match = difflib.get_close_matches(value.casefold(), list(folded), n=1, cutoff=0.7)
+        close = folded[match[0]] if match else None
+    return f"; did you mean {close!r}?" if close else ""
 
 
 def _absolute_path(value: str) -> str | None:
@@ -353,10 +366,9 @@ def _http_address(value: str) -> str | None:
 
 
 def _resolution(value: int) -> str | None:
-    if value <= 0:
-        return "must be greater than 0"
-    if value > MAX_RESOLUTION:
-        return f"must be at most {MAX_RESOLUTION}"
+    # (as renderd.launch() says it for its width and height)
+    if not 1 <= value <= MAX_RESOLUTION:
+        return f"must be an integer 1..{MAX_RESOLUTION}, got {value}"
     return None
 
 
@@ -1204,8 +1216,54 @@ def load(path: str | os.PathLike[str], *, resolve: bool = True, check_cross: boo
     Raises ConfigError (also for a file that cannot be read: missing, not a regular file, larger than
     :data:`MAX_CONFIG_BYTES`)."""
     name = os.fspath(path)
-    return loads(_read_config(name), path=name, resolve=resolve, check_cross=check_cross,
-                 socket_from_env=socket_from_env)
+    text = _read_config(name)
+    try:
+        return loads(text, path=name, resolve=resolve, check_cross=check_cross, socket_from_env=socket_from_env)
+    except ConfigError as exc:
+        if exc.path == name and exc.key:
+            exc.line = key_line(text, exc.key)  # (for error_text)
+        raise
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line (from 1) of TOML ``text`` where ``key`` (``daemon.NAME`` or ``environments.ENV.NAME``, as a
+    ConfigError names it) is set, or None unless that is certain: the key written as ``NAME = ...`` under its
+    own ``[daemon]`` or ``[environments.ENV]`` header, each found exactly once, in a text without multi-line
+    strings (whose lines could look like anything). Written otherwise (a dotted key, an inline table, an
+    environment name holding a dot), None."""
+    if '"""' in text or "'''" in text:
+        return None
+    parts = key.split(".")
+    if parts[0] == "daemon" and len(parts) == 2:
+        table = "daemon"
+    elif parts[0] == "environments" and len(parts) == 3:
+        env = re.escape(parts[1])
+        table = rf"""environments[ \t]*\.[ \t]*(?:{env}|"{env}"|'{env}')"""
+    else:
+        return None
+    name = re.escape(parts[-1])
+    header = re.compile(rf"[ \t]*\[[ \t]*{table}[ \t]*\][ \t]*(?:#.*)?")
+    setting = re.compile(rf"""[ \t]*(?:{name}|"{name}"|'{name}')[ \t]*=""")
+    lines = text.split("\n")
+    starts = [i for i, line in enumerate(lines) if header.fullmatch(line)]
+    if len(starts) != 1:
+        return None
+    found = []
+    for i in range(starts[0] + 1, len(lines)):
+        if lines[i].lstrip(" \t").startswith("["):  # the next table (or a line of an array: only fewer found)
+            break
+        if setting.match(lines[i]):
+            found.append(i + 1)
+    return found[0] if len(found) == 1 else None
+
+
+def error_text(exc: ConfigError) -> str:
+    """``str(exc)``, with the line of the file where its key is set when :func:`load` found it:
+    ``renderd.toml:7: environments.demo.width: ...``, as compilers write it (and editors jump to it)."""
+    line = getattr(exc, "line", None)
+    if line is None or not exc.path or not exc.key:
+        return str(exc)
+    return f"{exc.path}:{line}: {exc.key}: {exc.reason}"
 
 
 def default_config(*, resolve: bool = True, socket_from_env: bool = False) -> Config:
@@ -1324,7 +1382,7 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
         # (the socket as renderd start takes it: --socket, else the file's, else $RENDERD_SOCKET)
         config = load(config_path, check_cross=False, socket_from_env=socket is None).with_daemon(**overrides)
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise click.ClickException(error_text(exc)) from None
     from_env = f" (from ${SOCKET_ENV_VAR})" if config.socket_from == f"${SOCKET_ENV_VAR}" else ""
     click.echo(f"{config_path}: valid; socket {config.daemon.socket}{from_env}, "
                f"{len(config.environments)} environment(s)")

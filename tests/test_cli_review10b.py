@@ -42,7 +42,7 @@ def test_the_validate_example_prints_what_the_doc_shows(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("[environments.demo]\nwidth = 0\n", "bad.toml: environments.demo.width: must be greater than 0"),
+    ("[environments.demo]\nwidth = 0\n", "environments.demo.width: must be an integer 1..4096, got 0"),
     ("[daemon]\nstop_grce = 1\n", "daemon.stop_grce: unknown key; did you mean 'stop_grace'?"),
     ("[daemon]\ninstances = 1\n", "daemon.instances: unknown key; instances is a key of [environments.NAME]"),
     ("[environments.demo]\nenv = {OMP_NUM_THREADS = 4}\n",

@@ -50,9 +50,9 @@ def test_the_design_example_loads(tmp_path):
 @pytest.mark.parametrize(
     "text, key, why",
     [
-        ("[environments.demo]\nwidth = 0", "environments.demo.width", "greater than 0"),
-        ("[environments.demo]\nheight = -3", "environments.demo.height", "greater than 0"),
-        ("[environments.demo]\nheight = 4097", "environments.demo.height", "at most 4096"),
+        ("[environments.demo]\nwidth = 0", "environments.demo.width", "must be an integer 1..4096, got 0"),
+        ("[environments.demo]\nheight = -3", "environments.demo.height", "must be an integer 1..4096, got -3"),
+        ("[environments.demo]\nheight = 4097", "environments.demo.height", "must be an integer 1..4096, got 4097"),
         ("[environments.demo]\nwidth = 300.5", "environments.demo.width", "expected an integer, got number"),
         ('[environments.demo]\nwidth = "300"', "environments.demo.width", "got string"),
         ("[environments.demo]\ninstances = -1", "environments.demo.instances", "0 or more"),
@@ -261,7 +261,7 @@ def test_validate_command(tmp_path):
     bad.write_text("[environments.demo]\nrestart = 1\n")
     result = CliRunner().invoke(validate_command, [str(bad)])
     assert result.exit_code == 1
-    assert f"{bad}: environments.demo.restart: expected a string, got integer 1" in result.output
+    assert f"{bad}:2: environments.demo.restart: expected a string, got integer 1" in result.output
 
 
 def test_a_config_path_that_is_a_directory_is_a_bad_config_not_a_usage_error(tmp_path):

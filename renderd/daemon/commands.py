@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from renderd.config import SOCKET_ENV_VAR, Config, ConfigError, default_config, load, option_path
+from renderd.config import SOCKET_ENV_VAR, Config, ConfigError, default_config, error_text, load, option_path
 
 __all__ = ["start", "status", "configure_logging", "format_status"]
 
@@ -107,8 +107,8 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
                   else default_config(socket_from_env=from_env))
         config = config.with_daemon(**overrides)
     except ConfigError as exc:
-        log.error("%s", exc)
-        raise click.ClickException(str(exc)) from None
+        log.error("%s", error_text(exc))
+        raise click.ClickException(error_text(exc)) from None
     _warn_socket_differs(config)
     try:
         code = Daemon(config, config_path=config_path, overrides=overrides).run()

@@ -42,6 +42,7 @@ from renderd.config import (
     Config,
     DaemonConfig,
     EnvironmentConfig,
+    error_text,
     load,
     parse_http_address,
     settings,
@@ -938,8 +939,8 @@ class Daemon:
                           socket_from_env=self.overrides.get("socket") is None).with_daemon(**self.overrides)
             self._check_running_http(config)
         except ConfigError as exc:
-            failed = str(exc)
-            log.error("reload failed, keeping the running configuration: %s", exc)
+            failed = error_text(exc)
+            log.error("reload failed, keeping the running configuration: %s", failed)
         except Exception as exc:  # a bug, or an error a check missed: still a failed reload, never a stuck one
             failed = f"{self.config_path}: {type(exc).__name__}: {exc}"
             log.exception("reload failed, keeping the running configuration: %s", failed)
