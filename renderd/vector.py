@@ -1452,10 +1452,9 @@ class VectorSession:
                     self._take(slot, rnd)
                 elif _watched(slot.session) and not _player_exited(slot.session):
                     context = (
-                        "the player closed client.pipe while renderd sent it an action (step_timeout)"
+                        "the player closed client.pipe while renderd sent it an action"
                         if unsent
-                        else "the player closed client.pipe and sent no answer while renderd waited for it "
-                        "(step_timeout)"
+                        else "the player closed client.pipe and sent no answer while renderd waited for it"
                     )
                     self._await_exit(slot, context, not unsent)
                 elif unsent:

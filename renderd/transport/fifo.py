@@ -542,11 +542,11 @@ class FifoChannel:
         assert self._player is not None
         self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
         return self._player.crashed(
-            f"the player exited while renderd waited for {_awaited(deadline_name)} ({deadline_name})"
+            f"the player exited while renderd waited for {_awaited(deadline_name)}"
         )
 
     def _crash_on_closed_input(self, deadline_name: str) -> PlayerCrashed:
-        context = f"the player closed client.pipe and sent no answer while renderd waited for it ({deadline_name})"
+        context = "the player closed client.pipe and sent no answer while renderd waited for it"
         if self._player is None:
             return PlayerCrashed(context)
         return self._player.crashed(context)
@@ -560,7 +560,7 @@ class FifoChannel:
         what = "closed server.pipe"
         if partial is not None:
             what += f" in the middle of a message ({partial.inline()})"
-        context = f"the player {what} while renderd waited for {_awaited(deadline_name)} ({deadline_name})"
+        context = f"the player {what} while renderd waited for {_awaited(deadline_name)}"
         if self._player is None:
             err = PlayerCrashed(context)
         else:
@@ -683,7 +683,7 @@ class FifoChannel:
             self._write_pending(deadline_name)
 
     def _crash_on_epipe(self, deadline_name: str) -> PlayerCrashed:
-        context = f"the player closed client.pipe while renderd sent it an action ({deadline_name})"
+        context = "the player closed client.pipe while renderd sent it an action"
         if self._player is None:
             return PlayerCrashed(context)
         self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)

@@ -18,7 +18,7 @@ from renderd.errors import (
 )
 
 ERRORS = [
-    PlayerCrashed("the player exited while renderd waited for its answer (step_timeout)", pid=4242, returncode=-11,
+    PlayerCrashed("the player exited while renderd waited for its answer", pid=4242, returncode=-11,
                   log_tail="loading scene\nsegfault in renderer", log_path="/var/log/player.log"),
     PlayerTimeout("no answer within step_timeout = 5 s", deadline="step_timeout", seconds=5.0),
     ProtocolError("unknown field type 72", offset=1024, field_type=72),

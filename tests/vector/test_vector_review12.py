@@ -150,7 +150,7 @@ def test_players_that_close_client_pipe_under_their_action_take_one_classify_wai
         assert info.value.slots == list(range(N))
         for i in range(N):
             text = str(info.value.failures[i])
-            assert "the player closed client.pipe and sent no answer while renderd waited for it (step_timeout)" in text
+            assert "the player closed client.pipe and sent no answer while renderd waited for it" in text
             assert "the player process is still running" in text
     finally:
         vs.close()
@@ -185,7 +185,7 @@ def test_players_that_closed_client_pipe_since_their_answer_take_one_classify_wa
         assert info.value.slots == list(range(N))
         for i in range(N):
             text = str(info.value.failures[i])
-            assert "the player closed client.pipe while renderd sent it an action (step_timeout)" in text
+            assert "the player closed client.pipe while renderd sent it an action" in text
             assert "the player process is still running" in text
     finally:
         vs.close()
