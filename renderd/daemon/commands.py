@@ -7,6 +7,7 @@ import logging
 import os
 import re
 import sys
+import time
 from typing import Any
 
 import click
@@ -164,6 +165,10 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
         f"renderd {health.get('version', '?')} pid {health.get('pid')} {health.get('status')}, "
         f"up {_duration(health.get('uptime'))}"
     )]
+    reload = health.get("reload")
+    if reload and not reload.get("ok", True):  # (kept in sight until a reload succeeds)
+        ago = _duration(max(0.0, time.time() - reload["at"])) if isinstance(reload.get("at"), (int, float)) else "?"
+        lines.append(_shown(f"reload failed {ago} ago, the running configuration kept: {reload.get('error')}"))
     header = ("ENVIRONMENT", "PLAYER", "STATE", "PID", "UPTIME", "RESTARTS", "LEASE")
     rows: list[tuple[str, ...]] = []
     notes: list[str] = []

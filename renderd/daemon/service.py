@@ -946,6 +946,7 @@ class Daemon:
             log.exception("reload failed, keeping the running configuration: %s", failed)
         if failed is not None:
             self._reload_failure = failed
+            self.supervisor.note_reload(failed)
             self.notifier.notify(*(["READY=1"] if ready else []), f"STATUS={self._status_line()}")
             return
         log.info("reloading %s", self.config_path)
@@ -973,6 +974,7 @@ class Daemon:
             # The status line again too, without a failure of an earlier reload.
             if applied or not self.supervisor.stopping:
                 self._reload_failure = error
+                self.supervisor.note_reload(error)
                 status = self._status_line()
                 assignments = (["READY=1"] if ready else []) + ([f"STATUS={status}"] if status else [])
                 if assignments:

@@ -358,6 +358,8 @@ class Supervisor:
         self._signal_handlers = dict(signal_handlers or {})
         self._stopping = False
         self._ready_sent = False
+        #: The last reload's outcome, for GET /v1/health (see note_reload); None until one is made.
+        self._last_reload: dict[str, Any] | None = None
         self._last_status = ""
         self._selector = selectors.DefaultSelector()
         self._registered: dict[int, Any] = {}
@@ -438,7 +440,14 @@ class Supervisor:
                 "pid": os.getpid(),
                 "uptime": round(time.monotonic() - self.started_at, 3),
                 "environments": envs,
+                "reload": dict(self._last_reload) if self._last_reload is not None else None,
             }
+
+    def note_reload(self, error: str | None) -> None:
+        """Record the outcome of a reload of the configuration file (SIGHUP) for :meth:`health`: when (Unix time),
+        whether it applied, and why not (``error``; None when it did). The next reload's outcome replaces it."""
+        with self.lock:
+            self._last_reload = {"at": round(time.time(), 3), "ok": error is None, "error": error}
 
     def _environment(self, name: str) -> Environment:
         env = self.environments.get(name)
