@@ -8,7 +8,7 @@ import os
 import re
 import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -108,16 +108,23 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
                   else default_config(socket_from_env=from_env))
         config = config.with_daemon(**overrides)
     except ConfigError as exc:
-        log.error("%s", error_text(exc))
-        raise click.ClickException(error_text(exc)) from None
+        _fail(error_text(exc))
     _warn_socket_differs(config)
     try:
         code = Daemon(config, config_path=config_path, overrides=overrides).run()
     except DaemonError as exc:
-        log.error("%s", exc)
-        raise click.ClickException(str(exc)) from None
+        _fail(str(exc))
     log.info("stopped")
     sys.exit(code)
+
+
+def _fail(message: str) -> NoReturn:
+    """Stop ``renderd start`` with ``message``, said once: as an error entry when stderr is journald's (where
+    click's ``Error: ...`` would be a second entry, at the default priority), else as ``Error: ...``."""
+    if _stderr_is_journal():
+        log.error("%s", message)
+        sys.exit(1)
+    raise click.ClickException(message)
 
 
 def _warn_socket_differs(config: Config) -> None:
