@@ -628,6 +628,24 @@ class _ControlServer:
         server.task_dispatcher.shutdown(timeout=API_STOP_TIMEOUT)
 
 
+def _open_directory_warning(path: str, st: os.stat_result, group: int | None, key: str) -> str:
+    """What a directory of renderd's whose mode lets others in (``st``) exposes, and what to do about it."""
+    mode = stat.S_IMODE(st.st_mode)
+    private = "700" if group is None else "750"
+    writable = mode & (0o022 if group is None else 0o002)
+    if writable and not mode & stat.S_ISVTX:
+        return (f"{path} has mode {mode:04o}: other users can remove or replace what renderd keeps in it (such as "
+                f"its socket) though they cannot open it; chmod go-w {path} (or chmod +t), or choose a directory of "
+                "your own")
+    if st.st_uid != os.geteuid() or writable:  # a shared directory (/tmp): not renderd's to change
+        return (f"{path} has mode {mode:04o}: other users can see the names of what renderd keeps in it, nothing "
+                "more (renderd's own files there are private); nothing needs doing")
+    systemd = f" (with systemd: RuntimeDirectoryMode=0{private})" if key.startswith("runtime_dir") else ""
+    return (f"{path} has mode {mode:04o}: other users can see the names of what renderd keeps in it, nothing more "
+            f"(renderd's own files and directories there are private); nothing needs doing, unless those names "
+            f"should be hidden too: then chmod {private} {path}{systemd}")
+
+
 class Daemon:
     """One run of ``renderd start``. :meth:`run` returns the process exit status.
 
@@ -707,7 +725,7 @@ class Daemon:
             )
         mode = stat.S_IMODE(st.st_mode)
         if path not in self._created and mode & (0o077 if group is None else 0o027):
-            log.warning("%s has mode %04o: others can look inside (renderd's own files in it are private)", path, mode)
+            log.warning("%s", _open_directory_warning(path, st, group, key))
         if group is not None and not (mode & 0o001 or (st.st_gid == group and mode & 0o010)):
             log.warning(
                 "%s (mode %04o, group %d) keeps the members of socket_group (gid %d) out; give it that group and "
