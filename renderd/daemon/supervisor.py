@@ -1167,6 +1167,7 @@ class Supervisor:
                             self._check_display(p.display)  # (a hung X server would explain it)
                             self._boot_failed(
                                 p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
+                                f"{self._silence(p)}"
                                 if p.assembler is not None
                                 else f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)",
                             )
@@ -1986,6 +1987,21 @@ class Supervisor:
         self._status_update()
 
     # -- exits and stops (loop thread) -------------------------------------------------------------------
+    def _silence(self, p: Player) -> str:
+        """For a FIFO player that has sent nothing by its start_timeout: what it did with its pipes (has not opened
+        server.pipe, opened it and sent nothing, opened client.pipe first), as ``"; it ..."``, the account
+        renderd.launch() gives of the same fault (its FifoChannel's, ``p.holder``, which reads server.pipe here
+        too); "" when bytes came, or it cannot be told."""
+        holder = p.holder
+        if holder is None or holder.closed or holder.decoder.offset or holder.decoder.in_message:
+            return ""
+        try:
+            return holder._silence()
+        except Exception:  # (only an explanation: never in the way of the boot failure itself)
+            log.debug("%s[%d]: cannot tell what the player did with its pipes", p.environment.name, p.index,
+                      exc_info=True)
+            return ""
+
     def _boot_failed(self, p: Player, why: str) -> None:
         log.warning("%s[%d] pid %s failed to boot: %s", p.environment.name, p.index, p.pid, why)
         self._begin_stop(p, _Stop(why, "backoff", boot_failure=True))
