@@ -56,9 +56,12 @@ but its nested parts (objects, colors, cameras...) are shared between answers: t
 
 ``handle`` never raises for a bad action: an unknown action or a bad argument is answered with
 ``lastActionSuccess: False``, an ``errorMessage`` and an ``errorCode`` (``InvalidAction``,
-``InvalidArgument``, ``MissingArguments``). A ``RenderdFault`` action is validated and answered as a
-no-op here: the transport link carries out the fault itself (see :mod:`renderd.player.faults`), because
-most faults need the pipe or the process. Renderer failures propagate (the player should crash then).
+``InvalidArgument``, ``MissingArguments``). An argument an action does not take fails ``InvalidArgument`` as a
+build's ActionDispatcher fails it (:data:`ACTION_ARGUMENTS`, one ``takes`` table next to each action; the keys of
+:data:`STEP_KEYS` are taken by every action, and an action a build hands a whole ServerAction takes any key). A
+``RenderdFault`` action is validated and answered as a no-op here: the transport link carries out the fault itself
+(see :mod:`renderd.player.faults`), because most faults need the pipe or the process. Renderer failures propagate
+(the player should crash then).
 """
 
 from __future__ import annotations
@@ -95,6 +98,9 @@ __all__ = [
     "Images",
     "ActionFailed",
     "ACTIONS",
+    "ACTION_ARGUMENTS",
+    "ANY_ARGUMENTS",
+    "STEP_KEYS",
     "RGBA_PLATFORMS",
     "MAX_RESOLUTION",
     "MAX_AGENTS",
@@ -244,6 +250,24 @@ class ActionFailed(Exception):
 
 #: Action name -> Player method name. Filled by the @_action decorator below.
 ACTIONS: dict[str, str] = {}
+#: Action name -> the arguments it takes, as a build's ActionDispatcher sees its method: one tuple of parameter names
+#: per overload (in the order a build tries them, the one it keeps on a tie first), or ``None`` for an action a build
+#: hands a whole ServerAction, which takes any key. Filled by the @_action decorator below, from the ``takes`` table
+#: next to each action.
+ACTION_ARGUMENTS: dict[str, tuple[tuple[str, ...], ...] | None] = {}
+#: ``takes`` of an action a build dispatches with a whole ServerAction (or, for RenderdFault, this player's own): any
+#: key is accepted.
+ANY_ARGUMENTS = None
+#: The keys an action may carry whatever it takes, never an invalid argument: ``action`` itself and what a build's
+#: AgentManager reads on every step (its DynamicServerAction.AllowedExtraneousParameters: sequenceId, agentId,
+#: renderImage and the per-step image switches), and ``renderDepthImage``, this player's own per-step depth switch.
+STEP_KEYS = frozenset({"action", "sequenceId", "agentId", "renderImage", "renderInstanceSegmentation",
+                       "renderObjectImage", "renderClassImage", "renderNormalsImage", "renderDepthImage"})
+#: Action name -> each overload's accepted keys (its parameters and :data:`STEP_KEYS`), for the per-step check.
+_ACCEPTED: dict[str, tuple[frozenset[str], ...] | None] = {}
+#: At most this many invalid argument names are quoted in an errorMessage, each cut to this many characters.
+_SHOWN_INVALID = 5
+_SHOWN_NAME = 40
 
 
 #: Unity's quality levels, by the names AI2-THOR's ``QUALITY_SETTINGS`` gives them (``renderd.config.QUALITIES``
@@ -252,13 +276,50 @@ QUALITY_NAMES = ("Very Low", "Low", "Medium", "MediumCloseFitShadows", "High", "
                  "DONOTUSE")
 
 
-def _action(*names: str) -> Callable:
+def _action(*names: str, takes: tuple[tuple[str, ...], ...] | None) -> Callable:
+    """Register the decorated method as the actions ``names``, taking the arguments ``takes`` (see
+    :data:`ACTION_ARGUMENTS`; :data:`ANY_ARGUMENTS` for an action that takes any key)."""
     def register(fn: Callable) -> Callable:
         for name in names:
             ACTIONS[name] = fn.__name__
+            ACTION_ARGUMENTS[name] = takes
+            _ACCEPTED[name] = None if takes is None else tuple(frozenset(o) | STEP_KEYS for o in takes)
         return fn
 
     return register
+
+
+def _overload(keys: Any, accepted: tuple[frozenset[str], ...]) -> int:
+    """Which overload a build's ActionDispatcher dispatches an action with these ``keys`` to: the one with the most
+    parameters the action names, the first on a tie."""
+    best, index = -1, 0
+    for i, names in enumerate(accepted):
+        count = len(names & keys)
+        if count > best:
+            best, index = count, i
+    return index
+
+
+def _check_arguments(name: str, action: dict) -> int:
+    """The overload of ``name`` the action is dispatched to (0 for an action that takes any key). Raises ActionFailed
+    (``InvalidArgument``), as a build's ActionDispatcher fails an action whose arguments name no parameter of the
+    overload it chose, naming the invalid argument(s) and what the action takes."""
+    accepted = _ACCEPTED[name]
+    if accepted is None or not action.keys() - accepted[0]:  # (the usual case: every key taken by the first)
+        return 0
+    index = _overload(action.keys() - STEP_KEYS, accepted) if len(accepted) > 1 else 0
+    invalid = sorted(action.keys() - accepted[index], key=repr)
+    if not invalid:
+        return index
+    shown = ", ".join(_clip(repr(k), _SHOWN_NAME) for k in invalid[:_SHOWN_INVALID])
+    if len(invalid) > _SHOWN_INVALID:
+        shown += f" and {len(invalid) - _SHOWN_INVALID} more"
+    takes = " or ".join(f"({', '.join(o)})" if o else "no arguments" for o in ACTION_ARGUMENTS[name] or ())
+    it = "them" if len(invalid) > 1 else "it"
+    raise ActionFailed(
+        f"{name} called with invalid argument{'s' if len(invalid) > 1 else ''} {shown} (a build refuses {it} too): "
+        f"leave {it} out or correct the name. {name} takes {takes}; any action may also carry sequenceId, agentId, "
+        f"renderImage and the per-step image switches", "InvalidArgument")
 
 
 def _finite(value: Any) -> bool:
@@ -724,6 +785,7 @@ class Player:
             method = ACTIONS.get(name)
             if method is None:
                 raise ActionFailed(f"Invalid action: {name!r} is not an action this player knows", "InvalidAction")
+            _check_arguments(name, action)
             result = getattr(self, method)(action)
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
@@ -786,7 +848,8 @@ class Player:
         return [(a.x, a.z, f"agent {i}") for i, a in enumerate(self.agents) if i != self.active]
 
     # -- actions -------------------------------------------------------------------------------------
-    @_action("Initialize")
+    # A build's AgentManager.Initialize and its agent's Initialize take a whole ServerAction: any key.
+    @_action("Initialize", takes=ANY_ARGUMENTS)
     def _initialize(self, action: dict) -> dict[str, float]:
         # As a build's Initialize, in its order. AgentManager's Initialize makes the agent controller anew (every
         # setting back to its default: a setting not sent takes its default, not an earlier Initialize's value)
@@ -921,7 +984,8 @@ class Player:
                 "InvalidArgument",
             )
 
-    @_action("Reset")
+    # A build's AgentManager.Reset takes a whole ServerAction: any key.
+    @_action("Reset", takes=ANY_ARGUMENTS)
     def _reset(self, action: dict) -> None:
         name = action.get("sceneName")
         if name is None or name == "":
@@ -944,22 +1008,29 @@ class Player:
         for attr, value in _DEFAULT_SETTINGS.items():
             setattr(self, attr, value)
 
-    @_action("GetScenesInBuild")
+    # A build's GetScenesInBuild() takes no argument.
+    @_action("GetScenesInBuild", takes=((),))
     def _get_scenes(self, action: dict) -> list[str]:
         return scene_names()
 
-    @_action("Pass", "Done")
+    # A build's Pass() and Done() take no argument.
+    @_action("Pass", "Done", takes=((),))
     def _pass(self, action: dict) -> None:
         return None
 
-    @_action(faults.FAULT_ACTION)
+    # This player's own: its arguments are the fault's, checked by faults.parse_fault.
+    @_action(faults.FAULT_ACTION, takes=ANY_ARGUMENTS)
     def _fault(self, action: dict) -> None:
         try:
             faults.parse_fault(action)
         except faults.FaultError as exc:
             raise ActionFailed(str(exc), "InvalidArgument") from None
 
-    @_action("MoveAhead", "MoveBack", "MoveLeft", "MoveRight")
+    # A build's physics agent's MoveAhead(moveMagnitude, ...) and the others, by signature; the player moves by
+    # moveMagnitude alone (the others, which only matter with objects in hand or other agents, have no effect).
+    @_action("MoveAhead", "MoveBack", "MoveLeft", "MoveRight",
+             takes=(("moveMagnitude", "objectId", "maxAgentsDistance", "forceAction", "manualInteract",
+                     "allowAgentsToIntersect", "speed", "fixedDeltaTime", "returnToStart", "disableRendering"),))
     def _move(self, action: dict) -> None:
         name = action["action"]
         agent = self._agent
@@ -978,7 +1049,10 @@ class Player:
             raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
         agent.x, agent.z = x, z
 
-    @_action("RotateLeft", "RotateRight")
+    # A build's physics agent's RotateRight(degrees, ...), by signature; the others have no effect here.
+    @_action("RotateLeft", "RotateRight",
+             takes=(("degrees", "manualInteract", "forceAction", "speed", "waitForFixedUpdate", "returnToStart",
+                     "disableRendering", "fixedDeltaTime"),))
     def _rotate(self, action: dict) -> None:
         # A build's physics agent turns by any degrees (rotateStepDegrees when not given or null), and fails a
         # turn of 0 it is given (once that turned by the default step), with no errorCode.
@@ -990,7 +1064,8 @@ class Player:
         agent = self._agent
         agent.yaw = _yaw(agent.yaw + sign * degrees)
 
-    @_action("LookUp", "LookDown")
+    # A build's physics agent's LookUp and LookDown take a whole ServerAction: any key.
+    @_action("LookUp", "LookDown", takes=ANY_ARGUMENTS)
     def _look(self, action: dict) -> None:
         # As a build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown): degrees below 0, or
         # not a multiple of 0.1, fail (no errorCode); 0 (ServerAction's own default) looks 30 degrees; a look past
@@ -1014,22 +1089,39 @@ class Player:
                                    "LookDownCantExceedMin")
         agent.horizon = round(horizon, 4)
 
-    @_action("Teleport", "TeleportFull")
+    # A build's physics agent's Teleport and TeleportFull, by signature, each in two overloads: with a position, and
+    # (deprecated, still dispatched to) with x, y and z, which a build takes when the action names more of them than
+    # it names position. standing (the player's agent always stands) has no effect here.
+    @_action("Teleport", "TeleportFull",
+             takes=(("position", "rotation", "horizon", "standing", "forceAction"),
+                    ("x", "y", "z", "rotation", "horizon", "standing", "forceAction")))
     def _teleport(self, action: dict) -> None:
         agent = self._agent
         x, z, yaw, horizon = agent.x, agent.z, agent.yaw, agent.horizon
-        if action["action"] == "TeleportFull":
-            missing = [k for k in ("position", "rotation", "horizon") if k not in action]
-            if missing:
-                raise ActionFailed(f"TeleportFull needs {', '.join(missing)}", "MissingArguments")
+        name = action["action"]
+        full = name == "TeleportFull"
+        # The overload a build dispatches to (answer() has checked the arguments against it): x, y and z (none of
+        # them optional) in place of position when the action names more of them than it names position.
+        by_xyz = _overload(action.keys() - STEP_KEYS, _ACCEPTED[name]) == 1
+        required = ("x", "y", "z") if by_xyz else ("position",) if full else ()
+        missing = [k for k in required + (("rotation", "horizon") if full else ()) if k not in action]
+        if missing:
+            raise ActionFailed(f"{name} needs {', '.join(repr(k) for k in missing)}"
+                               + (": given x, y or z it takes all three in place of position, as a build does"
+                                  if by_xyz else ""), "MissingArguments")
         # Teleport's position, rotation and horizon are optional in a build (null: not given); TeleportFull's are
         # not. A horizon outside the look limits fails (an ArgumentOutOfRangeException: no errorCode), as the
         # blocked spot does; with forceAction a build's physics agent checks neither (up to this player's own
         # limits, MAX_FORCED_HORIZON and MAX_FORCED_DISTANCE).
-        full = action["action"] == "TeleportFull"
         force = _flag(action.get("forceAction"), False)
-        if "position" in action and (full or action["position"] is not None):
-            x, _, z = _vector(action["position"], "position")
+        spot = None
+        if by_xyz:
+            _number(action, "y")
+            spot = _number(action, "x"), _number(action, "z")
+        elif "position" in action and (full or action["position"] is not None):
+            spot = _vector(action["position"], "position")[::2]
+        if spot is not None:
+            x, z = spot
             if force and not (abs(x) <= MAX_FORCED_DISTANCE and abs(z) <= MAX_FORCED_DISTANCE):
                 raise ActionFailed(f"{action['action']}: with forceAction this player takes a position up to "
                                    f"{MAX_FORCED_DISTANCE:g} m from the room's centre along x and z, got "
@@ -1053,7 +1145,8 @@ class Player:
                 raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
         agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
 
-    @_action("ChangeResolution")
+    # A build's AgentManager.ChangeResolution(x, y).
+    @_action("ChangeResolution", takes=(("x", "y"),))
     def _change_resolution(self, action: dict) -> None:
         w = action.get("x")
         h = action.get("y")
@@ -1067,7 +1160,8 @@ class Player:
         self.width, self.height = int(w), int(h)
         self.log.info("resolution changed to %d x %d", self.width, self.height)
 
-    @_action("ChangeQuality")
+    # A build's AgentManager.ChangeQuality(quality).
+    @_action("ChangeQuality", takes=(("quality",),))
     def _change_quality(self, action: dict) -> None:
         # AI2-THOR's Controller sends it right after launch on CloudRendering, where -screen-quality is not
         # respected. The renderers here have one quality: the name is checked and logged, frames do not change.
@@ -1081,7 +1175,9 @@ class Player:
             )
         self.log.info("quality level set to %s (frames do not change: the renderer has one quality)", quality)
 
-    @_action("GetReachablePositions")
+    # A build's GetReachablePositions(maxStepCount, directionsRelativeAgent): neither has an effect here (the player
+    # finds every free point at Initialize's gridSize).
+    @_action("GetReachablePositions", takes=(("maxStepCount", "directionsRelativeAgent"),))
     def _reachable(self, action: dict) -> list[dict[str, float]]:
         # The points are already rounded to 4 decimals, as _xyz would round them.
         y = round(AGENT_Y, 4)
@@ -1102,7 +1198,10 @@ class Player:
                                "InvalidArgument")
         return fov
 
-    @_action("AddThirdPartyCamera")
+    # A build's AgentManager.AddThirdPartyCamera, by signature; skyboxColor and the rest have no effect here.
+    @_action("AddThirdPartyCamera",
+             takes=(("position", "rotation", "fieldOfView", "skyboxColor", "orthographic", "orthographicSize",
+                     "nearClippingPlane", "farClippingPlane", "antiAliasing"),))
     def _add_camera(self, action: dict) -> None:
         # As a build's: arguments missing (MissingArguments) or of the wrong kind (InvalidArgument) first, then the
         # field of view; then the player's own limits.
@@ -1120,7 +1219,10 @@ class Player:
         # metadata's thirdPartyCameras.
         return None
 
-    @_action("UpdateThirdPartyCamera")
+    # A build's AgentManager.UpdateThirdPartyCamera, by signature; skyboxColor and the rest have no effect here.
+    @_action("UpdateThirdPartyCamera",
+             takes=(("thirdPartyCameraId", "position", "rotation", "fieldOfView", "skyboxColor", "orthographic",
+                     "orthographicSize", "nearClippingPlane", "farClippingPlane"),))
     def _update_camera(self, action: dict) -> None:
         # Every argument is checked before any is applied: a failed update leaves the camera as it was. A
         # position or rotation, or an axis of one, or a field of view, that is not given (or null) keeps the
