@@ -179,6 +179,7 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
     header = ("ENVIRONMENT", "PLAYER", "STATE", "PID", "UPTIME", "RESTARTS", "LEASE")
     rows: list[tuple[str, ...]] = []
     notes: list[str] = []
+    any_outdated = False
     for env in environments:
         name = env["name"] + (" (removing)" if env.get("removing") else "")
         if not env["players"]:
@@ -186,9 +187,11 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
         for p in env["players"]:
             lease = p.get("lease")
             lease_text = f"client pid {lease['client_pid']} for {_duration(lease['duration'])}" if lease else "-"
+            outdated = bool(p.get("outdated"))  # (a rollout under way: on the previous configuration)
+            any_outdated = any_outdated or outdated
             rows.append((
-                name, str(p["index"]), p["state"], str(p["pid"] or "-"), _duration(p.get("uptime")),
-                str(p["restarts"]), lease_text,
+                name, str(p["index"]), p["state"] + ("*" if outdated else ""), str(p["pid"] or "-"),
+                _duration(p.get("uptime")), str(p["restarts"]), lease_text,
             ))
             if p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
                 notes.append(_shown(f"{env['name']}[{p['index']}] {p['state']}: {p['reason']}"))
@@ -200,6 +203,8 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
     for row in [header, *rows]:
         lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     lines += notes
+    if any_outdated:
+        lines.append("* still on the previous configuration: a rollout of the new one is under way")
     return "\n".join(lines)
 
 
