@@ -1996,7 +1996,7 @@ class Supervisor:
         if holder is None or holder.closed or holder.decoder.offset or holder.decoder.in_message:
             return ""
         try:
-            return holder._silence()
+            return holder.silence()
         except Exception:  # (only an explanation: never in the way of the boot failure itself)
             log.debug("%s[%d]: cannot tell what the player did with its pipes", p.environment.name, p.index,
                       exc_info=True)

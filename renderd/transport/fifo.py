@@ -490,7 +490,7 @@ class FifoChannel:
                 f"{self._message_start} of the stream)"
             )
         elif deadline_name == "start_timeout" and self._received == 0:
-            partial = self._silence()
+            partial = self.silence()
         return PlayerTimeout(
             f"the player{where} sent no complete message within {deadline_name} "
             f"(waited {waited:.3g} s){partial}",
@@ -498,7 +498,7 @@ class FifoChannel:
             seconds=waited,
         )
 
-    def _silence(self) -> str:
+    def silence(self) -> str:
         """For a player that sent nothing before its first frame was due: what it did with the pipes, as
         ``"; it ..."``, or "" when that cannot be told (a player this process may not inspect)."""
         try:
