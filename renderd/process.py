@@ -1182,7 +1182,8 @@ class LeasedPlayer:
 
     Its exit is noticed through a pidfd when the kernel allows one, else by polling. The exit status is
     not ours to read (the daemon reaps it): ``exit_status(timeout)``, when given, asks whoever knows (the
-    daemon) and returns ``(return code or None, why its owner stopped it or None)``. Errors then say how
+    daemon) and returns ``(return code or None, how it ended when no code is known, or None)``, the latter a phrase
+    for the crash's message ("the daemon stopped it: environment removed"). Errors then say how
     the player ended, as for a player of our own, and quote its log when ``log_path`` is known: the file
     is opened at once and kept open, so the quote is this player's even after its owner has renamed the
     log to start another player with that path (the daemon restarting a crashed player). ``close()``
@@ -1304,7 +1305,7 @@ class LeasedPlayer:
             if code is not None:
                 message += ")"
             elif self._stopped_because is not None:
-                message += f"; the daemon stopped it: {self._stopped_because})"
+                message += f"; {self._stopped_because})"
             else:
                 message += (
                     "; it has exited; its exit status is unknown to the client: see `renderd status` or the "

@@ -532,7 +532,7 @@ def _exit_status(control: ControlClient, lease_id: str, timeout: float) -> tuple
         if status.get("ended") == "stopped":
             reason = status.get("ended_reason")
             if isinstance(reason, str) and reason:
-                return None, reason
+                return None, f"the daemon stopped it: {reason}"
             if "ended_reason" not in status:  # a daemon that does not tell why
                 return None, "the daemon ended the lease"
             # (None: the daemon tells why once it has reaped the player; a player that died of something
@@ -547,5 +547,10 @@ def _release(control: ControlClient, lease_id: str, *, clean: bool) -> None:
         control.release(lease_id, clean=clean)
     except LeaseError as exc:  # the lease ended already (its player exited, or the daemon stopped)
         log.debug("releasing lease: %s", exc)
-    except RenderdError as exc:  # the daemon is gone: it cannot hold the lease either
-        log.warning("could not release the lease: %s", exc)
+    except RenderdError as exc:
+        if isinstance(exc.__cause__, (FileNotFoundError, ConnectionRefusedError)):
+            # Its socket is gone or nothing listens on it: the daemon stopped or died, and the lease with it
+            # (a step has said so already, if one ran since).
+            log.info("the lease ended with the renderd daemon at %s, which is no longer running", control.socket)
+        else:
+            log.warning("could not release the lease: %s", exc)
