@@ -255,8 +255,7 @@ ACTIONS: dict[str, str] = {}
 #: hands a whole ServerAction, which takes any key. Filled by the @_action decorator below, from the ``takes`` table
 #: next to each action.
 ACTION_ARGUMENTS: dict[str, tuple[tuple[str, ...], ...] | None] = {}
-#: ``takes`` of an action a build dispatches with a whole ServerAction (or, for RenderdFault, this player's own): any
-#: key is accepted.
+#: ``takes`` of an action a build dispatches with a whole ServerAction: any key is accepted.
 ANY_ARGUMENTS = None
 #: The keys an action may carry whatever it takes, never an invalid argument: ``action`` itself and what a build's
 #: AgentManager reads on every step (its DynamicServerAction.AllowedExtraneousParameters: sequenceId, agentId,
@@ -1018,8 +1017,9 @@ class Player:
     def _pass(self, action: dict) -> None:
         return None
 
-    # This player's own: its arguments are the fault's, checked by faults.parse_fault.
-    @_action(faults.FAULT_ACTION, takes=ANY_ARGUMENTS)
+    # This player's own: the fault's parameters (faults.parse_fault checks them, and the arguments, before a link
+    # runs a fault).
+    @_action(faults.FAULT_ACTION, takes=(faults.FAULT_ARGUMENTS,))
     def _fault(self, action: dict) -> None:
         try:
             faults.parse_fault(action)

@@ -44,6 +44,7 @@ from renderd.protocol import END_OF_MESSAGE, HEADER, FieldType
 
 __all__ = [
     "FAULT_ACTION",
+    "FAULT_ARGUMENTS",
     "PROCESS_FAULTS",
     "STREAM_FAULTS",
     "START_FAULTS",
@@ -79,6 +80,10 @@ DEFAULT_SLEEP = 1.0
 MAX_SLEEP = 3600.0
 
 _WHEN = ("now", "after")
+#: What a RenderdFault action takes (besides the keys every action may carry, ``renderd.player.core.STEP_KEYS``):
+#: any other argument is refused (``InvalidArgument``) before a fault runs, as a misspelt one would otherwise run the
+#: fault with that parameter's default.
+FAULT_ARGUMENTS = ("fault", "code", "seconds", "when")
 
 logger = logging.getLogger(__name__)
 
@@ -102,10 +107,17 @@ class Fault:
 def parse_fault(action: dict) -> Fault | None:
     """The fault an action asks for, or ``None`` if it is not a RenderdFault action.
 
-    Raises :class:`FaultError` when the kind or a parameter is invalid.
+    Raises :class:`FaultError` when the kind or a parameter is invalid, or the action has an argument a RenderdFault
+    does not take (:data:`FAULT_ARGUMENTS`).
     """
     if action.get("action") != FAULT_ACTION:
         return None
+    from renderd.player.core import ActionFailed, _check_arguments  # (core imports this module)
+
+    try:
+        _check_arguments(FAULT_ACTION, action)
+    except ActionFailed as exc:
+        raise FaultError(exc.message) from None
     kind = action.get("fault")
     if kind not in PROCESS_FAULTS + STREAM_FAULTS:
         raise FaultError(

@@ -133,3 +133,17 @@ def test_a_player_process_answers_the_failure_and_carries_on(spawn):
     assert "'foo'" in ev.metadata["errorMessage"]
     ev = p.step({"action": "MoveAhead"})
     assert ev.metadata["lastActionSuccess"] and ev.metadata["agent"]["position"]["z"] == -1.75
+
+
+def test_a_fault_action_with_an_argument_it_does_not_take_is_refused_before_any_fault_runs(spawn):
+    # RenderdFault is this player's own action: it takes fault, code, seconds and when. A misspelt one ("cde")
+    # would otherwise run the fault with its default.
+    p = Player(width=16, height=12)
+    agent = _refused(p, {"action": "RenderdFault", "fault": "exit", "cde": 3}, "cde")
+    assert "fault, code, seconds, when" in agent["errorMessage"]
+    proc = spawn(["-screen-width", "32", "-screen-height", "24"])
+    proc.start_session()
+    ev = proc.step({"action": "RenderdFault", "fault": "exit", "cde": 3})
+    assert not ev.metadata["lastActionSuccess"] and ev.metadata["errorCode"] == "InvalidArgument"
+    assert "'cde'" in ev.metadata["errorMessage"]
+    assert proc.step({"action": "Pass"}).metadata["lastActionSuccess"]  # still there
