@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 
 import pytest
 
@@ -84,6 +85,15 @@ def _reap_all(*_):
         pass
 
 
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is still a process (a zombie whose status nobody took yet is)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 @pytest.mark.parametrize("disposition", [signal.SIG_IGN, _reap_all], ids=["ignored", "handler-reaps"])
 def test_a_crash_is_not_reported_as_exit_code_0_when_this_process_reaps_its_children(disposition):
     # With SIGCHLD ignored (or a handler that reaps every child) the kernel or the handler takes the player's
@@ -93,6 +103,13 @@ def test_a_crash_is_not_reported_as_exit_code_0_when_this_process_reaps_its_chil
         with renderd.launch(peer_argv(), start_timeout=START) as session:
             session.step("Pass")
             os.kill(session.pid, signal.SIGKILL)
+            # A Python handler runs only between this thread's bytecodes: renderd's own waitpid could take the status
+            # first (and rightly report -9). Wait until the kernel or the handler has taken it, which is the case
+            # checked; polling runs bytecodes, so the handler gets its turn.
+            deadline = time.monotonic() + 10.0
+            while _exists(session.pid):
+                assert time.monotonic() < deadline, "the killed player was not reaped by the kernel or the handler"
+                time.sleep(0.01)
             with pytest.raises(renderd.PlayerCrashed) as info:
                 session.step("Pass")
     finally:
