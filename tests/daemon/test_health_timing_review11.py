@@ -32,5 +32,10 @@ def test_an_idle_loop_with_timed_checks_does_not_spin(supervisor_with):
     wait_for(lambda: (p := _player(sup)) is not None and p.state == State.READY and p.check_due is not None,
              DEADLINE, "a READY player with its first check timed")
     before = len(passes)
-    time.sleep(1.0)  # (what is measured: how often the idle loop passes in a second)
-    assert len(passes) - before <= 5, f"{len(passes) - before} loop passes in 1 s while idle"
+    started = time.monotonic()
+    time.sleep(1.0)  # (what is measured: how often the idle loop passes in about a second)
+    window = time.monotonic() - started  # (longer on a busy machine: an idle loop then passes a little more)
+    count = len(passes) - before
+    # An idle loop passes about once a second (LOOP_IDLE), plus a few for a health check if the window reached it;
+    # a spinning one passes thousands of times a second.
+    assert count <= 5 + 2 * window, f"{count} loop passes in {window:.2f} s while idle"
