@@ -22,6 +22,8 @@ PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
 N = 3
 #: Each slot's step_timeout: one send waiting that long per slot is N x this.
 STEP = 1.5
+#: A step_timeout the step's own timeout must keep the send from waiting.
+LONG_STEP = 5.0
 #: The SIGTERM grace of the failed slots (stopped together).
 GRACE = 0.5
 #: An action that does not fit in client.pipe (64 KiB), so a stopped player's pipe fills up.
@@ -70,9 +72,9 @@ def test_step_timeout_bounds_the_send_too(no_leaks):
     assert took < 0.3 + GRACE + 1.0, f"step(timeout=0.3) took {took:.2f} s"
 
 
-def _stopped(n_stopped: int, n: int, **kw) -> renderd.VectorSession:
+def _stopped(n_stopped: int, n: int, step_timeout: float = STEP, **kw) -> renderd.VectorSession:
     """n players of which the first n_stopped have opened client.pipe and are then stopped (SIGSTOP)."""
-    vs = renderd.launch_many(n, **player_kwargs(step_timeout=STEP), **kw)
+    vs = renderd.launch_many(n, **player_kwargs(step_timeout=step_timeout), **kw)
     vs.step(["Pass"] * n)  # every player has opened client.pipe
     for session in vs.sessions[:n_stopped]:
         session.stop_grace = GRACE
@@ -81,7 +83,10 @@ def _stopped(n_stopped: int, n: int, **kw) -> renderd.VectorSession:
 
 
 def test_stopped_players_with_a_full_pipe_are_bounded_by_the_step_timeout(no_leaks):
-    vs = _stopped(N, N)
+    # A long step_timeout of their own (never reached when the step's timeout holds): a send that waited one per slot
+    # would take N x 5 s, one that waited one in all 5 s, either far beyond the bound below, which leaves a busy
+    # machine seconds for the stop (SIGTERM, grace, SIGKILL) of the stopped players.
+    vs = _stopped(N, N, step_timeout=LONG_STEP)
     try:
         started = time.monotonic()
         with pytest.raises(PlayerTimeout) as info:
@@ -91,7 +96,7 @@ def test_stopped_players_with_a_full_pipe_are_bounded_by_the_step_timeout(no_lea
         assert "did not take its action within the recv timeout of 0.3 s" in str(info.value)
     finally:
         vs.close()
-    assert took < 0.3 + GRACE + 1.0, f"step(timeout=0.3) took {took:.2f} s for {N} stopped players"
+    assert took < 0.3 + GRACE + 3.0 < LONG_STEP, f"step(timeout=0.3) took {took:.2f} s for {N} stopped players"
 
 
 def test_a_healthy_slot_after_stopped_ones_still_steps(no_leaks):
