@@ -8,11 +8,13 @@ a launch thread or a pipe directory behind.
 from __future__ import annotations
 
 import os
-from typing import Any
+import time
+from typing import Any, Sequence
 
 import pytest
 
 import renderd
+from renderd.errors import PlayerCrashed
 from tests.helpers.leaks import Leaks, wait_for  # noqa: F401  (wait_for: used by the tests)
 
 #: Small frames keep 8 players x 500 steps well inside the test budget on 2 CPUs.
@@ -64,3 +66,18 @@ def launch():
     yield _launch
     for vs in made:
         vs.close()
+
+
+def every_slot_crashes(vs: renderd.VectorSession, actions: Sequence[Any], *phrases: str) -> tuple[PlayerCrashed, float]:
+    """Step ``vs`` with ``actions``: it must raise PlayerCrashed for every slot, each failure's message holding
+    every one of ``phrases``. Returns the error and how long the step took (seconds)."""
+    started = time.monotonic()
+    with pytest.raises(PlayerCrashed) as info:
+        vs.step(list(actions))
+    took = time.monotonic() - started
+    assert info.value.slots == list(range(len(actions)))
+    for i in range(len(actions)):
+        text = str(info.value.failures[i])
+        for phrase in phrases:
+            assert phrase in text, text
+    return info.value, took
