@@ -1118,12 +1118,11 @@ class VectorSession:
             # The player closed client.pipe since its last answer: the write would fail (EPIPE), and the channel
             # would then wait for the player's exit (EOF_CLASSIFY_TIMEOUT) before going on to the next slot. That
             # wait is made here alongside the other slots' (see _await_exit).
-            name = limit[1] if limit is not None and limit[0] < time.monotonic() + session.step_timeout else "step_timeout"
             slot.in_flight = kind
             slot.sent_at = time.monotonic()
             slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
             slot.deadline = slot.sent_at + session.step_timeout
-            self._await_exit(slot, f"the player closed client.pipe while renderd sent it an action ({name})", False)
+            self._await_exit(slot, "the player closed client.pipe while renderd sent it an action", False)
             return
         # A FIFO channel writes what client.pipe takes at once and keeps the rest, which recv's poll writes
         # as the player reads: a player that does not read costs no other slot its write (the shared
