@@ -50,7 +50,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from typing import Any, NamedTuple
 
@@ -379,6 +379,13 @@ def _within(deadline: str) -> str:
     """How a PlayerTimeout names the deadline that passed, before its length: "step_timeout =", or "the recv
     timeout of"."""
     return "the recv timeout of" if deadline == "recv timeout" else f"{deadline} ="
+
+
+def _frames(frame: Any) -> Iterator[Any]:
+    """``frame`` and the frames it was called from."""
+    while frame is not None:
+        yield frame
+        frame = frame.f_back
 
 
 def _player_exited(session: Any) -> bool:
@@ -1109,6 +1116,8 @@ class VectorSession:
 
     def _send_now(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
         session = slot.session
+        if self._closed_outside(slot, "it was to be sent an action"):
+            return
         limit = self._send_limit
         if self._send_start is not None:  # one call sending to many slots: one step_timeout for all of them
             own = self._send_start + session.step_timeout
@@ -1124,31 +1133,48 @@ class VectorSession:
             slot.deadline = slot.sent_at + session.step_timeout
             self._await_exit(slot, "the player closed client.pipe while renderd sent it an action", False)
             return
-        # A FIFO channel writes what client.pipe takes at once and keeps the rest, which recv's poll writes
-        # as the player reads: a player that does not read costs no other slot its write (the shared
-        # deadline is for opening client.pipe), and the rest has the answer's deadline.
-        channel = getattr(session, "channel", None)
-        partial = getattr(channel, "partial_sends", None) is False
-        if partial:
-            channel.partial_sends = True
+        # The session's own lock is held while it sends (Session._send is its send() without that lock, plus the
+        # deadline this call shares between its slots), as its send() holds it: a call of the slot's session made
+        # meanwhile (vs.sessions[i] stepped from another thread, or from a signal handler or on_event) is refused
+        # with CallOrderError rather than writing its action into the middle of this one on client.pipe; and this
+        # send, if such a call is inside the session already, writes nothing (the slot fails: that call's action
+        # and answer are on its pipes). Receiving takes the lock in session.recv(); in between the session is
+        # PENDING, so such a call's send or step is refused by the session itself. close() takes no lock: a
+        # session closed from outside is noticed before its pipes are touched (see _closed_outside).
+        lock = getattr(session, "_io_lock", None) if isinstance(session, Session) else None
+        if lock is not None and not lock.acquire(False):
+            self._fail(slot, self._in_use_error(slot, message))
+            return
+        error: RenderdError | None = None
         try:
-            if isinstance(session, Session):
-                session._send(message, {}, limit)
-            else:
-                session.send(message)
-        except PlayerTimeout as exc:
-            if limit is not None and exc.deadline == limit[1]:
-                err = self._send_timeout_error(slot, message, limit)
-                err.__cause__ = exc
-                exc = err
-            self._fail(slot, exc)
-            return
-        except RenderdError as exc:
-            self._fail(slot, exc)
-            return
-        finally:
+            # A FIFO channel writes what client.pipe takes at once and keeps the rest, which recv's poll writes
+            # as the player reads: a player that does not read costs no other slot its write (the shared
+            # deadline is for opening client.pipe), and the rest has the answer's deadline.
+            channel = getattr(session, "channel", None)
+            partial = getattr(channel, "partial_sends", None) is False
             if partial:
-                channel.partial_sends = False
+                channel.partial_sends = True
+            try:
+                if isinstance(session, Session):
+                    session._send(message, {}, limit)
+                else:
+                    session.send(message)
+            except PlayerTimeout as exc:
+                error = exc
+                if limit is not None and exc.deadline == limit[1]:
+                    error = self._send_timeout_error(slot, message, limit)
+                    error.__cause__ = exc
+            except RenderdError as exc:
+                error = exc
+            finally:
+                if partial:
+                    channel.partial_sends = False
+        finally:
+            if lock is not None:
+                lock.release()
+        if error is not None:
+            self._fail(slot, error)
+            return
         slot.in_flight = kind
         slot.sent_at = time.monotonic()
         slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
@@ -1168,6 +1194,37 @@ class VectorSession:
                 self._poller.register(wfd, select.POLLOUT if partial and _unsent(session) else 0)
                 self._fd_slots[wfd] = slot
                 self._writer_fds[wfd] = slot
+
+    def _in_use_error(self, slot: _Slot, message: str | dict[str, Any]) -> CallOrderError:
+        """The error of a slot whose session a call of its own is inside (``vs.sessions[i]`` stepped directly, from
+        another thread, or from a signal handler or ``on_event`` in this one) when this call was to send it
+        ``message``: nothing was written; that call's action and answer are on the slot's pipes."""
+        session = slot.session
+        action = message if isinstance(message, str) else str(message.get("action"))
+        here = any(
+            f.f_code in _SESSION_IO_CODES and f.f_locals.get("self") is session for f in _frames(sys._getframe(1))
+        )
+        where = "in this thread (from a signal handler or on_event)" if here else "in another thread"
+        return CallOrderError(
+            f"{action}: slot {slot.index}'s session (player pid {getattr(session, 'pid', None)}) is inside a call of "
+            f"its own {where}: vs.sessions[{slot.index}] was stepped directly, which a VectorSession's slots must "
+            "not be (read from them only). Nothing was sent to it; its session was closed"
+        )
+
+    def _closed_outside(self, slot: _Slot, doing: str) -> bool:
+        """Fail ``slot`` (and return True) if its session was closed from outside this vector session (a close() of
+        ``vs.sessions[i]``, from another thread or a signal handler) while the slot was in use (``doing`` says how):
+        its pipes, registered in this call's poll, are closed and their descriptor numbers may be another file's
+        now, so they are not touched again. A close() of this vector session is not one (see _check_closed_meanwhile)."""
+        session = slot.session
+        if self._closer is not None or getattr(session, "closed", False) is not True:
+            return False
+        self._fail(slot, CallOrderError(
+            f"slot {slot.index}: its session (player pid {getattr(session, 'pid', None)}) was closed from outside the "
+            f"VectorSession (a close() of vs.sessions[{slot.index}], from another thread or a signal handler) while "
+            f"{doing}; its player is stopped"
+        ))
+        return True
 
     def _defer_open(self, slot: _Slot, message: str | dict[str, Any], kind: str) -> None:
         """Keep ``message`` as the slot's action in flight, unwritten: its player has not opened client.pipe.
@@ -1210,6 +1267,9 @@ class VectorSession:
         slot.superseded = False  # (the answer in flight, if any, is taken or given up)
         slot.unopened = None
         for fd in slot.fds:
+            if self._fd_slots.get(fd, slot) is not slot:
+                # (Its session was closed from outside, see _closed_outside, and the number is another slot's pipe now.)
+                continue
             try:
                 self._poller.unregister(fd)
             except KeyError:
@@ -1274,6 +1334,8 @@ class VectorSession:
     def _receive(self, slot: _Slot, rnd: _Round, timeout: float | None = None, *, late: bool = False) -> None:
         """Take the answer of the slot's action in flight (its data is there, or its deadline passed: with
         ``late``, a PlayerTimeout is reported as :meth:`_timeout_error` words it)."""
+        if self._closed_outside(slot, "it waited for its answer"):
+            return
         kind, superseded = slot.in_flight, slot.superseded
         try:
             event = slot.session.recv(timeout)
@@ -1352,6 +1414,9 @@ class VectorSession:
                     continue
                 if slot.in_flight is None:
                     continue
+                if self._closed_outside(slot, "it waited for its answer"):
+                    expired = True  # (states changed: look again)
+                    continue
                 blocking = wait_resets or slot.in_flight == "action"
                 by_overall = blocking and overall is not None and overall < slot.deadline
                 expiry = overall if by_overall else slot.deadline
@@ -1427,14 +1492,14 @@ class VectorSession:
                     hit.add(slot)
                     input_closed.add(slot)
         for _, slot in writable:
-            if slot.in_flight is not None:  # room in client.pipe for more of the action in flight
-                self._write_more(slot)
+            if slot.in_flight is not None and not self._closed_outside(slot, "it was sent an action"):
+                self._write_more(slot)  # room in client.pipe for more of the action in flight
         for slot in sorted(hit, key=lambda s: s.index):
             # A readable pipe may hold only part of an answer: receive once it is whole (or the player
             # is gone), so a player stuck in the middle of a message holds up no other slot. A player that
             # closed client.pipe is received from at once: the channel gives it a second at most to
             # answer or exit, then reports it as a crash.
-            if slot.in_flight is None:
+            if slot.in_flight is None or self._closed_outside(slot, "it waited for its answer"):
                 continue
             if slot.unopened is not None:  # its player exited (or opened client.pipe meanwhile)
                 self._retry_open(slot)
