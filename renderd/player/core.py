@@ -130,8 +130,11 @@ MIN_GRID_SIZE = 0.01
 MIN_FOV = 1.0
 MAX_FOV = 179.0
 #: Initialize's settings (Player attributes) when a scene is loaded, and each one an Initialize is not given.
+#: ``snap_to_grid`` is a build's agent's snapToGrid field: false until an Initialize sets it (true unless sent false),
+#: as a freshly loaded scene's agent controller has it; AI2-THOR's controller sends Initialize after every Reset.
 _DEFAULT_SETTINGS = {"grid_size": DEFAULT_GRID_SIZE, "rotate_step": DEFAULT_ROTATE_DEGREES, "fov": DEFAULT_FOV,
-                     "visibility_distance": DEFAULT_VISIBILITY_DISTANCE, "render_depth": False, "render_ids": False}
+                     "visibility_distance": DEFAULT_VISIBILITY_DISTANCE, "render_depth": False, "render_ids": False,
+                     "snap_to_grid": False}
 #: cameraHorizon limits: looking up is negative, down positive (AI2-THOR's defaults).
 MAX_LOOK_UP = 30.0
 MAX_LOOK_DOWN = 60.0
@@ -359,6 +362,21 @@ def _vector(value: Any, key: str, base: tuple[float, float, float] | None = None
             raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
         out.append(float(v))
     return out[0], out[1], out[2]
+
+
+def _bool_argument(name: str, key: str, value: Any) -> bool:
+    """A bool parameter of an action dispatched by signature, as Json.NET converts the value: a bool, a number (true
+    unless 0) or the string "true"/"false" (any case); anything else, null included, cannot be converted
+    (``InvalidArgument``, a build's message)."""
+    if type(value) is bool:
+        return value
+    if _finite(value):
+        return value != 0
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    shown = "" if value is None else _clip(value if isinstance(value, str) else repr(value), 100)
+    raise ActionFailed(f"action: {name} has an invalid argument: {key} (=={shown}). Cannot convert to: Boolean",
+                       "InvalidArgument")
 
 
 def _xyz(x: float, y: float, z: float) -> dict[str, float]:
@@ -856,9 +874,9 @@ class Player:
         # 90 (InitializeBody), reads a gridSize of 0 as 0.25, and checks and applies, stopping at the first
         # failure with what it applied so far kept: fieldOfView (0 not applied; below 0 or from 180 fails),
         # rotateStepDegrees (not above 0 fails; then applied, and with snapToGrid, true unless sent, anything
-        # but 90, 180, 270 or a multiple of 360 fails), visibilityDistance (applied when above 0), gridSize (not
-        # above 0 or above 5 fails). Whether that failed or not, AgentManager then sets the depth and
-        # segmentation switches from the action and adds the other agents, each running the same Initialize.
+        # but 90, 180, 270 or a multiple of 360 fails; else snapToGrid is set), visibilityDistance (applied when
+        # above 0), gridSize (not above 0 or above 5 fails). Whether that failed or not, AgentManager then sets the
+        # depth and segmentation switches from the action and adds the other agents, each running the same Initialize.
         # A build's failures there set no errorCode (null). What the player refuses for its own reasons (an
         # argument that is not a number, as a build cannot even read the action then; limits a build does not
         # have, where it would stop answering or the transport could not carry the answer) is refused
@@ -884,6 +902,10 @@ class Player:
                 if snap and rotate not in (90.0, 180.0, 270.0) and rotate % 360 != 0:
                     failure = (f"Initialize: rotateStepDegrees {rotate:g} needs snapToGrid false: with snapToGrid "
                                f"true (the default) it must be 90, 180, 270 or a multiple of 360")
+                else:
+                    # A build sets its agent's snapToGrid here, once the rotation step passed: an Initialize that failed
+                    # before leaves the new agent's false.
+                    settings["snap_to_grid"] = snap
         if failure is None:
             visibility = given.get("visibilityDistance", 0.0)
             if visibility > 0:
@@ -1047,7 +1069,18 @@ class Player:
         hit = self.scene.path_collision(agent.x, agent.z, x, z, magnitude, self._others())
         if hit is not None:
             raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
+        if self.snap_to_grid:
+            # As a build's moveInDirection: the path is checked to where the move leads, and the agent then snapped to
+            # the nearest point of the world's gridSize grid (a move of 0.1 m on a 0.25 m grid lands where it started,
+            # a successful move; one at a yaw off the axes lands on a grid point).
+            x, z = self._snap(x), self._snap(z)
         agent.x, agent.z = x, z
+
+    def _snap(self, value: float) -> float:
+        """``value`` on the nearest point of the ``gridSize`` grid, as a build's snapAgentToGrid rounds it (Math.Round:
+        a tie to the even multiple, as Python's round), to 4 decimals."""
+        mult = 1.0 / self.grid_size
+        return round(round(value * mult) / mult, 4) + 0.0  # (+ 0.0: no -0.0)
 
     # A build's physics agent's RotateRight(degrees, ...), by signature; the others have no effect here.
     @_action("RotateLeft", "RotateRight",
@@ -1091,7 +1124,8 @@ class Player:
 
     # A build's physics agent's Teleport and TeleportFull, by signature, each in two overloads: with a position, and
     # (deprecated, still dispatched to) with x, y and z, which a build takes when the action names more of them than
-    # it names position. standing (the player's agent always stands) has no effect here.
+    # it names position. TeleportFull's standing is a bool with no default (required); Teleport's a bool? (null, or not
+    # given: the agent stays as it stands). The player's agent always stands: standing has no other effect here.
     @_action("Teleport", "TeleportFull",
              takes=(("position", "rotation", "horizon", "standing", "forceAction"),
                     ("x", "y", "z", "rotation", "horizon", "standing", "forceAction")))
@@ -1103,41 +1137,52 @@ class Player:
         # The overload a build dispatches to (answer() has checked the arguments against it): x, y and z (none of
         # them optional) in place of position when the action names more of them than it names position.
         by_xyz = _overload(action.keys() - STEP_KEYS, _ACCEPTED[name]) == 1
-        required = ("x", "y", "z") if by_xyz else ("position",) if full else ()
-        missing = [k for k in required + (("rotation", "horizon") if full else ()) if k not in action]
+        where = ("x", "y", "z") if by_xyz else ("position",)
+        # As a build's ActionDispatcher: first every argument given is converted to its parameter's type, in the
+        # overload's order (one that cannot be: InvalidArgument), then the parameters without a default that were
+        # not given are named (MissingArguments), and only then does the action run. Teleport's position, rotation,
+        # horizon and standing are optional values (null: not given); TeleportFull's are not (null cannot convert).
+        given: dict[str, Any] = {}
+        for key in where + ("rotation", "horizon", "standing"):
+            if key not in action or (action[key] is None and not full and key not in ("x", "y", "z")):
+                continue
+            value = action[key]
+            if key == "position":
+                given[key] = _vector(value, key)
+            elif key == "rotation":
+                given[key] = _vector(value, key) if isinstance(value, dict) else (0.0, _number(action, key), 0.0)
+            elif key == "standing":
+                given[key] = _bool_argument(name, key, value)
+            else:
+                given[key] = _number(action, key)
+        required = where + ("rotation", "horizon", "standing") if full else where if by_xyz else ()
+        missing = [k for k in required if k not in action]
         if missing:
-            raise ActionFailed(f"{name} needs {', '.join(repr(k) for k in missing)}"
-                               + (": given x, y or z it takes all three in place of position, as a build does"
-                                  if by_xyz else ""), "MissingArguments")
-        # Teleport's position, rotation and horizon are optional in a build (null: not given); TeleportFull's are
-        # not. A horizon outside the look limits fails (an ArgumentOutOfRangeException: no errorCode), as the
-        # blocked spot does; with forceAction a build's physics agent checks neither (up to this player's own
-        # limits, MAX_FORCED_HORIZON and MAX_FORCED_DISTANCE).
+            hint = (" (given x, y or z, it takes 'x', 'y' and 'z' in place of position, as a build does)" if by_xyz
+                    else "")
+            raise ActionFailed(f"action: {name} is missing the following arguments: {','.join(missing)}{hint}",
+                               "MissingArguments")
+        # A horizon outside the look limits fails (an ArgumentOutOfRangeException: no errorCode), as the blocked spot
+        # does; with forceAction a build's physics agent checks neither (up to this player's own limits,
+        # MAX_FORCED_HORIZON and MAX_FORCED_DISTANCE).
         force = _flag(action.get("forceAction"), False)
-        spot = None
-        if by_xyz:
-            _number(action, "y")
-            spot = _number(action, "x"), _number(action, "z")
-        elif "position" in action and (full or action["position"] is not None):
-            spot = _vector(action["position"], "position")[::2]
-        if spot is not None:
-            x, z = spot
+        if by_xyz or "position" in given:
+            x, z = (given["x"], given["z"]) if by_xyz else given["position"][::2]
             if force and not (abs(x) <= MAX_FORCED_DISTANCE and abs(z) <= MAX_FORCED_DISTANCE):
-                raise ActionFailed(f"{action['action']}: with forceAction this player takes a position up to "
+                raise ActionFailed(f"{name}: with forceAction this player takes a position up to "
                                    f"{MAX_FORCED_DISTANCE:g} m from the room's centre along x and z, got "
                                    f"({x:g}, {z:g})", "InvalidArgument")
-        if "rotation" in action and (full or action["rotation"] is not None):
-            rot = action["rotation"]
-            yaw = _vector(rot, "rotation")[1] if isinstance(rot, dict) else _number(action, "rotation")
-        if "horizon" in action and (full or action["horizon"] is not None):
-            horizon = _number(action, "horizon")
+        if "rotation" in given:
+            yaw = given["rotation"][1]
+        if "horizon" in given:
+            horizon = given["horizon"]
             if force:
                 if not -MAX_FORCED_HORIZON <= horizon <= MAX_FORCED_HORIZON:
-                    raise ActionFailed(f"{action['action']}: with forceAction this player takes a horizon between "
+                    raise ActionFailed(f"{name}: with forceAction this player takes a horizon between "
                                        f"{-MAX_FORCED_HORIZON:g} and {MAX_FORCED_HORIZON:g}, got {horizon:g}",
                                        "InvalidArgument")
             elif not -MAX_LOOK_UP <= horizon <= MAX_LOOK_DOWN:
-                raise ActionFailed(f"{action['action']}: horizon must be between {-MAX_LOOK_UP:g} and "
+                raise ActionFailed(f"{name}: horizon must be between {-MAX_LOOK_UP:g} and "
                                    f"{MAX_LOOK_DOWN:g}, got {horizon:g} (forceAction takes it)")
         if not force:
             hit = self.scene.collision(x, z, others=self._others())
@@ -1175,13 +1220,17 @@ class Player:
             )
         self.log.info("quality level set to %s (frames do not change: the renderer has one quality)", quality)
 
-    # A build's GetReachablePositions(maxStepCount, directionsRelativeAgent): neither has an effect here (the player
-    # finds every free point at Initialize's gridSize).
+    # An AI2-THOR 5.0.0 build's GetReachablePositions(maxStepCount, directionsRelativeAgent): neither has an effect
+    # here (the player finds every free point at Initialize's gridSize). That build's method has no gridSize, so a
+    # gridSize given fails as an invalid argument; builds made after 5.0.0 (the main branch's, run by commit_id) take a
+    # gridSize there, which this player does not model.
     @_action("GetReachablePositions", takes=(("maxStepCount", "directionsRelativeAgent"),))
     def _reachable(self, action: dict) -> list[dict[str, float]]:
         # The points are already rounded to 4 decimals, as _xyz would round them.
         y = round(AGENT_Y, 4)
-        points = self.scene.reachable_positions(self.grid_size)
+        # As a build's, the points step out from where the acting agent stands (on its grid, not the start's).
+        agent = self._agent
+        points = self.scene.reachable_positions(self.grid_size, (agent.x, agent.z))
         # Refused before the (large) list is built when the answer could not be carried.
         self._check_return_size("GetReachablePositions", len(points) * RETURN_ITEM_SIZE)
         return [{"x": x, "y": y, "z": z} for x, z in points]

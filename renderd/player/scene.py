@@ -212,20 +212,24 @@ class Scene:
                 if self.path_collision(px, pz, nx, nz) is None:
                     queue.append(step)
 
-    def reachable_positions(self, grid_size: float) -> list[tuple[float, float]]:
-        """Free grid points (spacing ``grid_size``, aligned with the start pose) inside the room, ``x``-major.
+    def reachable_positions(self, grid_size: float,
+                            origin: tuple[float, float] | None = None) -> list[tuple[float, float]]:
+        """Free grid points (spacing ``grid_size``, aligned with ``origin``, ``(x, z)``: where the agent stands, as
+        a build's ``getReachablePositions`` steps out from the agent; default the start pose) inside the room,
+        ``x``-major.
 
         Exactly the points for which :meth:`collision` is ``None`` (the same arithmetic, on whole rows and
         columns at once: a 1 cm grid has a few hundred thousand points)."""
         import numpy as np  # (this module is imported where numpy is not wanted yet)
 
+        ox, oz = (self.start.x, self.start.z) if origin is None else origin
         sx, _, sz = self.size
-        i_lo = math.ceil((-sx / 2 - self.start.x) / grid_size)
-        i_hi = math.floor((sx / 2 - self.start.x) / grid_size)
-        k_lo = math.ceil((-sz / 2 - self.start.z) / grid_size)
-        k_hi = math.floor((sz / 2 - self.start.z) / grid_size)
-        xs = [round(self.start.x + i * grid_size, 4) for i in range(i_lo, i_hi + 1)]
-        zs = [round(self.start.z + k * grid_size, 4) for k in range(k_lo, k_hi + 1)]
+        i_lo = math.ceil((-sx / 2 - ox) / grid_size)
+        i_hi = math.floor((sx / 2 - ox) / grid_size)
+        k_lo = math.ceil((-sz / 2 - oz) / grid_size)
+        k_hi = math.floor((sz / 2 - oz) / grid_size)
+        xs = [round(ox + i * grid_size, 4) + 0.0 for i in range(i_lo, i_hi + 1)]  # (+ 0.0: no -0.0)
+        zs = [round(oz + k * grid_size, 4) + 0.0 for k in range(k_lo, k_hi + 1)]
         if not xs or not zs:
             return []
         radius = AGENT_RADIUS

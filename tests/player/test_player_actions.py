@@ -124,7 +124,7 @@ def test_teleport(player):
     assert ev.metadata["agent"]["position"] == {"x": 1.0, "y": 0.9, "z": -1.0}
     assert center(ev.depth_frame) == pytest.approx(4.0, abs=1e-3)  # the west wall at x=-3
     assert tuple(center(ev.instance_segmentation_frame)) == color_of(ev, "Wall|-03.00")
-    ev = player.step("TeleportFull", position={"x": 0.0, "y": 0.9, "z": 1.0}, rotation=0, horizon=0)
+    ev = player.step("TeleportFull", position={"x": 0.0, "y": 0.9, "z": 1.0}, rotation=0, horizon=0, standing=True)
     assert not ev and "Fridge|" in ev.metadata["errorMessage"]
     assert ev.metadata["agent"]["position"]["x"] == pytest.approx(1.0)
 

@@ -39,7 +39,8 @@ def _refused(p: Player, action: dict, *names: str) -> dict:
     ({"action": "RotateRight", "degrees": 30, "bar": 2}, ["bar"]),
     ({"action": "RotateLeft", "moveMagnitude": 1, "horizon": 0}, ["horizon", "moveMagnitude"]),
     ({"action": "Teleport", "position": {"x": 0, "y": 0.9, "z": -1}, "x": 1.0}, ["x"]),
-    ({"action": "TeleportFull", "position": {"x": 0, "y": 0.9, "z": -1}, "rotation": 0, "horizon": 0, "yaw": 90},
+    ({"action": "TeleportFull", "position": {"x": 0, "y": 0.9, "z": -1}, "rotation": 0, "horizon": 0, "standing": True,
+      "yaw": 90},
      ["yaw"]),
     ({"action": "Pass", "foo": None}, ["foo"]),
     ({"action": "Done", "degrees": 30}, ["degrees"]),
@@ -109,7 +110,8 @@ def test_teleport_with_x_y_z_takes_the_build_s_other_overload():
     md, _ = p.handle({"action": "Teleport", "x": 1.0, "y": 0.9, "z": 0.5, "horizon": 30})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
     assert (p.x, p.z, p.horizon) == (1.0, 0.5, 30)
-    md, _ = p.handle({"action": "TeleportFull", "x": -1.0, "y": 0.9, "z": 0.5, "rotation": {"y": 90}, "horizon": 0})
+    md, _ = p.handle({"action": "TeleportFull", "x": -1.0, "y": 0.9, "z": 0.5, "rotation": {"y": 90}, "horizon": 0,
+                      "standing": True})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
     assert (p.x, p.z, p.yaw, p.horizon) == (-1.0, 0.5, 90, 0)
     # That overload takes no position: both is an invalid argument of the one chosen.

@@ -238,7 +238,7 @@ def test_a_teleport_horizon_past_the_look_limits_fails_without_an_error_code_and
     p = Player(width=16, height=12)
     for action in ("Teleport", "TeleportFull"):
         md, _ = p.handle({"action": action, "position": {"x": 0.5, "y": 0.9, "z": -2}, "rotation": {"y": 90},
-                          "horizon": 75})
+                          "horizon": 75, "standing": True})
         assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None and p.x == 0
         assert "horizon" in _agent(md)["errorMessage"]
     md, _ = p.handle({"action": "Teleport", "position": {"x": 0.5, "y": 0.9, "z": -2}, "rotation": None,

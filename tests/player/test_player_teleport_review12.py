@@ -18,14 +18,14 @@ def test_force_action_takes_a_horizon_past_the_look_limits(name):
     p = Player(width=16, height=12)
     for horizon in (75, -60, 90, -90):
         md, images = p.handle({"action": name, "position": {"x": 0, "y": 0.9, "z": -2}, "rotation": {"y": 0},
-                               "horizon": horizon, "forceAction": True})
+                               "horizon": horizon, "standing": True, "forceAction": True})
         assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
         assert _agent(md)["agent"]["cameraHorizon"] == horizon and p.horizon == horizon
         assert [kind for kind, _ in images] == [FieldType.RGB_IMAGE]
     # Without it (or with false) the limits hold, as before: a failure with no errorCode, nothing changed.
     for force in (False, "false", 0, None):
         md, _ = p.handle({"action": name, "position": {"x": 0.5, "y": 0.9, "z": -2}, "rotation": {"y": 90},
-                          "horizon": 75, "forceAction": force})
+                          "horizon": 75, "standing": True, "forceAction": force})
         assert not _agent(md)["lastActionSuccess"] and _agent(md)["errorCode"] is None
         assert (p.x, p.yaw, p.horizon) == (0, 0, -90)
 
@@ -49,7 +49,7 @@ def test_force_action_skips_the_collision_check():
     assert (p.x, p.z) == (0, 1)
     # Outside the room, and onto another agent.
     md, _ = p.handle({"action": "TeleportFull", "position": {"x": 0, "y": 0.9, "z": -5}, "rotation": {"y": 0},
-                      "horizon": 0, "forceAction": "true"})
+                      "horizon": 0, "standing": True, "forceAction": "true"})
     assert _agent(md)["lastActionSuccess"], _agent(md)["errorMessage"]
     assert _agent(md)["agent"]["position"]["z"] == -5
     p = Player(width=16, height=12)

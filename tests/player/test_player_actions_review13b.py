@@ -1,0 +1,174 @@
+"""The reference player's most used actions against an AI2-THOR 5.x build's physics (default) agent.
+
+* TeleportFull's ``standing`` is a bool parameter with no default: without it the build's ActionDispatcher fails the
+  action ``MissingArguments`` (every missing parameter named, in the overload's order), and null cannot be converted
+  to a bool (``InvalidArgument``); Teleport's is optional. Arguments given are converted before missing ones are named.
+* With ``snapToGrid`` (an Initialize's, true unless sent false) a move lands on the nearest point of the world's
+  ``gridSize`` grid, as the build's ``moveInDirection`` snaps the agent; a loaded scene's agent has it false until an
+  Initialize sets it.
+* GetReachablePositions steps out from where the acting agent stands; the 5.0.0 build's method takes no ``gridSize``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from renderd.player.core import Player
+
+SPOT = {"x": 0.0, "y": 0.9, "z": -1.0}
+
+
+def _agent(md: dict, i: int = 0) -> dict:
+    return md["agents"][i]
+
+
+def _run(p: Player, action: dict) -> dict:
+    return _agent(p.handle(action)[0])
+
+
+# -- TeleportFull's standing ------------------------------------------------------------------------------------------
+def test_teleport_full_without_standing_fails_missing_arguments_as_a_build_and_changes_nothing():
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 90}, "horizon": 30})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] == "MissingArguments"
+    assert agent["errorMessage"] == "action: TeleportFull is missing the following arguments: standing"
+    assert (p.x, p.z, p.yaw, p.horizon) == (0, -2, 0, 0)
+    # Every missing parameter, in the overload's order.
+    agent = _run(p, {"action": "TeleportFull"})
+    assert agent["errorMessage"] == ("action: TeleportFull is missing the following arguments: "
+                                     "position,rotation,horizon,standing")
+    agent = _run(p, {"action": "TeleportFull", "x": 0.0, "y": 0.9, "z": -1.0, "horizon": 0})
+    assert agent["errorCode"] == "MissingArguments"
+    assert agent["errorMessage"].startswith("action: TeleportFull is missing the following arguments: "
+                                            "rotation,standing")
+    # With it (any value a build converts to a bool) the teleport is carried out.
+    for standing in (True, False, "true", 1):
+        p = Player(width=16, height=12)
+        agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 90}, "horizon": 30,
+                         "standing": standing})
+        assert agent["lastActionSuccess"], (standing, agent["errorMessage"])
+        assert (p.x, p.z, p.yaw, p.horizon) == (0, -1, 90, 30)
+        assert agent["agent"]["isStanding"] is True  # the player's agent always stands
+
+
+@pytest.mark.parametrize("standing", [None, {}, [True], "yes"])
+def test_a_standing_that_is_no_bool_fails_invalid_argument(standing):
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 90}, "horizon": 0,
+                     "standing": standing})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] == "InvalidArgument"
+    assert agent["errorMessage"].startswith("action: TeleportFull has an invalid argument: standing (==")
+    assert (p.x, p.z, p.yaw) == (0, -2, 0)
+    # Teleport's standing is a bool?: null is not given, anything else must still be a bool.
+    agent = _run(p, {"action": "Teleport", "position": SPOT, "standing": standing})
+    if standing is None:
+        assert agent["lastActionSuccess"] and (p.x, p.z) == (0, -1)
+    else:
+        assert agent["errorCode"] == "InvalidArgument" and (p.x, p.z) == (0, -2)
+
+
+def test_an_argument_that_cannot_be_converted_fails_before_the_missing_ones_are_named():
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": "level"})
+    assert agent["errorCode"] == "InvalidArgument" and "horizon" in agent["errorMessage"]
+    # The range checks run only once the arguments are all there: a horizon past the limits and no standing is a
+    # missing argument, not the failure of the horizon.
+    agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": 75})
+    assert agent["errorCode"] == "MissingArguments"
+    agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": 75, "standing": True})
+    assert agent["errorCode"] is None and not agent["lastActionSuccess"] and "horizon" in agent["errorMessage"]
+
+
+def test_a_player_process_answers_teleport_full_without_standing_as_a_build(spawn):
+    p = spawn(["-screen-width", "32", "-screen-height", "24"])
+    p.start_session()
+    ev = p.step("TeleportFull", position=SPOT, rotation={"x": 0, "y": 270, "z": 0}, horizon=0)
+    assert not ev and ev.metadata["errorCode"] == "MissingArguments"  # AI2-THOR's controller raises ValueError
+    ev = p.step("TeleportFull", position=SPOT, rotation={"x": 0, "y": 270, "z": 0}, horizon=0, standing=True)
+    assert ev, ev.metadata["errorMessage"]
+    assert ev.metadata["agent"]["position"] == SPOT and ev.metadata["agent"]["rotation"]["y"] == 270
+
+
+# -- snapToGrid -------------------------------------------------------------------------------------------------------
+def test_with_snap_to_grid_a_move_lands_on_the_grid():
+    p = Player(width=16, height=12)
+    assert _run(p, {"action": "Initialize"})["lastActionSuccess"]
+    agent = _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})  # snapped back: a success that moves nothing
+    assert agent["lastActionSuccess"] and agent["agent"]["position"]["z"] == -2.0
+    agent = _run(p, {"action": "MoveAhead", "moveMagnitude": 0.15})
+    assert agent["lastActionSuccess"] and (p.x, p.z) == (0, -1.75)
+    assert _run(p, {"action": "RotateRight", "degrees": 30})["lastActionSuccess"]
+    agent = _run(p, {"action": "MoveAhead"})  # (0.125, -1.5335) -> the nearest grid point
+    assert agent["lastActionSuccess"] and (p.x, p.z) == (0, -1.5)
+    assert agent["agent"]["position"] == {"x": 0.0, "y": 0.9, "z": -1.5}
+    agent = _run(p, {"action": "MoveLeft", "moveMagnitude": 0.3})  # at a yaw of 30: (-0.26, -1.35) -> (-0.25, -1.25)
+    assert (p.x, p.z) == (-0.25, -1.25)
+    # A coarser grid snaps to its own points; a move that would end in the fridge is still blocked.
+    assert _run(p, {"action": "Initialize", "gridSize": 0.5})["lastActionSuccess"]
+    assert _run(p, {"action": "RotateLeft", "degrees": 30})["lastActionSuccess"] and p.yaw == 0
+    # (0.25, -1.25): both halfway between two points, each rounded to the even multiple (Math.Round, as a build's).
+    assert _run(p, {"action": "MoveRight", "moveMagnitude": 0.5})["lastActionSuccess"] and (p.x, p.z) == (0, -1.0)
+    blocked = _run(p, {"action": "MoveAhead", "moveMagnitude": 1.9})
+    assert not blocked["lastActionSuccess"] and "Fridge" in blocked["errorMessage"] and (p.x, p.z) == (0, -1.0)
+
+
+def test_without_snap_to_grid_a_move_goes_where_it_leads():
+    p = Player(width=16, height=12)
+    # A loaded scene's agent: no Initialize yet, snapToGrid false (a build's agent field before Initialize sets it).
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.9
+    assert _run(p, {"action": "Initialize", "snapToGrid": False, "rotateStepDegrees": 30})["lastActionSuccess"]
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.8
+    assert _run(p, {"action": "RotateRight"})["lastActionSuccess"] and p.yaw == 30
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.2})["lastActionSuccess"] and (p.x, p.z) == (0.1, -1.6268)
+    # Reset: the scene's agent again, snapToGrid false until the next Initialize.
+    assert _run(p, {"action": "Reset"})["lastActionSuccess"]
+    assert _run(p, {"action": "MoveBack", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -2.1
+
+
+@pytest.mark.parametrize("init, snaps", [
+    ({"fieldOfView": 200}, False),  # fails before the rotation step: snapToGrid stays the new agent's false
+    ({"rotateStepDegrees": 45}, False),  # fails at the rotation step (snapToGrid true): not set
+    ({"rotateStepDegrees": 45, "snapToGrid": False}, False),
+    ({"gridSize": 7}, True),  # fails after it: set
+    ({"snapToGrid": "true"}, True),
+])
+def test_an_initialize_sets_snap_to_grid_once_its_rotation_step_is_taken(init, snaps):
+    p = Player(width=16, height=12)
+    p.handle({"action": "Initialize", **init})
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"]
+    assert p.z == (-2.0 if snaps else -1.9)
+
+
+def test_snap_to_grid_holds_for_every_agent():
+    p = Player(width=16, height=12)
+    assert _run(p, {"action": "Initialize", "agentCount": 2})["lastActionSuccess"]
+    start = p.agents[1].x, p.agents[1].z
+    md, _ = p.handle({"action": "MoveAhead", "agentId": 1, "moveMagnitude": 0.1})
+    assert _agent(md, 1)["lastActionSuccess"] and (p.agents[1].x, p.agents[1].z) == start
+
+
+# -- GetReachablePositions --------------------------------------------------------------------------------------------
+def test_reachable_positions_step_out_from_where_the_agent_stands():
+    p = Player(width=16, height=12)
+    assert _run(p, {"action": "Initialize", "snapToGrid": False})["lastActionSuccess"]
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.9
+    positions = _run(p, {"action": "GetReachablePositions"})["actionReturn"]
+    assert {"x": 0.0, "y": 0.9, "z": -1.9} in positions
+    assert all(round((pos["z"] + 1.9) / 0.25, 6) % 1 == 0 and round(pos["x"] / 0.25, 6) % 1 == 0
+               for pos in positions)
+    assert not any(str(v) == "-0.0" for pos in positions for v in pos.values())
+    # At the start (on the grid) the points are the grid's, as before.
+    p = Player(width=16, height=12)
+    positions = _run(p, {"action": "GetReachablePositions"})["actionReturn"]
+    assert {"x": 0.0, "y": 0.9, "z": -2.0} in positions and {"x": -0.25, "y": 0.9, "z": -1.75} in positions
+
+
+def test_reachable_positions_refuse_a_grid_size_as_the_5_0_build_does():
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "GetReachablePositions", "gridSize": 0.5})
+    assert agent["errorCode"] == "InvalidArgument" and "'gridSize'" in agent["errorMessage"]
+    assert agent["actionReturn"] is None
+    # Initialize's gridSize is the way to another grid.
+    assert _run(p, {"action": "Initialize", "gridSize": 0.5})["lastActionSuccess"]
+    positions = _run(p, {"action": "GetReachablePositions"})["actionReturn"]
+    assert all(round(pos["x"] / 0.5, 6) % 1 == 0 and round(pos["z"] / 0.5, 6) % 1 == 0 for pos in positions)
