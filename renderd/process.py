@@ -88,7 +88,8 @@ LOG_TAIL_BYTES = 64 * 1024
 LOG_TAIL_LINES = 20
 #: How often a watch without a pidfd polls for the player's exit.
 PID_POLL_INTERVAL = 0.05
-#: At most how often :meth:`PlayerProcess.poll` notes the running player's helpers outside its process group
+#: At most how often :meth:`PlayerProcess.poll` (or, for an owner that notes them itself,
+#: :meth:`PlayerProcess.note_if_due`) notes the running player's helpers outside its process group
 #: (:meth:`PlayerProcess.note_descendants`), so that :meth:`PlayerProcess.stop` still finds them once the
 #: player has exited.
 DESCENDANT_NOTE_INTERVAL = 1.0
@@ -649,6 +650,11 @@ class PlayerProcess:
         self._noted_lock = threading.Lock()  # (a new one in a forked child: _after_fork_in_child)
         self._noting_closed = False  # set (under _noted_lock) by stop() before it reaps the player
         self._last_note = self.started_at
+        #: Whether :meth:`poll` notes the helpers when :data:`DESCENDANT_NOTE_INTERVAL` has passed. A note walks
+        #: /proc over the player's descendants (milliseconds for a player with hundreds of threads or many
+        #: processes): an owner that polls while holding a lock other threads wait for (the daemon's supervisor)
+        #: sets it False and calls :meth:`note_if_due` itself, without that lock.
+        self.notes_on_poll = True
         _player_processes.add(self)
 
     @classmethod
@@ -751,7 +757,7 @@ class PlayerProcess:
             self._returncode = self._popen.poll()
             return self._returncode
         if info is None or info.si_pid == 0:
-            if time.monotonic() - self._last_note >= DESCENDANT_NOTE_INTERVAL:
+            if self.notes_on_poll and time.monotonic() - self._last_note >= DESCENDANT_NOTE_INTERVAL:
                 self.note_descendants(wait=False)
             return None
         if info.si_code == os.CLD_EXITED:
@@ -862,8 +868,8 @@ class PlayerProcess:
         subreaper), and signals to its group miss them.
 
         :meth:`poll` calls this at most every :data:`DESCENDANT_NOTE_INTERVAL` seconds while the player runs
-        (the daemon polls every player on each pass of its loop); a helper started and orphaned since the
-        last note is not found. Each one noted holds a pidfd (so a signal through it can reach no other
+        (unless :attr:`notes_on_poll` is False: the daemon's loop calls :meth:`note_if_due` for every player on
+        each pass instead, without its lock); a helper started and orphaned since the last note is not found. Each one noted holds a pidfd (so a signal through it can reach no other
         process), at most :data:`MAX_NOTED_DESCENDANTS` per player; those that have exited are let go at the
         next note. With ``wait=False`` it does nothing while another thread is noting. Never raises for a
         process that is gone."""
@@ -892,6 +898,18 @@ class PlayerProcess:
                 self._noted[pid] = handle
         finally:
             self._noted_lock.release()
+
+    def note_if_due(self) -> bool:
+        """:meth:`note_descendants` (without waiting for a note under way in another thread) if
+        :data:`DESCENDANT_NOTE_INTERVAL` seconds have passed since the last note and the player has not been
+        seen to exit or been stopped; returns whether it noted. For an owner that sets :attr:`notes_on_poll` to
+        False; it does not reap, and never raises for a process that is gone."""
+        if self._returncode is not None or self._stopped or self._noting_closed:
+            return False
+        if time.monotonic() - self._last_note < DESCENDANT_NOTE_INTERVAL:
+            return False
+        self.note_descendants(wait=False)
+        return True
 
     def noted_descendants(self) -> list[int]:
         """The pids of the helpers outside its process group noted for the player (see
@@ -1072,8 +1090,9 @@ class PlayerProcess:
         started outside its group (``setsid``, ``start_new_session``) get the same SIGTERM, grace and SIGKILL,
         daemonised ones too (the player is their subreaper, see :func:`die_with_parent`). Once the player has
         exited, those are no longer its descendants: they are found only when they were noted while it ran
-        (:meth:`note_descendants`, which :meth:`poll` does every :data:`DESCENDANT_NOTE_INTERVAL` seconds), and
-        so are the processes outside the group that they started since. Idempotent; logs a
+        (:meth:`note_descendants`, which :meth:`poll`, or its owner through :meth:`note_if_due`, does every
+        :data:`DESCENDANT_NOTE_INTERVAL` seconds), and so are the processes outside the group that they started
+        since. Idempotent; logs a
         warning when it has to escalate to SIGKILL. Returns the player's return code. Never raises for a
         player that is already gone. Interrupted while it waits (Ctrl-C), it kills and reaps the group
         before the interruption goes on, so nothing is left running. In a process forked from the one that

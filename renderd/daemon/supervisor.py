@@ -1081,6 +1081,25 @@ class Supervisor:
                         self._shutdown_players()
                     if self._all_gone() or time.monotonic() > shutdown_deadline:
                         break
+                running = self._running_processes()
+            self._note_helpers(running)
+
+    def _running_processes(self) -> list[PlayerProcess]:
+        """The processes of the players that run and are not being stopped (lock held)."""
+        return [
+            p.proc for env in self.environments.values() for p in env.players
+            if p.proc is not None and p.stop is None and p.state in (State.STARTING, State.READY, State.LEASED)
+        ]
+
+    def _note_helpers(self, procs: list[PlayerProcess]) -> None:
+        """Note the helpers each of ``procs`` started outside its process group, when due (at most every
+        DESCENDANT_NOTE_INTERVAL seconds per player), so that its stop still finds them once it has exited. Without
+        the lock: a note walks /proc over the player's descendants (milliseconds for a player with hundreds of
+        threads, tens of them for a few such players), which lease, status and release requests would wait for.
+        A player stopped or reaped meanwhile is safe: its stop takes the noted helpers under the process's own
+        lock before it reaps, and a note of an exited or stopped player reads nothing."""
+        for proc in procs:
+            self._call(proc.note_if_due, f"noting the helpers of player pid {proc.pid}")
 
     @staticmethod
     def _call(fn: Callable[..., Any], what: str, *args: Any) -> Any:
@@ -1443,6 +1462,8 @@ class Supervisor:
                 child_env["DISPLAY"] = platform_env["DISPLAY"]
             p.launch = (selection, dict(platform_env), list(platform_args), p.display)
             p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
+            # Its helpers are noted by the loop without the lock (_note_helpers), not by each poll() made with it.
+            p.proc.notes_on_poll = False
         except Exception as exc:  # whatever stops this player from starting is its boot failure, never the loop's end
             if isinstance(exc, RenderdError):
                 reason = str(exc)
