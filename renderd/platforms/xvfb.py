@@ -279,6 +279,17 @@ class ManagedDisplay:
         return f"<ManagedDisplay {self.name} {geometry} screens={self.screens} pid={self.pid} {state}>"
 
 
+class _StartLock:
+    """The lock that lets one caller at a time start a server of one key (:meth:`DisplayManager.acquire`), and how
+    many callers hold it or wait for it (changed under the manager's lock): it is dropped when that falls to 0."""
+
+    __slots__ = ("lock", "callers")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.callers = 0
+
+
 _MANAGERS: weakref.WeakSet[DisplayManager] = weakref.WeakSet()
 
 
@@ -311,8 +322,10 @@ class DisplayManager:
         self._lock = threading.Lock()
         # Keyed by geometry and Xvfb environment (xvfb_environment). One start lock per key: a start that
         # takes long (up to start_timeout) holds back only the callers that want the same server, never
-        # those sharing a server already running.
-        self._start_locks: dict[_Key, threading.Lock] = {}
+        # those sharing a server already running. A key's lock is there only while callers of acquire() hold it
+        # or wait for it (see _StartLock): a long-running daemon whose environments change on reloads would
+        # otherwise keep one per key it ever saw.
+        self._start_locks: dict[_Key, _StartLock] = {}
         self._servers: dict[_Key, _Server] = {}
         self._closed = False
         _MANAGERS.add(self)
@@ -353,8 +366,25 @@ class DisplayManager:
         env = env if env is not None else os.environ
         key = (width, height, screens, xvfb_environment(env))
         with self._lock:
-            start_lock = self._start_locks.setdefault(key, threading.Lock())
-        with start_lock:
+            start_lock = self._start_locks.get(key)
+            if start_lock is None:
+                start_lock = self._start_locks[key] = _StartLock()
+            start_lock.callers += 1
+        try:
+            return self._acquire(key, start_lock, width, height, screens, env)
+        finally:
+            with self._lock:
+                # The last caller with this key lets its lock go: no one holds or waits for it, so dropping it
+                # cannot let two callers start a server each (a caller counted in it uses it; one that comes
+                # later makes a new one, which every caller after it shares until they are all done).
+                start_lock.callers -= 1
+                if start_lock.callers == 0 and self._start_locks.get(key) is start_lock:
+                    del self._start_locks[key]
+
+    def _acquire(self, key: _Key, start_lock: _StartLock, width: int, height: int, screens: int,
+                 env: Mapping[str, str]) -> ManagedDisplay:
+        """:meth:`acquire` once the caller is counted in ``start_lock``, the start lock of ``key``."""
+        with start_lock.lock:
             with self._lock:
                 self._check_open()
                 server = self._servers.get(key)
