@@ -86,6 +86,8 @@ STEP_REWARD = -0.01
 #: ...plus this much when the action failed (``lastActionSuccess`` false: blocked, out of range...).
 FAILED_ACTION_REWARD = -0.1
 RENDER_FPS = 30
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_FLOAT32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 
 def default_reward(event: Event) -> float:
@@ -164,6 +166,13 @@ class _EnvSpec:
             self.max_depth = math.nan
         if not (self.max_depth > 0 and np.isfinite(self.max_depth)):
             raise ValueError(f"max_depth must be a positive finite number of metres, got {max_depth!r}")
+        # (The depth space is float32: a bound float32 cannot hold made Box raise, not naming max_depth; one that
+        # rounds to 0 made the space a single value.)
+        if not (self.max_depth <= _FLOAT32_MAX and np.float32(self.max_depth) > 0):
+            raise ValueError(
+                f"max_depth must be a positive finite number of metres, got {max_depth!r}: the depth space is float32, "
+                f"whose positive numbers are {_FLOAT32_TINY:.4g} to {_FLOAT32_MAX:.4g}"
+            )
         if init_params is not None and not isinstance(init_params, Mapping):
             raise TypeError(
                 f"init_params must be a dict of Initialize parameters (gridSize, fieldOfView...), not "
@@ -698,7 +707,8 @@ class RenderdVectorEnv(VectorEnv):
 
         ``seed``: an int (sub-environment i gets ``seed + i``), a list of per-environment seeds, or None.
         ``options["scene"]``: the scene for every reset one. Raises :class:`CallOrderError` for a mask that
-        leaves out a sub-environment never reset (nothing is sent), ``ValueError`` for a bad mask or a
+        leaves out a sub-environment never reset (nothing is sent), ``TypeError`` for a mask that is not boolean,
+        ``ValueError`` for one of another shape or with no True value (as Gymnasium's vector envs raise) or a
         reset the players refuse (after every other sub-environment was reset; the refused ones are reset
         again at the next step), and what :meth:`renderd.VectorSession.reset` raises.
         """
@@ -735,8 +745,16 @@ class RenderdVectorEnv(VectorEnv):
             slots = list(range(n))
         else:
             mask = np.asarray(mask)
-            if mask.shape != (n,) or mask.dtype != np.bool_ or not mask.any():
-                raise ValueError(f"options['reset_mask'] must be a bool array of shape ({n},) with a True value")
+            if mask.dtype != np.bool_:  # (a TypeError, as Gymnasium's SyncVectorEnv and AsyncVectorEnv raise)
+                raise TypeError(
+                    f"options['reset_mask'] must be a bool array of shape ({n},) with a True value, not of dtype "
+                    f"{mask.dtype}; nothing was reset"
+                )
+            if mask.shape != (n,) or not mask.any():
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool array of shape ({n},) with a True value, got {mask!r}; "
+                    "nothing was reset"
+                )
             slots = [int(i) for i in np.flatnonzero(mask)]
             unset = [i for i in range(n) if self._events[i] is None and i not in slots]
             if unset:  # (their observations would be missing from the batch)
