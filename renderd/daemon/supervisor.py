@@ -202,6 +202,9 @@ class Player:
         #: Set while STARTING when server.pipe ended before a first frame but the process has not exited
         #: yet: its exit, expected within EOF_EXIT_WAIT, is what gets classified (code or signal, log).
         self.eof_reason: str | None = None
+        #: Set while STARTING once its start_timeout has passed with nothing read: ``(the reader of its server.pipe,
+        #: what it did with its pipes)``, gathered without the lock (Supervisor._gather_silences) for its boot failure.
+        self.silence: tuple[FifoChannel, str] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -1082,7 +1085,9 @@ class Supervisor:
                     if self._all_gone() or time.monotonic() > shutdown_deadline:
                         break
                 running = self._running_processes()
+                silent = self._silent_players()
             self._note_helpers(running)
+            self._gather_silences(silent)
 
     def _running_processes(self) -> list[PlayerProcess]:
         """The processes of the players that run and are not being stopped (lock held)."""
@@ -1182,14 +1187,19 @@ class Supervisor:
                     elif p.deadline is not None and now >= p.deadline:
                         if p.eof_reason is not None:
                             self._boot_failed(p, f"{p.eof_reason} (and it did not exit)")
-                        else:
+                        elif p.assembler is None:
                             self._check_display(p.display)  # (a hung X server would explain it)
                             self._boot_failed(
-                                p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
-                                f"{self._silence(p)}"
-                                if p.assembler is not None
-                                else f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)",
+                                p, f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)"
                             )
+                        elif p.silence is not None and p.silence[0] is p.holder:
+                            self._check_display(p.display)
+                            self._boot_failed(
+                                p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
+                                f"{p.silence[1]}"
+                            )
+                        # (else: what it did with its pipes is gathered without the lock after this pass, see
+                        # _gather_silences, and it fails at the next pass, at once: its deadline has passed)
                     elif p.assembler is None and p.writer_fd is None and now >= p.next_open:
                         self._open_client_pipe(p)
                 elif p.state in (State.READY, State.LEASED) and p.proc is not None and p.proc.poll() is not None:
@@ -1403,6 +1413,7 @@ class Supervisor:
         p.proc = None  # the previous process (if any) is gone; a transport may look at this one
         p.awaiting_platform = False
         p.eof_reason = None
+        p.silence = None
         try:
             if launch is not None:  # the rollout is held: on the previous configuration, as it last started
                 selection = launch[0]
@@ -2008,20 +2019,37 @@ class Supervisor:
         self._status_update()
 
     # -- exits and stops (loop thread) -------------------------------------------------------------------
-    def _silence(self, p: Player) -> str:
-        """For a FIFO player that has sent nothing by its start_timeout: what it did with its pipes (has not opened
-        server.pipe, opened it and sent nothing, opened client.pipe first), as ``"; it ..."``, the account
-        renderd.launch() gives of the same fault (its FifoChannel's, ``p.holder``, which reads server.pipe here
-        too); "" when bytes came, or it cannot be told."""
-        holder = p.holder
-        if holder is None or holder.closed or holder.decoder.offset or holder.decoder.in_message:
-            return ""
-        try:
-            return holder.silence()
-        except Exception:  # (only an explanation: never in the way of the boot failure itself)
-            log.debug("%s[%d]: cannot tell what the player did with its pipes", p.environment.name, p.index,
-                      exc_info=True)
-            return ""
+    def _silent_players(self) -> list[tuple[Player, FifoChannel]]:
+        """The STARTING players whose start_timeout has passed without a first frame, with the reader of their
+        server.pipe, whose account of what they did with their pipes (_gather_silences) is not known yet (lock
+        held): the tick fails their boot once it is."""
+        now = time.monotonic()
+        return [
+            (p, p.holder) for env in self.environments.values() for p in env.players
+            if p.state == State.STARTING and p.stop is None and p.eof_reason is None and p.assembler is not None
+            and p.deadline is not None and now >= p.deadline and p.holder is not None
+            and (p.silence is None or p.silence[0] is not p.holder)
+        ]
+
+    def _gather_silences(self, players: list[tuple[Player, FifoChannel]]) -> None:
+        """For each of ``players`` (from _silent_players) that has sent nothing by its start_timeout: what it did
+        with its pipes (has not opened server.pipe, opened it and sent nothing, opened client.pipe first), as
+        ``"; it ..."``, the account renderd.launch() gives of the same fault (its FifoChannel's, ``p.holder``,
+        which reads server.pipe here too); "" when bytes came, or it cannot be told. On the loop thread, without
+        the lock: it lists /proc/PID/fd of the player and of each of its descendants, and stats what each
+        descriptor names (a file on a network filesystem that hangs would hold it for as long as the mount does),
+        while lease, status and release requests wait for the lock. Kept as ``p.silence`` for that reader: the
+        tick fails the boot with it."""
+        for p, holder in players:
+            text = ""
+            if not (holder.closed or holder.decoder.offset or holder.decoder.in_message):
+                try:
+                    text = holder.silence()
+                except Exception:  # (only an explanation: never in the way of the boot failure itself)
+                    log.debug("%s[%d]: cannot tell what the player did with its pipes", p.environment.name, p.index,
+                              exc_info=True)
+            with self.lock:
+                p.silence = (holder, text)
 
     def _boot_failed(self, p: Player, why: str) -> None:
         log.warning("%s[%d] pid %s failed to boot: %s", p.environment.name, p.index, p.pid, why)
