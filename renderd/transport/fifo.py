@@ -698,6 +698,15 @@ class FifoChannel:
             try:
                 fd = os.open(self.client_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             except OSError as exc:
+                if exc.errno == errno.ENOENT and self._player is not None and (
+                    self._player.wait_exit(EOF_CLASSIFY_TIMEOUT)
+                ):
+                    # The pipes are gone because the player is: whoever made them removed them as it
+                    # stopped it (a leased player, its environment removed or the daemon stopping).
+                    raise self._player.crashed(
+                        f"the player exited, and its client.pipe was removed, before the action was sent "
+                        f"({deadline_name})"
+                    ) from exc
                 if exc.errno != errno.ENXIO:
                     raise RenderdError(os_error_message(exc, "cannot open the player's client.pipe for writing")) from exc
             else:
