@@ -931,8 +931,35 @@ class Player:
         self.agents = agents
         if failure is not None:
             raise ActionFailed(failure)
+        self._onto_grid()
         # What a build returns (its InitializeReturn): AI2-THOR's controller converts depth with these planes.
         return {"cameraNearPlane": CAMERA_NEAR_PLANE, "cameraFarPlane": CAMERA_FAR_PLANE}
+
+    def _onto_grid(self) -> None:
+        """Each agent onto the grid, as a build's Initialize ends once its gridSize is taken (its
+        checkInitializeAgentLocationAction, whatever snapToGrid says): from the grid point below and behind it
+        (``floor`` of each coordinate), the first of that point, the one a step along +z, along +x, and along both,
+        that the agent can walk to straight (and stand on) is where it goes. An agent on the grid stays where it is.
+        None reachable: the Initialize fails (no errorCode), its settings kept, as a build's."""
+        grid = self.grid_size
+        mult = 1.0 / grid
+        for i, agent in enumerate(self.agents):
+            fx = math.floor(agent.x * mult + 1e-6) / mult
+            fz = math.floor(agent.z * mult + 1e-6) / mult
+            others = [(a.x, a.z, f"agent {j}") for j, a in enumerate(self.agents) if j != i]
+            for x, z in ((fx, fz), (fx, fz + grid), (fx + grid, fz), (fx + grid, fz + grid)):
+                x, z = round(x, 4) + 0.0, round(z, 4) + 0.0
+                if (x, z) == (agent.x, agent.z) or self.scene.path_collision(agent.x, agent.z, x, z,
+                                                                             others=others) is None:
+                    agent.x, agent.z = x, z
+                    break
+            else:
+                raise ActionFailed(f"Initialize: agent {i} at ({agent.x:g}, {agent.z:g}) can reach none of the points "
+                                   f"of the {grid:g} m grid around it, as a build's Initialize moves it onto the grid")
+
+    def _on_grid(self, x: float, z: float) -> bool:
+        """Whether ``(x, z)`` is a point of the ``gridSize`` grid (to the 4 decimals positions are given in)."""
+        return abs(self._snap(x) - x) <= 1e-4 and abs(self._snap(z) - z) <= 1e-4
 
     def _initial_agents(self, action: dict, grid_size: float) -> list[_Agent]:
         """The agents an Initialize makes (``agentCount``, 1 by default), as a build's AgentManager makes them:
@@ -1173,7 +1200,10 @@ class Player:
                                    f"{MAX_FORCED_DISTANCE:g} m from the room's centre along x and z, got "
                                    f"({x:g}, {z:g})", "InvalidArgument")
         if "rotation" in given:
-            yaw = given["rotation"][1]
+            pitch, yaw, roll = given["rotation"]
+            if not force and (abs(pitch) >= 1e-2 or abs(roll) >= 1e-2):
+                raise ActionFailed(f"{name}: no agent can change in pitch or roll: rotation must be (x=0, y=yaw, z=0), "
+                                   f"got ({pitch:g}, {yaw:g}, {roll:g}) (forceAction takes it, and keeps the yaw)")
         if "horizon" in given:
             horizon = given["horizon"]
             if force:
@@ -1185,9 +1215,18 @@ class Player:
                 raise ActionFailed(f"{name}: horizon must be between {-MAX_LOOK_UP:g} and "
                                    f"{MAX_LOOK_DOWN:g}, got {horizon:g} (forceAction takes it)")
         if not force:
+            # Then, as a build's teleportFull: with snapToGrid a spot off the gridSize grid fails; a spot taken fails;
+            # and (its physics agent) one whose y is not where the agent stands on the floor (0.05 m either way).
+            if self.snap_to_grid and not self._on_grid(x, z):
+                raise ActionFailed(f"{name}: position ({x:g}, {z:g}) is not on the grid of size {self.grid_size:g} "
+                                   f"(snapToGrid is on; forceAction takes it)")
             hit = self.scene.collision(x, z, others=self._others())
             if hit is not None:
                 raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
+            y = given["y"] if by_xyz else given["position"][1] if "position" in given else AGENT_Y
+            if abs(y - AGENT_Y) > 0.05:
+                raise ActionFailed(f"{name}: the agent stands at y {AGENT_Y:g} there, {abs(y - AGENT_Y):g} m from the "
+                                   f"y given ({y:g}), more than 0.05 (forceAction takes it)")
         agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
 
     # A build's AgentManager.ChangeResolution(x, y).

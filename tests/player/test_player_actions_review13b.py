@@ -103,23 +103,28 @@ def test_with_snap_to_grid_a_move_lands_on_the_grid():
     assert agent["agent"]["position"] == {"x": 0.0, "y": 0.9, "z": -1.5}
     agent = _run(p, {"action": "MoveLeft", "moveMagnitude": 0.3})  # at a yaw of 30: (-0.26, -1.35) -> (-0.25, -1.25)
     assert (p.x, p.z) == (-0.25, -1.25)
-    # A coarser grid snaps to its own points; a move that would end in the fridge is still blocked.
-    assert _run(p, {"action": "Initialize", "gridSize": 0.5})["lastActionSuccess"]
+    # A coarser grid: Initialize puts the agent on it (the grid point below and behind it), moves snap to its points.
+    assert _run(p, {"action": "Initialize", "gridSize": 0.5})["lastActionSuccess"] and (p.x, p.z) == (-0.5, -1.5)
     assert _run(p, {"action": "RotateLeft", "degrees": 30})["lastActionSuccess"] and p.yaw == 0
-    # (0.25, -1.25): both halfway between two points, each rounded to the even multiple (Math.Round, as a build's).
-    assert _run(p, {"action": "MoveRight", "moveMagnitude": 0.5})["lastActionSuccess"] and (p.x, p.z) == (0, -1.0)
-    blocked = _run(p, {"action": "MoveAhead", "moveMagnitude": 1.9})
-    assert not blocked["lastActionSuccess"] and "Fridge" in blocked["errorMessage"] and (p.x, p.z) == (0, -1.0)
+    # x 0.25, then 0.75: halfway between two points, rounded to the even multiple (Math.Round, as a build's).
+    assert _run(p, {"action": "MoveRight", "moveMagnitude": 0.75})["lastActionSuccess"] and (p.x, p.z) == (0, -1.5)
+    assert _run(p, {"action": "MoveRight", "moveMagnitude": 0.75})["lastActionSuccess"] and (p.x, p.z) == (1, -1.5)
+    # A move that would end in the east wall (x 3) is still blocked: the path is checked to where the move leads.
+    blocked = _run(p, {"action": "MoveRight", "moveMagnitude": 1.9})
+    assert not blocked["lastActionSuccess"] and "Wall|+03.00" in blocked["errorMessage"] and (p.x, p.z) == (1, -1.5)
 
 
 def test_without_snap_to_grid_a_move_goes_where_it_leads():
     p = Player(width=16, height=12)
     # A loaded scene's agent: no Initialize yet, snapToGrid false (a build's agent field before Initialize sets it).
     assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.9
+    # Initialize puts the agent on the grid whatever snapToGrid says (the grid point below and behind it) ...
     assert _run(p, {"action": "Initialize", "snapToGrid": False, "rotateStepDegrees": 30})["lastActionSuccess"]
-    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.8
+    assert p.z == -2.0
+    # ... and with snapToGrid false moves then go where they lead.
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -1.9
     assert _run(p, {"action": "RotateRight"})["lastActionSuccess"] and p.yaw == 30
-    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.2})["lastActionSuccess"] and (p.x, p.z) == (0.1, -1.6268)
+    assert _run(p, {"action": "MoveAhead", "moveMagnitude": 0.2})["lastActionSuccess"] and (p.x, p.z) == (0.1, -1.7268)
     # Reset: the scene's agent again, snapToGrid false until the next Initialize.
     assert _run(p, {"action": "Reset"})["lastActionSuccess"]
     assert _run(p, {"action": "MoveBack", "moveMagnitude": 0.1})["lastActionSuccess"] and p.z == -2.1
@@ -172,3 +177,69 @@ def test_reachable_positions_refuse_a_grid_size_as_the_5_0_build_does():
     assert _run(p, {"action": "Initialize", "gridSize": 0.5})["lastActionSuccess"]
     positions = _run(p, {"action": "GetReachablePositions"})["actionReturn"]
     assert all(round(pos["x"] / 0.5, 6) % 1 == 0 and round(pos["z"] / 0.5, 6) % 1 == 0 for pos in positions)
+
+
+# -- Teleport's checks and Initialize's move onto the grid -------------------------------------------------------
+def test_with_snap_to_grid_a_teleport_off_the_grid_fails_and_force_action_takes_it():
+    p = Player(width=16, height=12)
+    # No Initialize yet: snapToGrid false, any spot.
+    assert _run(p, {"action": "Teleport", "position": {"x": 0.1, "y": 0.9, "z": -1.9}})["lastActionSuccess"]
+    assert _run(p, {"action": "Initialize"})["lastActionSuccess"] and (p.x, p.z) == (0, -2)
+    agent = _run(p, {"action": "Teleport", "position": {"x": 0.1, "y": 0.9, "z": -1.0}})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] is None
+    assert "not on the grid" in agent["errorMessage"] and (p.x, p.z) == (0, -2)
+    agent = _run(p, {"action": "TeleportFull", "x": 0.5, "y": 0.9, "z": -1.1, "rotation": {"y": 0}, "horizon": 0,
+                     "standing": True})
+    assert agent["errorCode"] is None and "not on the grid of size 0.25" in agent["errorMessage"]
+    assert _run(p, {"action": "Teleport", "position": {"x": 0.5, "y": 0.9, "z": -1.25}})["lastActionSuccess"]
+    assert _run(p, {"action": "Teleport", "position": {"x": 0.1, "y": 0.9, "z": -1.0}, "forceAction": True})[
+        "lastActionSuccess"] and (p.x, p.z) == (0.1, -1.0)
+    # snapToGrid false: any spot.
+    assert _run(p, {"action": "Initialize", "snapToGrid": False})["lastActionSuccess"] and (p.x, p.z) == (0, -1.0)
+    assert _run(p, {"action": "Teleport", "position": {"x": 0.1, "y": 0.9, "z": -1.3}})["lastActionSuccess"]
+
+
+def test_a_teleport_that_pitches_rolls_or_leaves_the_floor_fails_unless_forced():
+    p = Player(width=16, height=12)
+    for action in (
+        {"action": "Teleport", "rotation": {"x": 10, "y": 90, "z": 0}},
+        {"action": "Teleport", "rotation": {"x": 0, "y": 90, "z": -5}},
+        {"action": "Teleport", "position": {"x": 0, "y": 2.0, "z": -1.0}},
+        {"action": "TeleportFull", "position": {"x": 0, "y": 0.0, "z": -1.0}, "rotation": {"y": 0}, "horizon": 0,
+         "standing": True},
+        {"action": "Teleport", "x": 0, "y": 0.8, "z": -1.0},
+    ):
+        agent = _run(p, action)
+        assert agent["lastActionSuccess"] is False and agent["errorCode"] is None, action
+        assert (p.x, p.z, p.yaw) == (0, -2, 0), action
+        agent = _run(p, {**action, "forceAction": True})
+        assert agent["lastActionSuccess"], (action, agent["errorMessage"])
+        assert agent["agent"]["rotation"]["x"] == 0 and agent["agent"]["position"]["y"] == 0.9  # yaw only; on the floor
+        p = Player(width=16, height=12)
+    # Within 0.05 m of where the agent stands, and a rotation of (0, yaw, 0), are taken.
+    for y in (0.86, 0.9009982, 0.95):
+        p = Player(width=16, height=12)
+        assert _run(p, {"action": "Teleport", "position": {"x": 0, "y": y, "z": -1.0},
+                        "rotation": {"x": 0.001, "y": 90, "z": 0}})["lastActionSuccess"], y
+
+
+def test_initialize_puts_each_agent_on_the_grid():
+    p = Player(width=16, height=12)
+    # FloorPlan1's start (0, -2) is off a 0.3 m grid: the grid point below and behind it is (0, -2.1).
+    assert _run(p, {"action": "Initialize", "gridSize": 0.3})["lastActionSuccess"] and (p.x, p.z) == (0, -2.1)
+    assert _run(p, {"action": "MoveAhead"})["lastActionSuccess"] and (p.x, p.z) == (0, -1.8)
+    assert _run(p, {"action": "Teleport", "rotation": {"y": 90}})["lastActionSuccess"]  # its own spot is on the grid
+    positions = _run(p, {"action": "GetReachablePositions"})["actionReturn"]
+    assert {"x": 0.0, "y": 0.9, "z": -1.8} in positions
+    # Every agent an Initialize makes is on the grid.
+    p = Player(width=16, height=12)
+    assert _run(p, {"action": "Initialize", "gridSize": 0.3, "agentCount": 3})["lastActionSuccess"]
+    assert all(p._on_grid(a.x, a.z) for a in p.agents)
+    # One that can reach no grid point around it (forced into the fridge, off the grid) fails the Initialize, with no
+    # errorCode; the settings are kept, as a build's.
+    p = Player(width=16, height=12)
+    assert _run(p, {"action": "Teleport", "position": {"x": 0.1, "y": 0.9, "z": 1.1}, "forceAction": True})[
+        "lastActionSuccess"]
+    agent = _run(p, {"action": "Initialize", "gridSize": 0.5})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] is None and "grid" in agent["errorMessage"]
+    assert p.grid_size == 0.5 and (p.x, p.z) == (0.1, 1.1)
