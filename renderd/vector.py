@@ -1139,8 +1139,10 @@ class VectorSession:
         # with CallOrderError rather than writing its action into the middle of this one on client.pipe; and this
         # send, if such a call is inside the session already, writes nothing (the slot fails: that call's action
         # and answer are on its pipes). Receiving takes the lock in session.recv(); in between the session is
-        # PENDING, so such a call's send or step is refused by the session itself. close() takes no lock: a
-        # session closed from outside is noticed before its pipes are touched (see _closed_outside).
+        # PENDING, so such a call's send, step or reset is refused by the session itself (its recv() would take this
+        # call's answer: the slot then fails at its deadline, "no action pending"; a slot's session is not to be
+        # stepped, docs/vector.md). close() takes no lock: a session closed from outside is noticed before its pipes
+        # are touched, or as they fail (see _closed_outside).
         lock = getattr(session, "_io_lock", None) if isinstance(session, Session) else None
         if lock is not None and not lock.acquire(False):
             self._fail(slot, self._in_use_error(slot, message))
@@ -1421,7 +1423,11 @@ class VectorSession:
                 by_overall = blocking and overall is not None and overall < slot.deadline
                 expiry = overall if by_overall else slot.deadline
                 if now >= expiry:  # type: ignore[operator]
-                    self._expire(slot, rnd, timeout if by_overall else None)
+                    try:
+                        self._expire(slot, rnd, timeout if by_overall else None)
+                    except (ValueError, OSError):  # (closed from another thread since the check: see _sweep)
+                        if slot.in_flight is None or not self._closed_outside(slot, "it waited for its answer"):
+                            raise
                     expired = True
                     continue
                 must_wait = must_wait or blocking
@@ -1492,8 +1498,13 @@ class VectorSession:
                     hit.add(slot)
                     input_closed.add(slot)
         for _, slot in writable:
-            if slot.in_flight is not None and not self._closed_outside(slot, "it was sent an action"):
+            if slot.in_flight is None or self._closed_outside(slot, "it was sent an action"):
+                continue
+            try:
                 self._write_more(slot)  # room in client.pipe for more of the action in flight
+            except (ValueError, OSError):  # (closed from another thread since the check: see below)
+                if slot.in_flight is None or not self._closed_outside(slot, "it was sent an action"):
+                    raise
         for slot in sorted(hit, key=lambda s: s.index):
             # A readable pipe may hold only part of an answer: receive once it is whole (or the player
             # is gone), so a player stuck in the middle of a message holds up no other slot. A player that
@@ -1501,33 +1512,39 @@ class VectorSession:
             # answer or exit, then reports it as a crash.
             if slot.in_flight is None or self._closed_outside(slot, "it waited for its answer"):
                 continue
-            if slot.unopened is not None:  # its player exited (or opened client.pipe meanwhile)
-                self._retry_open(slot)
-                continue
-            if slot.closed_input is not None:  # it closed client.pipe before: its exit or its answer came
-                if _player_exited(slot.session) or (slot.closed_input[1] and _answer_ready(slot.session)):
-                    self._exit_awaited(slot, rnd)
-                continue
-            if slot in input_closed:
-                # The player closed client.pipe. With part of the action still to write, it never gets the action
-                # (a write reports the crash); else its answer may still come (an answer on its way is taken).
-                unsent = bool(_unsent(slot.session))
-                if not unsent and _answer_ready(slot.session):
+            try:
+                if slot.unopened is not None:  # its player exited (or opened client.pipe meanwhile)
+                    self._retry_open(slot)
+                    continue
+                if slot.closed_input is not None:  # it closed client.pipe before: its exit or its answer came
+                    if _player_exited(slot.session) or (slot.closed_input[1] and _answer_ready(slot.session)):
+                        self._exit_awaited(slot, rnd)
+                    continue
+                if slot in input_closed:
+                    # The player closed client.pipe. With part of the action still to write, it never gets the
+                    # action (a write reports the crash); else its answer may still come (one on its way is taken).
+                    unsent = bool(_unsent(slot.session))
+                    if not unsent and _answer_ready(slot.session):
+                        self._take(slot, rnd)
+                    elif _watched(slot.session) and not _player_exited(slot.session):
+                        context = (
+                            "the player closed client.pipe while renderd sent it an action"
+                            if unsent
+                            else "the player closed client.pipe and sent no answer while renderd waited for it"
+                        )
+                        self._await_exit(slot, context, not unsent)
+                    elif unsent:
+                        self._write_more(slot)  # this reports its crash
+                    else:
+                        self._receive(slot, rnd)
+                    continue
+                if _answer_ready(slot.session):
                     self._take(slot, rnd)
-                elif _watched(slot.session) and not _player_exited(slot.session):
-                    context = (
-                        "the player closed client.pipe while renderd sent it an action"
-                        if unsent
-                        else "the player closed client.pipe and sent no answer while renderd waited for it"
-                    )
-                    self._await_exit(slot, context, not unsent)
-                elif unsent:
-                    self._write_more(slot)  # this reports its crash
-                else:
-                    self._receive(slot, rnd)
-                continue
-            if _answer_ready(slot.session):
-                self._take(slot, rnd)
+            except (ValueError, OSError):
+                # (Its session closed from another thread since the check above, as its channel was used: "I/O on a
+                # closed FifoChannel". Not an error of on_event's: the slot has nothing in flight while that runs.)
+                if slot.in_flight is None or not self._closed_outside(slot, "it waited for its answer"):
+                    raise
 
     def _write_more(self, slot: _Slot) -> bool:
         """Write what client.pipe takes now of the slot's action in flight; True once it is all written.

@@ -4,6 +4,7 @@ it is refused by the session's lock instead of writing into the middle of the ve
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 import time
@@ -108,3 +109,39 @@ def test_a_slots_session_stepped_while_the_vector_sends_to_it_is_refused(no_leak
         assert "did not take its action" in str(err.failures[0])
     finally:
         vs.close()
+
+
+def test_a_slots_session_closed_just_before_its_answer_is_read_is_replaced(no_leaks, launch):
+    # Closed from another thread after the step's check and before it read the ready slot (where a thread switch
+    # can land): the read raised "ValueError: I/O on a closed FifoChannel" and broke the vector session.
+    vs = launch(2, replace_on_crash=True)
+    code = renderd.VectorSession._sweep.__code__
+    lines, first = inspect.getsourcelines(renderd.VectorSession._sweep)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == "if _answer_ready(slot.session):")
+    closed: list[renderd.Session] = []
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not closed and frame.f_locals["slot"].index == 0:
+                closed.append(vs.sessions[0])
+                closer = threading.Thread(target=vs.sessions[0].close)
+                closer.start()
+                closer.join(10)
+            return line
+
+        return line
+
+    sys.settrace(trace)
+    try:
+        result = vs.step(["Pass", "Pass"])
+    finally:
+        sys.settrace(None)
+    assert closed and closed[0].closed
+    err = result.infos[0]["error"]
+    assert isinstance(err, CallOrderError) and CLOSED in str(err), err
+    assert result.observations[1] is not None and "error" not in result.infos[1]
+    result = vs.step(["Pass", "Pass"], wait_resets=True)
+    assert result.infos[0].get("reset_complete") and vs.error is None
