@@ -145,3 +145,42 @@ def test_a_slots_session_closed_just_before_its_answer_is_read_is_replaced(no_le
     assert result.observations[1] is not None and "error" not in result.infos[1]
     result = vs.step(["Pass", "Pass"], wait_resets=True)
     assert result.infos[0].get("reset_complete") and vs.error is None
+
+
+def _inside(thread: threading.Thread, function, session: renderd.Session) -> bool:
+    frame = sys._current_frames().get(thread.ident)
+    while frame is not None:
+        if frame.f_code is function.__code__ and frame.f_locals.get("self") is session:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def test_a_step_of_a_slots_session_under_way_when_the_vector_sends_fails_that_slot_saying_so(no_leaks, launch):
+    # The vector session's send found the session PENDING with the other call's action and reported
+    # "AlreadyPendingCallError: send() while an earlier action's answer is pending; call recv() first" as the slot's
+    # failure: now it says the slot's session was stepped directly, and that nothing was sent to it.
+    vs = launch(2, replace_on_crash=True)
+    session = vs.sessions[0]
+    outcome: dict[str, BaseException] = {}
+
+    def user() -> None:
+        try:
+            session.step(SLEEP)
+        except BaseException as exc:  # noqa: BLE001 - checked below
+            outcome["user"] = exc
+
+    stepper = threading.Thread(target=user, name="user-stepper")
+    stepper.start()
+    try:
+        wait_for(lambda: _inside(stepper, renderd.Session._receive, session), 5.0, "the user's step to wait")
+        result = vs.step(["Pass", "Pass"])
+    finally:
+        stepper.join(10)
+    err = result.infos[0]["error"]
+    assert type(err) is CallOrderError, err
+    assert "slot 0's session" in str(err) and "is inside a call of its own in another thread" in str(err), err
+    assert "vs.sessions[0] was stepped directly" in str(err) and "Nothing was sent to it" in str(err), err
+    assert result.observations[1] is not None and "error" not in result.infos[1]
+    assert isinstance(outcome.get("user"), CallOrderError)  # (its session was closed under it)
+    assert vs.step(["Pass", "Pass"], wait_resets=True).infos[0].get("reset_complete")
