@@ -239,7 +239,7 @@ class _EnvSpec:
         self.check(event)
         obs = {"rgb": rgb_copy(event.frame)}  # type: ignore[arg-type]
         if self.depth:
-            obs["depth"] = np.clip(event.depth_frame, 0.0, self.max_depth).astype(np.float32, order="C", copy=False)
+            obs["depth"] = _depth(event.depth_frame, self.max_depth)  # type: ignore[arg-type]
         return obs
 
     def new_batch(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -256,7 +256,7 @@ class _EnvSpec:
         """Copy ``event``'s observation into row ``i`` of a batch from :meth:`new_batch`."""
         _copy_rgb(event.frame, flat, i * self.height * self.width * 3)  # type: ignore[arg-type]
         if self.depth:
-            np.clip(event.depth_frame, 0.0, self.max_depth, out=obs["depth"][i])
+            _depth(event.depth_frame, self.max_depth, obs["depth"][i])  # type: ignore[arg-type]
 
     def batch(self, events: Sequence[Event]) -> dict[str, np.ndarray]:
         """New batched arrays for ``events`` (one per sub-environment), one copy of each frame."""
@@ -269,6 +269,17 @@ class _EnvSpec:
     def info(event: Event) -> dict[str, Any]:
         # From the event's summary: a full metadata decode here cost about 30 us per sub-environment step.
         return {"last_action_success": bool(event), "error_message": event.error_message}
+
+
+def _depth(depth: np.ndarray, max_depth: float, out: np.ndarray | None = None) -> np.ndarray:
+    """``depth`` (metres) in the depth space ``[0, max_depth]``, as float32 (into ``out`` when given): clipped, and a
+    pixel with no number (NaN, which np.clip keeps: the observation would be outside its space) taken as beyond
+    ``max_depth``, as an infinite one is."""
+    if out is None:
+        out = np.empty(depth.shape, dtype=np.float32)
+    np.fmin(depth, max_depth, out=out)  # (fmin takes the number where one side is NaN)
+    np.maximum(out, 0.0, out=out)
+    return out
 
 
 def _dimension(value: Any, name: str) -> int:
