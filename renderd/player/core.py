@@ -632,14 +632,15 @@ class Answer:
 
 
 class _Agent:
-    """One agent: where it stands and looks, and what its last action came to (``None`` for an agent made by
-    the action being answered, which it then reports, as a build's agents each run the Initialize that made
-    them)."""
+    """One agent: where it stands and looks, whether it stands or crouches (``standing``: a teleport's; a made agent
+    stands), and what its last action came to (``None`` for an agent made by the action being answered, which it then
+    reports, as a build's agents each run the Initialize that made them)."""
 
-    __slots__ = ("x", "z", "yaw", "horizon", "outcome")
+    __slots__ = ("x", "z", "yaw", "horizon", "standing", "outcome")
 
     def __init__(self, x: float, z: float, yaw: float, horizon: float) -> None:
         self.x, self.z, self.yaw, self.horizon = x, z, yaw, horizon
+        self.standing = True
         self.outcome: _Outcome | None = None
 
     @property
@@ -647,8 +648,9 @@ class _Agent:
         return Pose(self.x, self.z, self.yaw, self.horizon)
 
     def camera_position(self) -> tuple[float, float, float]:
-        """Where the agent's camera is (metres)."""
-        return (self.x, AGENT_Y + CAMERA_HEIGHT, self.z)
+        """Where the agent's camera is (metres): :data:`CAMERA_HEIGHT` above its position standing, at its position
+        crouching (a build's physics agent lowers its camera by as much)."""
+        return (self.x, AGENT_Y + CAMERA_HEIGHT if self.standing else AGENT_Y, self.z)
 
 
 def _agent_index(value: Any, agents: int) -> int | None:
@@ -1152,7 +1154,7 @@ class Player:
     # A build's physics agent's Teleport and TeleportFull, by signature, each in two overloads: with a position, and
     # (deprecated, still dispatched to) with x, y and z, which a build takes when the action names more of them than
     # it names position. TeleportFull's standing is a bool with no default (required); Teleport's a bool? (null, or not
-    # given: the agent stays as it stands). The player's agent always stands: standing has no other effect here.
+    # given: the agent stays as it stands). False crouches the agent: its camera is lower, isStanding false.
     @_action("Teleport", "TeleportFull",
              takes=(("position", "rotation", "horizon", "standing", "forceAction"),
                     ("x", "y", "z", "rotation", "horizon", "standing", "forceAction")))
@@ -1228,6 +1230,8 @@ class Player:
                 raise ActionFailed(f"{name}: the agent stands at y {AGENT_Y:g} there, {abs(y - AGENT_Y):g} m from the "
                                    f"y given ({y:g}), more than 0.05 (forceAction takes it)")
         agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
+        if "standing" in given:
+            agent.standing = given["standing"]  # crouching, the camera is lower (see _Agent.camera_position)
 
     # A build's AgentManager.ChangeResolution(x, y).
     @_action("ChangeResolution", takes=(("x", "y"),))
@@ -1401,7 +1405,7 @@ class Player:
         cache when the state was seen lately."""
         # Everything the agent's metadata depends on apart from its action's own fields (see _build_view).
         key = (self.scene.name, self.scene_name, self.width, self.height, agent.x, agent.z, agent.yaw, agent.horizon,
-               self.fov, self.visibility_distance, cameras, colors, agent_id)
+               agent.standing, self.fov, self.visibility_distance, cameras, colors, agent_id)
         view = self._views.get(key)
         if view is None:
             view = self._build_view(agent, agent_id, cameras is not None, colors)
@@ -1479,7 +1483,7 @@ class Player:
                 "position": _xyz(agent.x, AGENT_Y, agent.z),
                 "rotation": _xyz(0.0, agent.yaw, 0.0),
                 "cameraHorizon": agent.horizon,
-                "isStanding": True,
+                "isStanding": agent.standing,
                 "inHighFrictionArea": False,
             },
             "objects": self._objects(agent),
@@ -1517,7 +1521,7 @@ class Player:
                           len(self.agents))
         else:
             key = (self.scene.name, self.width, self.height, self.fov, cameras,
-                   tuple((a.x, a.z, a.yaw, a.horizon) for a in self.agents), depth_on, ids_on)
+                   tuple((a.x, a.z, a.yaw, a.horizon, a.standing) for a in self.agents), depth_on, ids_on)
         if key != self._image_list_key:
             self._image_list = self._build_images(depth_on, ids_on)
             self._image_list_key = key

@@ -3,6 +3,9 @@
 * TeleportFull's ``standing`` is a bool parameter with no default: without it the build's ActionDispatcher fails the
   action ``MissingArguments`` (every missing parameter named, in the overload's order), and null cannot be converted
   to a bool (``InvalidArgument``); Teleport's is optional. Arguments given are converted before missing ones are named.
+  ``standing`` false crouches the agent (its camera lower, ``isStanding`` false).
+* Teleport fails a spot off the grid (with ``snapToGrid``), a pitch or roll, and a ``y`` off the floor unless forced;
+  Initialize puts each agent on the grid.
 * With ``snapToGrid`` (an Initialize's, true unless sent false) a move lands on the nearest point of the world's
   ``gridSize`` grid, as the build's ``moveInDirection`` snaps the agent; a loaded scene's agent has it false until an
   Initialize sets it.
@@ -48,7 +51,7 @@ def test_teleport_full_without_standing_fails_missing_arguments_as_a_build_and_c
                          "standing": standing})
         assert agent["lastActionSuccess"], (standing, agent["errorMessage"])
         assert (p.x, p.z, p.yaw, p.horizon) == (0, -1, 90, 30)
-        assert agent["agent"]["isStanding"] is True  # the player's agent always stands
+        assert agent["agent"]["isStanding"] is (standing is not False)
 
 
 @pytest.mark.parametrize("standing", [None, {}, [True], "yes"])
@@ -243,3 +246,26 @@ def test_initialize_puts_each_agent_on_the_grid():
     agent = _run(p, {"action": "Initialize", "gridSize": 0.5})
     assert agent["lastActionSuccess"] is False and agent["errorCode"] is None and "grid" in agent["errorMessage"]
     assert p.grid_size == 0.5 and (p.x, p.z) == (0.1, 1.1)
+
+
+def test_standing_false_crouches_the_agent_until_it_stands_again():
+    p = Player(width=32, height=24)
+    md, images = p.handle({"action": "Initialize", "renderDepthImage": True})
+    stand_depth = images[1][1].copy()
+    agent = _run(p, {"action": "TeleportFull", "position": {"x": 0, "y": 0.9, "z": -2}, "rotation": {"y": 0},
+                     "horizon": 0, "standing": False})
+    assert agent["lastActionSuccess"], agent["errorMessage"]
+    assert agent["agent"]["isStanding"] is False and agent["cameraPosition"] == {"x": 0.0, "y": 0.9, "z": -2.0}
+    md, images = p.handle({"action": "Pass"})
+    assert _agent(md)["agent"]["isStanding"] is False and not (images[1][1] == stand_depth).all()
+    # A teleport without standing (or null) keeps it; a failed one changes nothing; standing true stands.
+    assert _run(p, {"action": "Teleport", "rotation": {"y": 90}, "standing": None})["agent"]["isStanding"] is False
+    agent = _run(p, {"action": "Teleport", "position": {"x": 0, "y": 0.9, "z": 1.0}, "standing": True})  # the fridge
+    assert not agent["lastActionSuccess"] and agent["agent"]["isStanding"] is False
+    agent = _run(p, {"action": "Teleport", "standing": True})
+    assert agent["agent"]["isStanding"] is True and agent["cameraPosition"]["y"] == 1.575
+    # Initialize and Reset make a standing agent.
+    assert _run(p, {"action": "Teleport", "standing": False})["agent"]["isStanding"] is False
+    assert _run(p, {"action": "Initialize"})["agent"]["isStanding"] is True
+    assert _run(p, {"action": "Teleport", "standing": 0})["agent"]["isStanding"] is False
+    assert _run(p, {"action": "Reset"})["agent"]["isStanding"] is True
