@@ -632,7 +632,7 @@ class RenderdVectorEnv(VectorEnv):
         self.render_mode = render_mode
         if max_episode_steps == -1 and not isinstance(max_episode_steps, bool):
             max_episode_steps = None  # gymnasium's "never", which make_vec hands on unchanged
-        from renderd.vector import connect_many, launch_many
+        from renderd.vector import VectorSession, connect_many, launch_many
 
         def spec(width: Any, height: Any) -> _EnvSpec:
             return _EnvSpec(
@@ -651,6 +651,14 @@ class RenderdVectorEnv(VectorEnv):
         # Every argument is checked before a player is started or a passed-in vector session is taken
         # over: a constructor that raises leaves the caller's vector session open (it is still theirs).
         if vector_session is not None:
+            if not isinstance(vector_session, VectorSession):
+                raise TypeError(
+                    "vector_session must be a renderd.VectorSession (from launch_many or connect_many), not "
+                    f"{type(vector_session).__name__}"
+                )
+            if vector_session.closed or vector_session.error is not None:
+                why = "closed" if vector_session.closed else f"broken ({type(vector_session.error).__name__})"
+                raise ValueError(f"vector_session is {why}: pass an open one (launch_many or connect_many a new one)")
             if num_envs is not None and num_envs != len(vector_session):
                 raise ValueError(f"num_envs={num_envs}, but the vector session has {len(vector_session)} slots")
             if environment is not None or launch_kwargs:

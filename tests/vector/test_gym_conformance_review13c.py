@@ -93,3 +93,14 @@ def test_vector_env_contracts_and_gymnasiums_vector_utilities(no_leaks):
         envs.close()
     assert envs.closed
     envs.close()  # idempotent
+
+
+def test_vector_session_argument_must_be_an_open_vector_session(no_leaks, launch):
+    # A list of sessions failed with "AttributeError: 'list' object has no attribute 'sessions'"; a closed vector
+    # session was taken, and the env failed only at its first reset.
+    vs = launch(1, width=W, height=H)
+    with pytest.raises(TypeError, match=r"^vector_session must be a renderd.VectorSession .*not list"):
+        rgym.RenderdVectorEnv(vector_session=list(vs.sessions))
+    vs.close()
+    with pytest.raises(ValueError, match=r"^vector_session is closed: pass an open one"):
+        rgym.RenderdVectorEnv(vector_session=vs)
