@@ -1135,7 +1135,7 @@ class VectorSession:
             return
         # The session's own lock is held while it sends (Session._send is its send() without that lock, plus the
         # deadline this call shares between its slots), as its send() holds it: a call of the slot's session made
-        # meanwhile (vs.sessions[i] stepped from another thread, or from a signal handler or on_event) is refused
+        # meanwhile (vs.sessions[i] stepped from another thread, or from a signal handler in this one) is refused
         # with CallOrderError rather than writing its action into the middle of this one on client.pipe; and this
         # send, if such a call is inside the session already, writes nothing (the slot fails: that call's action
         # and answer are on its pipes). Receiving takes the lock in session.recv(); in between the session is
@@ -1198,15 +1198,17 @@ class VectorSession:
                 self._writer_fds[wfd] = slot
 
     def _in_use_error(self, slot: _Slot, message: str | dict[str, Any]) -> CallOrderError:
-        """The error of a slot whose session a call of its own is inside (``vs.sessions[i]`` stepped directly, from
-        another thread, or from a signal handler or ``on_event`` in this one) when this call was to send it
-        ``message``: nothing was written; that call's action and answer are on the slot's pipes."""
+        """The error of a slot whose session a call of its own is inside (``vs.sessions[i]`` stepped directly, in
+        another thread, or in this one, interrupted by a signal handler that runs this call) when this call was to
+        send it ``message``: nothing was written; that call's action and answer are on the slot's pipes."""
         session = slot.session
         action = message if isinstance(message, str) else str(message.get("action"))
         here = any(
             f.f_code in _SESSION_IO_CODES and f.f_locals.get("self") is session for f in _frames(sys._getframe(1))
         )
-        where = "in this thread (from a signal handler or on_event)" if here else "in another thread"
+        where = "in another thread"
+        if here:
+            where = "in this thread (this call runs in a signal handler that interrupted it)"
         return CallOrderError(
             f"{action}: slot {slot.index}'s session (player pid {getattr(session, 'pid', None)}) is inside a call of "
             f"its own {where}: vs.sessions[{slot.index}] was stepped directly, which a VectorSession's slots must "
@@ -1217,7 +1219,8 @@ class VectorSession:
         """Fail ``slot`` (and return True) if its session was closed from outside this vector session (a close() of
         ``vs.sessions[i]``, from another thread or a signal handler) while the slot was in use (``doing`` says how):
         its pipes, registered in this call's poll, are closed and their descriptor numbers may be another file's
-        now, so they are not touched again. A close() of this vector session is not one (see _check_closed_meanwhile)."""
+        now, so they are not touched again. A close() of this vector session is not one (see
+        _check_closed_meanwhile)."""
         session = slot.session
         if self._closer is not None or getattr(session, "closed", False) is not True:
             return False

@@ -27,7 +27,8 @@ def test_a_depth_bound_float32_cannot_hold_is_refused_naming_max_depth(no_leaks,
     # rounded to 0 in float32, a depth space of the single value 0.
     for make in (lambda: rgym.RenderdEnv(depth=True, max_depth=max_depth, **KW),
                  lambda: rgym.RenderdVectorEnv(2, depth=True, max_depth=max_depth, **KW)):
-        with pytest.raises(ValueError, match=rf"^max_depth must be a positive finite number of metres, got {re.escape(repr(max_depth))}: "
+        shown = re.escape(repr(max_depth))
+        with pytest.raises(ValueError, match=rf"^max_depth must be a positive finite number of metres, got {shown}: "
                                              "the depth space is float32"):
             make()
 
@@ -73,7 +74,8 @@ def test_vector_env_contracts_and_gymnasiums_vector_utilities(no_leaks):
         obs, rewards, terminated, truncated, info = envs.step(actions)
         singles = list(iterate(envs.observation_space, obs))
         assert len(singles) == 2 and all(one in envs.single_observation_space for one in singles)
-        again = concatenate(envs.single_observation_space, singles, create_empty_array(envs.single_observation_space, 2))
+        space = envs.single_observation_space
+        again = concatenate(space, singles, create_empty_array(space, 2))
         assert all(np.array_equal(again[key], obs[key]) for key in obs)
         assert rewards.dtype == np.float64 and terminated.dtype == truncated.dtype == np.bool_
         frames = envs.render()
