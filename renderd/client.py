@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from renderd.config import ArgumentError, check_seconds
+from renderd.config import REFERENCE_PLAYER, ArgumentError, check_seconds
 from renderd.errors import (
     AlreadyPendingCallError,
     CallOrderError,
@@ -850,7 +850,16 @@ def _resolve_platform(
         executable=executable,
         env=dict(env or {}),
     )
-    selection = select(request)
+    try:
+        selection = select(request)
+    except PlatformError as exc:
+        # The reference player renders with numpy on any machine: as the daemon does for it, ``auto`` with no
+        # valid platform runs it without one (3-byte RGB frames), saying why. Any other player needs a platform.
+        if platform != "auto" or os.path.basename(executable) != REFERENCE_PLAYER:
+            raise
+        log.warning("no platform is valid here, so the reference player runs without one (it renders with numpy "
+                    "anyway). %s", exc)
+        return _PlatformChoice(name="none")
     try:
         sel_env, sel_args = selection.for_instance(0)
         return _PlatformChoice(

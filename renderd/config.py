@@ -561,13 +561,18 @@ IN_PLACE_KEYS = frozenset({"instances", "start_timeout", "step_timeout", "health
 RESTART_KEYS = ("socket", "socket_group", "runtime_dir", "http", "control_token_file", "api_threads", "log_dir")
 
 
+#: The reference player's program name. It renders with numpy on any machine, so when ``auto`` finds no valid
+#: platform for it, the daemon and :func:`renderd.launch` run it without one (with a warning saying why).
+REFERENCE_PLAYER = "renderd-player"
+
+
 @dataclass(frozen=True)
 class EnvironmentConfig:
     """One ``[environments.NAME]`` table: what to run and how many ready players to keep."""
 
     name: str = field(default=DEFAULT_ENVIRONMENT, metadata={"internal": True})
     executable: str | list[str] = setting(
-        "renderd-player",
+        REFERENCE_PLAYER,
         doc_type="string or list of strings",
         help="The player: a path or command name, or an argv list. Resolved to an absolute path when the "
         "configuration is loaded (a name is looked up next to the Python running renderd, then on `PATH`).",

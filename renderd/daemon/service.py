@@ -38,6 +38,7 @@ import time
 from typing import Any
 
 from renderd.config import (
+    REFERENCE_PLAYER,
     RESTART_KEYS,
     Config,
     DaemonConfig,
@@ -58,8 +59,6 @@ log = logging.getLogger(__name__)
 
 #: The lock file in ``runtime_dir`` that one daemon holds (``flock``) for its whole life.
 LOCK_NAME = "renderd.lock"
-#: The reference player's program name: it can run without any platform.
-REFERENCE_PLAYER = "renderd-player"
 #: Seconds to wait for an existing socket to answer before calling it stale.
 SOCKET_PROBE_TIMEOUT = 2.0
 #: Attempts at locking the lock file when the file locked is no longer the one at its path (a daemon stopping
