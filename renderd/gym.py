@@ -160,6 +160,8 @@ class _EnvSpec:
         self.reward_fn = reward_fn if reward_fn is not None else default_reward
         self.terminated_fn = terminated_fn if terminated_fn is not None else never_terminated
         self.depth = bool(depth)
+        if isinstance(max_depth, (bool, np.bool_)):  # (float(True) is 1.0: a flag given where the bound goes)
+            raise TypeError(f"max_depth must be a positive finite number of metres, not a bool: got {max_depth!r}")
         try:
             self.max_depth = float(max_depth)
         except (TypeError, ValueError):
