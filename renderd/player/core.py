@@ -379,6 +379,12 @@ def _bool_argument(name: str, key: str, value: Any) -> bool:
                        "InvalidArgument")
 
 
+def _f4(value: float) -> str:
+    """``value`` as C#'s ``ToString("F4")`` writes it (4 decimals), a value that rounds to zero written ``0.0000``."""
+    text = f"{value:.4f}"
+    return "0.0000" if text == "-0.0000" else text
+
+
 def _xyz(x: float, y: float, z: float) -> dict[str, float]:
     return {"x": round(x, 4), "y": round(y, 4), "z": round(z, 4)}
 
@@ -863,8 +869,9 @@ class Player:
         return self.agents[self.active]
 
     def _others(self) -> list[tuple[float, float, str]]:
-        """The agents other than the acting one, as obstacles for :meth:`Scene.collision`."""
-        return [(a.x, a.z, f"agent {i}") for i, a in enumerate(self.agents) if i != self.active]
+        """The agents other than the acting one, as obstacles for :meth:`Scene.collision`, each named as a build names
+        an agent in a blocked move's errorMessage (``Agent 1``)."""
+        return [(a.x, a.z, f"Agent {i}") for i, a in enumerate(self.agents) if i != self.active]
 
     # -- actions -------------------------------------------------------------------------------------
     # A build's AgentManager.Initialize and its agent's Initialize take a whole ServerAction: any key.
@@ -1093,11 +1100,18 @@ class Player:
             if magnitude <= 0:
                 raise ActionFailed(f"{name}: moveMagnitude must be above 0, got {magnitude:g}")
         angle = math.radians(agent.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
-        x = round(agent.x + magnitude * math.sin(angle), 4)
-        z = round(agent.z + magnitude * math.cos(angle), 4)
-        hit = self.scene.path_collision(agent.x, agent.z, x, z, magnitude, self._others())
+        dx, dz = magnitude * math.sin(angle), magnitude * math.cos(angle)
+        x = round(agent.x + dx, 4)
+        z = round(agent.z + dz, 4)
+        others = self._others()
+        hit = self.scene.path_collision(agent.x, agent.z, x, z, magnitude, others)
         if hit is not None:
-            raise ActionFailed(f"{name} is blocked: the agent would collide with {hit}")
+            # As a build's CheckIfAgentCanMove words it: what blocks the agent (another agent, "Agent N"; a wall or box,
+            # by its name), the acting agent's number, and the move's offset in world coordinates (x, y, z), F4.
+            if not any(hit == other[2] for other in others):
+                hit = self.scene.object_name(hit)
+            raise ActionFailed(f"{hit} is blocking Agent {self.active} from moving by "
+                               f"({_f4(dx)}, {_f4(0.0)}, {_f4(dz)}).")
         if self.snap_to_grid:
             # As a build's moveInDirection: the path is checked to where the move leads, and the agent then snapped to
             # the nearest point of the world's gridSize grid (a move of 0.1 m on a 0.25 m grid lands where it started,

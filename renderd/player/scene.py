@@ -117,6 +117,7 @@ class Scene:
     start: Pose
     surface_colors: tuple[tuple[int, int, int], ...]
     _parts: tuple[Part, ...] = field(default=(), compare=False, repr=False)
+    _names: dict[str, str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         sx, sy, sz = self.size
@@ -211,6 +212,22 @@ class Scene:
                 nx, nz = round(x + step[0] * spacing, 4), round(z + step[1] * spacing, 4)
                 if self.path_collision(px, pz, nx, nz) is None:
                     queue.append(step)
+
+    def object_name(self, object_id: str) -> str:
+        """The name of the part with ``object_id``, as a build names the GameObject that blocks a move: a box's is its
+        metadata ``name`` (``Fridge_1``: its type and its index in the metadata's ``objects``, the floor being 0), a
+        wall's its surface's (``WallWest``...); an id of no part is returned as it is."""
+        names = self._names
+        if names is None:
+            names = {}
+            parts = self._parts
+            for surface, part in zip(SURFACES, parts):
+                names[part.object_id] = surface
+            names[parts[0].object_id] = f"{parts[0].object_type}_0"
+            for index, part in enumerate(self.box_parts(), start=1):
+                names[part.object_id] = f"{part.object_type}_{index}"
+            object.__setattr__(self, "_names", names)
+        return names.get(object_id, object_id)
 
     def reachable_positions(self, grid_size: float,
                             origin: tuple[float, float] | None = None) -> list[tuple[float, float]]:

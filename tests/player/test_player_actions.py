@@ -69,7 +69,9 @@ def test_move_ahead_until_blocked(player):
     assert fridge["visible"] is True
     blocked = player.step("MoveAhead")
     assert not blocked and blocked.metadata["lastActionSuccess"] is False
-    assert "Fridge|" in blocked.metadata["errorMessage"]
+    # Worded as a build's: the blocking object by its name (the metadata's), the agent, the move's world offset.
+    assert blocked.metadata["errorMessage"] == f"{fridge['name']} is blocking Agent 0 from moving by (0.0000, 0.0000, 0.2500)."
+
     assert blocked.metadata["agent"]["position"]["z"] == pytest.approx(z0 + 9 * 0.25)
 
 
@@ -87,7 +89,7 @@ def test_moves_with_magnitude(player, action, dx, dz):
 
 def test_move_into_wall_fails(player):
     ev = player.step("MoveBack", moveMagnitude=2.0)  # from z=-2, the south wall is 1 m behind
-    assert not ev and "Wall|" in ev.metadata["errorMessage"]
+    assert not ev and ev.metadata["errorMessage"] == "WallSouth is blocking Agent 0 from moving by (0.0000, 0.0000, -2.0000)."
 
 
 def test_rotate(player):

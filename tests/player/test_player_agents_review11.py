@@ -107,9 +107,10 @@ def test_an_agent_id_that_names_no_agent_is_a_failed_action_agent_0_answers(sess
 def test_agents_block_each_other(session):
     initialize(session)
     left = session.step("MoveLeft", agentId=1, moveMagnitude=0.8)  # would stand 0.2 m from agent 0 (0.4 needed)
-    assert not left and left.metadata["errorMessage"] == "MoveLeft is blocked: the agent would collide with agent 0"
+    assert not left and left.metadata["errorMessage"] == (
+        "Agent 0 is blocking Agent 1 from moving by (-0.8000, 0.0000, 0.0000).")
     onto = session.step("Teleport", agentId=0, position={"x": 0.75, "y": 0.9, "z": -2.0})
-    assert not onto and onto.metadata["errorMessage"] == "Teleport to (0.75, -2) is blocked by agent 1"
+    assert not onto and onto.metadata["errorMessage"] == "Teleport to (0.75, -2) is blocked by Agent 1"
     assert [position(e) for e in onto.events] == PLACED[:2]
     assert session.step("MoveLeft", agentId=1, moveMagnitude=0.5)  # 0.5 m apart: free
 

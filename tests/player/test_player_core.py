@@ -271,7 +271,8 @@ def test_move_until_blocked_and_visibility():
         moves += 1
         assert moves < 50
     assert moves == 9 and agent["agent"]["position"]["z"] == pytest.approx(0.25)
-    assert fridge in agent["errorMessage"]
+    name = next(o for o in agent["objects"] if o["objectId"] == fridge)["name"]
+    assert agent["errorMessage"] == f"{name} is blocking Agent 0 from moving by (0.0000, 0.0000, 0.2500)."
     assert next(o for o in agent["objects"] if o["objectId"] == fridge)["visible"]
 
 
