@@ -71,6 +71,7 @@ import itertools
 import json
 import logging
 import math
+import struct
 import time
 from collections import OrderedDict
 from typing import Any, Callable
@@ -379,10 +380,23 @@ def _bool_argument(name: str, key: str, value: Any) -> bool:
                        "InvalidArgument")
 
 
+def _cs_float(value: float) -> str:
+    """``value`` as a build writes a float (a C# float's ToString(): 7 significant digits, the shortest form), e.g. in
+    an errorMessage: ``-5``, ``-2.5``, ``0.35``, ``1E-05``."""
+    single = struct.unpack("<f", struct.pack("<f", value))[0]
+    return f"{single:.7g}".replace("e", "E")
+
+
 def _f4(value: float) -> str:
     """``value`` as C#'s ``ToString("F4")`` writes it (4 decimals), a value that rounds to zero written ``0.0000``."""
     text = f"{value:.4f}"
     return "0.0000" if text == "-0.0000" else text
+
+
+def _exception(kind: str, message: str) -> ActionFailed:
+    """A failure a build's action reports by throwing: its ActionDispatcher answers ``<exception type>: <message>``,
+    with no errorCode (null)."""
+    return ActionFailed(f"{kind}: {message}")
 
 
 def _xyz(x: float, y: float, z: float) -> dict[str, float]:
@@ -1098,7 +1112,7 @@ class Player:
         if action.get("moveMagnitude") is not None:
             magnitude = _number(action, "moveMagnitude", hi=100.0)
             if magnitude <= 0:
-                raise ActionFailed(f"{name}: moveMagnitude must be above 0, got {magnitude:g}")
+                raise _exception("InvalidOperationException", "moveMagnitude must be > 0")
         angle = math.radians(agent.yaw + {"MoveAhead": 0, "MoveRight": 90, "MoveBack": 180, "MoveLeft": 270}[name])
         dx, dz = magnitude * math.sin(angle), magnitude * math.cos(angle)
         x = round(agent.x + dx, 4)
@@ -1134,8 +1148,9 @@ class Player:
         # turn of 0 it is given (once that turned by the default step), with no errorCode.
         degrees = self.rotate_step if action.get("degrees") is None else _number(action, "degrees")
         if degrees == 0:
-            raise ActionFailed(f"{action['action']}: cannot rotate by 0 degrees (leave degrees out to turn by "
-                               f"rotateStepDegrees, {self.rotate_step:g})")
+            # (The build's text, its spelling included.)
+            raise _exception("InvalidOperationException", "Cannot rotate by 0 degrees as this previously defaulted to "
+                                                          "rotating by a diferent amount.")
         sign = -1.0 if action["action"] == "RotateLeft" else 1.0
         agent = self._agent
         agent.yaw = _yaw(agent.yaw + sign * degrees)
@@ -1148,9 +1163,10 @@ class Player:
         # the limit fails with the errorCode LookDownCantExceedMin, up as well as down.
         degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES)
         if degrees < 0:
-            raise ActionFailed(f"{action['action']} needs degrees of 0 or more, got {degrees:g}")
+            raise ActionFailed(f"{action['action']} action requires positive degree value. Invalid value used: "
+                               f"{_cs_float(degrees)}")
         if abs(degrees * 10 - round(degrees * 10)) > 1e-4:
-            raise ActionFailed(f"{action['action']} needs degrees that are a multiple of 0.1, got {degrees!r}")
+            raise ActionFailed(f"{action['action']} action requires degree value to be a multiple of 0.1f")
         degrees = round(degrees, 1) or DEFAULT_LOOK_DEGREES
         agent = self._agent
         if action["action"] == "LookUp":
@@ -1236,13 +1252,20 @@ class Player:
             if self.snap_to_grid and not self._on_grid(x, z):
                 raise ActionFailed(f"{name}: position ({x:g}, {z:g}) is not on the grid of size {self.grid_size:g} "
                                    f"(snapToGrid is on; forceAction takes it)")
+            # A spot taken and a y off the floor are a build's InvalidOperationExceptions, worded as its: a spot names
+            # what the agent would collide with (a box by its objectId, a wall by its name; another agent, which a
+            # build's check leaves out, "Agent N" here).
             hit = self.scene.collision(x, z, others=self._others())
             if hit is not None:
-                raise ActionFailed(f"Teleport to ({x:g}, {z:g}) is blocked by {hit}")
+                if hit in self.scene.surface_ids():
+                    hit = self.scene.object_name(hit)
+                raise _exception("InvalidOperationException", f"Collided with: {hit}.")
             y = given["y"] if by_xyz else given["position"][1] if "position" in given else AGENT_Y
             if abs(y - AGENT_Y) > 0.05:
-                raise ActionFailed(f"{name}: the agent stands at y {AGENT_Y:g} there, {abs(y - AGENT_Y):g} m from the "
-                                   f"y given ({y:g}), more than 0.05 (forceAction takes it)")
+                raise _exception("InvalidOperationException",
+                                 f"After teleporting and adjusting agent position to floor, there was too large a "
+                                 f"change({_cs_float(abs(y - AGENT_Y))} > 0.05) in the y component. Consider using "
+                                 f"`forceAction=true` if you'd like to teleport anyway.")
         agent.x, agent.z, agent.yaw, agent.horizon = round(x, 4), round(z, 4), _yaw(yaw), round(horizon, 4)
         if "standing" in given:
             agent.standing = given["standing"]  # crouching, the camera is lower (see _Agent.camera_position)

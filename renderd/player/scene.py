@@ -213,6 +213,11 @@ class Scene:
                 if self.path_collision(px, pz, nx, nz) is None:
                     queue.append(step)
 
+    def surface_ids(self) -> frozenset[str]:
+        """The object ids of the room's surfaces (floor, ceiling, walls): structure, not objects of the metadata's
+        ``objects`` (the floor aside)."""
+        return frozenset(p.object_id for p in self._parts[: len(SURFACES)])
+
     def object_name(self, object_id: str) -> str:
         """The name of the part with ``object_id``, as a build names the GameObject that blocks a move: a box's is its
         metadata ``name`` (``Fridge_1``: its type and its index in the metadata's ``objects``, the floor being 0), a

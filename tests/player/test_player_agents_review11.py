@@ -110,7 +110,7 @@ def test_agents_block_each_other(session):
     assert not left and left.metadata["errorMessage"] == (
         "Agent 0 is blocking Agent 1 from moving by (-0.8000, 0.0000, 0.0000).")
     onto = session.step("Teleport", agentId=0, position={"x": 0.75, "y": 0.9, "z": -2.0})
-    assert not onto and onto.metadata["errorMessage"] == "Teleport to (0.75, -2) is blocked by Agent 1"
+    assert not onto and onto.metadata["errorMessage"] == "InvalidOperationException: Collided with: Agent 1."
     assert [position(e) for e in onto.events] == PLACED[:2]
     assert session.step("MoveLeft", agentId=1, moveMagnitude=0.5)  # 0.5 m apart: free
 
