@@ -639,7 +639,13 @@ class VectorSession:
         self._owner_pid = os.getpid()  # a copy inherited over fork (another pid) leaves the players alone
         # Every poll of a call waits on it too: a replacement that is ready, and a close() from another thread,
         # wake the call.
-        self._ensure_wake_fd()
+        try:
+            self._ensure_wake_fd()
+        except BaseException:
+            # (Out of descriptors: EMFILE.) As for a bad argument, the sessions (and the executor) stay the caller's:
+            # this half-made vector session does not close them as it is collected.
+            self._state = _VectorState.CLOSED
+            raise
         _vectors.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -2420,14 +2426,28 @@ def _build(
     except BaseException:
         executor.shutdown(wait=True, cancel_futures=True)
         raise
-    return VectorSession(
-        sessions,
-        factory=factory,
-        replace_on_crash=replace_on_crash,
-        reward_fn=reward_fn,
-        done_fn=done_fn,
-        executor=executor,
-    )
+    try:
+        return VectorSession(
+            sessions,
+            factory=factory,
+            replace_on_crash=replace_on_crash,
+            reward_fn=reward_fn,
+            done_fn=done_fn,
+            executor=executor,
+        )
+    except BaseException as exc:
+        # (Out of descriptors for the poll's wake-up eventfd, say.) The players started (or leases granted) for it
+        # are closed, all at once, and the launch threads stopped: nothing is left running. Then the error goes on.
+        errors, interrupt = _close_sessions(sessions)
+        for error in errors:
+            if error is not None:
+                log.warning("closing a session after the VectorSession could not be made: %s", error)
+        try:
+            _shutdown(executor)
+        finally:
+            if interrupt is not None:
+                raise interrupt from exc
+        raise
 
 
 def launch_many(
