@@ -6,6 +6,7 @@ property, a launch() argument, a PlatformRequest field, a command-line option, a
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import re
 from pathlib import Path
@@ -225,4 +226,41 @@ def test_every_benchmark_case_the_docs_give_is_one_the_script_knows():
         for case in match.group(1).split(","):
             if f'"{case}"' not in source:
                 wrong.append(f"{doc.relative_to(ROOT)}: benchmarks/{script}.py --cases {case}")
+    assert wrong == [], wrong
+
+
+# -- dotted names ------------------------------------------------------------------------------------------
+
+# Files renderd makes or ships, written like dotted names.
+_FILE_NAMES = {"renderd.lock", "renderd.sock", "renderd.toml", "renderd.service"}
+
+
+def _resolve(dotted: str) -> object:
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        for part in parts[i:]:
+            obj = getattr(obj, part)
+        return obj
+    raise ImportError(dotted)
+
+
+def test_every_renderd_name_the_docs_write_exists():
+    # `renderd.daemon.service.API_READ_TIMEOUT`, `renderd.transport.fifo.FifoPair.create(...)`: a constant or
+    # a function the docs point at by its dotted name that was renamed or moved leaves the reader nothing to find.
+    names = 0
+    wrong = []
+    for doc in USER_DOCS:
+        for dotted in sorted(set(re.findall(r"`(renderd(?:\.[A-Za-z_][A-Za-z0-9_]*)+)", doc.read_text()))):
+            if dotted in _FILE_NAMES:
+                continue
+            names += 1
+            try:
+                _resolve(dotted)
+            except (ImportError, AttributeError) as exc:
+                wrong.append(f"{doc.relative_to(ROOT)}: {dotted} ({exc})")
+    assert names > 40
     assert wrong == [], wrong
