@@ -264,3 +264,34 @@ def test_every_renderd_name_the_docs_write_exists():
                 wrong.append(f"{doc.relative_to(ROOT)}: {dotted} ({exc})")
     assert names > 40
     assert wrong == [], wrong
+
+
+# -- links -------------------------------------------------------------------------------------------------
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors for the headings of a markdown file."""
+    anchors = set()
+    for line in path.read_text().splitlines():
+        match = re.match(r"#+ (.*)", line)
+        if match:
+            anchors.add(re.sub(r"[^\w\- ]", "", match.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def test_every_relative_link_of_the_docs_leads_somewhere():
+    wrong = []
+    links = 0
+    for doc in USER_DOCS:
+        for target in re.findall(r"\]\(([^)\s]+)\)", doc.read_text()):
+            if re.match(r"[a-z]+:", target):
+                continue
+            links += 1
+            file, _, anchor = target.partition("#")
+            path = (doc.parent / file) if file else doc
+            if not path.exists():
+                wrong.append(f"{doc.relative_to(ROOT)}: ({target}): no such file")
+            elif anchor and (not path.is_file() or anchor not in _anchors(path)):
+                wrong.append(f"{doc.relative_to(ROOT)}: ({target}): no such heading")
+    assert links > 20
+    assert wrong == [], wrong
