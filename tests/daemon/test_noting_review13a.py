@@ -85,7 +85,8 @@ def test_a_helper_noted_while_its_player_ran_is_stopped_after_the_player_exits(s
     helper = psutil.Process(int(pid_file.read_text().split()[1]))
     with sup.lock:
         proc = only_player(sup).proc
-    assert os.getpgid(helper.pid) != proc.pgid  # outside the player's group: a signal to the group misses it
+    # Outside the player's group once setsid has made its session: a signal to the group misses it.
+    wait_for(lambda: os.getpgid(helper.pid) != proc.pgid, DEADLINE, "the helper in a session of its own")
 
     def noted() -> bool:
         sup.wake()  # (a pass of the loop notes it)
