@@ -21,9 +21,12 @@ that disconnects never gives the player end of file or EPIPE; and since the daem
 ``server.pipe``, a client reading sees end of file when the player dies.
 
 Players are spawned from the loop thread only: ``PR_SET_PDEATHSIG`` fires when the spawning *thread*
-exits, and the loop thread lives as long as the daemon. Platform selection, which may probe the machine for
-seconds, runs on a short-lived thread per environment without the lock (a managed Xvfb is forked by the
-platforms' own long-lived spawner thread); it stores its result under the lock and wakes the loop. So does
+exits, and the loop thread lives as long as the daemon. The loop does it after a pass, without the lock (fork and
+exec take milliseconds, and as long as a hung mount lasts for a program on one), as it notes the players' helpers
+and gathers what a player silent at its start_timeout did with its pipes (walks of /proc). Platform selection,
+which may probe the machine for seconds, runs on a short-lived thread per environment without the lock (a managed
+Xvfb is forked by the platforms' own long-lived spawner thread); it stores its result under the lock and wakes the
+loop. So does
 replacing a managed display that died, which starts a new Xvfb; and giving back a selection nothing uses any
 more, which stops its managed Xvfb when it was the last user (seconds, if that Xvfb hangs).
 
@@ -205,6 +208,9 @@ class Player:
         #: Set while STARTING once its start_timeout has passed with nothing read: ``(the reader of its server.pipe,
         #: what it did with its pipes)``, gathered without the lock (Supervisor._gather_silences) for its boot failure.
         self.silence: tuple[FifoChannel, str] | None = None
+        #: Set (still BACKOFF) from when its start is prepared until the loop has started its process without the lock
+        #: (Supervisor._run_spawns): that start's token.
+        self.spawning: object | None = None
 
     @property
     def pid(self) -> int | None:
@@ -377,6 +383,8 @@ class Supervisor:
         self._displays: dict[int, tuple[int, Any]] = {}  # id(managed display) -> (pidfd of its Xvfb, display)
         self._display_checks: set[int] = set()  # id(managed display) being checked for a hang (_check_display)
         self._failures: deque[tuple[Player, Any, str]] = deque()
+        #: Processes _spawn prepared, for the loop to start without the lock (_run_spawns).
+        self._spawns: deque[tuple[Player, object, list[str], dict[str, str], str | None, bool]] = deque()
         for name, env_config in config.environments.items():
             self.environments[name] = Environment(env_config, "file")
             self.metrics.declare(name)
@@ -618,7 +626,7 @@ class Supervisor:
         for env in self.environments.values():
             for p in env.players:
                 if (p.state != State.BACKOFF or p.retire or env.removing or p.boot_failures < limit
-                        or p.outdated):
+                        or p.outdated or p.spawning is not None):  # (being started: judged by that start)
                     continue
                 p.state = State.FAILED
                 p.deadline = None
@@ -1086,6 +1094,7 @@ class Supervisor:
                         break
                 running = self._running_processes()
                 silent = self._silent_players()
+            self._run_spawns()
             self._note_helpers(running)
             self._gather_silences(silent)
 
@@ -1211,7 +1220,7 @@ class Supervisor:
                     self._watch(p.holder.fileno(), ("idle", p))
                     self._health_tick(p, now)
                 elif p.state == State.BACKOFF and not self._stopping and (p.deadline is None or now >= p.deadline):
-                    if not env.removing and not p.retire:
+                    if not env.removing and not p.retire and p.spawning is None:  # (not one being started)
                         self._spawn(p)
             if not self._stopping:
                 self._reconcile(env)
@@ -1405,6 +1414,7 @@ class Supervisor:
         if launch is None:
             self._renumber(p)
         previous, p.launch = p.launch, None
+        p.spawning = None  # (a start prepared before and not made yet is stale)
         p.reason = p.reason if p.boot_failures else ""
         p.stop = None
         p.stop_done.clear()
@@ -1472,20 +1482,72 @@ class Supervisor:
             if "DISPLAY" in platform_env:
                 child_env["DISPLAY"] = platform_env["DISPLAY"]
             p.launch = (selection, dict(platform_env), list(platform_args), p.display)
-            p.proc = PlayerProcess.spawn(argv, child_env, p.log_path, show_log_path=True, log_group=self.file_group)
-            # Its helpers are noted by the loop without the lock (_note_helpers), not by each poll() made with it.
-            p.proc.notes_on_poll = False
         except Exception as exc:  # whatever stops this player from starting is its boot failure, never the loop's end
-            if isinstance(exc, RenderdError):
-                reason = str(exc)
-            elif isinstance(exc, OSError):
-                reason = os_error_message(exc, "cannot start the player")
-            else:
-                log.exception("%s[%d]: starting the player failed", env.name, p.index)
-                reason = f"cannot start the player: {type(exc).__name__}: {exc}"
-            self._close_player_resources(p)
-            self._count_boot_failure(p, reason)
+            self._spawn_failed(p, exc)
             return
+        # The process itself is started by the loop after this pass, without the lock (_run_spawns): fork and exec
+        # take milliseconds to tens of them, and an exec of a program on a network filesystem that hangs lasts as
+        # long as the mount does, while lease, status and release requests wait for the lock. Until then the slot
+        # stays BACKOFF, without a process, as it was (p.spawning says its start is under way; it is STARTING once
+        # the process runs); a stop, a removal or a new start meanwhile makes that start stale.
+        p.state = State.BACKOFF
+        p.deadline = None
+        p.spawning = object()
+        self._spawns.append((p, p.spawning, argv, child_env, p.log_path, launch is not None))
+
+    def _spawn_failed(self, p: Player, exc: Exception) -> None:
+        """What stopped ``p``'s process from starting is its boot failure (lock held)."""
+        env = p.environment
+        if isinstance(exc, RenderdError):
+            reason = str(exc)
+        elif isinstance(exc, OSError):
+            reason = os_error_message(exc, "cannot start the player")
+        else:
+            log.error("%s[%d]: starting the player failed", env.name, p.index, exc_info=exc)
+            reason = f"cannot start the player: {type(exc).__name__}: {exc}"
+        p.spawning = None
+        self._close_player_resources(p)
+        self._count_boot_failure(p, reason)
+
+    def _run_spawns(self) -> None:
+        """Start the processes _spawn prepared (loop thread, without the lock: players are started from the loop
+        thread only, see PR_SET_PDEATHSIG in the module's docstring), then hand each to its slot."""
+        while True:
+            with self.lock:
+                if not self._spawns:
+                    return
+                p, token, argv, child_env, log_path, held = self._spawns.popleft()
+                if p.spawning is not token:
+                    continue  # stopped, removed or started again since it was prepared: nothing to start
+            proc: PlayerProcess | None = None
+            failure: Exception | None = None
+            try:
+                proc = PlayerProcess.spawn(argv, child_env, log_path, show_log_path=True, log_group=self.file_group)
+                # Its helpers are noted by the loop without the lock (_note_helpers), not by each poll() made with it.
+                proc.notes_on_poll = False
+            except Exception as exc:
+                failure = exc
+            with self.lock:
+                if p.spawning is not token or p.state != State.BACKOFF:
+                    # Stopped, removed or started again while its process started: that process serves nothing.
+                    if proc is not None:
+                        log.info("%s[%d]: stopping pid %d, started for a slot that has changed since",
+                                 p.environment.name, p.index, proc.pid)
+                        self._start_stopper(proc, self.daemon_config.stop_grace, None)
+                    continue
+                if failure is not None:
+                    self._spawn_failed(p, failure)
+                    continue
+                assert proc is not None
+                p.spawning = None
+                p.proc = proc
+                self._started(p, held)
+
+    def _started(self, p: Player, held: bool) -> None:
+        """``p``'s process has started (lock held): wait for its first frame."""
+        env = p.environment
+        cfg = p.config
+        assert p.proc is not None and p.holder is not None
         p.holder.attach(p.proc)
         p.spawns += 1
         p.state = State.STARTING
@@ -1502,7 +1564,7 @@ class Supervisor:
         log.info(
             "started %s[%d] pid %d (%dx%d, %s, log %s)%s",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
-            p.log_path, " on the previous configuration: the rollout is held" if launch is not None else "",
+            p.log_path, " on the previous configuration: the rollout is held" if held else "",
         )
         self._watch_display(p.display)  # (last: a display found dead here stops the player at once)
         self._status_update()
@@ -2058,6 +2120,7 @@ class Supervisor:
     def _begin_stop(self, p: Player, stop: _Stop) -> None:
         """Stop ``p``'s process in a helper thread (SIGTERM, grace, SIGKILL, reap); the loop continues."""
         p.state = State.STOPPING  # first: ending the lease below must not recycle the player again
+        p.spawning = None  # (a process not started yet is not started: _run_spawns)
         if p.http_token is not None and self.http is not None:
             self.http.expect_end(p)  # its HTTP stream ends next: not a failure worth a warning
         if p.lease is not None:
@@ -2280,6 +2343,7 @@ class Supervisor:
 
     def _close_player_resources(self, p: Player) -> None:
         self._end_run(p)
+        p.spawning = None
         if p.holder is not None:
             if not p.holder.closed:
                 self._unwatch(p.holder.fileno())
@@ -2336,6 +2400,7 @@ class Supervisor:
         )
 
     def _finish(self) -> None:
+        self._spawns.clear()  # (prepared starts not made: their slots' resources are closed below)
         for t in self._selectors:  # each sees the stop and releases what it selected
             t.join(SHUTDOWN_SLACK)
             if t.is_alive():  # a probe (a child process of that thread) must not outlive the daemon
