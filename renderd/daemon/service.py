@@ -658,6 +658,7 @@ class Daemon:
         self.overrides = dict(overrides or {})
         self.notifier = Notifier()
         self._created: list[str] = []  # directories this daemon created, innermost last
+        self._warned_open: set[str] = set()  # directories whose open mode was warned about (once each, by real path)
         self._lock_fd: int | None = None
         self._lock_path: str | None = None
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
@@ -724,7 +725,10 @@ class Daemon:
             )
         mode = stat.S_IMODE(st.st_mode)
         if path not in self._created and mode & (0o077 if group is None else 0o027):
-            log.warning("%s", _open_directory_warning(path, st, group, key))
+            real = os.path.realpath(path)  # (the socket's directory may be the runtime directory: one warning)
+            if real not in self._warned_open:
+                self._warned_open.add(real)
+                log.warning("%s", _open_directory_warning(path, st, group, key))
         if group is not None and not (mode & 0o001 or (st.st_gid == group and mode & 0o010)):
             log.warning(
                 "%s (mode %04o, group %d) keeps the members of socket_group (gid %d) out; give it that group and "

@@ -29,3 +29,14 @@ def test_a_socket_directory_others_may_write_to_says_that_they_can_replace_the_s
     d = daemon(fast_config(), socket=str(shared / "other.sock"))
     line = next(line for line in d.output().splitlines() if "has mode 1777" in line)
     assert line.endswith("nothing needs doing") and "chmod" not in line, line
+
+
+def test_a_socket_in_the_open_runtime_directory_gets_one_warning_for_both(daemon, tmp_path):
+    # The socket's directory is the runtime directory: its mode was warned about twice, once per key.
+    run = tmp_path / "shared-run"
+    run.mkdir()
+    os.chmod(run, 0o755)
+    d = daemon(fast_config(), runtime_dir=str(run), socket=str(run / "renderd.sock"))
+    lines = [line for line in d.output().splitlines() if "has mode 0755" in line]
+    assert len(lines) == 1, lines
+    assert f"chmod 700 {run}" in lines[0], lines
