@@ -22,6 +22,7 @@ import importlib
 import logging
 import numbers
 import os
+import select
 import sys
 import threading
 import time
@@ -196,6 +197,15 @@ class Session:
         # handler), or one another thread had not ended within CLOSE_WAITER_TIMEOUT. Cleared by whoever closes them.
         self._channel_left_open = False
         self._left_lock = threading.RLock()
+        # A VectorSession whose calls poll, read and write this session's descriptors outside its send and receive
+        # (a weak reference to it, set while the session is one of its slots), and whether close() left them to it
+        # (see _hold_fds): it closes them as it lets go of them (_finish_close(holder=True)).
+        self._holder: Callable[[], Any] | None = None
+        self._fds_held = False
+        # The player watch's descriptors as the pipes' users poll them (the pidfd; a managed display's epoll), kept
+        # open under their numbers while close() leaves the pipes to a step or to the holder: the player's stop and
+        # on_close close duplicates instead (see _keep_watch_fds). Closed with the pipes.
+        self._kept: list[Any] = []
         # Held by the thread inside step, send, recv, wait_ready or reset (reset's steps do not take it again): another
         # thread's call meanwhile is refused, not interleaved, and so is one from a signal handler (or a callback)
         # in the thread inside.
@@ -505,17 +515,64 @@ class Session:
             f"{name}: the session was closed (by another thread, or a signal handler) while it {doing}"
         )
 
-    def _finish_close(self) -> None:
+    def _finish_close(self, holder: bool = False) -> None:
         """As a send or receive that :meth:`close` left the pipes to ends (one it interrupted in this very thread,
         from a signal handler, or one of another thread that it did not wait for any longer): close them now,
-        unless a call of this session in another thread still uses them."""
+        unless a call of this session in another thread still uses them, or the vector session holding this one
+        does (``holder``: it is that vector session, which has let go of them)."""
         if not self._channel_left_open:
             return
         with self._left_lock:
-            if not self._channel_left_open or self._other_thread_inside():
+            if holder:
+                self._fds_held = False
+            if not self._channel_left_open or self._fds_held or self._other_thread_inside():
                 return
             self._channel_left_open = False
-        self.channel.close()
+        self._close_channel()
+
+    def _close_channel(self) -> None:
+        """Close the pipes, then the player watch's descriptors kept open with them (see :meth:`_keep_watch_fds`)."""
+        try:
+            self.channel.close()
+        finally:
+            kept, self._kept = self._kept, []
+            for handle in kept:
+                try:
+                    if isinstance(handle, int):
+                        os.close(handle)
+                    else:
+                        handle.close()
+                except OSError as exc:  # pragma: no cover - (EIO)
+                    log.warning("player pid %s: closing a descriptor of its watch failed: %s", self._pid, exc)
+
+    def _keep_watch_fds(self) -> None:
+        """Before close() stops the player while the pipes stay open for a step (or the holding vector session) that
+        may still poll them together with the player's watch: keep the watch's descriptors open under the numbers
+        that step polls. The player's stop and ``on_close`` (which close the pidfd, a lease's watch, a managed
+        display's epoll) close duplicates instead; these are closed with the pipes (:meth:`_close_channel`).
+        Without a duplicate (out of descriptors) the watch does without: a stop then waits by polling."""
+        if self._kept:
+            return
+        seen: set[int] = set()
+        for watch in (self.process, getattr(self.channel, "player", None)):
+            if watch is None or id(watch) in seen:
+                continue
+            seen.add(id(watch))
+            own = getattr(watch, "__dict__", {})  # (a PlayerOnDisplay forwards pidfd to its process: not its own)
+            pidfd = own.get("pidfd")
+            if isinstance(pidfd, int) and not isinstance(pidfd, bool):
+                try:
+                    watch.pidfd = os.dup(pidfd)
+                except OSError:
+                    watch.pidfd = None
+                self._kept.append(pidfd)
+            epoll = own.get("_epoll")
+            if isinstance(epoll, select.epoll) and not epoll.closed:
+                try:
+                    watch._epoll = select.epoll.fromfd(os.dup(epoll.fileno()))
+                except OSError:
+                    watch._epoll = None
+                self._kept.append(epoll)
 
     def _close_when_left(self) -> None:
         """In a thread of its own, once :meth:`close` has left the pipes to a step of another thread: close them
@@ -667,7 +724,9 @@ class Session:
         close() logs a warning and returns, and they are closed as that step ends. Called from a
         signal handler that interrupted a step of this session in its thread, it stops the player and leaves
         the pipes to that step, which closes them as it ends. Called while another thread's close() is under
-        way, it returns once that one has finished.
+        way, it returns once that one has finished. For a slot's session of a :class:`~renderd.VectorSession` with a
+        call under way (in any thread), it stops the player and leaves the pipes, and the player's pidfd, to that
+        call, which closes them as it lets go of them (see ``VectorSession._hold_fds``).
         """
         if self._state is SessionState.CLOSED:
             if self._closer != threading.get_ident() and os.getpid() == self._owner_pid:
@@ -696,8 +755,17 @@ class Session:
             error = CallOrderError("the session was closed while a step used its pipes")
         self._state = SessionState.CLOSED
         self._pending = None
+        holder = self._holder() if self._holder is not None else None
+        if holder is not None:
+            # The vector session holding this one may poll the player's watch with the pipes after the player's stop:
+            # its descriptors stay open under their numbers until the pipes are closed.
+            self._keep_watch_fds()
+        # A vector session with a call under way (in any thread) may poll, read or write the pipes between its check
+        # that this session is open and its next use of them: it takes them over, and closes them once it has let go
+        # of them (this returns without waiting for it). With none under way, it has stopped polling them now.
+        held = holder is not None and holder._hold_fds(self)
         try:
-            if waiter:
+            if waiter and not held:
                 # Another thread's step waits on the pipes (close() called from a thread of its own). Closing
                 # them under it would have it poll, read and write descriptors that may by then belong to
                 # other files (the socket that releases a lease takes the number server.pipe freed). The
@@ -727,7 +795,9 @@ class Session:
                         time.sleep(0.005)
         finally:
             try:
-                if here or left:
+                if held:
+                    pass  # (the holding vector session closes them: _finish_close(holder=True))
+                elif here or left:
                     # A signal handler in this thread, which was inside a send or receive: that call resumes
                     # after the handler with the pipes' descriptors in hand. Or a step of another thread that
                     # has not left them. They are closed as it leaves (_finish_close); the player, stopped
@@ -739,7 +809,7 @@ class Session:
                             threading.Thread(target=self._close_when_left, name="renderd-close-pipes",
                                              daemon=True).start()
                 else:
-                    self.channel.close()
+                    self._close_channel()
             finally:
                 try:
                     if self.process is not None:
@@ -753,6 +823,14 @@ class Session:
                             on_close(error)
                     finally:
                         self._closed.set()
+
+    def _hand_over(self) -> bool:
+        """For the holding vector session's :meth:`_hold_fds`, under its lock: leave the pipes (and the kept
+        descriptors) open, for it to close as it lets go of them."""
+        with self._left_lock:
+            self._channel_left_open = True
+            self._fds_held = True
+        return True
 
     def __enter__(self) -> Session:
         return self

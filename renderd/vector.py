@@ -646,6 +646,8 @@ class VectorSession:
             # this half-made vector session does not close them as it is collected.
             self._state = _VectorState.CLOSED
             raise
+        for slot in self._slots:
+            self._adopt(slot.session)
         _vectors.add(self)
 
     # -- properties -------------------------------------------------------------------------------------
@@ -756,17 +758,76 @@ class VectorSession:
         )
 
     def _leave_call(self) -> None:
-        """As a call returns or raises: if a close() from another thread left the pipes to it, close them now."""
+        """As a call returns or raises: if a close() from another thread left the pipes to it, close them now; and
+        the descriptors of slots' sessions closed from outside during the call (see :meth:`_hold_fds`), taken out of
+        the poll first."""
         with self._call_lock:
             self._calls -= 1
-            if self._calls or not self._leftover:
+            if self._calls:
                 return
-            self._leftover = False
+            held = [s for s in self._slots if getattr(s.session, "_fds_held", False)]
+            for slot in held:
+                self._forget_fds(slot)
+            leftover, self._leftover = self._leftover, False
+        for slot in held:
+            self._let_go(slot.session, keep=True)
+        if not leftover:
+            return
         first, interrupt = self._close_rest(together=True)
         if first is not None:
             log.warning("closing the VectorSession's sessions (left to the call close() ended): %s", first)
         if interrupt is not None:
             raise interrupt
+
+    # -- the slots' sessions' descriptors --------------------------------------------------------------------
+    def _adopt(self, session: Any) -> None:
+        """Make this vector session the holder of a slot's ``session``: a close() of it from outside (another thread,
+        a signal handler, on_event) asks :meth:`_hold_fds` what to do with its descriptors."""
+        if isinstance(session, Session):
+            session._holder = weakref.ref(self)
+
+    def _hold_fds(self, session: Session) -> bool:
+        """Called by ``session.close()`` (a slot's session closed from outside), once it is marked closed. With a call of
+        this vector session under way, in any thread (it may be between its check that the session is open and its
+        next poll, read or write of its pipes, or inside its send or receive): the pipes, and the player's watch, stay
+        open under their numbers, so that no file opened meanwhile takes one; the call is woken, fails the slot (see
+        :meth:`_closed_outside`) and closes them as it lets go of them, or as it returns. True then. With none under
+        way, False: its descriptors are taken out of the poll now, and the session closes them itself (the next call
+        fails the slot before it touches them)."""
+        with self._call_lock:
+            slot = next((s for s in self._slots if s.session is session), None)
+            if slot is None:
+                return False
+            if self._calls:
+                session._hand_over()
+                self._wake(None)
+                return True
+            self._forget_fds(slot)
+            return False
+
+    def _forget_fds(self, slot: _Slot) -> None:
+        """Take the slot's descriptors out of the poll (its session was closed from outside), leaving what it has in
+        flight as it is: the next look at the slot fails it (:meth:`_closed_outside`)."""
+        for fd in slot.fds:
+            if self._fd_slots.get(fd) is not slot:
+                continue  # (another slot's, or no longer polled)
+            try:
+                self._poller.unregister(fd)
+            except KeyError:
+                pass
+            self._fd_slots.pop(fd, None)
+            self._writer_fds.pop(fd, None)
+
+    @staticmethod
+    def _let_go(session: Any, *, keep: bool = False) -> None:
+        """This vector session uses ``session``'s descriptors no more: if its close() left them to it (see
+        :meth:`_hold_fds`), close them now. Unless ``keep``, the session is no longer one of its slots' either."""
+        if not isinstance(session, Session):
+            return
+        if not keep:
+            session._holder = None
+        if session._fds_held:
+            session._finish_close(holder=True)
 
     def _on_event(self, slot: _Slot, event: Event) -> None:
         """Call ``on_event`` for ``slot``'s observation; an exception from it says (as a note) where it came from."""
@@ -1684,6 +1745,7 @@ class VectorSession:
     def _fail(self, slot: _Slot, exc: BaseException) -> None:
         """The slot's player crashed, timed out or sent malformed bytes: replace it or record it."""
         self._done_waiting(slot)
+        self._let_go(slot.session)  # (its descriptors are polled no more; a failed session is closed, not used)
         slot.reset_queue.clear()
         if self._closer is not None:
             # close() was called meanwhile (from another thread, which closed the session this call sent to or
@@ -1791,6 +1853,7 @@ class VectorSession:
                 self._failures.append((slot.index, exc, False))
                 continue
             slot.session = session
+            self._adopt(session)
             slot.failed_in_turn += 1  # (until it answers or finishes a reset)
             log.info("slot %d: replacement player pid %s is ready", slot.index, session.pid)
             if slot.reset_requested or session.last_event is None:
@@ -2026,6 +2089,11 @@ class VectorSession:
         first: BaseException | None = None
         for slot in self._slots:
             self._done_waiting(slot)
+        with self._call_lock:
+            calls = self._calls  # (a call of this thread, whose signal handler or on_event closes: see below)
+        if not calls:  # (else that call lets go of them as it returns: see _leave_call)
+            for slot in self._slots:
+                self._let_go(slot.session)
         sessions = [s.session for s in self._slots if s.session is not None]
         # A signal handler that interrupted a slot's send or receive in this thread: that session is closed in this
         # thread, whose close() leaves its pipes to the call if it was using them (the call resumes after the handler
@@ -2035,7 +2103,9 @@ class VectorSession:
         # below then finds its player gone (or stops it: SIGTERM, grace, SIGKILL).
         for k, session in enumerate(sessions):
             channel = getattr(session, "channel", None)
-            if channel is not None and getattr(session, "process", None) is not None and k not in here:
+            # (Not under a call of this thread that the close interrupted, from a signal handler or on_event: it may
+            # be between its check and its use of a pipe. Each session's close() leaves them to it, see _hold_fds.)
+            if channel is not None and getattr(session, "process", None) is not None and k not in here and not calls:
                 try:
                     channel.close()
                 except _INTERRUPTS as exc:

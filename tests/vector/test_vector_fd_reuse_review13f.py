@@ -1,0 +1,142 @@
+"""A slot's session closed from outside the VectorSession (``vs.sessions[i].close()`` in another thread) while a
+call of the vector session is under way: its descriptors (its pipes, its player's pidfd) stay open under their
+numbers until that call has let go of them, so a file opened meanwhile can never take one of those numbers and be
+polled, read or written by the vector session in its place. Before, close() closed them at once, and the call,
+between its check that the session was open and its next poll, read or write, used whatever file had taken the
+number since."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+
+import renderd
+import renderd.transport.fifo as fifo
+from renderd.errors import CallOrderError
+from tests.vector.conftest import wait_for
+
+CLOSED = "was closed from outside the VectorSession (a close() of vs.sessions[0]"
+#: The most files a test opens looking for the closed session's freed numbers.
+MOST_FILES = 256
+CONTENT = b"someone else's file\n" * 4
+
+
+def _descriptors(session: renderd.Session) -> dict[int, str]:
+    """The session's descriptor numbers (server.pipe's read end, client.pipe's write end, the player's pidfd), each
+    with what it refers to now."""
+    fds = [session.channel.fileno(), session.channel.writer_fileno(), session.process.fileno()]
+    return {fd: _target(fd) for fd in fds if fd is not None}
+
+
+def _target(fd: int) -> str:
+    """What descriptor ``fd`` refers to (a pipe whose name close() removed is the same pipe), or "closed"."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+    except OSError:
+        return "closed"
+
+
+def _open_files(tmp_path, wanted: set[int]) -> list[int]:
+    """Open files (each holding CONTENT) until one has each number of ``wanted`` (the numbers a close freed are the
+    lowest free ones, and files take the lowest free number) or MOST_FILES are open."""
+    opened: list[int] = []
+    for k in range(MOST_FILES):
+        path = tmp_path / f"other-{k}"
+        path.write_bytes(CONTENT)
+        opened.append(os.open(path, os.O_RDWR | os.O_CLOEXEC))
+        if wanted <= set(opened):
+            break
+    return opened
+
+
+def _offset(fd: int) -> int:
+    with open(f"/proc/self/fdinfo/{fd}") as f:
+        return int(next(line for line in f if line.startswith("pos:")).split()[1])
+
+
+def test_files_opened_after_a_close_in_another_thread_are_never_read_by_the_vector(no_leaks, launch, tmp_path):
+    vs = launch(2, replace_on_crash=True)
+    vs.step(["Pass", "Pass"])  # (client.pipe is open: every descriptor of the slot exists)
+    session = vs.sessions[0]
+    before = _descriptors(session)
+    assert len(before) == 3, before
+    # The close lands inside the FifoChannel.ready() of slot 0 that the step makes as its answer is readable, after
+    # ready() took the descriptor number of server.pipe and before it reads it (where a thread switch can land).
+    code = fifo.FifoChannel.ready.__code__
+    lines, first = inspect.getsourcelines(fifo.FifoChannel.ready)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == "decoder = self.decoder")
+    opened: list[int] = []
+    during: dict[int, str] = {}
+
+    def close_and_open() -> None:
+        session.close()
+        for fd in before:  # (what the numbers refer to now, while the step still runs)
+            during[fd] = _target(fd)
+        opened.extend(_open_files(tmp_path, set(before)))
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code or frame.f_locals.get("self") is not session.channel:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not opened:
+                closer = threading.Thread(target=close_and_open, name="closer")
+                closer.start()
+                closer.join(10)
+            return line
+
+        return line
+
+    sys.settrace(trace)
+    try:
+        result = vs.step(["Pass", "Pass"])
+    finally:
+        sys.settrace(None)
+    try:
+        assert opened, "the close never came"
+        assert session.closed
+        assert during == before, f"the session's descriptors were closed under the step: {during} (were {before})"
+        touched = {fd: _offset(fd) for fd in opened if _offset(fd) != 0}
+        assert not touched, f"the vector session read files opened after the close: {touched}"
+        for fd in opened:
+            assert os.pread(fd, len(CONTENT) + 1, 0) == CONTENT
+        err = result.infos[0]["error"]
+        assert isinstance(err, CallOrderError) and CLOSED in str(err), err
+        assert result.observations[1] is not None and "error" not in result.infos[1]
+        # The step let go of them: they are closed now (nothing leaks), and the slot goes on with a new player.
+        assert session.channel.closed
+        result = vs.step(["Pass", "Pass"], wait_resets=True)
+        assert result.infos[0].get("reset_complete") and vs.error is None
+    finally:
+        for fd in opened:
+            os.close(fd)
+
+
+def test_a_close_between_calls_takes_the_descriptors_out_of_the_poll(no_leaks, launch, tmp_path):
+    # Slot 0 resets across calls (its Reset in flight, its descriptors in the vector session's poll) when its session
+    # is closed from another thread between two calls: files opened then take its freed numbers, and the next call
+    # fails the slot without polling, reading or writing them.
+    vs = launch(2, replace_on_crash=True)
+    vs.step(["Pass", "Pass"])
+    session = vs.sessions[0]
+    before = _descriptors(session)
+    vs.reset_async(0)  # (slot 0's Reset is in flight; its answer is taken by a later call)
+    wait_for(lambda: session.channel.ready(), 10.0, "slot 0's answer to arrive")
+    closer = threading.Thread(target=session.close, name="closer")
+    closer.start()
+    closer.join(10)
+    assert session.closed and session.channel.closed  # (no call was under way: closed at once)
+    assert not set(before) & set(vs._fd_slots), "the closed session's descriptors are still polled"
+    opened = _open_files(tmp_path, set(before))
+    try:
+        result = vs.step(["Pass", "Pass"])
+        assert all(_offset(fd) == 0 for fd in opened)
+        err = result.infos[0]["error"]
+        assert isinstance(err, CallOrderError) and CLOSED in str(err), err
+        result = vs.step(["Pass", "Pass"], wait_resets=True)
+        assert result.infos[0].get("reset_complete") and vs.error is None
+    finally:
+        for fd in opened:
+            os.close(fd)
