@@ -88,6 +88,8 @@ from renderd.player.scene import (
     DEFAULT_SCENE,
     Pose,
     Scene,
+    OutOfBounds,
+    TooManySteps,
     scene_by_name,
     scene_names,
 )
@@ -1313,17 +1315,40 @@ class Player:
             )
         self.log.info("quality level set to %s (frames do not change: the renderer has one quality)", quality)
 
-    # An AI2-THOR 5.0.0 build's GetReachablePositions(maxStepCount, directionsRelativeAgent): neither has an effect
-    # here (the player finds every free point at Initialize's gridSize). That build's method has no gridSize, so a
-    # gridSize given fails as an invalid argument; builds made after 5.0.0 (the main branch's, run by commit_id) take a
-    # gridSize there, which this player does not model.
+    # An AI2-THOR 5.0.0 build's GetReachablePositions(maxStepCount, directionsRelativeAgent): directionsRelativeAgent
+    # has no effect here (the player steps along x and z). That build's method has no gridSize, so a gridSize given
+    # fails as an invalid argument; builds made after 5.0.0 (the main branch's, run by commit_id) take a gridSize there,
+    # which this player does not model.
     @_action("GetReachablePositions", takes=(("maxStepCount", "directionsRelativeAgent"),))
     def _reachable(self, action: dict) -> list[dict[str, float]]:
+        # As a build's getReachablePositions: maxStepCount (an int, 10000 when not given or null) allows
+        # floor(maxStepCount / gridSize^2) steps of the search (in single precision, as a build's float arithmetic); one
+        # more throws an InvalidOperationException (no errorCode, no actionReturn).
+        steps = action.get("maxStepCount")
+        if steps is None:
+            steps = 10000
+        elif not _finite(steps) or steps != int(steps) or not -(2**31) <= steps < 2**31:
+            shown = _clip(steps if isinstance(steps, str) else repr(steps), 100)
+            raise ActionFailed(f"action: GetReachablePositions has an invalid argument: maxStepCount (=={shown}). "
+                               f"Cannot convert to: int", "InvalidArgument")
+        grid = struct.unpack("<f", struct.pack("<f", self.grid_size))[0]
+        square = struct.unpack("<f", struct.pack("<f", grid * grid))[0]
+        limit = math.floor(struct.unpack("<f", struct.pack("<f", int(steps) / square))[0])
         # The points are already rounded to 4 decimals, as _xyz would round them.
         y = round(AGENT_Y, 4)
-        # As a build's, the points step out from where the acting agent stands (on its grid, not the start's).
+        # As a build's, the search steps out from where the acting agent stands (on its grid, not the start's): only
+        # the points it can walk to are found.
         agent = self._agent
-        points = self.scene.reachable_positions(self.grid_size, (agent.x, agent.z))
+        try:
+            points, _ = self.scene.reachable(self.grid_size, (agent.x, agent.z), max_steps=limit)
+        except TooManySteps:
+            raise _exception("InvalidOperationException", "Too many steps taken in GetReachablePositions.") from None
+        except OutOfBounds as exc:
+            # (The build's words; the position as Unity writes a Vector3, one decimal.)
+            x, z = exc.position
+            raise _exception("InvalidOperationException",
+                             f"In {self.scene_name}, position ({x:.1f}, {AGENT_Y:.1f}, {z:.1f}) can be reached via "
+                             f"capsule cast but is beyond the scene bounds.") from None
         # Refused before the (large) list is built when the answer could not be carried.
         self._check_return_size("GetReachablePositions", len(points) * RETURN_ITEM_SIZE)
         return [{"x": x, "y": y, "z": z} for x, z in points]

@@ -31,6 +31,8 @@ __all__ = [
     "Box",
     "Pose",
     "Scene",
+    "TooManySteps",
+    "OutOfBounds",
     "SCENES",
     "DEFAULT_SCENE",
     "scene_by_name",
@@ -234,37 +236,129 @@ class Scene:
             object.__setattr__(self, "_names", names)
         return names.get(object_id, object_id)
 
-    def reachable_positions(self, grid_size: float,
-                            origin: tuple[float, float] | None = None) -> list[tuple[float, float]]:
-        """Free grid points (spacing ``grid_size``, aligned with ``origin``, ``(x, z)``: where the agent stands, as
-        a build's ``getReachablePositions`` steps out from the agent; default the start pose) inside the room,
-        ``x``-major.
-
-        Exactly the points for which :meth:`collision` is ``None`` (the same arithmetic, on whole rows and
-        columns at once: a 1 cm grid has a few hundred thousand points)."""
+    def _free(self, x, z):
+        """Whether the agent may stand at each ``(x, z)`` (numpy arrays that broadcast together): exactly where
+        :meth:`collision` (with no other agent) is ``None``, with the same arithmetic, on whole arrays at once."""
         import numpy as np  # (this module is imported where numpy is not wanted yet)
 
-        ox, oz = (self.start.x, self.start.z) if origin is None else origin
         sx, _, sz = self.size
-        i_lo = math.ceil((-sx / 2 - ox) / grid_size)
-        i_hi = math.floor((sx / 2 - ox) / grid_size)
-        k_lo = math.ceil((-sz / 2 - oz) / grid_size)
-        k_hi = math.floor((sz / 2 - oz) / grid_size)
-        xs = [round(ox + i * grid_size, 4) + 0.0 for i in range(i_lo, i_hi + 1)]  # (+ 0.0: no -0.0)
-        zs = [round(oz + k * grid_size, 4) + 0.0 for k in range(k_lo, k_hi + 1)]
-        if not xs or not zs:
-            return []
         radius = AGENT_RADIUS
-        x = np.array(xs)[:, None]
-        z = np.array(zs)[None, :]
         free = (~((x - radius < -sx / 2) | (x + radius > sx / 2))) & (~((z - radius < -sz / 2) | (z + radius > sz / 2)))
+        free = np.broadcast_to(free, np.broadcast_shapes(np.shape(x), np.shape(z))).copy()
         for part in self.box_parts():
             (lx, _, lz), (hx, _, hz) = part.lo, part.hi
             dx = np.maximum(np.maximum(lx - x, 0.0), x - hx)
             dz = np.maximum(np.maximum(lz - z, 0.0), z - hz)
             free &= ~(dx * dx + dz * dz < radius * radius)
-        rows, cols = np.nonzero(free)  # row-major: x-major, as the points were always listed
-        return list(zip(np.array(xs)[rows].tolist(), np.array(zs)[cols].tolist()))
+        return free
+
+    def reachable(self, grid_size: float, origin: tuple[float, float] | None = None,
+                  max_steps: int | None = None) -> tuple[list[tuple[float, float]], int]:
+        """The grid points (spacing ``grid_size``, aligned with ``origin``, ``(x, z)``: where the agent stands, default
+        the start pose) the agent can walk to from ``origin`` in straight steps of ``grid_size`` along ``x`` and ``z``,
+        ``origin`` itself included, ``x``-major; and the steps the search took. As a build's ``getReachablePositions``:
+        breadth first from ``origin``, each point's steps towards ``+x``, ``+z``, ``-x``, ``-z`` in that order, a step
+        taken when its path is free (as :meth:`path_collision` checks it, other agents not counted: a build's sweep
+        leaves them out), a point looked at from its first neighbour only (a build marks it seen before it checks the
+        path), and a step counted for every point taken off the queue (``origin`` twice when a neighbour steps back to
+        it). With ``max_steps``, a search that takes more steps raises :class:`TooManySteps` as soon as it does; from
+        outside the room (a forced teleport) it raises :class:`OutOfBounds`, as a build's search throws for a step that
+        leaves the scene's bounds.
+
+        The points' free spots are found on whole rows and columns at once (a 1 cm grid has a few hundred thousand
+        points); the search then walks them."""
+        import numpy as np  # (this module is imported where numpy is not wanted yet)
+
+        ox, oz = (self.start.x, self.start.z) if origin is None else origin
+        ox, oz = round(ox, 4) + 0.0, round(oz, 4) + 0.0
+        sx, _, sz = self.size
+        if not (-sx / 2 <= ox <= sx / 2 and -sz / 2 <= oz <= sz / 2):
+            # Outside the room (a forced teleport): a build's search finds a step that leads out of the scene's bounds
+            # and throws; the first step (+x, +z, -x, -z) that does not lead towards the room, here.
+            for dx, dz in ((1, 0), (0, 1), (-1, 0), (0, -1)):
+                nx_, nz_ = ox + dx * grid_size, oz + dz * grid_size
+                if abs(nx_) >= abs(ox) and abs(nz_) >= abs(oz):
+                    raise OutOfBounds((round(nx_, 4) + 0.0, round(nz_, 4) + 0.0))  # (one of the four always does)
+        i_lo = min(0, math.ceil((-sx / 2 - ox) / grid_size))
+        i_hi = max(0, math.floor((sx / 2 - ox) / grid_size))
+        k_lo = min(0, math.ceil((-sz / 2 - oz) / grid_size))
+        k_hi = max(0, math.floor((sz / 2 - oz) / grid_size))
+        xs = np.array([round(ox + i * grid_size, 4) + 0.0 for i in range(i_lo, i_hi + 1)])  # (+ 0.0: no -0.0)
+        zs = np.array([round(oz + k * grid_size, 4) + 0.0 for k in range(k_lo, k_hi + 1)])
+        nx, nz = len(xs), len(zs)
+        free = self._free(xs[:, None], zs[None, :])
+        # A step's path is checked as path_collision checks it: at each PATH_STEP or less along it, its end included.
+        steps = max(1, math.ceil(grid_size / PATH_STEP))
+        x_ok = np.ones((max(nx - 1, 0), nz), dtype=bool)  # the inner points of the step from column i to i + 1 are free
+        z_ok = np.ones((nx, max(nz - 1, 0)), dtype=bool)
+        for j in range(1, steps):
+            f = j / steps
+            x_ok &= self._free((xs[:-1] + (xs[1:] - xs[:-1]) * f)[:, None], zs[None, :])
+            z_ok &= self._free(xs[:, None], (zs[:-1] + (zs[1:] - zs[:-1]) * f)[None, :])
+        # Per point (flat index i * nz + k): may it step to its +x, +z, -x, -z neighbour (path and neighbour free).
+        plus_x = np.zeros((nx, nz), dtype=bool)
+        plus_x[:-1] = x_ok & free[1:]
+        minus_x = np.zeros((nx, nz), dtype=bool)
+        minus_x[1:] = x_ok & free[:-1]
+        plus_z = np.zeros((nx, nz), dtype=bool)
+        plus_z[:, :-1] = z_ok & free[:, 1:]
+        minus_z = np.zeros((nx, nz), dtype=bool)
+        minus_z[:, 1:] = z_ok & free[:, :-1]
+        px, pz, mx, mz = (a.ravel().tolist() for a in (plus_x, plus_z, minus_x, minus_z))
+        start = -i_lo * nz - k_lo
+        seen = bytearray(nx * nz)
+        good = bytearray(nx * nz)
+        queue = [start]
+        taken = 0
+        limit = max_steps
+        for index in queue:
+            taken += 1
+            if not good[index]:
+                good[index] = 1
+                k = index % nz
+                # +x, +z, -x, -z, as a build's rightForwardOffsets; a neighbour off the grid is outside the room.
+                if index + nz < nx * nz and not seen[index + nz]:
+                    seen[index + nz] = 1
+                    if px[index]:
+                        queue.append(index + nz)
+                if k + 1 < nz and not seen[index + 1]:
+                    seen[index + 1] = 1
+                    if pz[index]:
+                        queue.append(index + 1)
+                if index >= nz and not seen[index - nz]:
+                    seen[index - nz] = 1
+                    if mx[index]:
+                        queue.append(index - nz)
+                if k > 0 and not seen[index - 1]:
+                    seen[index - 1] = 1
+                    if mz[index]:
+                        queue.append(index - 1)
+            if limit is not None and taken > limit:
+                raise TooManySteps(taken)
+        flat = np.flatnonzero(np.frombuffer(bytes(good), dtype=np.uint8))  # ascending: x-major, z ascending
+        rows, cols = np.divmod(flat, nz)
+        return list(zip(xs[rows].tolist(), zs[cols].tolist())), taken
+
+    def reachable_positions(self, grid_size: float,
+                            origin: tuple[float, float] | None = None) -> list[tuple[float, float]]:
+        """:meth:`reachable`'s points alone."""
+        return self.reachable(grid_size, origin)[0]
+
+
+class OutOfBounds(Exception):
+    """:meth:`Scene.reachable` found a step that leads out of the room (``position``, ``(x, z)``, where it leads)."""
+
+    def __init__(self, position: tuple[float, float]) -> None:
+        super().__init__(f"a step leads out of the room, to {position}")
+        self.position = position
+
+
+class TooManySteps(Exception):
+    """:meth:`Scene.reachable` took more steps than it was allowed (``steps``: how many it had taken)."""
+
+    def __init__(self, steps: int) -> None:
+        super().__init__(f"the search took {steps} steps")
+        self.steps = steps
 
 
 def _scene(name, size, boxes, start, surface_colors) -> Scene:
