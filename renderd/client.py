@@ -748,17 +748,22 @@ class Session:
         error = self._error
         if error is None and self._state is SessionState.PENDING:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
-        waiter = (self.process is not None or self._on_close is not None) and self._other_thread_inside()
+        inside = self._other_thread_inside()
+        waiter = (self.process is not None or self._on_close is not None) and inside
         here = self._channel_call_here()
-        left = False  # the pipes are left to a step of another thread that did not end in time
-        if error is None and (waiter or here):  # (a send may have written part of its action)
+        # The pipes are left to a step of another thread: one that did not end in time, or (nothing here stops the
+        # player: no process, no on_close) one whose wait ends only at its deadline.
+        left = inside and not waiter
+        if error is None and (inside or here):  # (a send may have written part of its action)
             error = CallOrderError("the session was closed while a step used its pipes")
         self._state = SessionState.CLOSED
         self._pending = None
         holder = self._holder() if self._holder is not None else None
-        if holder is not None:
-            # The vector session holding this one may poll the player's watch with the pipes after the player's stop:
-            # its descriptors stay open under their numbers until the pipes are closed.
+        if inside or here or holder is not None:
+            # Something may poll the player's watch with the pipes after the player's stop (a step of another thread,
+            # the one a signal handler interrupted, or the vector session holding this one): the watch's descriptors
+            # (a pidfd the player's stop closes, a lease's or a managed display's that on_close closes) stay open
+            # under their numbers until the pipes are closed.
             self._keep_watch_fds()
         # A vector session with a call under way (in any thread) may poll, read or write the pipes between its check
         # that this session is open and its next use of them: it takes them over, and closes them once it has let go
