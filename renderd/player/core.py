@@ -1497,7 +1497,7 @@ class Player:
         cx, cy, cz = agent.camera_position()
         objects = []
         parts = self.scene.parts()
-        for index, part in enumerate((parts[0],) + self.scene.box_parts()):
+        for part in (parts[0],) + self.scene.box_parts():
             (lx, ly, lz), (hx, hy, hz) = part.lo, part.hi
             # Distance from the camera to the nearest point of the part, for visibility.
             near = math.sqrt(
@@ -1509,7 +1509,7 @@ class Player:
                 {
                     "objectId": part.object_id,
                     "objectType": part.object_type,
-                    "name": f"{part.object_type}_{index}",
+                    "name": self.scene.object_name(part.object_id),
                     "position": _xyz(px, py, pz),
                     "rotation": _xyz(0.0, 0.0, 0.0),
                     "visible": visible,
