@@ -794,16 +794,25 @@ class VectorSession:
         :meth:`_closed_outside`) and closes them as it lets go of them, or as it returns. True then. With none under
         way, False: its descriptors are taken out of the poll now, and the session closes them itself (the next call
         fails the slot before it touches them)."""
-        with self._call_lock:
-            slot = next((s for s in self._slots if s.session is session), None)
-            if slot is None:
-                return False
+        slot = next((s for s in self._slots if s.session is session), None)
+        if slot is None:
+            return False
+        if not self._call_lock.acquire(timeout=CANCEL_POLL):
+            # (Held by a thread that a signal handler interrupted, and whose close() of this vector session waits for
+            # this one: a call begins or ends there.) Left to this vector session all the same: the next call, its
+            # close() or its collection closes them.
+            session._hand_over()
+            self._wake(None)
+            return True
+        try:
             if self._calls:
                 session._hand_over()
                 self._wake(None)
                 return True
             self._forget_fds(slot)
             return False
+        finally:
+            self._call_lock.release()
 
     def _forget_fds(self, slot: _Slot) -> None:
         """Take the slot's descriptors out of the poll (its session was closed from outside), leaving what it has in

@@ -140,3 +140,34 @@ def test_a_close_between_calls_takes_the_descriptors_out_of_the_poll(no_leaks, l
     finally:
         for fd in opened:
             os.close(fd)
+
+
+def test_a_close_while_the_vector_session_s_lock_is_held_does_not_wait_for_it(no_leaks, launch):
+    # The vector session's call lock held by another thread (one a signal handler interrupted as a call began or
+    # ended, whose handler waits for this close): close() does not wait for it. The descriptors are left to the
+    # vector session, whose next call fails the slot and closes them.
+    vs = launch(2, replace_on_crash=True)
+    vs.step(["Pass", "Pass"])
+    session = vs.sessions[0]
+    taken, done = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with vs._call_lock:
+            taken.set()
+            done.wait(30)
+
+    holder = threading.Thread(target=hold, name="lock-holder")
+    holder.start()
+    try:
+        assert taken.wait(10)
+        session.close()  # (returns: the lock is not waited for beyond a moment)
+        assert session.closed and not session.channel.closed
+    finally:
+        done.set()
+        holder.join(10)
+    result = vs.step(["Pass", "Pass"])
+    err = result.infos[0]["error"]
+    assert isinstance(err, CallOrderError) and CLOSED in str(err), err
+    assert session.channel.closed
+    result = vs.step(["Pass", "Pass"], wait_resets=True)
+    assert result.infos[0].get("reset_complete") and vs.error is None
