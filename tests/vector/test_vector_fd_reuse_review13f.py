@@ -12,6 +12,8 @@ import os
 import sys
 import threading
 
+import pytest
+
 import renderd
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
@@ -171,3 +173,46 @@ def test_a_close_while_the_vector_session_s_lock_is_held_does_not_wait_for_it(no
     assert session.channel.closed
     result = vs.step(["Pass", "Pass"], wait_resets=True)
     assert result.infos[0].get("reset_complete") and vs.error is None
+
+
+def test_a_close_of_the_vector_session_inside_its_call_leaves_it_the_pipes(no_leaks, launch, tmp_path):
+    # The VectorSession itself closed from inside its own call (as a signal handler does, interrupting the call where
+    # it is): its close() closed every slot's pipes at once, and the call, resuming inside FifoChannel.ready() with
+    # server.pipe's number in hand, read the file opened meanwhile that had taken it. Now each session's close()
+    # leaves its descriptors to the call, which closes them as it returns (raising CallOrderError).
+    vs = launch(2)
+    vs.step(["Pass", "Pass"])
+    session = vs.sessions[0]
+    before = _descriptors(session)
+    code = fifo.FifoChannel.ready.__code__
+    lines, first = inspect.getsourcelines(fifo.FifoChannel.ready)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == "decoder = self.decoder")
+    opened: list[int] = []
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code or frame.f_locals.get("self") is not session.channel:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not opened:
+                sys.settrace(None)
+                vs.close()  # (what a SIGTERM handler of a batch job does)
+                opened.extend(_open_files(tmp_path, set(before)))
+            return line
+
+        return line
+
+    sys.settrace(trace)
+    try:
+        with pytest.raises(CallOrderError, match="the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
+    finally:
+        sys.settrace(None)
+    try:
+        assert opened and vs.closed
+        touched = {fd: _offset(fd) for fd in opened if _offset(fd) != 0}
+        assert not touched, f"the vector session read files opened after its close: {touched}"
+        assert session.channel.closed and all(s.channel.closed for s in vs.sessions)
+    finally:
+        for fd in opened:
+            os.close(fd)
