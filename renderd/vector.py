@@ -2143,6 +2143,12 @@ class VectorSession:
                 self._join_stoppers()
             except _INTERRUPTS as exc:
                 interrupt = interrupt or exc
+        if calls:
+            # The call (of this thread: a signal handler's close, or on_event's) may poll the wake-up descriptor before
+            # it sees the close: it closes it, and lets go of the pipes, as it returns (see _leave_call).
+            with self._call_lock:
+                self._leftover = True
+            return first, interrupt
         with self._wake_lock:
             wake, self._wake_fd = self._wake_fd, None
         if wake is not None:

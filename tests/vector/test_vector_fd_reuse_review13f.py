@@ -216,3 +216,39 @@ def test_a_close_of_the_vector_session_inside_its_call_leaves_it_the_pipes(no_le
     finally:
         for fd in opened:
             os.close(fd)
+
+
+def test_a_close_of_the_vector_session_just_before_its_poll_leaves_the_call_what_it_polls(no_leaks, launch):
+    # Closed from inside its own call just before the call's poll (a signal handler landing there): the poll's wake-up
+    # eventfd was closed at once, though the call resumed to poll it (whatever file had taken its number by then).
+    vs = launch(2)
+    vs.step(["Pass", "Pass"])
+    wake = vs._wake_fd
+    polled = {fd: _target(fd) for fd in [wake, *_descriptors(vs.sessions[0]), *_descriptors(vs.sessions[1])]}
+    assert polled[wake] == "anon_inode:[eventfd]", polled
+    code = renderd.VectorSession._sweep.__code__
+    lines, first = inspect.getsourcelines(renderd.VectorSession._sweep)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == "ready = self._poller.poll(ms)")
+    during: dict[int, str] = {}
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not during:
+                sys.settrace(None)
+                vs.close()  # (what a SIGTERM handler of a batch job does)
+                during.update({fd: _target(fd) for fd in polled})
+            return line
+
+        return line
+
+    sys.settrace(trace)
+    try:
+        with pytest.raises(CallOrderError, match="the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
+    finally:
+        sys.settrace(None)
+    assert during == polled, f"descriptors the call polls were closed under it: {during} (were {polled})"
+    assert vs.closed and vs._wake_fd is None and all(s.channel.closed for s in vs.sessions)
