@@ -206,8 +206,10 @@ class Player:
         #: yet: its exit, expected within EOF_EXIT_WAIT, is what gets classified (code or signal, log).
         self.eof_reason: str | None = None
         #: Set while STARTING once its start_timeout has passed with nothing read: ``(the reader of its server.pipe,
-        #: what it did with its pipes)``, gathered without the lock (Supervisor._gather_silences) for its boot failure.
-        self.silence: tuple[FifoChannel, str] | None = None
+        #: the deadline that had passed, what it did with its pipes)``, gathered without the lock
+        #: (Supervisor._gather_silences) for its boot failure; only for that reader and that deadline (a PUT that
+        #: moves start_timeout meanwhile has it gathered again once the new one passes).
+        self.silence: tuple[FifoChannel, float, str] | None = None
         #: Set (still BACKOFF) from when its start is prepared until the loop has started its process without the lock
         #: (Supervisor._run_spawns): that start's token.
         self.spawning: object | None = None
@@ -1201,11 +1203,13 @@ class Supervisor:
                             self._boot_failed(
                                 p, f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)"
                             )
-                        elif p.silence is not None and p.silence[0] is p.holder:
+                        elif p.silence is not None and p.silence[0] is p.holder and p.silence[1] == p.deadline:
                             self._check_display(p.display)
+                            # (bytes read since it was gathered: it did not send nothing, whatever it says)
+                            sent = p.holder is not None and (p.holder.decoder.offset or p.holder.decoder.in_message)
                             self._boot_failed(
                                 p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
-                                f"{p.silence[1]}"
+                                f"{'' if sent else p.silence[2]}"
                             )
                         # (else: what it did with its pipes is gathered without the lock after this pass, see
                         # _gather_silences, and it fails at the next pass, at once: its deadline has passed)
@@ -2081,28 +2085,29 @@ class Supervisor:
         self._status_update()
 
     # -- exits and stops (loop thread) -------------------------------------------------------------------
-    def _silent_players(self) -> list[tuple[Player, FifoChannel]]:
+    def _silent_players(self) -> list[tuple[Player, FifoChannel, float]]:
         """The STARTING players whose start_timeout has passed without a first frame, with the reader of their
-        server.pipe, whose account of what they did with their pipes (_gather_silences) is not known yet (lock
-        held): the tick fails their boot once it is."""
+        server.pipe and that deadline, whose account of what they did with their pipes (_gather_silences) is not
+        known yet for that reader and deadline (lock held): the tick fails their boot once it is."""
         now = time.monotonic()
         return [
-            (p, p.holder) for env in self.environments.values() for p in env.players
+            (p, p.holder, p.deadline) for env in self.environments.values() for p in env.players
             if p.state == State.STARTING and p.stop is None and p.eof_reason is None and p.assembler is not None
             and p.deadline is not None and now >= p.deadline and p.holder is not None
-            and (p.silence is None or p.silence[0] is not p.holder)
+            and (p.silence is None or p.silence[0] is not p.holder or p.silence[1] != p.deadline)
         ]
 
-    def _gather_silences(self, players: list[tuple[Player, FifoChannel]]) -> None:
+    def _gather_silences(self, players: list[tuple[Player, FifoChannel, float]]) -> None:
         """For each of ``players`` (from _silent_players) that has sent nothing by its start_timeout: what it did
         with its pipes (has not opened server.pipe, opened it and sent nothing, opened client.pipe first), as
         ``"; it ..."``, the account renderd.launch() gives of the same fault (its FifoChannel's, ``p.holder``,
         which reads server.pipe here too); "" when bytes came, or it cannot be told. On the loop thread, without
         the lock: it lists /proc/PID/fd of the player and of each of its descendants, and stats what each
         descriptor names (a file on a network filesystem that hangs would hold it for as long as the mount does),
-        while lease, status and release requests wait for the lock. Kept as ``p.silence`` for that reader: the
-        tick fails the boot with it."""
-        for p, holder in players:
+        while lease, status and release requests wait for the lock. Kept as ``p.silence`` for that reader and
+        deadline: the tick fails the boot with it, unless bytes came meanwhile (then it did not send nothing) or a PUT
+        moved start_timeout (then it is gathered again once the new deadline has passed)."""
+        for p, holder, deadline in players:
             text = ""
             if not (holder.closed or holder.decoder.offset or holder.decoder.in_message):
                 try:
@@ -2111,7 +2116,7 @@ class Supervisor:
                     log.debug("%s[%d]: cannot tell what the player did with its pipes", p.environment.name, p.index,
                               exc_info=True)
             with self.lock:
-                p.silence = (holder, text)
+                p.silence = (holder, deadline, text)
 
     def _boot_failed(self, p: Player, why: str) -> None:
         log.warning("%s[%d] pid %s failed to boot: %s", p.environment.name, p.index, p.pid, why)
