@@ -748,6 +748,11 @@ class Session:
         error = self._error
         if error is None and self._state is SessionState.PENDING:
             error = CallOrderError("the session was closed with an answer pending (the stream is half-read)")
+        # Closed before it looks for a step of another thread: a step beginning from now on is refused by its own
+        # check, and one that passed it already is inside step() (or send(), reset()...), where the look finds it.
+        # Marked closed after the look, a step beginning between the two went on into the channel under pipes that
+        # close() then closed, having seen no step: it wrote into whatever file had taken client.pipe's number.
+        self._state = SessionState.CLOSED
         inside = self._other_thread_inside()
         waiter = (self.process is not None or self._on_close is not None) and inside
         here = self._channel_call_here()

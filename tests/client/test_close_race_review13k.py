@@ -1,0 +1,126 @@
+"""Session.close() from another thread while a step is just beginning in a thread of its own.
+
+close() looked for a step inside the session (``_other_thread_inside``) before it marked the session closed. A step
+that began in that moment passed its own check (the session still READY), went on into the channel's send, and
+close(), having seen no step, closed the pipes at once, under it: the step then wrote its action into whatever file
+had taken client.pipe's descriptor number meanwhile. Now the session is marked closed before close() looks, so such
+a step is either seen (close() leaves it the pipes and waits for it) or refused by its own check."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+import threading
+import time
+
+import pytest
+
+import renderd
+import renderd.transport.fifo as fifo
+from renderd.client import Session
+from renderd.errors import CallOrderError
+
+from .conftest import START
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+MOST_FILES = 256
+
+
+def _line_after(function, text: str) -> int:
+    """The number of the line after the one of ``function`` whose stripped text starts with ``text``."""
+    lines, first = inspect.getsourcelines(function)
+    return first + next(k for k, line in enumerate(lines) if line.strip().startswith(text)) + 1
+
+
+def _pause_at(code, owner, lineno: int, reached: threading.Event, release: threading.Event):
+    """A trace function that holds the thread setting it at line ``lineno`` of ``code`` (run for ``owner``) until
+    ``release`` is set, once ``reached`` is set."""
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code or frame.f_locals.get("self") is not owner:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == lineno and not reached.is_set():
+                reached.set()
+                assert release.wait(30), "the test never let the thread go on"
+            return line
+
+        return line
+
+    return trace
+
+
+def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp_path):
+    opened: list[int] = []
+    session = renderd.launch(width=64, height=48, start_timeout=START)
+    try:
+        session.step("Pass")  # (client.pipe open: the next send writes at once)
+        channel = session.channel
+        wfd = channel.writer_fileno()
+        assert wfd is not None
+        # close() holds just after it looked for a step of another thread (none yet)...
+        looked, go_on = threading.Event(), threading.Event()
+        close_trace = _pause_at(Session.close.__code__, session,
+                                _line_after(Session.close, "inside = self._other_thread_inside()"), looked, go_on)
+        # ...while a step begins; it is held just before it writes its action, if it gets that far.
+        writing, write = threading.Event(), threading.Event()
+        send_trace = _pause_at(fifo.FifoChannel.send.__code__, channel,
+                               _line_after(fifo.FifoChannel.send, "wfd = self._wfd"), writing, write)
+        outcome: dict[str, object] = {}
+
+        def close() -> None:
+            sys.settrace(close_trace)
+            try:
+                session.close()
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                outcome["close"] = exc
+            finally:
+                sys.settrace(None)
+
+        def step() -> None:
+            sys.settrace(send_trace)
+            try:
+                outcome["event"] = session.step("Pass")
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                outcome["error"] = exc
+            finally:
+                sys.settrace(None)
+
+        closer = threading.Thread(target=close, name="closer")
+        stepper = threading.Thread(target=step, name="stepper")
+        closer.start()
+        try:
+            assert looked.wait(START), "close() never looked for a step"
+            stepper.start()
+            # The step either reaches its write or is refused (the session is closed already).
+            while not writing.wait(0.01) and stepper.is_alive():
+                pass
+            go_on.set()
+            if writing.is_set():
+                # close() either waits for the step (it saw it: the pipes stay open) or closes the pipes under it.
+                deadline = time.monotonic() + 3.0
+                while not channel.closed and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                if channel.closed:
+                    for k in range(MOST_FILES):
+                        if wfd in opened:
+                            break
+                        opened.append(os.open(tmp_path / f"other-{k}", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+        finally:
+            go_on.set()
+            write.set()
+            stepper.join(START)
+            closer.join(START)
+            for fd in opened:
+                os.close(fd)
+        assert not stepper.is_alive() and not closer.is_alive()
+        written = {p.name: p.read_bytes()[:60] for p in tmp_path.glob("other-*") if p.stat().st_size}
+        assert not written, f"the step wrote its action into files opened after close() closed the pipes: {written}"
+        assert "close" not in outcome, outcome
+        assert isinstance(outcome.get("error"), CallOrderError), outcome
+        assert channel.closed
+    finally:
+        session.close()
