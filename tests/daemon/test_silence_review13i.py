@@ -96,18 +96,20 @@ def test_an_account_gathered_before_a_put_raised_start_timeout_is_not_quoted_lat
 
 def test_an_account_of_silence_is_not_quoted_once_bytes_came(supervisor_with, held_after_gather, tmp_path):
     # It opened server.pipe and sent nothing by its start_timeout: gathered. Then it writes part of a message
-    # before the pass that fails its boot: the reason must not say that it sent nothing.
+    # before the pass that fails its boot: the reason must not say that it sent nothing (it says no more than that
+    # no first frame came, as when bytes came before the account was gathered).
     gathered, go = held_after_gather
     sup = supervisor_with(_config(tmp_path, f'exec 3<>{SERVER}; while [ ! -e FLAG ]; do sleep 0.01; done; '
                                             f'{PARTIAL}; exec sleep 600'))
     assert gathered.wait(DEADLINE), "the loop never gathered an account"
     p = only_player(sup)
     with sup.lock:
-        assert "it opened server.pipe but has sent nothing" in p.silence[-1]
+        # (that it opened server.pipe and sent nothing; or, on a machine too slow to have run the shell's open by
+        # then, that it has not opened it: either is false once bytes came)
+        assert p.silence[-1].startswith("; it "), p.silence
         fd = p.holder.fileno()
     (tmp_path / "flag").touch()
     wait_for(lambda: _pending_bytes(fd) == 8, DEADLINE, "the player's 8 bytes in server.pipe")
     go.set()
     reason = wait_for(lambda: _first_failure(sup), DEADLINE, "the player's boot failure")
-    assert reason.startswith("no first frame within start_timeout (0.3 s)"), reason
-    assert "sent nothing" not in reason, reason
+    assert reason == "no first frame within start_timeout (0.3 s)", reason
