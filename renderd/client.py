@@ -22,7 +22,6 @@ import importlib
 import logging
 import numbers
 import os
-import select
 import sys
 import threading
 import time
@@ -204,8 +203,8 @@ class Session:
         self._fds_held = False
         # The player watch's descriptors as the pipes' users poll them (the pidfd; a managed display's epoll), kept
         # open under their numbers while close() leaves the pipes to a step or to the holder: the player's stop and
-        # on_close close duplicates instead (see _keep_watch_fds). Closed with the pipes.
-        self._kept: list[Any] = []
+        # on_close close duplicates instead (see _keep_watch_fds). Each function closes some; called with the pipes.
+        self._kept: list[Callable[[], None]] = []
         # Held by the thread inside step, send, recv, wait_ready or reset (reset's steps do not take it again): another
         # thread's call meanwhile is refused, not interleaved, and so is one from a signal handler (or a callback)
         # in the thread inside.
@@ -536,21 +535,17 @@ class Session:
             self.channel.close()
         finally:
             kept, self._kept = self._kept, []
-            for handle in kept:
+            for release in kept:
                 try:
-                    if isinstance(handle, int):
-                        os.close(handle)
-                    else:
-                        handle.close()
+                    release()
                 except OSError as exc:  # pragma: no cover - (EIO)
                     log.warning("player pid %s: closing a descriptor of its watch failed: %s", self._pid, exc)
 
     def _keep_watch_fds(self) -> None:
         """Before close() stops the player while the pipes stay open for a step (or the holding vector session) that
         may still poll them together with the player's watch: keep the watch's descriptors open under the numbers
-        that step polls. The player's stop and ``on_close`` (which close the pidfd, a lease's watch, a managed
-        display's epoll) close duplicates instead; these are closed with the pipes (:meth:`_close_channel`).
-        Without a duplicate (out of descriptors) the watch does without: a stop then waits by polling."""
+        that step polls (its ``keep_open()``: the pidfd; a lease's log too; a managed display's epoll). The player's
+        stop and ``on_close`` close duplicates instead; these are closed with the pipes (:meth:`_close_channel`)."""
         if self._kept:
             return
         seen: set[int] = set()
@@ -558,21 +553,9 @@ class Session:
             if watch is None or id(watch) in seen:
                 continue
             seen.add(id(watch))
-            own = getattr(watch, "__dict__", {})  # (a PlayerOnDisplay forwards pidfd to its process: not its own)
-            pidfd = own.get("pidfd")
-            if isinstance(pidfd, int) and not isinstance(pidfd, bool):
-                try:
-                    watch.pidfd = os.dup(pidfd)
-                except OSError:
-                    watch.pidfd = None
-                self._kept.append(pidfd)
-            epoll = own.get("_epoll")
-            if isinstance(epoll, select.epoll) and not epoll.closed:
-                try:
-                    watch._epoll = select.epoll.fromfd(os.dup(epoll.fileno()))
-                except OSError:
-                    watch._epoll = None
-                self._kept.append(epoll)
+            keep_open = getattr(type(watch), "keep_open", None)  # (a watch of another kind: nothing to keep)
+            if keep_open is not None:
+                self._kept.append(keep_open(watch))
 
     def _close_when_left(self) -> None:
         """In a thread of its own, once :meth:`close` has left the pipes to a step of another thread: close them

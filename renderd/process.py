@@ -22,6 +22,7 @@ daemonises, re-parented to init, is not found by :meth:`PlayerProcess.stop`).
 from __future__ import annotations
 
 import ctypes
+import errno
 import logging
 import numbers
 import os
@@ -595,6 +596,42 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _dup_open(fd: int | None) -> tuple[int | None, list[int]]:
+    """For a watch's ``keep_open()``: a duplicate of descriptor ``fd`` for the watch to go on with, and the original,
+    to be closed by the caller of ``keep_open()`` (as a list: empty when there is none). Without a descriptor to
+    spare (EMFILE) the watch goes on without one (None) and the original is still kept; one that is closed already
+    (by a stop() or close() of another thread) is neither."""
+    if fd is None:
+        return None, []
+    try:
+        return os.dup(fd), [fd]
+    except OSError as exc:
+        if exc.errno == errno.EBADF:
+            return None, []
+        return None, [fd]
+
+
+def _closing(handles: list[Any]) -> Callable[[], None]:
+    """A function that closes ``handles`` (descriptor numbers, or objects with ``close()``) the first time it is called
+    (all of them, then raises the first error); later calls do nothing."""
+
+    def release() -> None:
+        error: OSError | None = None
+        while handles:
+            handle = handles.pop()
+            try:
+                if isinstance(handle, int):
+                    os.close(handle)
+                else:
+                    handle.close()
+            except OSError as exc:  # pragma: no cover - (EIO) the others are closed all the same
+                error = error or exc
+        if error is not None:
+            raise error
+
+    return release
+
+
 def _handle_exited(handle: int | psutil.Process) -> bool:
     """Whether the process behind a pidfd or a ``psutil.Process`` has exited (a zombie has)."""
     if isinstance(handle, int):
@@ -727,6 +764,15 @@ class PlayerProcess:
     def fileno(self) -> int | None:
         """The pidfd (readable once the player has exited), or None when pidfds are unavailable."""
         return self.pidfd
+
+    def keep_open(self) -> Callable[[], None]:
+        """Keep the descriptor :meth:`fileno` gave (the pidfd, which a poll of another thread, or one that a signal
+        handler interrupted, may still wait on) open under its number until the returned function is called, however
+        the watch is closed meanwhile: from now on the watch uses a duplicate, which :meth:`stop` closes. For a caller
+        that stops the player while such a poll may go on (``Session.close()``); call the function once that poll is
+        over. Without a descriptor to spare for the duplicate, the watch goes on without a pidfd (it polls)."""
+        self.pidfd, kept = _dup_open(self.pidfd)
+        return _closing(kept)
 
     def poll(self) -> int | None:
         """The return code if the player has exited, else None.
@@ -1273,6 +1319,14 @@ class LeasedPlayer:
     def fileno(self) -> int | None:
         return self.pidfd
 
+    def keep_open(self) -> Callable[[], None]:
+        """As :meth:`PlayerProcess.keep_open`: the pidfd, and the log file a crash's report reads, stay open under
+        their numbers until the returned function is called; the watch goes on with duplicates, which :meth:`close`
+        closes."""
+        self.pidfd, kept = _dup_open(self.pidfd)
+        self._log_fd, kept_log = _dup_open(self._log_fd)
+        return _closing(kept + kept_log)
+
     def exited(self) -> bool:
         if self.pidfd is not None:
             return poll_readable(self.pidfd, 0)
@@ -1382,6 +1436,17 @@ class PlayerOnDisplay:
 
     def fileno(self) -> int | None:
         return self._epoll.fileno() if self._epoll is not None else None
+
+    def keep_open(self) -> Callable[[], None]:
+        """As :meth:`PlayerProcess.keep_open`, for the epoll :meth:`fileno` gave: it stays open under its number until
+        the returned function is called; the watch goes on with a duplicate (the same epoll, so both see the same
+        exits), which :meth:`close` closes. (The player's pidfd is its :class:`PlayerProcess`'s to keep.)"""
+        epoll = self._epoll
+        if epoll is None or epoll.closed:
+            return _closing([])
+        fd, kept = _dup_open(epoll.fileno())
+        self._epoll = select.epoll.fromfd(fd) if fd is not None else None
+        return _closing([epoll] if kept else [])
 
     def display_died(self) -> bool:
         """Whether the managed display's Xvfb has exited."""

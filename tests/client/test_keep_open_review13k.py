@@ -1,0 +1,169 @@
+"""The player watches' ``keep_open()``: what Session.close() uses to keep the descriptors a waiting step polls (a
+pidfd, a lease's log, a managed display's epoll) open under their numbers while it stops the player, instead of
+swapping the watches' private attributes itself. And a managed display's session closed from another thread while a
+step is about to poll: the epoll it polls stays open under its number until the step has left the pipes."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import renderd
+import renderd.client
+import renderd.transport.fifo as fifo
+from renderd.errors import CallOrderError
+from renderd.process import LeasedPlayer, PlayerOnDisplay, PlayerProcess, poll_readable
+
+from .conftest import START
+from .test_launch_review8 import _wait_for
+
+pytestmark = pytest.mark.usefixtures("no_leaks")
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(30)"]
+MOST_FILES = 256
+
+
+def _target(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+    except OSError:
+        return "closed"
+
+
+def test_a_player_process_keeps_its_pidfd_open_until_released(tmp_path):
+    player = PlayerProcess.spawn(SLEEPER, None, str(tmp_path / "player.log"))
+    try:
+        polled = player.fileno()
+        release = player.keep_open()
+        assert player.fileno() not in (None, polled)  # (the watch goes on with a duplicate)
+        assert player.stop(0.5) is not None
+        assert player.fileno() is None
+        # Still the player's pidfd under its number, and it says the player exited.
+        assert _target(polled) == "anon_inode:[pidfd]" and poll_readable(polled, 0)
+    finally:
+        player.stop(0.5)
+    release()
+    assert _target(polled) == "closed"
+    release()  # (once only: a second call closes nothing)
+
+
+def test_a_leased_player_keeps_its_pidfd_and_log_open_until_released(tmp_path):
+    log = tmp_path / "player.log"
+    log.write_text("one\ntwo\n")
+    child = subprocess.Popen(SLEEPER)
+    try:
+        leased = LeasedPlayer(child.pid, log_path=str(log))
+        polled, log_fd = leased.fileno(), leased._log_fd
+        assert log_fd is not None
+        release = leased.keep_open()
+        assert leased.fileno() not in (None, polled) and leased._log_fd not in (None, log_fd)
+        assert "two" in leased.log_tail()
+        leased.close()
+        assert _target(polled) == "anon_inode:[pidfd]" and _target(log_fd) == str(log)
+        release()
+        assert _target(polled) == "closed" and _target(log_fd) == "closed"
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
+    player = PlayerProcess.spawn(SLEEPER, None, str(tmp_path / "player.log"))
+    display = subprocess.Popen(SLEEPER)
+
+    class Display:
+        pid, name, returncode = display.pid, ":99", None
+
+        def alive(self) -> bool:
+            return display.poll() is None
+
+    try:
+        watch = PlayerOnDisplay(player, Display())
+        epoll_fd = watch.fileno()
+        release_display, release_player = watch.keep_open(), player.keep_open()
+        assert watch.fileno() not in (None, epoll_fd)
+        watch.close()
+        player.stop(0.5)
+        # The kept epoll is the same epoll: it still reports the player's exit (its pidfd, kept too, is registered).
+        assert _target(epoll_fd) == "anon_inode:[eventpoll]"
+        poller = select.poll()
+        poller.register(epoll_fd, select.POLLIN)
+        assert poller.poll(0), "the kept epoll does not report the player's exit"
+        release_display()
+        release_player()
+        assert _target(epoll_fd) == "closed"
+    finally:
+        player.stop(0.5)
+        display.kill()
+        display.wait()
+
+
+@pytest.mark.xvfb
+@pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
+def test_a_managed_display_sessions_epoll_is_not_closed_under_a_waiting_step(monkeypatch, tmp_path):
+    monkeypatch.setattr(renderd.client, "CLOSE_WAITER_TIMEOUT", 0.2)
+    code = fifo.FifoChannel.recv.__code__
+    lines, first = inspect.getsourcelines(fifo.FifoChannel.recv)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == "events = poll(_ms(wait))")
+    opened: list[int] = []
+    with renderd.launch(width=64, height=48, platform="Linux64", x_display="managed", env={"DISPLAY": ""},
+                        start_timeout=START) as session:
+        session.step("Pass")
+        channel = session.channel
+        assert isinstance(channel.player, PlayerOnDisplay)
+        fds = [channel.fileno(), channel.writer_fileno(), channel.player.fileno(), session.process.fileno()]
+        before = {fd: _target(fd) for fd in fds}
+        assert before[fds[2]] == "anon_inode:[eventpoll]", before
+        reached, release = threading.Event(), threading.Event()
+        outcome: dict[str, object] = {}
+
+        def trace(frame, event, arg):
+            if frame.f_code is not code or frame.f_locals.get("self") is not channel:
+                return None
+
+            def line(frame, event, arg):
+                if event == "line" and frame.f_lineno == at and not reached.is_set():
+                    reached.set()
+                    assert release.wait(30), "the test never let the step go on"
+                return line
+
+            return line
+
+        def step() -> None:
+            sys.settrace(trace)
+            try:
+                outcome["event"] = session.step("Pass")
+            except BaseException as exc:  # noqa: BLE001 - the test looks at it
+                outcome["error"] = exc
+            finally:
+                sys.settrace(None)
+
+        stepper = threading.Thread(target=step, name="stepper")
+        stepper.start()
+        try:
+            assert reached.wait(START), "the step never polled"
+            session.close()  # (stops the player, releases the display, leaves the step the pipes after 0.2 s)
+            assert session.closed and not channel.closed
+            during = {fd: _target(fd) for fd in fds}
+            for k in range(MOST_FILES):
+                if set(fds) <= set(opened):
+                    break
+                path = tmp_path / f"other-{k}"
+                path.write_bytes(b"x")
+                opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            assert during == before, f"descriptors the step polls were closed under it: {during} (were {before})"
+        finally:
+            release.set()
+            stepper.join(START)
+            for fd in opened:
+                os.close(fd)
+        assert not stepper.is_alive()
+        assert outcome.get("event") or isinstance(outcome.get("error"), CallOrderError), outcome
+        _wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")
