@@ -1258,6 +1258,10 @@ class VectorSession:
         slot.sent_action = message if isinstance(message, str) else str(message.get("action"))
         slot.deadline = slot.sent_at + session.step_timeout
         fds = _channel_fds(session)
+        # (Checked after the descriptors are read, as in _await_exit: a close() of the session from outside since its
+        # send may have stopped the player and closed the pidfd its watch gave; from now on it keeps them open.)
+        if self._closed_outside(slot, "it was sent an action"):
+            return
         if fds:
             slot.fds = fds
             for fd in fds:
@@ -1373,6 +1377,10 @@ class VectorSession:
         channel's recv then reports the crash at once."""
         channel = slot.session.channel
         pidfd = channel.player.fileno()
+        # Checked after the watch is read: a close() of the slot's session from outside from now on keeps the number
+        # read open for this call (see _hold_fds); one before it has stopped the player and closed that pidfd.
+        if self._closed_outside(slot, "it waited for its player to exit"):
+            return
         keep = (channel.fileno(), pidfd) if answer else (pidfd,)  # (the pipe, for an answer on its way)
         for fd in slot.fds:
             if fd not in keep:
