@@ -1196,6 +1196,7 @@ class Supervisor:
                     if p.proc is not None and p.proc.poll() is not None:
                         self._reap(p)
                     elif p.deadline is not None and now >= p.deadline:
+                        silent = self._silent_failure(p)
                         if p.eof_reason is not None:
                             self._boot_failed(p, f"{p.eof_reason} (and it did not exit)")
                         elif p.assembler is None:
@@ -1203,14 +1204,9 @@ class Supervisor:
                             self._boot_failed(
                                 p, f"did not open client.pipe within start_timeout ({p.config.start_timeout:g} s)"
                             )
-                        elif p.silence is not None and p.silence[0] is p.holder and p.silence[1] == p.deadline:
+                        elif silent is not None:
                             self._check_display(p.display)
-                            # (bytes read since it was gathered: it did not send nothing, whatever it says)
-                            sent = p.holder is not None and (p.holder.decoder.offset or p.holder.decoder.in_message)
-                            self._boot_failed(
-                                p, f"no first frame within start_timeout ({p.config.start_timeout:g} s)"
-                                f"{'' if sent else p.silence[2]}"
-                            )
+                            self._boot_failed(p, silent)
                         # (else: what it did with its pipes is gathered without the lock after this pass, see
                         # _gather_silences, and it fails at the next pass, at once: its deadline has passed)
                     elif p.assembler is None and p.writer_fd is None and now >= p.next_open:
@@ -2097,6 +2093,18 @@ class Supervisor:
             and (p.silence is None or p.silence[0] is not p.holder or p.silence[1] != p.deadline)
         ]
 
+    @staticmethod
+    def _silent_failure(p: Player) -> str | None:
+        """The boot failure of the STARTING player ``p`` that sent nothing by its start_timeout, once what it did
+        with its pipes has been gathered for that deadline (lock held); None before. Decided then: an exit that comes
+        after (one the account's look at client.pipe caused, or any other) is that failure, not a crash of its own."""
+        silence, holder = p.silence, p.holder
+        if (silence is None or holder is None or silence[0] is not holder or silence[1] != p.deadline
+                or p.eof_reason is not None or p.assembler is None):
+            return None
+        sent = holder.decoder.offset or holder.decoder.in_message  # (bytes read since: it did not send nothing)
+        return f"no first frame within start_timeout ({p.config.start_timeout:g} s){'' if sent else silence[2]}"
+
     def _gather_silences(self, players: list[tuple[Player, FifoChannel, float]]) -> None:
         """For each of ``players`` (from _silent_players) that has sent nothing by its start_timeout: what it did
         with its pipes (has not opened server.pipe, opened it and sent nothing, opened client.pipe first), as
@@ -2211,6 +2219,17 @@ class Supervisor:
         if code is None:
             return
         booting = p.state == State.STARTING
+        silent = self._silent_failure(p) if booting else None
+        if silent is not None:
+            # Its boot failure was decided when its start_timeout passed without a first frame, and what it did with
+            # its pipes was gathered (without the lock) for it; it exited before the next pass could stop it: often
+            # because that account opened and closed client.pipe, which a player that opened it first reads as end
+            # of file. As when the stop came first, the failure is the one decided, with that account.
+            log.info("%s[%d] pid %d %s after its start_timeout passed", p.environment.name, p.index, p.pid,
+                     p.proc.exit_description())
+            self._check_display(p.display)
+            self._boot_failed(p, silent)
+            return
         p.state = State.STOPPING  # first: ending the lease below must not recycle the player
         lease = p.lease
         if lease is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import sys
 import threading
 
 import pytest
@@ -17,6 +18,7 @@ from renderd.daemon.supervisor import Supervisor, _pending_bytes
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player
 from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.leaks import pid_gone
 
 #: The first 8 bytes of a first message: a METADATA header declaring 16 bytes, then 3 of them.
 PARTIAL = r"printf '\001\000\000\000\020abc' >&3"
@@ -41,9 +43,9 @@ def held_after_gather(monkeypatch):
     go.set()
 
 
-def _config(tmp_path, script: str) -> str:
-    config = fast_config(executable=json.dumps(["sh", "-c", script.replace("FLAG", str(tmp_path / "flag")),
-                                                "player"]))
+def _config(tmp_path, script: str, argv: list[str] | None = None) -> str:
+    config = fast_config(executable=json.dumps(argv or ["sh", "-c", script.replace("FLAG", str(tmp_path / "flag")),
+                                                        "player"]))
     config = config.replace("start_timeout = 20.0", "start_timeout = 0.3")
     return config.replace("max_boot_failures = 3", "max_boot_failures = 1")
 
@@ -113,3 +115,35 @@ def test_an_account_of_silence_is_not_quoted_once_bytes_came(supervisor_with, he
     go.set()
     reason = wait_for(lambda: _first_failure(sup), DEADLINE, "the player's boot failure")
     assert reason == "no first frame within start_timeout (0.3 s)", reason
+
+
+#: A player of the wrong order: it opens client.pipe first (waiting for a writer), and exits once the writer it got is
+#: gone (end of file), as a build whose read of an action fails may.
+WRONG_ORDER = """\
+import os
+fd = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
+os.read(fd, 1)
+os._exit(3)
+"""
+
+
+def test_a_player_that_exits_once_its_account_was_gathered_fails_with_that_account(
+        supervisor_with, held_after_gather, tmp_path):
+    # Telling that it opened client.pipe first takes a writer that opens and closes client.pipe: this player then
+    # reads end of file and exits. Its boot failure was decided when its start_timeout passed without a first frame;
+    # that exit, which comes a pass later now that the account is gathered without the lock (sooner than the next
+    # pass when several players are silent at once), must not take the account's place: the reason says what it did
+    # wrong, not "exited before readiness: exit code 3".
+    gathered, go = held_after_gather
+    (tmp_path / "player.py").write_text(WRONG_ORDER, encoding="utf-8")
+    sup = supervisor_with(_config(tmp_path, "", [sys.executable, str(tmp_path / "player.py")]))
+    assert gathered.wait(DEADLINE), "the loop never gathered an account"
+    p = only_player(sup)
+    with sup.lock:
+        assert "it opened client.pipe to read an action before sending its first message" in p.silence[-1]
+        pid = p.pid
+    wait_for(lambda: pid_gone(pid), DEADLINE, "the player to exit")
+    go.set()
+    reason = wait_for(lambda: _first_failure(sup), DEADLINE, "the player's boot failure")
+    assert reason.startswith("no first frame within start_timeout (0.3 s); it opened client.pipe to read an action "
+                             "before sending its first message on server.pipe (the wrong order"), reason
