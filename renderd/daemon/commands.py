@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
+import logging.handlers
 import os
+import queue
 import re
 import sys
+import threading
 import time
+import traceback
 from typing import Any, NoReturn
 
 import click
 
 from renderd.config import SOCKET_ENV_VAR, Config, ConfigError, default_config, error_text, load, option_path
 
-__all__ = ["start", "status", "configure_logging", "format_status"]
+__all__ = ["start", "status", "configure_logging", "stop_logging", "format_status"]
 
 log = logging.getLogger("renderd.daemon")
 
@@ -48,20 +53,233 @@ def _stderr_is_journal() -> bool:
     return st.st_dev == int(dev) and st.st_ino == int(ino)
 
 
+#: Log records waiting for stderr, at most: a log call never waits for stderr (journald overloaded, a terminal
+#: paused with Ctrl-S, a pipe whose reader stopped reading); beyond these, records are dropped and counted.
+LOG_QUEUE_SIZE = 1000
+#: Seconds ``renderd start`` waits, as it exits, for the records still queued to reach stderr.
+LOG_FLUSH_TIMEOUT = 1.0
+#: Seconds with nothing to write after which the writer reports records dropped meanwhile (it reports them
+#: sooner, in their place, when the next record is logged).
+LOG_IDLE_REPORT = 0.5
+
+_DROPPED = "%d log lines dropped while stderr was not being read"
+
+
+class _FdStream:
+    """A text stream written straight to a file descriptor with ``os.write``: no buffer and no lock of
+    ``sys.stderr``'s for a write blocked on a stalled stderr to hold (the interpreter's exit flushes
+    ``sys.stderr`` and would wait for such a lock, then abort)."""
+
+    def __init__(self, fd: int, encoding: str | None, errors: str | None) -> None:
+        self.fd = fd
+        self.encoding = encoding or "utf-8"
+        self.errors = errors or "backslashreplace"
+        self.name = f"<fd {fd}>"
+
+    def write(self, text: str) -> None:
+        view = memoryview(text.encode(self.encoding, self.errors))
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def flush(self) -> None:
+        pass
+
+
+class _LogQueueHandler(logging.handlers.QueueHandler):
+    """Puts records on a bounded queue without ever waiting: when it is full a record is dropped and counted,
+    and the count goes in the queue, as one line, ahead of the next record that finds room. In a child this
+    process forked (which has no writer thread), records are written to stderr directly."""
+
+    def __init__(self, q: queue.Queue[Any], writer: logging.Handler) -> None:
+        super().__init__(q)
+        self.writer = writer
+        self.pid = os.getpid()
+        self.dropped = 0
+        self.direct = False  # the writer thread has stopped: write records as they come (dropped if stalled)
+        self.stalled = False  # ... it stopped with stderr not read: drop them
+        self._count_lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if os.getpid() != self.pid:  # a forked child: the queue has no writer here (its lock may even be held)
+            self.writer.handle(record)
+            return
+        if self.direct:  # the writer thread has stopped (stop_logging)
+            if self.stalled:
+                with self._count_lock:
+                    self.dropped += 1
+            else:
+                self.writer.handle(record)
+            return
+        try:
+            record = self.prepare(record)
+        except Exception:
+            self.handleError(record)
+            return
+        self._enqueue(record)
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        """logging's account of a record that cannot be formatted (a bug), queued like any record: not written
+        to ``sys.stderr`` by the thread that logged it, which would wait for a stalled stderr."""
+        if logging.raiseExceptions and os.getpid() == self.pid and not self.direct:
+            text = (f"--- Logging error ---\n{traceback.format_exc()}"
+                    f"Message: {record.msg!r}\nArguments: {record.args!r}")
+            self._enqueue(logging.LogRecord("renderd", logging.ERROR, __file__, 0, text, None, None))
+        else:
+            super().handleError(record)
+
+    def _enqueue(self, record: logging.LogRecord) -> None:
+        with self._count_lock:
+            if self.direct:  # (stopped meanwhile: into the queue it would never be written)
+                self.dropped += 1
+                return
+            if self.dropped and not self._put(_dropped_record(self.dropped)):
+                self.dropped += 1
+                return
+            self.dropped = 0
+            if not self._put(record):
+                self.dropped = 1
+
+    def _put(self, item: Any) -> bool:
+        try:
+            self.queue.put_nowait(item)
+        except queue.Full:
+            return False
+        return True
+
+    def take_dropped(self) -> logging.LogRecord | None:
+        """The line reporting the records dropped since the last report (None if none were), the count reset."""
+        with self._count_lock:
+            if not self.dropped:
+                return None
+            record, self.dropped = _dropped_record(self.dropped), 0
+            return record
+
+    def report_dropped_if_idle(self) -> None:
+        """Queue the line reporting the records dropped since the last report, if any were and nothing is
+        queued (records queued after the drops must come after it)."""
+        with self._count_lock:
+            if self.dropped and self.queue.empty() and self._put(_dropped_record(self.dropped)):
+                self.dropped = 0
+
+
+def _dropped_record(count: int) -> logging.LogRecord:
+    return logging.LogRecord("renderd", logging.WARNING, __file__, 0, _DROPPED % count, None, None)
+
+
+class _LogWriter(logging.handlers.QueueListener):
+    """The thread that writes the queued records to stderr, the only one that waits for it."""
+
+    def __init__(self, handler: _LogQueueHandler) -> None:
+        super().__init__(handler.queue, handler.writer)
+        self.source = handler
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._monitor, name="renderd-log", daemon=True)
+        self._thread.start()
+
+    def dequeue(self, block: bool) -> Any:
+        while True:
+            try:
+                return self.queue.get(timeout=LOG_IDLE_REPORT)
+            except queue.Empty:
+                self.source.report_dropped_if_idle()
+
+    def handle(self, record: logging.LogRecord) -> None:
+        # The handlers' emit without their lock: this thread is the only one writing through them while it runs,
+        # and a write blocked on stderr must not hold a lock logging.shutdown() takes at exit.
+        for handler in self.handlers:
+            if handler.filter(record):
+                handler.emit(record)
+
+    def stop_within(self, timeout: float) -> bool:
+        """Write what is queued (and the count of records dropped), waiting at most ``timeout`` seconds for
+        stderr, and stop the thread. Returns whether it stopped (False: stderr is not being read)."""
+        deadline = time.monotonic() + timeout
+        thread = self._thread
+        if thread is None:
+            return True
+        try:
+            report = self.source.take_dropped()
+            if report is not None:
+                self.queue.put(report, timeout=max(0.0, deadline - time.monotonic()))
+            self.queue.put(self._sentinel, timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Full:
+            return False
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            return False
+        self._thread = None
+        return True
+
+
+_pipeline: tuple[_LogQueueHandler, _LogWriter] | None = None
+_pipeline_lock = threading.Lock()
+
+
+def stop_logging(timeout: float = LOG_FLUSH_TIMEOUT) -> None:
+    """Write the log records still queued, waiting at most ``timeout`` seconds for stderr, and stop the writer
+    thread; records logged afterwards are written as they come, or dropped if stderr was still not being read.
+    Called as ``renderd start`` ends, and at exit."""
+    global _pipeline
+    with _pipeline_lock:
+        if _pipeline is None or _pipeline[0].pid != os.getpid():
+            return
+        handler, writer = _pipeline
+        _pipeline = None
+    stopped = writer.stop_within(timeout)
+    leftovers = []
+    with handler._count_lock:
+        handler.direct, handler.stalled = True, not stopped
+        # Records queued behind the thread's last one (logged while it stopped), and the count of those dropped
+        # meanwhile: written here. (A thread still blocked on stderr keeps the queue: it writes the rest if
+        # stderr is read again.)
+        while stopped:
+            try:
+                item = handler.queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not None:
+                leftovers.append(item)
+        if stopped and handler.dropped:
+            leftovers.append(_dropped_record(handler.dropped))
+            handler.dropped = 0
+    for record in leftovers:
+        handler.writer.handle(record)
+
+
 def configure_logging(level: str) -> None:
-    """Log to stderr: journald priority prefixes under systemd, ``LEVEL name: message`` otherwise."""
-    handler = logging.StreamHandler(sys.stderr)
+    """Log to stderr: journald priority prefixes under systemd, ``LEVEL name: message`` otherwise.
+
+    A log call never waits for stderr: records go through a bounded queue (``LOG_QUEUE_SIZE``) to a thread that
+    writes them; when stderr is not being read and the queue is full they are dropped, and a line says how
+    many once there is room again (see :func:`stop_logging` for the exit)."""
+    global _pipeline
+    stream: Any = sys.stderr
+    try:
+        stream = _FdStream(sys.stderr.fileno(), sys.stderr.encoding, sys.stderr.errors)
+    except (OSError, ValueError, AttributeError):  # not a file (a test's captured stderr): written as it is
+        pass
+    writer = logging.StreamHandler(stream)
     if _stderr_is_journal():
-        handler.setFormatter(JournalFormatter())
+        writer.setFormatter(JournalFormatter())
     else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        writer.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    stop_logging()
+    handler = _LogQueueHandler(queue.Queue(LOG_QUEUE_SIZE), writer)
+    listener = _LogWriter(handler)
     root = logging.getLogger()
     for h in list(root.handlers):
         root.removeHandler(h)
+    listener.start()
+    with _pipeline_lock:
+        _pipeline = (handler, listener)
     root.addHandler(handler)
     root.setLevel(getattr(logging, level.upper()))
     if root.level > logging.DEBUG:
         logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" noise
+
+
+atexit.register(stop_logging)
 
 
 def _expanded(value: str | None) -> str | None:
@@ -96,26 +314,29 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
         raise click.BadParameter(f"an empty address ({http!r}); leave --http out to use [daemon] http",
                                  param_hint="--http")
     configure_logging(log_level)
-    from renderd.daemon.service import Daemon, DaemonError
+    try:
+        from renderd.daemon.service import Daemon, DaemonError
 
-    config_path = _expanded(config_path)
-    overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
-    try:
-        # The checks between tables (transport "http" needs an http address) run once, with the overrides.
-        # The socket: --socket, else the file's [daemon] socket, else $RENDERD_SOCKET (which the clients read).
-        from_env = socket is None
-        config = (load(config_path, check_cross=False, socket_from_env=from_env) if config_path is not None
-                  else default_config(socket_from_env=from_env))
-        config = config.with_daemon(**overrides)
-    except ConfigError as exc:
-        _fail(error_text(exc))
-    _warn_socket_differs(config)
-    try:
-        code = Daemon(config, config_path=config_path, overrides=overrides).run()
-    except DaemonError as exc:
-        _fail(str(exc))
-    log.info("stopped")
-    sys.exit(code)
+        config_path = _expanded(config_path)
+        overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
+        try:
+            # The checks between tables (transport "http" needs an http address) run once, with the overrides.
+            # The socket: --socket, else the file's [daemon] socket, else $RENDERD_SOCKET (which the clients read).
+            from_env = socket is None
+            config = (load(config_path, check_cross=False, socket_from_env=from_env) if config_path is not None
+                      else default_config(socket_from_env=from_env))
+            config = config.with_daemon(**overrides)
+        except ConfigError as exc:
+            _fail(error_text(exc))
+        _warn_socket_differs(config)
+        try:
+            code = Daemon(config, config_path=config_path, overrides=overrides).run()
+        except DaemonError as exc:
+            _fail(str(exc))
+        log.info("stopped")
+        sys.exit(code)
+    finally:  # what is queued reaches stderr before click's error message, within LOG_FLUSH_TIMEOUT
+        stop_logging()
 
 
 def _fail(message: str) -> NoReturn:
