@@ -58,6 +58,7 @@ def test_a_leased_player_keeps_its_pidfd_and_log_open_until_released(tmp_path):
     log = tmp_path / "player.log"
     log.write_text("one\ntwo\n")
     child = subprocess.Popen(SLEEPER)
+    leased = None
     try:
         leased = LeasedPlayer(child.pid, log_path=str(log))
         polled, log_fd = leased.fileno(), leased._log_fd
@@ -70,6 +71,8 @@ def test_a_leased_player_keeps_its_pidfd_and_log_open_until_released(tmp_path):
         release()
         assert _target(polled) == "closed" and _target(log_fd) == "closed"
     finally:
+        if leased is not None:
+            leased.close()
         child.kill()
         child.wait()
 
@@ -84,6 +87,7 @@ def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
         def alive(self) -> bool:
             return display.poll() is None
 
+    watch = None
     try:
         watch = PlayerOnDisplay(player, Display())
         epoll_fd = watch.fileno()
@@ -100,6 +104,8 @@ def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
         release_player()
         assert _target(epoll_fd) == "closed"
     finally:
+        if watch is not None:
+            watch.close()
         player.stop(0.5)
         display.kill()
         display.wait()
