@@ -1,8 +1,10 @@
 """Review 13i: the account of what a player silent at its start_timeout did with its pipes is gathered by the loop
 without the lock, one pass before the boot failure that quotes it. What happens in between must not leave a stale
 account in the reason: a PUT that raises start_timeout (the player fails later, if at all, and the account must say
-what it did by then), or bytes that came after the account was taken ("sent nothing" would be false). The loop is
-held just after it gathered the account (threading events); real supervisor, real (shell) players."""
+what it did by then), or bytes that came after the account was taken ("sent nothing" would be false); and an exit in
+between (the account's look at client.pipe gives a player that opened it first an end of file) is the boot failure
+decided with that account, not a crash. The loop is held just after it gathered the account (threading events);
+real supervisor, real (shell and Python) players."""
 
 from __future__ import annotations
 
