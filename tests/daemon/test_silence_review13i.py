@@ -4,14 +4,13 @@ account in the reason: a PUT that raises start_timeout (the player fails later, 
 what it did by then), or bytes that came after the account was taken ("sent nothing" would be false); and an exit in
 between (the account's look at client.pipe gives a player that opened it first an end of file) is the boot failure
 decided with that account, not a crash. The loop is held just after it gathered the account (threading events);
-real supervisor, real (shell and Python) players."""
+real supervisor, real (shell) players."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
-import sys
 import threading
 
 import pytest
@@ -45,9 +44,9 @@ def held_after_gather(monkeypatch):
     go.set()
 
 
-def _config(tmp_path, script: str, argv: list[str] | None = None) -> str:
-    config = fast_config(executable=json.dumps(argv or ["sh", "-c", script.replace("FLAG", str(tmp_path / "flag")),
-                                                        "player"]))
+def _config(tmp_path, script: str) -> str:
+    config = fast_config(executable=json.dumps(["sh", "-c", script.replace("FLAG", str(tmp_path / "flag")),
+                                                "player"]))
     config = config.replace("start_timeout = 20.0", "start_timeout = 0.3")
     return config.replace("max_boot_failures = 3", "max_boot_failures = 1")
 
@@ -121,12 +120,7 @@ def test_an_account_of_silence_is_not_quoted_once_bytes_came(supervisor_with, he
 
 #: A player of the wrong order: it opens client.pipe first (waiting for a writer), and exits once the writer it got is
 #: gone (end of file), as a build whose read of an action fails may.
-WRONG_ORDER = """\
-import os
-fd = os.open(os.environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"], os.O_RDONLY)
-os.read(fd, 1)
-os._exit(3)
-"""
+WRONG_ORDER = 'exec 3<"$AI2THOR_FIFO_CLIENT_PIPE_PATH"; read -r line <&3; exit 3'
 
 
 def test_a_player_that_exits_once_its_account_was_gathered_fails_with_that_account(
@@ -137,8 +131,7 @@ def test_a_player_that_exits_once_its_account_was_gathered_fails_with_that_accou
     # pass when several players are silent at once), must not take the account's place: the reason says what it did
     # wrong, not "exited before readiness: exit code 3".
     gathered, go = held_after_gather
-    (tmp_path / "player.py").write_text(WRONG_ORDER, encoding="utf-8")
-    sup = supervisor_with(_config(tmp_path, "", [sys.executable, str(tmp_path / "player.py")]))
+    sup = supervisor_with(_config(tmp_path, WRONG_ORDER))
     assert gathered.wait(DEADLINE), "the loop never gathered an account"
     p = only_player(sup)
     with sup.lock:
