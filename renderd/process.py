@@ -832,8 +832,9 @@ class PlayerProcess:
             remaining = PID_POLL_INTERVAL if deadline is None else deadline - time.monotonic()
             if not remaining > 0:  # (a NaN timeout too)
                 return None
-            if self.pidfd is not None:
-                poll_readable(self.pidfd, remaining)
+            pidfd = self.pidfd  # (read once: a stop() in another thread may set it to None, or to a duplicate)
+            if pidfd is not None:
+                poll_readable(pidfd, remaining)
             else:
                 time.sleep(min(remaining, PID_POLL_INTERVAL))
 
@@ -1343,8 +1344,9 @@ class LeasedPlayer:
             remaining = deadline - time.monotonic()
             if not remaining > 0:  # (a NaN timeout too)
                 return False
-            if self.pidfd is not None:
-                poll_readable(self.pidfd, remaining)
+            pidfd = self.pidfd  # (read once: a stop() in another thread may set it to None, or to a duplicate)
+            if pidfd is not None:
+                poll_readable(pidfd, remaining)
             else:
                 time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
