@@ -1465,9 +1465,13 @@ class PlayerOnDisplay:
             remaining = deadline - time.monotonic()
             if not remaining > 0:  # (a NaN timeout too)
                 return False
-            if self._epoll is not None:
-                self._epoll.poll(min(remaining, MAX_POLL_MS / 1000))
-            else:
+            epoll = self._epoll  # (read once: a close() in another thread may set it to None, or close it)
+            try:
+                if epoll is not None:
+                    epoll.poll(min(remaining, MAX_POLL_MS / 1000))
+                else:
+                    time.sleep(min(remaining, PID_POLL_INTERVAL))
+            except ValueError:  # closed meanwhile: the next round looks again
                 time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
 

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from renderd.process import LeasedPlayer, PlayerProcess
+from renderd.process import LeasedPlayer, PlayerOnDisplay, PlayerProcess
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -66,3 +66,50 @@ def test_a_leased_players_wait_does_not_poll_a_pidfd_let_go_after_its_check():
     finally:
         child.kill()
         child.wait()
+
+
+class _Display:
+    """A stand-in for a managed display's handle (PlayerOnDisplay watches its process): a real process."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.pid, self.name, self.returncode = process.pid, ":99", None
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@pytest.mark.parametrize("let_go", ["none", "closed"])
+def test_a_player_on_displays_wait_does_not_poll_an_epoll_let_go_after_its_check(tmp_path, let_go):
+    player = PlayerProcess.spawn(["sleep", "600"], None, tmp_path / "player.log")
+    display = subprocess.Popen(["sleep", "600"])
+    watch = PlayerOnDisplay(player, _Display(display))
+    kept = watch._epoll
+    reached: list[int] = []
+    code = PlayerOnDisplay.wait_exit.__code__
+
+    def tracer(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+        if event == "line" and not reached and ".poll(" in linecache.getline(code.co_filename, frame.f_lineno):
+            # (as a close() in another thread does, right before this line runs)
+            if let_go == "none":
+                watch._epoll = None
+            else:
+                kept.close()
+            reached.append(frame.f_lineno)
+        return tracer
+
+    try:
+        sys.settrace(tracer)
+        try:
+            assert watch.wait_exit(0.2) is False
+        finally:
+            sys.settrace(None)
+        assert reached, "the wait never reached its poll"
+    finally:
+        watch._epoll = None if kept.closed else kept
+        watch.close()
+        player.stop(0.5)
+        display.kill()
+        display.wait()
