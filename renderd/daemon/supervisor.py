@@ -2110,9 +2110,9 @@ class Supervisor:
         with its pipes (has not opened server.pipe, opened it and sent nothing, opened client.pipe first), as
         ``"; it ..."``, the account renderd.launch() gives of the same fault (its FifoChannel's, ``p.holder``,
         which reads server.pipe here too); "" when bytes came, or it cannot be told. On the loop thread, without
-        the lock: it lists /proc/PID/fd of the player and of each of its descendants, and stats what each
-        descriptor names (a file on a network filesystem that hangs would hold it for as long as the mount does),
-        while lease, status and release requests wait for the lock. Kept as ``p.silence`` for that reader and
+        the lock: it lists /proc/PID/fd of the player and of each of its descendants and reads where each
+        descriptor's link points, which lease, status and release requests would otherwise wait for. Kept as
+        ``p.silence`` for that reader and
         deadline: the tick fails the boot with it, unless bytes came meanwhile (then it did not send nothing) or a PUT
         moved start_timeout (then it is gathered again once the new deadline has passed)."""
         for p, holder, deadline in players:

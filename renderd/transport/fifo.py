@@ -182,6 +182,28 @@ def _writev(fd: int, buffers: Sequence[Any]) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
+def _same_file(pid: int, fd: str, st: os.stat_result) -> bool:
+    """Whether descriptor ``fd`` of process ``pid`` is the file ``st`` describes, told from /proc alone (its inode
+    number in /proc/PID/fdinfo, its mount's device in /proc/PID/mountinfo), never by asking the file's filesystem:
+    for a descriptor opened through another path than renderd's (a bind mount in the player's own mount namespace).
+    False when that cannot be told."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", encoding="ascii") as f:
+            info = dict(line.split(":", 1) for line in f.read().splitlines() if ":" in line)
+        if int(info["ino"]) != st.st_ino:
+            return False
+        mount = info["mnt_id"].strip()
+        with open(f"/proc/{pid}/mountinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                fields = line.split(" ", 3)
+                if fields[0] == mount:
+                    major, minor = fields[2].split(":")
+                    return os.makedev(int(major), int(minor)) == st.st_dev
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    return False
+
+
 def _awaited(deadline_name: str) -> str:
     """What a wait named ``deadline_name`` is for, in a crash's message: no action precedes a first frame."""
     return "its first frame" if deadline_name == "start_timeout" else "its answer"
@@ -511,10 +533,15 @@ class FifoChannel:
             pass
         if self._player is None:
             return ""
+        # Where each descriptor's /proc link points, compared with server.pipe's path: the link's text, never the
+        # file it names (a stat through the link would ask that file's filesystem, and one on a network mount that
+        # hangs would hold the caller as long as the mount does; lstat would describe the link itself).
         try:
-            server = os.stat(self.server_path)
+            server = os.path.realpath(self.server_path, strict=True)
+            server_st = os.stat(server)  # (the pipe itself, in renderd's directory)
         except OSError:
             return ""
+        name = "/" + os.path.basename(server)
         opened = False
         for pid in [self._player.pid, *_descendants(self._player.pid)]:
             try:
@@ -525,10 +552,10 @@ class FifoChannel:
                 continue
             for fd in fds:
                 try:
-                    st = os.stat(f"/proc/{pid}/fd/{fd}")
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
                 except OSError:
                     continue
-                if (st.st_dev, st.st_ino) == (server.st_dev, server.st_ino):
+                if target == server or (target.endswith(name) and _same_file(pid, fd, server_st)):
                     opened = True
                     break
             if opened:
