@@ -9,6 +9,7 @@ import logging.handlers
 import os
 import queue
 import re
+import select
 import sys
 import threading
 import time
@@ -84,6 +85,13 @@ class _FdStream:
     def flush(self) -> None:
         pass
 
+    def writable(self) -> bool:
+        """Whether a line can be written without waiting (a pipe or socket with room), as far as poll tells."""
+        try:
+            return bool(select.select([], [self.fd], [], 0)[1])
+        except (OSError, ValueError):
+            return True  # (the write says what is wrong)
+
 
 class _LogQueueHandler(logging.handlers.QueueHandler):
     """Puts records on a bounded queue without ever waiting: when it is full a record is dropped and counted,
@@ -95,7 +103,7 @@ class _LogQueueHandler(logging.handlers.QueueHandler):
         self.writer = writer
         self.pid = os.getpid()
         self.dropped = 0
-        self.direct = False  # the writer thread has stopped: write records as they come (dropped if stalled)
+        self.direct = False  # the writer thread has stopped: write records as they come, unless that would wait
         self.stalled = False  # ... it stopped with stderr not read: drop them
         self._count_lock = threading.Lock()
 
@@ -103,8 +111,9 @@ class _LogQueueHandler(logging.handlers.QueueHandler):
         if os.getpid() != self.pid:  # a forked child: the queue has no writer here (its lock may even be held)
             self.writer.handle(record)
             return
-        if self.direct:  # the writer thread has stopped (stop_logging)
-            if self.stalled:
+        if self.direct:  # the writer thread has stopped (stop_logging): written here, if that does not wait
+            stream = getattr(self.writer, "stream", None)
+            if self.stalled or (isinstance(stream, _FdStream) and not stream.writable()):
                 with self._count_lock:
                     self.dropped += 1
             else:
