@@ -46,6 +46,7 @@ class HungFS:
         self.dir = tempfile.mkdtemp(prefix="renderd-hungfs-")
         self.path = os.path.join(self.dir, "file")
         self.held: list[int] = []
+        self.waiters: list[subprocess.Popen] = []  # processes of the test waiting on the mount: reaped by close()
         self._closing = threading.Event()
         self._libc = ctypes.CDLL(None, use_errno=True)
         try:
@@ -99,12 +100,16 @@ class HungFS:
                 self._reply(unique, error=errno.ENOSYS)
 
     def close(self) -> None:
-        """Answer: the connection is closed (every request waiting fails) and the mount detached."""
+        """Answer: the connection is closed (every request waiting fails), the mount detached, and the processes
+        in ``waiters`` (stuck on the mount until then) reaped."""
         self._closing.set()
         self._thread.join(5)
         os.close(self.fd)
         self._libc.umount2(self.dir.encode(), 2)  # MNT_DETACH
         os.rmdir(self.dir)
+        for process in self.waiters:
+            process.kill()
+            process.wait(10)
 
 
 @pytest.fixture
@@ -117,9 +122,12 @@ def hung_fs():
 
 
 def test_a_silent_player_holding_a_file_on_a_hung_mount_fails_to_boot_with_its_account(daemon, hung_fs):
-    # The filesystem is hung for a stat of the file (the test's own, on a thread, waits there).
-    stuck = threading.Thread(target=lambda: os.path.exists(hung_fs.path), daemon=True)
-    stuck.start()
+    # The filesystem is hung for a stat of the file. The stat that shows it is a child process's, never a thread of
+    # this one: a thread waiting on the mount would keep this process from exiting if the test ended without
+    # closing the filesystem (the connection closes with the last descriptor of /dev/fuse, held here).
+    # (It waits until the filesystem is closed, not even a SIGKILL ends it sooner: the fixture closes it first.)
+    hung_fs.waiters.append(subprocess.Popen(["stat", hung_fs.path], stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL))
     wait_for(lambda: hung_fs.held, 5.0, "a stat of the file to wait on the hung filesystem")
     # A player that opens the file (an asset on the mount, say) and then sends nothing, never opening server.pipe.
     script = f"exec 4< {hung_fs.path}; exec sleep 60"
