@@ -94,9 +94,12 @@ class _FdStream:
 
 
 class _LogQueueHandler(logging.handlers.QueueHandler):
-    """Puts records on a bounded queue without ever waiting: when it is full a record is dropped and counted,
-    and the count goes in the queue, as one line, ahead of the next record that finds room. In a child this
-    process forked (which has no writer thread), records are written to stderr directly."""
+    """Writes a record to stderr at once when that cannot wait (stderr has room for the whole line, and nothing
+    logged before it is still to be written), so that in the usual case a line is out before the call returns
+    (in order, and not lost if the process is killed next); otherwise puts it on a bounded queue, without ever
+    waiting, for the writer thread: when the queue is full a record is dropped and counted, and the count goes
+    in the queue, as one line, ahead of the next record that finds room. In a child this process forked (which
+    has no writer thread), records are written to stderr directly."""
 
     def __init__(self, q: queue.Queue[Any], writer: logging.Handler) -> None:
         super().__init__(q)
@@ -106,6 +109,12 @@ class _LogQueueHandler(logging.handlers.QueueHandler):
         self.direct = False  # the writer thread has stopped: write records as they come, unless that would wait
         self.stalled = False  # ... it stopped with stderr not read: drop them
         self._count_lock = threading.Lock()
+        #: Held by whoever writes to stderr (the writer thread, or a log call writing at once); a log call never
+        #: waits for it (it queues its record instead).
+        self.write_lock = threading.Lock()
+        #: Records (and drop reports) queued and not yet written (guarded by _count_lock; the writer thread lowers
+        #: it once a record is written, holding write_lock): a log call writes at once only when it is 0.
+        self.unwritten = 0
 
     def emit(self, record: logging.LogRecord) -> None:
         if os.getpid() != self.pid:  # a forked child: the queue has no writer here (its lock may even be held)
@@ -124,7 +133,28 @@ class _LogQueueHandler(logging.handlers.QueueHandler):
         except Exception:
             self.handleError(record)
             return
-        self._enqueue(record)
+        if not self._write_now(record):
+            self._enqueue(record)
+
+    def _write_now(self, record: logging.LogRecord) -> bool:
+        """Write ``record`` here if that cannot wait: no other write under way, nothing queued before it or
+        dropped, and stderr (a pipe, socket or terminal) has room for the whole line. Whether it was written."""
+        stream = getattr(self.writer, "stream", None)
+        if not isinstance(stream, _FdStream) or not self.write_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._count_lock:
+                if self.unwritten or self.dropped or self.direct:
+                    return False
+            # A write of at most PIPE_BUF bytes to a pipe that polls writable has room (and is one write); a longer
+            # line (a traceback) goes through the queue, as it could wait part-way.
+            line = self.writer.format(record) + self.writer.terminator
+            if len(line.encode(stream.encoding, stream.errors)) > select.PIPE_BUF or not stream.writable():
+                return False
+            self.writer.emit(record)
+            return True
+        finally:
+            self.write_lock.release()
 
     def handleError(self, record: logging.LogRecord) -> None:
         """logging's account of a record that cannot be formatted (a bug), queued like any record: not written
@@ -149,11 +179,18 @@ class _LogQueueHandler(logging.handlers.QueueHandler):
                 self.dropped = 1
 
     def _put(self, item: Any) -> bool:
+        """Queue ``item`` without waiting (_count_lock held); whether there was room."""
         try:
             self.queue.put_nowait(item)
         except queue.Full:
             return False
+        self.unwritten += 1
         return True
+
+    def written(self) -> None:
+        """The writer thread has written one queued record (write_lock held)."""
+        with self._count_lock:
+            self.unwritten -= 1
 
     def take_dropped(self) -> logging.LogRecord | None:
         """The line reporting the records dropped since the last report (None if none were), the count reset."""
@@ -194,11 +231,15 @@ class _LogWriter(logging.handlers.QueueListener):
                 self.source.report_dropped_if_idle()
 
     def handle(self, record: logging.LogRecord) -> None:
-        # The handlers' emit without their lock: this thread is the only one writing through them while it runs,
-        # and a write blocked on stderr must not hold a lock logging.shutdown() takes at exit.
-        for handler in self.handlers:
-            if handler.filter(record):
-                handler.emit(record)
+        # The handlers' emit without their lock (a write blocked on stderr must not hold a lock logging.shutdown()
+        # takes at exit), under the source's write lock, which a log call writing at once only ever tries.
+        with self.source.write_lock:
+            try:
+                for handler in self.handlers:
+                    if handler.filter(record):
+                        handler.emit(record)
+            finally:
+                self.source.written()
 
     def stop_within(self, timeout: float) -> bool:
         """Write what is queued (and the count of records dropped), waiting at most ``timeout`` seconds for
@@ -211,6 +252,8 @@ class _LogWriter(logging.handlers.QueueListener):
             report = self.source.take_dropped()
             if report is not None:
                 self.queue.put(report, timeout=max(0.0, deadline - time.monotonic()))
+                with self.source._count_lock:
+                    self.source.unwritten += 1
             self.queue.put(self._sentinel, timeout=max(0.0, deadline - time.monotonic()))
         except queue.Full:
             return False
@@ -259,9 +302,10 @@ def stop_logging(timeout: float = LOG_FLUSH_TIMEOUT) -> None:
 def configure_logging(level: str) -> None:
     """Log to stderr: journald priority prefixes under systemd, ``LEVEL name: message`` otherwise.
 
-    A log call never waits for stderr: records go through a bounded queue (``LOG_QUEUE_SIZE``) to a thread that
-    writes them; when stderr is not being read and the queue is full they are dropped, and a line says how
-    many once there is room again (see :func:`stop_logging` for the exit)."""
+    A log call never waits for stderr: it writes its line at once when stderr has room for it and nothing before
+    it is still to be written; otherwise the record goes through a bounded queue (``LOG_QUEUE_SIZE``) to a
+    thread that writes them; when stderr is not being read and the queue is full they are dropped, and a line
+    says how many once there is room again (see :func:`stop_logging` for the exit)."""
     global _pipeline
     stream: Any = sys.stderr
     try:

@@ -238,3 +238,27 @@ def test_records_logged_after_the_writer_stopped_never_wait_for_stderr():
     assert lines[0] == "INFO renderd.test: before the stop"
     assert lines[1:] == [f"INFO renderd.test: line {i}" for i in range(len(lines) - 1)]
     assert 1 < len(lines) < LINES
+
+
+def test_lines_are_written_before_the_log_call_returns_when_stderr_is_read():
+    # stderr with room (a pipe of the default size, read): each line is out before its log call returns, in
+    # order, so the lines logged just before the process is killed (a watchdog's SIGKILL, an abort) are not lost
+    # in a queue. The child logs, then ends with os._exit (no flush at exit); every line must have arrived.
+    proc, fd = _child("""
+        for i in range(200):
+            log.info("line %d", i)
+        os._exit(0)
+    """, small=False)
+    try:
+        proc.stdin.close()
+        text = _read_all(proc, fd)
+        fd = -1
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if fd >= 0:
+            os.close(fd)
+        proc.stdout.close()
+    assert text.splitlines() == [f"INFO renderd.test: line {i}" for i in range(200)]
