@@ -21,6 +21,8 @@ import renderd.transport.fifo as fifo
 from renderd.client import Session
 from renderd.errors import CallOrderError
 
+from tests.helpers.pause import pause_at
+
 from .conftest import START
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -34,25 +36,6 @@ def _line_after(function, text: str) -> int:
     return first + next(k for k, line in enumerate(lines) if line.strip().startswith(text)) + 1
 
 
-def _pause_at(code, owner, lineno: int, reached: threading.Event, release: threading.Event):
-    """A trace function that holds the thread setting it at line ``lineno`` of ``code`` (run for ``owner``) until
-    ``release`` is set, once ``reached`` is set."""
-
-    def trace(frame, event, arg):
-        if frame.f_code is not code or frame.f_locals.get("self") is not owner:
-            return None
-
-        def line(frame, event, arg):
-            if event == "line" and frame.f_lineno == lineno and not reached.is_set():
-                reached.set()
-                assert release.wait(30), "the test never let the thread go on"
-            return line
-
-        return line
-
-    return trace
-
-
 def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp_path):
     opened: list[int] = []
     session = renderd.launch(width=64, height=48, start_timeout=START)
@@ -63,11 +46,11 @@ def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp
         assert wfd is not None
         # close() holds just after it looked for a step of another thread (none yet)...
         looked, go_on = threading.Event(), threading.Event()
-        close_trace = _pause_at(Session.close.__code__, session,
+        close_trace = pause_at(Session.close.__code__, session,
                                 _line_after(Session.close, "inside = self._other_thread_inside()"), looked, go_on)
         # ...while a step begins; it is held just before it writes its action, if it gets that far.
         writing, write = threading.Event(), threading.Event()
-        send_trace = _pause_at(fifo.FifoChannel.send.__code__, channel,
+        send_trace = pause_at(fifo.FifoChannel.send.__code__, channel,
                                _line_after(fifo.FifoChannel.send, "wfd = self._wfd"), writing, write)
         outcome: dict[str, object] = {}
 

@@ -21,6 +21,8 @@ import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 from renderd.process import LeasedPlayer, PlayerOnDisplay, PlayerProcess, poll_readable
 
+from tests.helpers.pause import pause_at
+
 from .conftest import START
 from .test_launch_review8 import _wait_for
 
@@ -130,17 +132,7 @@ def test_a_managed_display_sessions_epoll_is_not_closed_under_a_waiting_step(mon
         reached, release = threading.Event(), threading.Event()
         outcome: dict[str, object] = {}
 
-        def trace(frame, event, arg):
-            if frame.f_code is not code or frame.f_locals.get("self") is not channel:
-                return None
-
-            def line(frame, event, arg):
-                if event == "line" and frame.f_lineno == at and not reached.is_set():
-                    reached.set()
-                    assert release.wait(30), "the test never let the step go on"
-                return line
-
-            return line
+        trace = pause_at(code, channel, at, reached, release)  # (a step inside its channel, about to poll)
 
         def step() -> None:
             sys.settrace(trace)
