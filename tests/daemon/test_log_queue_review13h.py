@@ -66,6 +66,23 @@ def _read_all(proc: subprocess.Popen, fd: int, timeout: float = 10.0) -> str:
         os.close(fd)
 
 
+def _output_of(proc: subprocess.Popen, fd: int) -> str:
+    """All the child's stderr, its stdin closed; it must exit with status 0. Nothing of it is left behind."""
+    try:
+        proc.stdin.close()
+        text = _read_all(proc, fd)
+        fd = -1
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+        if fd >= 0:
+            os.close(fd)
+        proc.stdout.close()
+    return text
+
+
 def _wait_line(proc: subprocess.Popen, text: bytes, timeout: float = 10.0) -> None:
     """Until the child says ``text`` on stdout (it prints it once its log calls have returned)."""
     os.set_blocking(proc.stdout.fileno(), False)
@@ -188,18 +205,7 @@ def test_records_from_threads_and_forked_children_all_arrive():
             t.join()
         log.info("main done")
     """)
-    try:
-        proc.stdin.close()
-        text = _read_all(proc, fd)
-        fd = -1
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if fd >= 0:
-            os.close(fd)
-        proc.stdout.close()
+    text = _output_of(proc, fd)
     lines = text.splitlines()
     for n in range(4):
         mine = [line for line in lines if line.startswith(f"INFO renderd.test: thread{n} ")]
@@ -249,16 +255,5 @@ def test_lines_are_written_before_the_log_call_returns_when_stderr_is_read():
             log.info("line %d", i)
         os._exit(0)
     """, small=False)
-    try:
-        proc.stdin.close()
-        text = _read_all(proc, fd)
-        fd = -1
-        assert proc.wait(10) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if fd >= 0:
-            os.close(fd)
-        proc.stdout.close()
+    text = _output_of(proc, fd)
     assert text.splitlines() == [f"INFO renderd.test: line {i}" for i in range(200)]
