@@ -744,7 +744,6 @@ class Session:
         left = inside and not waiter
         if error is None and (inside or here):  # (a send may have written part of its action)
             error = CallOrderError("the session was closed while a step used its pipes")
-        self._state = SessionState.CLOSED
         self._pending = None
         holder = self._holder() if self._holder is not None else None
         if inside or here or holder is not None:
