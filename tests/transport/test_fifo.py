@@ -18,6 +18,7 @@ import pytest
 from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError
 from renderd.process import LeasedPlayer, PlayerProcess, player_env
 from renderd.protocol import FieldType, encode_action
+from renderd.transport import fifo
 from renderd.transport.fifo import (
     DEFAULT_PIPE_SIZE,
     EOF_CLASSIFY_TIMEOUT,
@@ -33,6 +34,9 @@ pytestmark = pytest.mark.usefixtures("no_leaks")
 
 #: Slack allowed on top of a deadline (process start-up on a busy 2-CPU machine).
 SLACK = 1.0
+#: EOF_CLASSIFY_TIMEOUT in the tests whose player stays alive after closing a pipe: no exit ever comes, so the wait
+#: for one is only waited out ("still running"), and a short one says the same.
+ALIVE_CLASSIFY_TIMEOUT = 0.2
 
 
 def spawn(pair: FifoPair, argv: list[str], tmp_path, **env) -> PlayerProcess:
@@ -213,7 +217,8 @@ class TestStreaming:
             with pytest.raises(PlayerCrashed, match="exit code 7"):
                 channel.send(encode_action({"action": "Pass"}), time.monotonic() + 30)
 
-    def test_closed_client_pipe_is_a_crash_with_epipe_chained(self, tmp_path):
+    def test_closed_client_pipe_is_a_crash_with_epipe_chained(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", ALIVE_CLASSIFY_TIMEOUT)  # (the player stays alive)
         with peer_channel(tmp_path, "close-client") as (channel, _):
             channel.recv(time.monotonic() + 30, "start_timeout")
             deadline = time.monotonic() + 30
@@ -281,7 +286,8 @@ class TestEndOfFile:
             assert isinstance(err.__cause__, ProtocolError)
             assert "wrote a partial field" in err.log_tail
 
-    def test_eof_while_the_player_lives_on_says_so(self, tmp_path):
+    def test_eof_while_the_player_lives_on_says_so(self, tmp_path, monkeypatch):
+        monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", ALIVE_CLASSIFY_TIMEOUT)  # (the player stays alive)
         code = (
             "import os, time\n"
             "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
@@ -296,9 +302,12 @@ class TestEndOfFile:
             assert time.monotonic() - started < EOF_CLASSIFY_TIMEOUT + SLACK
 
     @pytest.mark.parametrize("exits", [False, True])
-    def test_a_player_that_closes_client_pipe_while_an_answer_is_awaited_is_a_crash_at_once(self, tmp_path, exits):
+    def test_a_player_that_closes_client_pipe_while_an_answer_is_awaited_is_a_crash_at_once(self, tmp_path, exits,
+                                                                                             monkeypatch):
         """The player reads the action, closes client.pipe (it will never read another) and sends nothing,
         keeping server.pipe open: the wait for its answer used to last the whole deadline."""
+        if not exits:  # (the player stays alive; one that exits keeps the whole second to be seen exiting)
+            monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", ALIVE_CLASSIFY_TIMEOUT)
         code = (
             "import os, struct, sys, time\n"
             "fd = os.open(os.environ['AI2THOR_FIFO_SERVER_PIPE_PATH'], os.O_WRONLY)\n"
