@@ -22,6 +22,7 @@ from renderd.errors import (
     PlayerTimeout,
     ProtocolError,
 )
+from renderd.transport import fifo
 
 from .conftest import START, Timer, live_children, open_fds, peer_argv
 
@@ -269,11 +270,14 @@ class TestFaults:
             assert "in the middle of a message" in str(err) and "exit code 9" in str(err)
             assert isinstance(err.__cause__, ProtocolError)
 
-    def test_pipe_closed_mid_message_player_still_running(self):
+    def test_pipe_closed_mid_message_player_still_running(self, monkeypatch):
+        # (the player stays alive until client.pipe closes: the wait for its exit is only waited out, and a short
+        # one says "still running" as the default second does)
+        monkeypatch.setattr(fifo, "EOF_CLASSIFY_TIMEOUT", 0.2)
         with renderd.launch(**SMALL, start_timeout=START, step_timeout=100) as session:
             with Timer() as t, pytest.raises(PlayerCrashed, match="still running") as info:
                 session.step(fault("close"))
-            # EOF is seen at once; up to EOF_CLASSIFY_TIMEOUT (1 s) is spent waiting for an exit status.
+            # EOF is seen at once; up to EOF_CLASSIFY_TIMEOUT (1 s by default) is spent waiting for an exit status.
             assert t.elapsed < 1.0 + CRASH_REPORTED_WITHIN
             assert isinstance(info.value.__cause__, ProtocolError)
 
