@@ -817,12 +817,17 @@ class VectorSession:
     def _forget_fds(self, slot: _Slot) -> None:
         """Take the slot's descriptors out of the poll (its session was closed from outside), leaving what it has in
         flight as it is: the next look at the slot fails it (:meth:`_closed_outside`)."""
+        self._unpoll(slot)
+
+    def _unpoll(self, slot: _Slot) -> None:
+        """Take the slot's descriptors out of the poll, except numbers that are another slot's now (its session was
+        closed from outside, see _closed_outside, and the number was given to another slot's pipe)."""
         for fd in slot.fds:
-            if self._fd_slots.get(fd) is not slot:
-                continue  # (another slot's, or no longer polled)
+            if self._fd_slots.get(fd, slot) is not slot:
+                continue
             try:
                 self._poller.unregister(fd)
-            except KeyError:
+            except KeyError:  # (not polled)
                 pass
             self._fd_slots.pop(fd, None)
             self._writer_fds.pop(fd, None)
@@ -1351,16 +1356,7 @@ class VectorSession:
     def _done_waiting(self, slot: _Slot) -> None:
         slot.superseded = False  # (the answer in flight, if any, is taken or given up)
         slot.unopened = None
-        for fd in slot.fds:
-            if self._fd_slots.get(fd, slot) is not slot:
-                # (Its session was closed from outside, see _closed_outside, and the number is another slot's pipe now.)
-                continue
-            try:
-                self._poller.unregister(fd)
-            except KeyError:
-                pass
-            self._fd_slots.pop(fd, None)
-            self._writer_fds.pop(fd, None)
+        self._unpoll(slot)
         slot.fds = ()
         slot.in_flight = None
         slot.closed_input = None
