@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 import threading
 import time
 
@@ -21,7 +20,7 @@ import renderd.transport.fifo as fifo
 from renderd.client import Session
 from renderd.errors import CallOrderError
 
-from tests.helpers.pause import pause_at
+from tests.helpers.pause import pause_at, traced_thread
 
 from .conftest import START
 
@@ -54,26 +53,8 @@ def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp
                                _line_after(fifo.FifoChannel.send, "wfd = self._wfd"), writing, write)
         outcome: dict[str, object] = {}
 
-        def close() -> None:
-            sys.settrace(close_trace)
-            try:
-                session.close()
-            except BaseException as exc:  # noqa: BLE001 - the test looks at it
-                outcome["close"] = exc
-            finally:
-                sys.settrace(None)
-
-        def step() -> None:
-            sys.settrace(send_trace)
-            try:
-                outcome["event"] = session.step("Pass")
-            except BaseException as exc:  # noqa: BLE001 - the test looks at it
-                outcome["error"] = exc
-            finally:
-                sys.settrace(None)
-
-        closer = threading.Thread(target=close, name="closer")
-        stepper = threading.Thread(target=step, name="stepper")
+        closer = traced_thread(close_trace, session.close, outcome, "closed", "close", "closer")
+        stepper = traced_thread(send_trace, lambda: session.step("Pass"), outcome, "event", "error", "stepper")
         closer.start()
         try:
             assert looked.wait(START), "close() never looked for a step"

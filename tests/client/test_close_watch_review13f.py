@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import inspect
 import os
-import sys
 import threading
 
 import pytest
@@ -18,7 +17,7 @@ import renderd.client
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 
-from tests.helpers.pause import pause_at
+from tests.helpers.pause import pause_at, traced_thread
 
 from .conftest import START
 from .test_launch_review8 import _wait_for
@@ -53,16 +52,7 @@ def test_the_pidfd_a_waiting_step_polls_is_not_closed_under_it(monkeypatch, tmp_
 
         trace = pause_at(code, channel, at, reached, release)  # (a step inside its channel, about to poll)
 
-        def step() -> None:
-            sys.settrace(trace)
-            try:
-                outcome["event"] = session.step("Pass")
-            except BaseException as exc:  # noqa: BLE001 - the test looks at it
-                outcome["error"] = exc
-            finally:
-                sys.settrace(None)
-
-        stepper = threading.Thread(target=step, name="stepper")
+        stepper = traced_thread(trace, lambda: session.step("Pass"), outcome, "event", "error", "stepper")
         stepper.start()
         try:
             assert reached.wait(START), "the step never polled"

@@ -3,7 +3,10 @@ step is about to poll, say): a trace function for :func:`sys.settrace` in the th
 
 from __future__ import annotations
 
+import inspect
+import sys
 import threading
+from collections.abc import Callable
 from types import CodeType
 from typing import Any
 
@@ -25,3 +28,26 @@ def pause_at(code: CodeType, owner: Any, lineno: int, reached: threading.Event, 
         return line
 
     return trace
+
+
+def line_of(func: Any, text: str) -> int:
+    """The number of the line of ``func`` whose stripped source is ``text``."""
+    lines, first = inspect.getsourcelines(func)
+    return first + next(k for k, line in enumerate(lines) if line.strip() == text)
+
+
+def traced_thread(trace: Any, call: Callable[[], Any], outcome: dict[str, object], key: str, error_key: str,
+                  name: str) -> threading.Thread:
+    """A thread (not started) running ``call()`` under ``trace`` (see :func:`pause_at`), which stores what it
+    returns in ``outcome[key]``, or what it raises in ``outcome[error_key]``."""
+
+    def run() -> None:
+        sys.settrace(trace)
+        try:
+            outcome[key] = call()
+        except BaseException as exc:  # noqa: BLE001 - the test looks at it
+            outcome[error_key] = exc
+        finally:
+            sys.settrace(None)
+
+    return threading.Thread(target=run, name=name)
