@@ -6,7 +6,6 @@ ends; the player's stop closes a duplicate."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 
@@ -17,7 +16,7 @@ import renderd.client
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 
-from tests.helpers.pause import pause_at, traced_thread
+from tests.helpers.pause import line_of, pause_at, traced_thread
 
 from .conftest import START
 from .test_launch_review8 import _wait_for
@@ -38,8 +37,7 @@ def _target(fd: int) -> str:
 def test_the_pidfd_a_waiting_step_polls_is_not_closed_under_it(monkeypatch, tmp_path):
     monkeypatch.setattr(renderd.client, "CLOSE_WAITER_TIMEOUT", 0.2)
     code = fifo.FifoChannel.recv.__code__
-    lines, first = inspect.getsourcelines(fifo.FifoChannel.recv)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "events = poll(_ms(wait))")
+    at = line_of(fifo.FifoChannel.recv, "events = poll(_ms(wait))")
     opened: list[int] = []
     with renderd.launch(width=64, height=48, start_timeout=START) as session:
         session.step("Pass")  # (client.pipe open: every descriptor of the step exists)

@@ -5,7 +5,6 @@ step is about to poll: the epoll it polls stays open under its number until the 
 
 from __future__ import annotations
 
-import inspect
 import os
 import select
 import shutil
@@ -21,7 +20,7 @@ import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 from renderd.process import LeasedPlayer, PlayerOnDisplay, PlayerProcess, poll_readable
 
-from tests.helpers.pause import pause_at, traced_thread
+from tests.helpers.pause import line_of, pause_at, traced_thread
 
 from .conftest import START
 from .test_launch_review8 import _wait_for
@@ -118,8 +117,7 @@ def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
 def test_a_managed_display_sessions_epoll_is_not_closed_under_a_waiting_step(monkeypatch, tmp_path):
     monkeypatch.setattr(renderd.client, "CLOSE_WAITER_TIMEOUT", 0.2)
     code = fifo.FifoChannel.recv.__code__
-    lines, first = inspect.getsourcelines(fifo.FifoChannel.recv)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "events = poll(_ms(wait))")
+    at = line_of(fifo.FifoChannel.recv, "events = poll(_ms(wait))")
     opened: list[int] = []
     with renderd.launch(width=64, height=48, platform="Linux64", x_display="managed", env={"DISPLAY": ""},
                         start_timeout=START) as session:
