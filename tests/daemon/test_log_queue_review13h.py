@@ -66,6 +66,18 @@ def _read_all(proc: subprocess.Popen, fd: int, timeout: float = 10.0) -> str:
         os.close(fd)
 
 
+def _end(proc: subprocess.Popen, fd: int) -> None:
+    """Leave nothing of the child behind: killed if still running, its stderr's read end (unless -1, closed
+    already), its stdin and stdout closed."""
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(5)
+    if fd >= 0:
+        os.close(fd)
+    proc.stdin.close()
+    proc.stdout.close()
+
+
 def _output_of(proc: subprocess.Popen, fd: int) -> str:
     """All the child's stderr, its stdin closed; it must exit with status 0. Nothing of it is left behind."""
     try:
@@ -74,12 +86,7 @@ def _output_of(proc: subprocess.Popen, fd: int) -> str:
         fd = -1
         assert proc.wait(10) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if fd >= 0:
-            os.close(fd)
-        proc.stdout.close()
+        _end(proc, fd)
     return text
 
 
@@ -145,12 +152,7 @@ def test_lines_dropped_while_stderr_is_not_read_are_counted_where_they_were_drop
         fd = -1
         assert proc.wait(10) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if fd >= 0:
-            os.close(fd)
-        proc.stdout.close()
+        _end(proc, fd)
 
 
 def test_the_process_exits_in_bounded_time_with_stderr_never_read():
@@ -174,12 +176,7 @@ def test_the_process_exits_in_bounded_time_with_stderr_never_read():
             pytest.fail("the process did not exit with its stderr not read")
         assert code == 3  # its own exit status: not an abort for a lock held at exit
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        os.close(fd)
-        proc.stdin.close()
-        proc.stdout.close()
+        _end(proc, fd)
 
 
 def test_records_from_threads_and_forked_children_all_arrive():
@@ -233,13 +230,7 @@ def test_records_logged_after_the_writer_stopped_never_wait_for_stderr():
         text = _read_all(proc, fd)
         fd = -1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
-        if fd >= 0:
-            os.close(fd)
-        proc.stdin.close()
-        proc.stdout.close()
+        _end(proc, fd)
     lines = text.splitlines()
     assert lines[0] == "INFO renderd.test: before the stop"
     assert lines[1:] == [f"INFO renderd.test: line {i}" for i in range(len(lines) - 1)]
