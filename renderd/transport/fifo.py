@@ -731,8 +731,7 @@ class FifoChannel:
                     # The pipes are gone because the player is: whoever made them removed them as it
                     # stopped it (a leased player, its environment removed or the daemon stopping).
                     raise self._player.crashed(
-                        f"the player exited, and its client.pipe was removed, before the action was sent "
-                        f"({deadline_name})"
+                        "the player exited, and its client.pipe was removed, before the action was sent"
                     ) from exc
                 if exc.errno != errno.ENXIO:
                     raise RenderdError(os_error_message(exc, "cannot open the player's client.pipe for writing")) from exc
