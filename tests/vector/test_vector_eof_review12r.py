@@ -11,7 +11,7 @@ from tests.vector.conftest import every_slot_crashes, player_kwargs
 
 #: What the tests use for renderd.transport.fifo.EOF_CLASSIFY_TIMEOUT (1 s): how long a player that closed
 #: server.pipe gets to exit before it is reported as a crash.
-CLASSIFY = 0.4
+CLASSIFY = 0.6
 #: Players: one after another they would take N x CLASSIFY.
 N = 3
 CLOSE = {"action": "RenderdFault", "fault": "close"}
@@ -29,7 +29,8 @@ def test_players_that_close_server_pipe_and_stay_alive_take_one_classify_wait_be
             assert error.failures[i].__cause__ is not None  # (the partial message, as the channel chains it)
     finally:
         vs.close()
-    assert CLASSIFY <= took < 1.8 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed server.pipe"
+    # (one wait and the step's own work, with room for a busy machine; one wait per player takes N x CLASSIFY)
+    assert CLASSIFY <= took < 2 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed server.pipe"
 
 
 PEERS = Path(__file__).parent.parent / "transport"
@@ -62,4 +63,4 @@ def test_players_that_close_both_pipes_and_stay_alive_take_one_classify_wait_bet
         _, took = every_slot_crashes(vs, ["Pass"] * N, "the player closed ", "the player process is still running")
     finally:
         vs.close()
-    assert took < 1.8 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed both pipes"
+    assert took < 2 * CLASSIFY, f"step() took {took:.2f} s for {N} players that closed both pipes"
