@@ -60,9 +60,7 @@ def test_missing_icd_is_invalid_with_the_reason():
 def test_probe_results_are_cached_per_environment():
     env = dict(os.environ, **BAD_ICD)
     first = vulkan.probe_vulkan(env)
-    started = time.monotonic()
-    assert vulkan.probe_vulkan(env) is first
-    assert time.monotonic() - started < 0.05
+    assert vulkan.probe_vulkan(env) is first  # (the same report object: no second probe)
     assert vulkan.probe_vulkan(dict(env, VK_ICD_FILENAMES="/other.json")) is not first
 
 
