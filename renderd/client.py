@@ -1233,6 +1233,11 @@ def launch(
     if pipe_size is not None and (isinstance(pipe_size, bool) or not isinstance(pipe_size, numbers.Integral)
                                   or pipe_size <= 0):
         raise ConfigError(f"must be a number of bytes greater than 0 (or None: 1 MiB), got {pipe_size!r}", key="pipe_size")
+    # The player's size, platform, arguments, deadlines and quality: the same whichever transport carries it.
+    player: dict[str, Any] = {
+        "width": width, "height": height, "platform": platform, "x_display": x_display, "args": args, "env": env,
+        "start_timeout": start_timeout, "step_timeout": step_timeout, "quality": quality,
+    }
     if transport == "http":
         if pipe_size is not None:  # (it would be ignored)
             raise ConfigError(
@@ -1247,19 +1252,7 @@ def launch(
                 "transport='http' needs renderd.transport.http, which this installation does not have",
                 key="transport",
             ) from exc
-        return http.launch(
-            executable,
-            width=width,
-            height=height,
-            platform=platform,
-            x_display=x_display,
-            args=args,
-            env=env,
-            start_timeout=start_timeout,
-            step_timeout=step_timeout,
-            log_path=log_path,
-            quality=quality,
-        )
+        return http.launch(executable, log_path=log_path, **player)
     if transport != "fifo":
         raise ConfigError(f"unknown transport {transport!r}; expected one of {', '.join(TRANSPORTS)}", key="transport")
 
@@ -1287,21 +1280,7 @@ def launch(
             pair.remove()
         raise
     return launch_player(
-        channel,
-        endpoint,
-        executable=executable,
-        width=width,
-        height=height,
-        platform=platform,
-        x_display=x_display,
-        args=args,
-        env=env,
-        start_timeout=start_timeout,
-        step_timeout=step_timeout,
-        log_path=log_path,
-        keep_log=keep_log,
-        quality=quality,
-        cleanup=[pair.remove],
+        channel, endpoint, executable=executable, log_path=log_path, keep_log=keep_log, cleanup=[pair.remove], **player
     )
 
 
