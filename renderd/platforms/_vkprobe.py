@@ -107,6 +107,11 @@ def _result(code: int) -> str:
     return RESULT_NAMES.get(code, f"VkResult {code}")
 
 
+def _failed(call: str, result: int, **more: str) -> dict:
+    """The output of a probe stopped by ``call`` returning the error ``result`` (``more``: fields after it)."""
+    return {"ok": False, "stage": call, "error": f"{call} failed: {_result(result)}", "result": result, **more}
+
+
 def _load_loader() -> ctypes.CDLL | None:
     for name in LOADER_NAMES:
         try:
@@ -141,35 +146,19 @@ def probe() -> dict:
     lib.vkCreateInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
     result = lib.vkCreateInstance(ctypes.byref(create_info), None, ctypes.byref(instance))
     if result != VK_SUCCESS:
-        return {
-            "ok": False,
-            "stage": "vkCreateInstance",
-            "error": f"vkCreateInstance failed: {_result(result)}",
-            "result": result,
-            "api_version": _version(instance_version),
-        }
+        return _failed("vkCreateInstance", result, api_version=_version(instance_version))
     try:
         lib.vkEnumeratePhysicalDevices.restype = ctypes.c_int32
         lib.vkEnumeratePhysicalDevices.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         count = ctypes.c_uint32(0)
         result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
         if result not in (VK_SUCCESS, VK_INCOMPLETE):
-            return {
-                "ok": False,
-                "stage": "vkEnumeratePhysicalDevices",
-                "error": f"vkEnumeratePhysicalDevices failed: {_result(result)}",
-                "result": result,
-            }
+            return _failed("vkEnumeratePhysicalDevices", result)
         handles = (ctypes.c_void_p * max(count.value, 1))()
         if count.value:
             result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles)
             if result not in (VK_SUCCESS, VK_INCOMPLETE):
-                return {
-                    "ok": False,
-                    "stage": "vkEnumeratePhysicalDevices",
-                    "error": f"vkEnumeratePhysicalDevices failed: {_result(result)}",
-                    "result": result,
-                }
+                return _failed("vkEnumeratePhysicalDevices", result)
 
         get_props2 = None
         if api >= VK_API_VERSION_1_1:
