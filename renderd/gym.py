@@ -19,6 +19,7 @@ action list, and compute rewards and termination with caller-supplied functions 
 
 from __future__ import annotations
 
+import decimal
 import logging
 import math
 import numbers
@@ -162,9 +163,15 @@ class _EnvSpec:
         self.depth = bool(depth)
         if isinstance(max_depth, (bool, np.bool_)):  # (float(True) is 1.0: a flag given where the bound goes)
             raise TypeError(f"max_depth must be a positive finite number of metres, not a bool: got {max_depth!r}")
+        if not isinstance(max_depth, (numbers.Real, decimal.Decimal)):
+            # (float() took the string "5" as 5.0 m: a number read from a file or the command line, not converted.)
+            raise _NotANumberError(
+                f"max_depth must be a positive finite number of metres, got {max_depth!r}: a "
+                f"{_type_name(max_depth)}, not a real number"
+            )
         try:
             self.max_depth = float(max_depth)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             self.max_depth = math.nan
         if not (self.max_depth > 0 and np.isfinite(self.max_depth)):
             raise ValueError(f"max_depth must be a positive finite number of metres, got {max_depth!r}")
@@ -282,6 +289,17 @@ def _depth(depth: np.ndarray, max_depth: float, out: np.ndarray | None = None) -
     np.fmin(depth, max_depth, out=out)  # (fmin takes the number where one side is NaN)
     np.maximum(out, 0.0, out=out)
     return out
+
+
+class _NotANumberError(TypeError, ValueError):
+    """A number argument given something that is no number (``max_depth="5"``): a TypeError, and a ValueError
+    too, as such a value raised before (an ``except ValueError`` written for that still catches it)."""
+
+
+def _type_name(value: Any) -> str:
+    """``str``, ``list``, ``numpy.ndarray``: the type of a value refused, as a message names it."""
+    cls = type(value)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _dimension(value: Any, name: str) -> int:
