@@ -23,12 +23,12 @@ import gymnasium
 import numpy as np
 
 import renderd.gym  # noqa: F401  (registers renderd/Unity-v0)
-from renderd import RenderdError
+from renderd import ConfigError, RenderdError
 from renderd.daemon.client import ControlClient
 
 
 def success_reward(event) -> float:
-    """An example reward: small step cost, a penalty for bumping into things, a bonus near the red box."""
+    """An example reward: small step cost, a penalty for bumping into things, a bonus near the fridge."""
     reward = -0.01 if event else -0.1
     for obj in event.metadata.get("objects") or ():
         if obj.get("objectType") == "Fridge" and obj.get("visible") and obj.get("distance", 9.0) < 1.0:
@@ -75,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--socket", help="the daemon's control socket (default: $RENDERD_SOCKET, else renderd's default)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
+    if args.envs is not None and args.envs < 1:
+        p.error(f"--envs {args.envs}: give 1 or more players")
     if args.environment:
         args.envs = leasable(p, args)
     elif args.envs is None:
@@ -89,12 +91,15 @@ def main(argv: list[str] | None = None) -> int:
         reward_fn=success_reward,
         terminated_fn=reached_fridge,
     )
-    if args.environment:
-        envs = gymnasium.make_vec("renderd/Unity-v0", environment=args.environment, socket=args.socket, **common)
-    else:
-        envs = gymnasium.make_vec(
-            "renderd/Unity-v0", executable=args.executable, width=args.width, height=args.height, **common
-        )
+    try:
+        if args.environment:
+            envs = gymnasium.make_vec("renderd/Unity-v0", environment=args.environment, socket=args.socket, **common)
+        else:
+            envs = gymnasium.make_vec(
+                "renderd/Unity-v0", executable=args.executable, width=args.width, height=args.height, **common
+            )
+    except (ConfigError, ValueError) as exc:  # an argument the env refused (a missing --executable, --width 0)
+        p.error(str(exc))
     rng = np.random.default_rng(args.seed)
     returns = np.zeros(args.envs)
     finished: list[float] = []
