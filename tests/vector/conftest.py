@@ -2,13 +2,18 @@
 
 ``launch(n, **kw)`` starts a :class:`renderd.VectorSession` of small static-frame players (closed after the
 test whatever happened); ``no_leaks`` fails a test that leaves a child process, an open file descriptor,
-a launch thread or a pipe directory behind.
+a launch thread or a pipe directory behind. The signal helpers play a program's SIGINT (Ctrl-C) and SIGTERM (a
+batch job's) handlers, and the two scenarios the tests put them in.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Sequence
 
 import pytest
@@ -81,3 +86,73 @@ def every_slot_crashes(vs: renderd.VectorSession, actions: Sequence[Any], *phras
         for phrase in phrases:
             assert phrase in text, text
     return info.value, took
+
+
+# -- a program's signal handlers ---------------------------------------------------------------------------------
+
+
+def raised_by(signum: int) -> type[BaseException]:
+    """What the handler of :func:`signal_raising` raises for ``signum``."""
+    return KeyboardInterrupt if signum == signal.SIGINT else SystemExit
+
+
+@contextmanager
+def signal_raising(signum: int, handled: list[float]) -> Iterator[None]:
+    """While it lasts, ``signum`` runs a handler that notes when (``time.monotonic()``, in ``handled``) and raises as
+    a program's does: KeyboardInterrupt for SIGINT (Ctrl-C), ``SystemExit(143)`` for SIGTERM (a batch job's handler
+    calling sys.exit()). The handler before it is put back at the end."""
+
+    def handler(signum: int, frame: object) -> None:
+        handled.append(time.monotonic())
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signum, previous)
+
+
+def send_signal(signum: int) -> None:
+    """Deliver ``signum`` to the main thread (its handler runs there, whatever that thread is doing)."""
+    signal.pthread_kill(threading.main_thread().ident, signum)
+
+
+def check_signal_during_close_is_raised_once_everything_is_closed(signum: int, wait: float) -> None:
+    """``signum`` (see :func:`signal_raising`) while close() waits for a replacement on its way (the test's factory,
+    which takes until the signal has been handled, at most ``wait`` seconds): close() raises what the handler raises,
+    once it has closed every slot, the replacement that arrived after the signal included."""
+    entered, release = threading.Event(), threading.Event()
+    handled: list[float] = []
+
+    def factory(slot):
+        entered.set()
+        release.wait(wait)
+        return renderd.launch(**player_kwargs())
+
+    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
+                               replace_on_crash=True)
+
+    def send() -> None:
+        wait_for(lambda: vs.closed, wait, "close() to begin")
+        send_signal(signum)
+        wait_for(lambda: handled, wait, f"the {signal.Signals(signum).name} to be handled")
+        release.set()
+
+    helper = threading.Thread(target=send)
+    try:
+        with signal_raising(signum, handled):
+            vs.step(["Pass", {"action": "RenderdFault", "fault": "segfault"}])
+            assert entered.wait(wait), "the replacement did not start"
+            helper.start()
+            with pytest.raises(raised_by(signum)):
+                vs.close()
+    finally:
+        release.set()
+        if helper.ident is not None:
+            helper.join()
+        vs.close()
+    # The replacement that arrived after the signal was closed too (no_leaks: its player is gone).
+    assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions

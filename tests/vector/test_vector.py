@@ -7,7 +7,6 @@ import os
 import re
 import signal
 import sys
-import threading
 import time
 
 import psutil
@@ -27,7 +26,13 @@ from renderd.errors import (
 from renderd.protocol import MAX_RESOLUTION
 from renderd.vector import REPLACE_ATTEMPTS, SlotState
 from tests.helpers import marker_player
-from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
+from tests.vector.conftest import (
+    START_TIMEOUT,
+    check_signal_during_close_is_raised_once_everything_is_closed,
+    pipe_dirs,
+    player_kwargs,
+    wait_for,
+)
 
 FAULT = "RenderdFault"
 
@@ -471,43 +476,7 @@ def test_close_stops_a_replacement_that_is_still_booting(no_leaks, tmp_path):
 
 def test_ctrl_c_during_close_is_raised_once_everything_is_closed(no_leaks):
     # A replacement that takes as long as the test wants: close() waits for it while Ctrl-C comes.
-    entered, release = threading.Event(), threading.Event()
-
-    def factory(slot):
-        entered.set()
-        release.wait(STEP)
-        return renderd.launch(**player_kwargs())
-
-    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
-                               replace_on_crash=True)
-    handled = []
-
-    def on_sigint(signum, frame):
-        handled.append(signum)
-        raise KeyboardInterrupt
-
-    def interrupt():
-        wait_for(lambda: vs.closed, STEP, "close() to begin")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-        wait_for(lambda: handled, STEP, "the SIGINT to be handled")
-        release.set()
-
-    helper = threading.Thread(target=interrupt)
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        vs.step(["Pass", {"action": FAULT, "fault": "segfault"}])
-        assert entered.wait(STEP), "the replacement did not start"
-        helper.start()
-        with pytest.raises(KeyboardInterrupt):
-            vs.close()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        release.set()
-        if helper.ident is not None:
-            helper.join()
-        vs.close()
-    # The replacement that arrived after the interrupt was closed too (no_leaks: its player is gone).
-    assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
+    check_signal_during_close_is_raised_once_everything_is_closed(signal.SIGINT, STEP)
 
 
 def test_a_reset_started_over_reports_only_its_own_errors(no_leaks, launch):

@@ -16,7 +16,12 @@ import pytest
 
 import renderd
 from renderd.errors import CallOrderError
-from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+from tests.vector.conftest import (
+    START_TIMEOUT,
+    check_signal_during_close_is_raised_once_everything_is_closed,
+    player_kwargs,
+    wait_for,
+)
 
 #: The player stays alive and never answers (SIGTERM ends it).
 HANG = {"action": "RenderdFault", "fault": "hang"}
@@ -180,39 +185,4 @@ def test_a_sigterm_handlers_exit_while_players_start_returns_at_once(no_leaks):
 def test_a_sigterm_handlers_exit_during_close_is_raised_once_everything_is_closed(no_leaks):
     # A SystemExit from a SIGTERM handler while close() waited (here for a replacement on its way) ended close()
     # there: the replacement that came after, and the other slot's player, were never closed.
-    entered, release = threading.Event(), threading.Event()
-
-    def factory(slot):
-        entered.set()
-        release.wait(START_TIMEOUT)
-        return renderd.launch(**player_kwargs())
-
-    vs = renderd.VectorSession([renderd.launch(**player_kwargs()) for _ in range(2)], factory=factory,
-                               replace_on_crash=True)
-    handled = []
-
-    def on_sigterm(signum, frame):
-        handled.append(signum)
-        raise SystemExit(143)
-
-    def terminate():
-        wait_for(lambda: vs.closed, START_TIMEOUT, "close() to begin")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
-        wait_for(lambda: handled, START_TIMEOUT, "the SIGTERM to be handled")
-        release.set()
-
-    helper = threading.Thread(target=terminate)
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        vs.step(["Pass", {"action": "RenderdFault", "fault": "segfault"}])
-        assert entered.wait(START_TIMEOUT), "the replacement did not start"
-        helper.start()
-        with pytest.raises(SystemExit):
-            vs.close()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        release.set()
-        if helper.ident is not None:
-            helper.join()
-        vs.close()
-    assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
+    check_signal_during_close_is_raised_once_everything_is_closed(signal.SIGTERM, START_TIMEOUT)
