@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Sequence
 
+import psutil
 import pytest
 
 import renderd
@@ -118,6 +119,42 @@ def signal_raising(signum: int, handled: list[float]) -> Iterator[None]:
 def send_signal(signum: int) -> None:
     """Deliver ``signum`` to the main thread (its handler runs there, whatever that thread is doing)."""
     signal.pthread_kill(threading.main_thread().ident, signum)
+
+
+def _running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def running_children() -> list[psutil.Process]:
+    """This process's children that still run (not the zombies of those that exited, nor those gone)."""
+    return [p for p in psutil.Process().children() if _running(p)]
+
+
+def check_signal_while_players_hang_at_start(signum: int, wait: float, after: str, **overrides: Any) -> None:
+    """``signum`` (see :func:`signal_raising`) while launch_many waits for two players that never send their first
+    frame (``overrides``: their start_timeout and more): what the handler raises is raised within 2 s of it, not
+    once the start_timeouts have passed. ``wait``: how long to wait for both players to start; ``after``: the
+    signal, as the failure message names it."""
+    handled: list[float] = []
+
+    def send() -> None:
+        wait_for(lambda: len(running_children()) == 2, wait, "both players to start")
+        send_signal(signum)
+
+    helper = threading.Thread(target=send)
+    try:
+        with signal_raising(signum, handled):
+            helper.start()
+            with pytest.raises(raised_by(signum)):
+                renderd.launch_many(2, **player_kwargs(args=["--fault-at-start", "hang"], **overrides))
+            raised = time.monotonic()
+    finally:
+        helper.join()
+    name = raised_by(signum).__name__
+    assert handled and raised - handled[0] < 2.0, f"{name} raised {raised - handled[0]:.2f} s after {after}"
 
 
 def check_signal_during_close_is_raised_once_everything_is_closed(signum: int, wait: float) -> None:

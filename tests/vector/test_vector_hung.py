@@ -19,7 +19,14 @@ import pytest
 import renderd
 from renderd.errors import PlayerTimeout
 from renderd.vector import _build
-from tests.vector.conftest import START_TIMEOUT, player_kwargs, wait_for
+from tests.vector.conftest import (
+    START_TIMEOUT,
+    check_signal_while_players_hang_at_start,
+    player_kwargs,
+    send_signal,
+    signal_raising,
+    wait_for,
+)
 
 N = 5
 #: Each session's SIGTERM grace in these tests (the default is 5 s).
@@ -102,27 +109,22 @@ def test_ctrl_c_while_players_start_closes_every_one(no_leaks):
         made.append(session)
         return session
 
-    handled = []
-
-    def on_sigint(signum, frame):
-        handled.append(signum)
-        raise KeyboardInterrupt
+    handled: list[float] = []
 
     def interrupt():
         assert entered.wait(STEP)
         wait_for(lambda: len(made) == 1, STEP, "slot 1's player to start")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
+        send_signal(signal.SIGINT)
         wait_for(lambda: handled, STEP, "the SIGINT to be handled")
         release.set()
 
     helper = threading.Thread(target=interrupt)
-    previous = signal.signal(signal.SIGINT, on_sigint)
     try:
-        helper.start()
-        with pytest.raises(KeyboardInterrupt) as info:
-            _build(2, factory, "started", replace_on_crash=False, reward_fn=None, done_fn=None)
+        with signal_raising(signal.SIGINT, handled):
+            helper.start()
+            with pytest.raises(KeyboardInterrupt) as info:
+                _build(2, factory, "started", replace_on_crash=False, reward_fn=None, done_fn=None)
     finally:
-        signal.signal(signal.SIGINT, previous)
         release.set()
         helper.join()
     assert len(made) == 2 and all(s.closed for s in made), made
@@ -152,35 +154,4 @@ def test_a_vector_session_collected_as_garbage_closes_without_threads(no_leaks, 
 def test_ctrl_c_while_players_hang_at_start_returns_at_once(no_leaks):
     # Players that never send their first frame (a build stuck loading): a Ctrl-C while launch_many waits for
     # them stops them, instead of waiting out their start_timeout before the KeyboardInterrupt is raised.
-    start_timeout = 8.0
-    handled = []
-
-    def on_sigint(signum, frame):
-        handled.append(time.monotonic())
-        raise KeyboardInterrupt
-
-    def booting():
-        alive = []
-        for p in psutil.Process().children():
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
-
-    def interrupt():
-        wait_for(lambda: len(booting()) == 2, STEP, "both players to start")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGINT)
-
-    helper = threading.Thread(target=interrupt)
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    try:
-        helper.start()
-        with pytest.raises(KeyboardInterrupt):
-            renderd.launch_many(2, **player_kwargs(args=["--fault-at-start", "hang"], start_timeout=start_timeout))
-        raised = time.monotonic()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        helper.join()
-    assert handled and raised - handled[0] < 2.0, f"KeyboardInterrupt raised {raised - handled[0]:.2f} s after Ctrl-C"
+    check_signal_while_players_hang_at_start(signal.SIGINT, STEP, "Ctrl-C", start_timeout=8.0)

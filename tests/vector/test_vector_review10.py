@@ -5,13 +5,11 @@ sys.exit() while players start or while close() works."""
 from __future__ import annotations
 
 import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import numpy as np
-import psutil
 import pytest
 
 import renderd
@@ -19,6 +17,7 @@ from renderd.errors import CallOrderError
 from tests.vector.conftest import (
     START_TIMEOUT,
     check_signal_during_close_is_raised_once_everything_is_closed,
+    check_signal_while_players_hang_at_start,
     player_kwargs,
     wait_for,
 )
@@ -146,40 +145,8 @@ def test_a_sigterm_handlers_exit_while_players_start_returns_at_once(no_leaks):
     # A batch job's SIGTERM handler that calls sys.exit() while launch_many waits for players stuck loading: the
     # SystemExit was taken as that slot's launch failure, and raised only once every other launch had waited out
     # its start_timeout (300 s by default); as a Ctrl-C does, it now stops the players still booting at once.
-    start_timeout = 5.0
-    handled = []
-
-    def on_sigterm(signum, frame):
-        handled.append(time.monotonic())
-        raise SystemExit(143)
-
-    def booting():
-        alive = []
-        for p in psutil.Process().children():
-            try:
-                if p.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(p)
-            except psutil.NoSuchProcess:
-                pass
-        return alive
-
-    def terminate():
-        wait_for(lambda: len(booting()) == 2, START_TIMEOUT, "both players to start")
-        signal.pthread_kill(threading.main_thread().ident, signal.SIGTERM)
-
-    helper = threading.Thread(target=terminate)
-    previous = signal.signal(signal.SIGTERM, on_sigterm)
-    try:
-        helper.start()
-        with pytest.raises(SystemExit):
-            renderd.launch_many(
-                2, **player_kwargs(args=["--fault-at-start", "hang"], start_timeout=start_timeout, platform="CloudRendering")
-            )
-        raised = time.monotonic()
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        helper.join()
-    assert handled and raised - handled[0] < 2.0, f"SystemExit raised {raised - handled[0]:.2f} s after SIGTERM"
+    check_signal_while_players_hang_at_start(signal.SIGTERM, START_TIMEOUT, "SIGTERM", start_timeout=5.0,
+                                             platform="CloudRendering")
 
 
 def test_a_sigterm_handlers_exit_during_close_is_raised_once_everything_is_closed(no_leaks):
