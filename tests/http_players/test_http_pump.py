@@ -10,39 +10,25 @@ import pytest
 
 from renderd.client import Session
 from renderd.errors import PlayerCrashed
-from renderd.transport.fifo import FifoChannel, FifoPair
-from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
+from renderd.transport.fifo import FifoPair
+from renderd.transport.http import FifoPump, PlayerBridgeRegistry, make_player_app
 
-from renderd.protocol import FieldType
-from tests.helpers.http_util import DEADLINE, RawClient, frame_body, request_bytes, spawn_player
+from tests.helpers.http_util import DEADLINE, spawn_player
+from tests.helpers.pump_review14b import pumped_bridge, raw_player, wait_until_ended
 
 
 @pytest.fixture
 def pumped(tmp_path):
     """(session, player, pump, bridge): an HTTP player behind a pump, a Session on the FIFO pair."""
-    registry = PlayerBridgeRegistry()
-    server = PlayerHttpServer(registry).start()
-    pair = FifoPair.create()
-    done: list = []
-    player = pump = channel = None
-    try:
-        channel = FifoChannel(pair.server_path, pair.client_path)  # the reader first, as the daemon does
-        bridge = registry.register(name="pumped player")
-        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
-        player = spawn_player(server.port, bridge.token, log_path=str(tmp_path / "player.log"))
-        channel.attach(player)
-        session = Session(channel, step_timeout=DEADLINE)
-        session.wait_ready(DEADLINE)
-        yield session, player, pump, bridge, done
-    finally:
-        if channel is not None:
-            channel.close()
-        if pump is not None:
-            pump.stop()
-        if player is not None:
+    with pumped_bridge() as made:
+        player = spawn_player(made.server.port, made.bridge.token, log_path=str(tmp_path / "player.log"))
+        try:
+            made.channel.attach(player)
+            session = Session(made.channel, step_timeout=DEADLINE)
+            session.wait_ready(DEADLINE)
+            yield session, player, made.pump, made.bridge, made.done
+        finally:
             player.stop(1.0)
-        server.stop()
-        pair.remove()
 
 
 def test_pumped_player_steps_like_a_fifo_player(no_leaks, pumped):
@@ -56,9 +42,7 @@ def test_pumped_player_steps_like_a_fifo_player(no_leaks, pumped):
     assert pump.frames >= 21 and pump.running
     session.channel.close()  # the client leaves: end of file on client.pipe
     assert player.wait(DEADLINE) == 0  # the pump closed the bridge: the player was told 410 and exited
-    end = time.monotonic() + DEADLINE
-    while pump.running and time.monotonic() < end:
-        time.sleep(0.01)
+    wait_until_ended(pump)
     assert done == [None] and pump.reason == "the client closed client.pipe"
     assert bridge.closed
 
@@ -69,9 +53,7 @@ def test_pumped_player_crash_reaches_the_fifo_client(no_leaks, pumped):
     with pytest.raises(PlayerCrashed) as info:
         session.step({"action": "RenderdFault", "fault": "exit", "code": 5})
     assert info.value.returncode == 5
-    end = time.monotonic() + DEADLINE
-    while pump.running and time.monotonic() < end:
-        time.sleep(0.01)
+    wait_until_ended(pump)
     assert len(done) == 1 and isinstance(done[0], PlayerCrashed)
 
 
@@ -79,33 +61,14 @@ def test_a_player_that_hangs_up_between_steps_ends_the_pump(no_leaks):
     # The player posts its first frame, then closes its connection while its POST waits for an action (its
     # process may live on): the pump ends with that error at once, so the reader of server.pipe (the daemon)
     # sees end of file and fails the player before anyone leases it.
-    registry = PlayerBridgeRegistry()
-    server = PlayerHttpServer(registry).start()
-    pair = FifoPair.create()
-    done: list = []
-    channel = pump = None
-    try:
-        channel = FifoChannel(pair.server_path, pair.client_path)
-        bridge = registry.register(name="idle player")
-        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
-        player = RawClient(server.port)
-        player.send(request_bytes(frame_body(bridge.token)))
-        assert channel.recv(time.monotonic() + DEADLINE, "start_timeout").first(FieldType.METADATA) is not None
-        player.close()
-        end = time.monotonic() + DEADLINE
-        while pump.running and time.monotonic() < end:
-            time.sleep(0.01)
+    with raw_player(name="idle player") as made:
+        channel, pump, done = made.channel, made.pump, made.done
+        made.player.close()
+        wait_until_ended(pump)
         assert not pump.running, "the pump still waits for an action nobody will take"
         assert len(done) == 1 and isinstance(done[0], PlayerCrashed), done
         with pytest.raises(PlayerCrashed, match="closed server.pipe"):
             channel.recv(time.monotonic() + DEADLINE)
-    finally:
-        if channel is not None:
-            channel.close()
-        if pump is not None:
-            pump.stop()
-        server.stop()
-        pair.remove()
 
 
 def test_pump_stop_is_prompt_even_with_no_reader(tmp_path, no_leaks):

@@ -14,11 +14,11 @@ import pytest
 from renderd.errors import PlayerCrashed, PlayerTimeout
 from renderd.protocol import FieldType, encode_action
 from renderd.transport import http as http_transport
-from renderd.transport.fifo import FifoChannel, FifoPair
-from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer, make_player_app
+from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer, make_player_app
 
 from tests.helpers.http_util import BOUNDARY, DEADLINE, RawClient, connect, frame_body, request_bytes, small_server
 from tests.helpers.leaks import wait_for
+from tests.helpers.pump_review14b import Pumped, raw_player
 
 
 def deadline(seconds: float = DEADLINE) -> float:
@@ -51,31 +51,11 @@ def pumped_raw_player(app_factory=None) -> Iterator[tuple]:
     """(server, bridge, channel, player connection, exited event, app): a pumped bridge watched through an
     ``alive()`` that turns False when ``exited`` is set, its first frame posted over a raw connection and read
     from server.pipe, its first action answered."""
-    registry = PlayerBridgeRegistry()
-    app = app_factory(registry) if app_factory is not None else None
-    server = PlayerHttpServer(registry, app=app).start()
-    pair = FifoPair.create()
-    channel = pump = player = None
     exited = threading.Event()
-    try:
-        channel = FifoChannel(pair.server_path, pair.client_path)
-        bridge = registry.register(name="pumped player", alive=lambda: not exited.is_set())
-        pump = FifoPump(bridge, pair.server_path, pair.client_path).start()
-        player = RawClient(server.port)
-        player.send(request_bytes(frame_body(bridge.token)))
-        assert channel.recv(deadline(), "start_timeout").first(FieldType.METADATA) is not None
-        channel.send(encode_action({"action": "Pass", "sequenceId": 1}), deadline())
-        assert player.response().status == 200
-        yield server, bridge, channel, player, exited, app
-    finally:
-        if player is not None:
-            player.close()
-        if channel is not None:
-            channel.close()
-        if pump is not None:
-            pump.stop()
-        server.stop()
-        pair.remove()
+    with raw_player(app=app_factory, alive=lambda: not exited.is_set()) as made:
+        made.channel.send(encode_action({"action": "Pass", "sequenceId": 1}), deadline())
+        assert made.player.response().status == 200
+        yield made.server, made.bridge, made.channel, made.player, exited, made.app
 
 
 # -- a player's exit reaches its client at once ------------------------------------------------------------------
@@ -340,66 +320,34 @@ def test_the_idle_connection_of_a_player_no_longer_served_is_closed_at_the_idle_
 # -- a pump whose bridge is closed between steps -----------------------------------------------------------------
 
 
+def _unregistering_ends_the_pump(made: Pumped) -> None:
+    """Unregister ``made``'s bridge: the player's waiting post is answered 410, and the pump ends (at once) as for
+    a bridge closed."""
+    made.registry.unregister(made.bridge)
+    assert made.player.response().status == 410
+    wait_for(lambda: not made.pump.running, 2.0, "the pump to end")
+    assert made.done == [None] and made.pump.reason == "the bridge was closed", (made.done, made.pump.reason)
+
+
 def test_a_pump_ends_when_its_bridge_is_closed_between_steps(no_leaks):
     # Between steps the pump waits for the client's next action on client.pipe. A bridge closed meanwhile
     # (unregistered, or every bridge at the server's stop) without a stop() of the pump left it waiting there,
     # holding both pipe ends, until the client sent something; it ends at once now, as it does when the bridge
     # is closed while it waits for a frame, and the reader of server.pipe sees end of file.
-    registry = PlayerBridgeRegistry()
-    server = PlayerHttpServer(registry).start()
-    pair = FifoPair.create()
-    done: list = []
-    channel = pump = player = None
-    try:
-        channel = FifoChannel(pair.server_path, pair.client_path)
-        bridge = registry.register(name="pumped player")
-        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
-        player = RawClient(server.port)
-        player.send(request_bytes(frame_body(bridge.token)))
-        assert channel.recv(deadline(), "start_timeout").first(FieldType.METADATA) is not None
-        wait_for(lambda: pump._rfd is not None, DEADLINE, "the pump to open client.pipe")
-        registry.unregister(bridge)
-        assert player.response().status == 410
-        wait_for(lambda: not pump.running, 2.0, "the pump to end")
-        assert done == [None] and pump.reason == "the bridge was closed", (done, pump.reason)
+    with raw_player() as made:
+        wait_for(lambda: made.pump._rfd is not None, DEADLINE, "the pump to open client.pipe")
+        _unregistering_ends_the_pump(made)
         with pytest.raises(PlayerCrashed, match="closed server.pipe"):
-            channel.recv(deadline())
-    finally:
-        if player is not None:
-            player.close()
-        if channel is not None:
-            channel.close()
-        if pump is not None:
-            pump.stop()
-        server.stop()
-        pair.remove()
+            made.channel.recv(deadline())
 
 
 def test_a_pump_waiting_for_a_reader_ends_when_its_bridge_is_closed(no_leaks):
     # After the first frame the pump opens server.pipe as soon as a reader has it open; a bridge closed before
     # any reader came left its thread retrying the open until stop().
-    registry = PlayerBridgeRegistry()
-    server = PlayerHttpServer(registry).start()
-    pair = FifoPair.create()
-    done: list = []
-    pump = player = None
-    try:
-        bridge = registry.register(name="pumped player")
-        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
-        player = RawClient(server.port)
-        player.send(request_bytes(frame_body(bridge.token)))
+    with raw_player(reader=False) as made:
+        bridge = made.bridge
         wait_for(lambda: bridge.frames_posted == 1 and not bridge._frames, DEADLINE, "the pump to take the frame")
-        registry.unregister(bridge)
-        assert player.response().status == 410
-        wait_for(lambda: not pump.running, 2.0, "the pump to end")
-        assert done == [None] and pump.reason == "the bridge was closed", (done, pump.reason)
-    finally:
-        if player is not None:
-            player.close()
-        if pump is not None:
-            pump.stop()
-        server.stop()
-        pair.remove()
+        _unregistering_ends_the_pump(made)
 
 
 # -- the reference player meets a full listener ----------------------------------------------------------------
