@@ -1,15 +1,23 @@
-"""Fixtures for client tests: the reference player and a tiny scripted peer, leak checks, deadlines."""
+"""Fixtures for client tests: the reference player and a tiny scripted peer, leak checks, deadlines; a session
+closed while another thread's step is held just before it polls its descriptors."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from tests.helpers.leaks import Leaks, live_children, open_fds  # noqa: F401  (used by the tests)
+import renderd.transport.fifo as fifo
+from renderd.errors import CallOrderError
+from tests.helpers.leaks import Leaks, live_children, open_fds, wait_for  # noqa: F401  (used by the tests)
+from tests.helpers.pause import line_of, pause_at, traced_thread
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
 
@@ -45,3 +53,75 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.elapsed = time.monotonic() - self.start
+
+
+# -- a close under a step about to poll --------------------------------------------------------------------------
+
+#: At most how many files a test opens to take the numbers of descriptors closed under a step.
+MOST_FILES = 256
+
+
+def fd_target(fd: int) -> str:
+    """What descriptor ``fd`` refers to (a pipe whose name close() removed is the same pipe), or "closed"."""
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+    except OSError:
+        return "closed"
+
+
+def take_numbers(fds: list[int], opened: list[int], tmp_path: Path, content: bytes = b"x") -> None:
+    """Open new files (``content`` in each) until they have taken every number in ``fds`` (which only a close of
+    those lets them take), at most :data:`MOST_FILES`; their descriptors go into ``opened`` (the caller closes them)."""
+    for k in range(MOST_FILES):
+        if set(fds) <= set(opened):
+            break
+        path = tmp_path / f"other-{k}"
+        path.write_bytes(content)
+        opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+
+
+@contextmanager
+def held_step(session) -> Iterator[tuple[threading.Thread, dict[str, object]]]:
+    """A thread (``stepper``) stepping ``session`` with Pass, held inside its channel just before it polls its
+    descriptors; at the end it is let go and joined (at most ``START`` s). Yields the thread and its outcome
+    (``event``: what the step returned, or ``error``: what it raised)."""
+    code = fifo.FifoChannel.recv.__code__
+    at = line_of(fifo.FifoChannel.recv, "events = poll(_ms(wait))")
+    reached, release = threading.Event(), threading.Event()
+    outcome: dict[str, object] = {}
+    trace = pause_at(code, session.channel, at, reached, release)  # (a step inside its channel, about to poll)
+    stepper = traced_thread(trace, lambda: session.step("Pass"), outcome, "event", "error", "stepper")
+    stepper.start()
+    try:
+        assert reached.wait(START), "the step never polled"
+        yield stepper, outcome
+    finally:
+        release.set()
+        stepper.join(START)
+
+
+def check_close_under_a_held_step(session, fds: list[int], polled: str, tmp_path: Path) -> None:
+    """Close ``session`` (its CLOSE_WAITER_TIMEOUT made short) while a step is held just before it polls ``fds``,
+    of which ``fds[2]`` is ``polled`` (the pidfd, or a display's epoll), and whatever else the player's watch has:
+    the session is closed, its pipes left to the step; ``fds`` refer to what they did (no file opened meanwhile
+    takes their numbers) until the step, let go, ends with its answer or a CallOrderError, and the pipes are
+    closed as it ends."""
+    channel = session.channel
+    before = {fd: fd_target(fd) for fd in fds}
+    assert before[fds[2]] == polled, before
+    opened: list[int] = []
+    try:
+        with held_step(session) as (stepper, outcome):
+            session.close()  # (stops the player, releases its display, leaves the step the pipes after the wait)
+            assert session.closed and not channel.closed
+            during = {fd: fd_target(fd) for fd in fds}
+            take_numbers(fds, opened, tmp_path)
+            assert during == before, f"descriptors the step polls were closed under it: {during} (were {before})"
+            assert not set(fds) & set(opened)
+    finally:
+        for fd in opened:
+            os.close(fd)
+    assert not stepper.is_alive()
+    # (Its answer, if it came before the player was stopped, is still given; else the step says it was closed.)
+    assert outcome.get("event") or isinstance(outcome.get("error"), CallOrderError), outcome
+    wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")

@@ -13,67 +13,21 @@ import pytest
 
 import renderd
 import renderd.client
-import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 
-from tests.helpers.pause import line_of, pause_at, traced_thread
-
-from .conftest import START
+from .conftest import START, check_close_under_a_held_step, fd_target, take_numbers
 from .test_launch_review8 import _wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
-MOST_FILES = 256
-
-
-def _target(fd: int) -> str:
-    """What descriptor ``fd`` refers to (a pipe whose name close() removed is the same pipe), or "closed"."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
-    except OSError:
-        return "closed"
 
 
 def test_the_pidfd_a_waiting_step_polls_is_not_closed_under_it(monkeypatch, tmp_path):
     monkeypatch.setattr(renderd.client, "CLOSE_WAITER_TIMEOUT", 0.2)
-    code = fifo.FifoChannel.recv.__code__
-    at = line_of(fifo.FifoChannel.recv, "events = poll(_ms(wait))")
-    opened: list[int] = []
     with renderd.launch(width=64, height=48, start_timeout=START) as session:
         session.step("Pass")  # (client.pipe open: every descriptor of the step exists)
-        channel = session.channel
-        fds = [channel.fileno(), channel.writer_fileno(), session.process.fileno()]
-        before = {fd: _target(fd) for fd in fds}
-        assert before[fds[2]] == "anon_inode:[pidfd]", before
-        reached, release = threading.Event(), threading.Event()
-        outcome: dict[str, object] = {}
-
-        trace = pause_at(code, channel, at, reached, release)  # (a step inside its channel, about to poll)
-
-        stepper = traced_thread(trace, lambda: session.step("Pass"), outcome, "event", "error", "stepper")
-        stepper.start()
-        try:
-            assert reached.wait(START), "the step never polled"
-            session.close()  # (stops the player, waits 0.2 s for the step, leaves it the pipes)
-            assert session.closed and not channel.closed
-            during = {fd: _target(fd) for fd in fds}
-            for k in range(MOST_FILES):
-                if set(fds) <= set(opened):
-                    break
-                path = tmp_path / f"other-{k}"
-                path.write_bytes(b"x")
-                opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-            assert during == before, f"descriptors the step polls were closed under it: {during} (were {before})"
-            assert not set(fds) & set(opened)
-        finally:
-            release.set()
-            stepper.join(START)
-            for fd in opened:
-                os.close(fd)
-        assert not stepper.is_alive()
-        # (Its answer, if it came before the player was stopped, is still given; else the step says it was closed.)
-        assert outcome.get("event") or isinstance(outcome.get("error"), CallOrderError), outcome
-        _wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")
+        fds = [session.channel.fileno(), session.channel.writer_fileno(), session.process.fileno()]
+        check_close_under_a_held_step(session, fds, "anon_inode:[pidfd]", tmp_path)
 
 
 def test_a_session_with_no_player_to_stop_leaves_the_pipes_to_a_waiting_step(tmp_path):
@@ -86,7 +40,7 @@ def test_a_session_with_no_player_to_stop_leaves_the_pipes_to_a_waiting_step(tmp
         bare = renderd.Session(launched.channel, step_timeout=START, sequence_id=launched.sequence_id)
         channel = launched.channel
         fds = [channel.fileno(), channel.writer_fileno()]
-        before = {fd: _target(fd) for fd in fds}
+        before = {fd: fd_target(fd) for fd in fds}
         outcome: dict[str, object] = {}
 
         def step() -> None:
@@ -102,13 +56,8 @@ def test_a_session_with_no_player_to_stop_leaves_the_pipes_to_a_waiting_step(tmp
                       "the step to wait for its answer")
             bare.close()
             assert bare.closed
-            during = {fd: _target(fd) for fd in fds}
-            for k in range(MOST_FILES):
-                if set(fds) <= set(opened):
-                    break
-                path = tmp_path / f"other-{k}"
-                path.write_bytes(b"not an answer\n" * 8)
-                opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            during = {fd: fd_target(fd) for fd in fds}
+            take_numbers(fds, opened, tmp_path, b"not an answer\n" * 8)
             stepper.join(START)
             assert not stepper.is_alive()
             assert during == before, f"the pipes were closed under the waiting step: {during} (were {before})"

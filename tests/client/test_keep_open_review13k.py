@@ -5,37 +5,23 @@ step is about to poll: the epoll it polls stays open under its number until the 
 
 from __future__ import annotations
 
-import os
 import select
 import shutil
 import subprocess
 import sys
-import threading
 
 import pytest
 
 import renderd
 import renderd.client
-import renderd.transport.fifo as fifo
-from renderd.errors import CallOrderError
 from renderd.process import LeasedPlayer, PlayerOnDisplay, PlayerProcess, poll_readable
 
-from tests.helpers.pause import line_of, pause_at, traced_thread
-
-from .conftest import START
-from .test_launch_review8 import _wait_for
+from .conftest import START, check_close_under_a_held_step, fd_target
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(30)"]
-MOST_FILES = 256
 
-
-def _target(fd: int) -> str:
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
-    except OSError:
-        return "closed"
 
 
 def test_a_player_process_keeps_its_pidfd_open_until_released(tmp_path):
@@ -47,11 +33,11 @@ def test_a_player_process_keeps_its_pidfd_open_until_released(tmp_path):
         assert player.stop(0.5) is not None
         assert player.fileno() is None
         # Still the player's pidfd under its number, and it says the player exited.
-        assert _target(polled) == "anon_inode:[pidfd]" and poll_readable(polled, 0)
+        assert fd_target(polled) == "anon_inode:[pidfd]" and poll_readable(polled, 0)
     finally:
         player.stop(0.5)
     release()
-    assert _target(polled) == "closed"
+    assert fd_target(polled) == "closed"
     release()  # (once only: a second call closes nothing)
 
 
@@ -68,9 +54,9 @@ def test_a_leased_player_keeps_its_pidfd_and_log_open_until_released(tmp_path):
         assert leased.fileno() not in (None, polled) and leased._log_fd not in (None, log_fd)
         assert "two" in leased.log_tail()
         leased.close()
-        assert _target(polled) == "anon_inode:[pidfd]" and _target(log_fd) == str(log)
+        assert fd_target(polled) == "anon_inode:[pidfd]" and fd_target(log_fd) == str(log)
         release()
-        assert _target(polled) == "closed" and _target(log_fd) == "closed"
+        assert fd_target(polled) == "closed" and fd_target(log_fd) == "closed"
     finally:
         if leased is not None:
             leased.close()
@@ -97,13 +83,13 @@ def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
         watch.close()
         player.stop(0.5)
         # The kept epoll is the same epoll: it still reports the player's exit (its pidfd, kept too, is registered).
-        assert _target(epoll_fd) == "anon_inode:[eventpoll]"
+        assert fd_target(epoll_fd) == "anon_inode:[eventpoll]"
         poller = select.poll()
         poller.register(epoll_fd, select.POLLIN)
         assert poller.poll(0), "the kept epoll does not report the player's exit"
         release_display()
         release_player()
-        assert _target(epoll_fd) == "closed"
+        assert fd_target(epoll_fd) == "closed"
     finally:
         if watch is not None:
             watch.close()
@@ -116,41 +102,10 @@ def test_a_player_on_display_keeps_its_epoll_open_until_released(tmp_path):
 @pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
 def test_a_managed_display_sessions_epoll_is_not_closed_under_a_waiting_step(monkeypatch, tmp_path):
     monkeypatch.setattr(renderd.client, "CLOSE_WAITER_TIMEOUT", 0.2)
-    code = fifo.FifoChannel.recv.__code__
-    at = line_of(fifo.FifoChannel.recv, "events = poll(_ms(wait))")
-    opened: list[int] = []
     with renderd.launch(width=64, height=48, platform="Linux64", x_display="managed", env={"DISPLAY": ""},
                         start_timeout=START) as session:
         session.step("Pass")
         channel = session.channel
         assert isinstance(channel.player, PlayerOnDisplay)
         fds = [channel.fileno(), channel.writer_fileno(), channel.player.fileno(), session.process.fileno()]
-        before = {fd: _target(fd) for fd in fds}
-        assert before[fds[2]] == "anon_inode:[eventpoll]", before
-        reached, release = threading.Event(), threading.Event()
-        outcome: dict[str, object] = {}
-
-        trace = pause_at(code, channel, at, reached, release)  # (a step inside its channel, about to poll)
-
-        stepper = traced_thread(trace, lambda: session.step("Pass"), outcome, "event", "error", "stepper")
-        stepper.start()
-        try:
-            assert reached.wait(START), "the step never polled"
-            session.close()  # (stops the player, releases the display, leaves the step the pipes after 0.2 s)
-            assert session.closed and not channel.closed
-            during = {fd: _target(fd) for fd in fds}
-            for k in range(MOST_FILES):
-                if set(fds) <= set(opened):
-                    break
-                path = tmp_path / f"other-{k}"
-                path.write_bytes(b"x")
-                opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
-            assert during == before, f"descriptors the step polls were closed under it: {during} (were {before})"
-        finally:
-            release.set()
-            stepper.join(START)
-            for fd in opened:
-                os.close(fd)
-        assert not stepper.is_alive()
-        assert outcome.get("event") or isinstance(outcome.get("error"), CallOrderError), outcome
-        _wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")
+        check_close_under_a_held_step(session, fds, "anon_inode:[eventpoll]", tmp_path)
