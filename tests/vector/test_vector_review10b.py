@@ -3,12 +3,14 @@ way, and from a signal handler that lands while the call reads one slot's answer
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import psutil
@@ -37,6 +39,25 @@ def _deadline_wait(predicate, seconds: float) -> bool:
     return predicate()
 
 
+def _close_from_a_watchdog(vs: renderd.VectorSession) -> threading.Thread:
+    """Start a thread (``watchdog``) closing ``vs``, and wait until ``vs`` is closed (at most 5 s): the thread
+    goes on stopping its players."""
+    closer = threading.Thread(target=vs.close, name="watchdog")
+    closer.start()
+    assert _deadline_wait(lambda: vs.closed, 5.0)
+    return closer
+
+
+@contextlib.contextmanager
+def _tracing(trace) -> Iterator[None]:
+    """Run the block under the trace function ``trace`` (see :func:`_close_at`)."""
+    sys.settrace(trace)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+
+
 def test_a_close_from_another_thread_while_a_step_sends_raises_call_order_error(no_leaks):
     # close() from another thread closed every slot's pipes under the step, which then wrote to a closed channel:
     # the step raised ValueError("I/O on a closed FifoChannel") instead of saying the vector session was closed.
@@ -57,9 +78,7 @@ def test_a_close_from_another_thread_while_a_step_sends_raises_call_order_error(
             # (runs inside the step, before slot 1's action is written: the other thread closes meanwhile)
             nonlocal closer
             if closer is None:
-                closer = threading.Thread(target=vs.close, name="watchdog")
-                closer.start()
-                assert _deadline_wait(lambda: vs.closed, 5.0)
+                closer = _close_from_a_watchdog(vs)
                 _deadline_wait(lambda: pipe.closed, 0.5)
 
         vs.on_event = close_from_another_thread
@@ -178,9 +197,7 @@ def test_a_close_from_on_event_while_another_threads_close_waits_for_the_step_re
     def close_twice(slot: int, event: object) -> None:
         nonlocal closer
         if closer is None:
-            closer = threading.Thread(target=vs.close, name="watchdog")
-            closer.start()
-            assert _deadline_wait(lambda: vs.closed, 5.0)
+            closer = _close_from_a_watchdog(vs)
             vs.close()
 
     try:
@@ -201,38 +218,19 @@ def test_a_single_env_closed_just_before_reset_keeps_its_new_player_stops_it(no_
     # the player, which went on running in the env the caller had closed.
     gym = pytest.importorskip("renderd.gym")
     env = gym.RenderdEnv(**player_kwargs())
-    code = gym.RenderdEnv.reset.__code__
-    lines, first = inspect.getsourcelines(gym.RenderdEnv.reset)
-    keep = first + next(k for k, text in enumerate(lines) if text.strip() == "self.session = session")
-    landed = []
-
-    def trace(frame, event, arg):  # (a signal handler runs between any two lines: this one lands just there)
-        if frame.f_code is not code:
-            return None
-
-        def line(frame, event, arg):
-            if event == "line" and frame.f_lineno == keep and not landed:
-                landed.append(True)
-                env.close()
-            return line
-
-        return line
-
+    trace, landed = _close_at(env, gym.RenderdEnv.reset, "self.session = session")
     try:
-        sys.settrace(trace)
-        try:
-            with pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
-                env.reset(seed=0)
-        finally:
-            sys.settrace(None)
+        with _tracing(trace), pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
+            env.reset(seed=0)
         assert landed and env.session is None
     finally:
         env.close()
 
 
-def _close_at(vs: renderd.VectorSession, function, source: str, owner: object = None):
-    """A trace function that calls ``vs.close()`` once, just before ``function`` (a method of ``owner``, if given)
-    runs its line ``source``: where a signal handler (which runs between any two lines) would land."""
+def _close_at(closed, function, source: str, owner: object = None):
+    """A trace function that calls ``closed.close()`` once (a vector session, an env), just before ``function`` (a
+    method of ``owner``, if given) runs its line ``source``: where a signal handler (which runs between any two
+    lines) would land. Returns it and a list that holds True once it has closed."""
     code = function.__code__
     lines, first = inspect.getsourcelines(function)
     at = first + next(k for k, text in enumerate(lines) if text.strip() == source)
@@ -245,7 +243,7 @@ def _close_at(vs: renderd.VectorSession, function, source: str, owner: object = 
         def line(frame, event, arg):
             if event == "line" and frame.f_lineno == at and not landed and owner in (None, frame.f_locals["self"]):
                 landed.append(True)
-                vs.close()
+                closed.close()
             return line
 
         return line
@@ -260,12 +258,8 @@ def test_a_signal_handlers_close_after_the_poll_returned_makes_the_step_raise_ca
     trace, landed = _close_at(vs, renderd.VectorSession._sweep,
                               "if _answer_ready(slot.session):")
     try:
-        sys.settrace(trace)
-        try:
-            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-                vs.step(["Pass", "Pass"])
-        finally:
-            sys.settrace(None)
+        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
         assert landed and vs.closed
     finally:
         vs.close()
@@ -279,12 +273,8 @@ def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
                               vs.sessions[1])
     try:
         started = time.monotonic()
-        sys.settrace(trace)
-        try:
-            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-                vs.step(["Pass", "Pass"])
-        finally:
-            sys.settrace(None)
+        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
         assert landed and vs.closed
         assert time.monotonic() - started < 3.0
     finally:
@@ -298,11 +288,8 @@ def test_a_signal_handlers_close_as_a_step_ends_leaves_the_vector_session_closed
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
     trace, landed = _close_at(vs, renderd.VectorSession._recv, "self._state = _VectorState.READY")
     try:
-        sys.settrace(trace)
-        try:
+        with _tracing(trace):
             vs.step(["Pass", "Pass"])  # (its answers were in: they are given)
-        finally:
-            sys.settrace(None)
         assert landed and vs.closed
         with pytest.raises(CallOrderError, match="on a closed VectorSession"):
             vs.step(["Pass", "Pass"])
@@ -315,12 +302,8 @@ def test_a_signal_handlers_close_as_a_step_begins_makes_it_raise_call_order_erro
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
     trace, landed = _close_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
     try:
-        sys.settrace(trace)
-        try:
-            with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-                vs.step(["Pass", "Pass"])
-        finally:
-            sys.settrace(None)
+        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+            vs.step(["Pass", "Pass"])
         assert landed and vs.closed
         assert vs._executor is None and vs._wake_fd is None
     finally:
