@@ -251,16 +251,21 @@ def _close_at(closed, function, source: str, owner: object = None):
     return trace, landed
 
 
+def _step_closed_at(vs: renderd.VectorSession, function, source: str, owner: object = None) -> None:
+    """Step ``vs`` (two slots) with a close() landing just before ``function`` runs ``source`` (see
+    :func:`_close_at`): the step raises CallOrderError saying the vector session was closed, and it is."""
+    trace, landed = _close_at(vs, function, source, owner)
+    with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+        vs.step(["Pass", "Pass"])
+    assert landed and vs.closed
+
+
 def test_a_signal_handlers_close_after_the_poll_returned_makes_the_step_raise_call_order_error(no_leaks):
     # The handler closed the pipes between the poll and the reading of the slots it found ready: the step then read
     # a closed channel and raised ValueError("I/O on a closed FifoChannel").
     vs = renderd.launch_many(2, **player_kwargs())
-    trace, landed = _close_at(vs, renderd.VectorSession._sweep,
-                              "if _answer_ready(slot.session):")
     try:
-        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-            vs.step(["Pass", "Pass"])
-        assert landed and vs.closed
+        _step_closed_at(vs, renderd.VectorSession._sweep, "if _answer_ready(slot.session):")
     finally:
         vs.close()
 
@@ -269,13 +274,10 @@ def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
     # The handler landed in a slot's receive, outside its channel's read: that slot's session was closed in a thread
     # of its own, which waited 5 s for the receive (the one the handler interrupted) to leave.
     vs = renderd.launch_many(2, **player_kwargs())
-    trace, landed = _close_at(vs, renderd.Session._receive, "message = self.channel.recv(deadline, deadline_name)",
-                              vs.sessions[1])
     try:
         started = time.monotonic()
-        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-            vs.step(["Pass", "Pass"])
-        assert landed and vs.closed
+        _step_closed_at(vs, renderd.Session._receive, "message = self.channel.recv(deadline, deadline_name)",
+                        vs.sessions[1])
         assert time.monotonic() - started < 3.0
     finally:
         vs.close()
@@ -300,11 +302,8 @@ def test_a_signal_handlers_close_as_a_step_ends_leaves_the_vector_session_closed
 
 def test_a_signal_handlers_close_as_a_step_begins_makes_it_raise_call_order_error(no_leaks):
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
-    trace, landed = _close_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
     try:
-        with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-            vs.step(["Pass", "Pass"])
-        assert landed and vs.closed
+        _step_closed_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
         assert vs._executor is None and vs._wake_fd is None
     finally:
         vs.close()
