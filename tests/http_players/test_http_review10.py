@@ -7,12 +7,10 @@ import os
 import time
 
 from renderd.errors import ProtocolError
-from renderd.protocol import FieldType
 from renderd.transport import http as http_transport
-from renderd.transport.fifo import FifoChannel, FifoPair
-from renderd.transport.http import FifoPump, PlayerBridgeRegistry, PlayerHttpServer
 
-from tests.helpers.http_util import DEADLINE, RawClient, connect, frame_body, request_bytes
+from tests.helpers.http_util import DEADLINE, connect
+from tests.helpers.pump_review14b import raw_player, wait_until_ended
 
 
 def test_a_connection_that_never_sends_a_request_is_closed_after_first_request_timeout(served, monkeypatch):
@@ -42,46 +40,23 @@ def test_a_keep_alive_connection_that_served_a_request_is_not_held_to_the_first_
 # -- FifoPump errors name the pipe -----------------------------------------------------------------------
 
 
-def _wait_pump_done(pump) -> None:
-    end = time.monotonic() + DEADLINE
-    while pump.running and time.monotonic() < end:
-        time.sleep(0.01)
-    assert not pump.running
-
-
 def test_a_malformed_client_message_names_client_pipe(no_leaks):
-    registry = PlayerBridgeRegistry()
-    server = PlayerHttpServer(registry).start()
-    pair = FifoPair.create()
-    done: list = []
-    channel = pump = player = None
-    wfd = None
-    try:
-        channel = FifoChannel(pair.server_path, pair.client_path)
-        bridge = registry.register(name="pumped player")
-        pump = FifoPump(bridge, pair.server_path, pair.client_path, on_done=done.append).start()
-        player = RawClient(server.port)
-        player.send(request_bytes(frame_body(bridge.token)))
-        assert channel.recv(time.monotonic() + DEADLINE, "start_timeout").first(FieldType.METADATA) is not None
-        end = time.monotonic() + DEADLINE
-        while wfd is None:  # the pump opens client.pipe for reading after the first frame
-            try:
-                wfd = os.open(pair.client_path, os.O_WRONLY | os.O_NONBLOCK)
-            except OSError:
-                assert time.monotonic() < end, "the pump never opened client.pipe"
-                time.sleep(0.01)
-        os.write(wfd, b"\x63garbage")  # no field type 0x63
-        _wait_pump_done(pump)
-        assert isinstance(pump.error, ProtocolError), pump.error
-        assert pair.client_path in str(pump.error) and "client.pipe" in str(pump.error), pump.error
-    finally:
-        if wfd is not None:
-            os.close(wfd)
-        if player is not None:
-            player.close()
-        if channel is not None:
-            channel.close()
-        if pump is not None:
-            pump.stop()
-        server.stop()
-        pair.remove()
+    with raw_player() as made:
+        pump, pair = made.pump, made.pair
+        wfd = None
+        try:
+            end = time.monotonic() + DEADLINE
+            while wfd is None:  # the pump opens client.pipe for reading after the first frame
+                try:
+                    wfd = os.open(pair.client_path, os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    assert time.monotonic() < end, "the pump never opened client.pipe"
+                    time.sleep(0.01)
+            os.write(wfd, b"\x63garbage")  # no field type 0x63
+            wait_until_ended(pump)
+            assert not pump.running
+            assert isinstance(pump.error, ProtocolError), pump.error
+            assert pair.client_path in str(pump.error) and "client.pipe" in str(pump.error), pump.error
+        finally:
+            if wfd is not None:
+                os.close(wfd)
