@@ -54,16 +54,33 @@ def answer_in_background(bridge, action: dict, frames: list) -> threading.Thread
     return thread
 
 
+def answered_by_a_client(served, bridge, client=None):
+    """A connection (``client``, or a new one) whose next post to ``bridge`` a client answers with ``Pass``:
+    ``(connection, the answering thread, the frames it received)``."""
+    frames: list = []
+    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
+    return client or connect(served), thread, frames
+
+
 def post_answered(served, bridge, body: bytes | None = None, client=None, raw: bytes | None = None):
     """Post ``body`` (default: a frame with ``bridge``'s token; or send the request ``raw``) while a client
     answers it with ``Pass``; the post gets 200. Returns the connection and the frames the client received."""
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = client or connect(served)
+    client, thread, frames = answered_by_a_client(served, bridge, client)
     client.send(raw if raw is not None else request_bytes(body if body is not None else frame_body(bridge.token)))
     assert client.response().status == 200
     thread.join(DEADLINE)
     return client, frames
+
+
+def awaiting_its_action(served):
+    """``(bridge, connection)``: a new bridge, and a connection that has posted its first frame, which the bridge
+    has received: the post now waits for an action."""
+    registry, _, _ = served
+    bridge = registry.register()
+    client = connect(served)
+    client.send(request_bytes(frame_body(bridge.token)))
+    bridge.recv(deadline())
+    return bridge, client
 
 
 # -- the happy path -------------------------------------------------------------------------------------
@@ -144,9 +161,7 @@ def test_legacy_action_returns_and_third_party_aliases(served):
 def test_unity_writes_head_and_body_separately_and_unquoted_boundary_works(served):
     registry, _, _ = served
     bridge = registry.register()
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
+    client, thread, frames = answered_by_a_client(served, bridge)
     body = frame_body(bridge.token)
     head = (f"POST /train HTTP/1.1\r\nContent-Length: {len(body)}\r\n"
             f"Content-Type: multipart/form-data; boundary={BOUNDARY.decode()}\r\n\r\n").encode()
@@ -188,9 +203,7 @@ def test_expect_100_continue(served, version):
     # expectation (such a client cannot read an interim response), so the first answer is the real one.
     registry, _, _ = served
     bridge = registry.register()
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
+    client, thread, frames = answered_by_a_client(served, bridge)
     body = frame_body(bridge.token)
     request = request_bytes(body, headers=["Expect: 100-continue", "Connection: keep-alive"])
     head, _, rest = request.replace(b"HTTP/1.1", version.encode(), 1).partition(b"\r\n\r\n")
@@ -239,12 +252,7 @@ def test_tokens_select_their_own_bridge(served):
     registry, _, _ = served
     a, b = registry.register(), registry.register()
     assert a.token != b.token and len(a.token) >= 32
-    frames: list = []
-    thread = answer_in_background(b, {"action": "Pass"}, frames)
-    client = connect(served)
-    client.send(request_bytes(frame_body(b.token)))
-    assert client.response().status == 200
-    thread.join(DEADLINE)
+    client, _ = post_answered(served, b)
     assert (a.frames_posted, b.frames_posted) == (0, 1)
     registry.unregister(b)
     client.send(request_bytes(frame_body(b.token)))
@@ -305,35 +313,29 @@ def test_bad_frame_is_400_and_the_client_gets_protocol_error(served, body_kwargs
     assert client.response().status == 409
 
 
-def test_metadata_nested_too_deeply_is_400_and_protocol_error(served):
+def _refused_form(served, first: bytes, match: str) -> None:
+    """Post a form of the part ``first`` and a new bridge's token: the post gets 400, and the bridge's next
+    recv raises ProtocolError matching ``match``."""
     registry, _, _ = served
     bridge = registry.register()
     client = connect(served)
-    deep = b"[" * 100_000 + b"]" * 100_000
-    client.send(request_bytes(form([part("metadata", deep), part("token", bridge.token.encode())])))
+    client.send(request_bytes(form([first, part("token", bridge.token.encode())])))
     assert client.response().status == 400
-    with pytest.raises(ProtocolError, match="too deeply"):
+    with pytest.raises(ProtocolError, match=match):
         bridge.recv(deadline())
+
+
+def test_metadata_nested_too_deeply_is_400_and_protocol_error(served):
+    deep = b"[" * 100_000 + b"]" * 100_000
+    _refused_form(served, part("metadata", deep), "too deeply")
 
 
 def test_missing_metadata_is_400_and_protocol_error(served):
-    registry, _, _ = served
-    bridge = registry.register()
-    client = connect(served)
-    client.send(request_bytes(form([part("image", bytes(36), filename="f"), part("token", bridge.token.encode())])))
-    assert client.response().status == 400
-    with pytest.raises(ProtocolError, match="no 'metadata' part"):
-        bridge.recv(deadline())
+    _refused_form(served, part("image", bytes(36), filename="f"), "no 'metadata' part")
 
 
 def test_metadata_not_json_is_protocol_error(served):
-    registry, _, _ = served
-    bridge = registry.register()
-    client = connect(served)
-    client.send(request_bytes(form([part("metadata", b"{nope"), part("token", bridge.token.encode())])))
-    assert client.response().status == 400
-    with pytest.raises(ProtocolError, match="not valid JSON"):
-        bridge.recv(deadline())
+    _refused_form(served, part("metadata", b"{nope"), "not valid JSON")
 
 
 def test_oversize_body_is_refused_from_content_length_before_reading(served):
@@ -497,20 +499,11 @@ def test_player_hanging_up_fails_the_clients_next_call(served):
         bridge.recv(deadline())
     assert time.monotonic() - started < 2.0  # noticed at once, not at the deadline
     # another player on the same server is unaffected
-    frames2: list = []
-    thread = answer_in_background(other, {"action": "Pass"}, frames2)
-    client2 = connect(served)
-    client2.send(request_bytes(frame_body(other.token)))
-    assert client2.response().status == 200
-    thread.join(DEADLINE)
+    post_answered(served, other)
 
 
 def test_player_hanging_up_while_waiting_for_its_action(served):
-    registry, _, _ = served
-    bridge = registry.register()
-    client = connect(served)
-    client.send(request_bytes(frame_body(bridge.token)))
-    bridge.recv(deadline())  # the frame arrived; its request now waits for an action
+    bridge, client = awaiting_its_action(served)
     client.close()
     end = time.monotonic() + 5.0
     while bridge.error is None and time.monotonic() < end:
@@ -522,9 +515,7 @@ def test_player_hanging_up_while_waiting_for_its_action(served):
 def test_connection_close_requested_by_the_player_is_not_a_crash(served):
     registry, _, _ = served
     bridge = registry.register()
-    frames: list = []
-    thread = answer_in_background(bridge, {"action": "Pass"}, frames)
-    client = connect(served)
+    client, thread, frames = answered_by_a_client(served, bridge)
     client.send(request_bytes(frame_body(bridge.token), headers=["Connection: close"]))
     response = client.response()
     assert response.status == 200 and response.headers.get("connection") == "close"
@@ -612,11 +603,7 @@ def test_bridge_is_ready_once_its_player_has_exited(served):
 
 
 def test_a_second_concurrent_post_is_409(served):
-    registry, _, _ = served
-    bridge = registry.register()
-    first = connect(served)
-    first.send(request_bytes(frame_body(bridge.token)))
-    bridge.recv(deadline())
+    bridge, first = awaiting_its_action(served)
     second = connect(served)
     second.send(request_bytes(frame_body(bridge.token)))
     assert second.response().status == 409
@@ -625,11 +612,8 @@ def test_a_second_concurrent_post_is_409(served):
 
 
 def test_stop_answers_waiting_players_and_joins_threads(served):
-    registry, server, _ = served
-    bridge = registry.register()
-    client = connect(served)
-    client.send(request_bytes(frame_body(bridge.token)))
-    bridge.recv(deadline())
+    _, server, _ = served
+    _, client = awaiting_its_action(served)
     server.stop()
     response = client.response()
     assert response.status == 410 and response.headers.get("connection") == "close"
