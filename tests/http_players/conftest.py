@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
-from tests.helpers.http_util import DEADLINE, RawClient
+from renderd.transport.http import MAX_CONNECTIONS
+from tests.helpers.http_util import DEADLINE, small_server
 from tests.helpers.leaks import Leaks
 
 
@@ -16,15 +16,8 @@ from tests.helpers.leaks import Leaks
 def served():
     """(registry, server): a PlayerHttpServer on 127.0.0.1, stopped afterwards (threads checked)."""
     before = {t.ident for t in threading.enumerate()}
-    registry = PlayerBridgeRegistry(max_request_size=1 << 20)
-    server = PlayerHttpServer(registry).start()
-    clients: list[RawClient] = []
-    try:
-        yield registry, server, clients
-    finally:
-        for client in clients:
-            client.close()
-        server.stop()
+    with small_server(MAX_CONNECTIONS) as made:  # (the server's default number of connections)
+        yield made
     deadline = time.monotonic() + DEADLINE
     while time.monotonic() < deadline:
         extra = [t for t in threading.enumerate() if t.ident not in before and t.is_alive()]
