@@ -44,6 +44,19 @@ def player_kwargs(**overrides: Any) -> dict[str, Any]:
     return kw
 
 
+#: An action after which the player stays alive and never answers (SIGTERM ends it).
+HANG = {"action": "RenderdFault", "fault": "hang"}
+
+
+def vector_env_that_hangs():
+    """A Gymnasium vector env (renderd.gym; the test is skipped without it) of two of these players, whose action 0
+    is Pass and action 1 :data:`HANG`."""
+    gym = pytest.importorskip("renderd.gym")
+    kw = player_kwargs()
+    return gym.RenderdVectorEnv(2, actions=["Pass", HANG], width=kw["width"], height=kw["height"], args=kw["args"],
+                                start_timeout=kw["start_timeout"], step_timeout=kw["step_timeout"])
+
+
 def pipe_dirs(vs: renderd.VectorSession) -> list[str]:
     """The private directories of the slots' pipes (gone once the vector session is closed)."""
     return [os.path.dirname(s.channel.server_path) for s in vs.sessions if s is not None]

@@ -15,15 +15,15 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError
 from tests.vector.conftest import (
+    HANG,
     START_TIMEOUT,
     check_signal_during_close_is_raised_once_everything_is_closed,
     check_signal_while_players_hang_at_start,
     player_kwargs,
+    vector_env_that_hangs,
     wait_for,
 )
 
-#: The player stays alive and never answers (SIGTERM ends it).
-HANG = {"action": "RenderdFault", "fault": "hang"}
 #: When the alarm closes the vector session: well inside the hung step.
 ALARM = 0.2
 
@@ -113,10 +113,7 @@ def test_closing_from_on_event_starts_no_replacement(no_leaks):
 
 def test_a_vector_env_closed_by_a_signal_handler_during_a_step(no_leaks):
     # The env's step failed with a bare AssertionError from inside renderd.gym (a slot without an observation).
-    gym = pytest.importorskip("renderd.gym")
-    kw = player_kwargs()
-    envs = gym.RenderdVectorEnv(2, actions=["Pass", HANG], width=kw["width"], height=kw["height"], args=kw["args"],
-                                start_timeout=kw["start_timeout"], step_timeout=kw["step_timeout"])
+    envs = vector_env_that_hangs()
     try:
         envs.reset(seed=0)
         with alarm(ALARM, envs.close), pytest.raises(CallOrderError, match="the VectorSession was closed"):

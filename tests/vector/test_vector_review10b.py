@@ -19,10 +19,7 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
-from tests.vector.conftest import START_TIMEOUT, pipe_dirs, player_kwargs, wait_for
-
-#: The player stays alive and never answers (SIGTERM ends it).
-HANG = {"action": "RenderdFault", "fault": "hang"}
+from tests.vector.conftest import HANG, START_TIMEOUT, pipe_dirs, player_kwargs, vector_env_that_hangs, wait_for
 
 
 def pids(envs) -> list[int]:
@@ -153,10 +150,7 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_it_has_fi
 
 
 def test_a_vector_env_closed_from_another_thread_during_a_step(no_leaks):
-    gym = pytest.importorskip("renderd.gym")
-    kw = player_kwargs()
-    envs = gym.RenderdVectorEnv(2, actions=["Pass", HANG], width=kw["width"], height=kw["height"], args=kw["args"],
-                                start_timeout=kw["start_timeout"], step_timeout=kw["step_timeout"])
+    envs = vector_env_that_hangs()
     closer = threading.Thread(target=lambda: (_deadline_wait(lambda: envs.vector_session.pending, 5.0),
                                               time.sleep(0.1), envs.close()))
     try:
