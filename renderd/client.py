@@ -927,8 +927,8 @@ def _resolve_platform(
         # valid platform runs it without one (3-byte RGB frames), saying why. Any other player needs a platform.
         if platform != "auto" or os.path.basename(executable) != REFERENCE_PLAYER:
             raise
-        log.warning("no platform is valid here, so the reference player runs without one (it renders with numpy "
-                    "anyway). %s", exc)
+        log.warning("no platform auto considered is valid here, so the reference player runs without one (it renders "
+                    "with numpy anyway). %s", exc)
         return _PlatformChoice(name="none")
     try:
         sel_env, sel_args = selection.for_instance(0)

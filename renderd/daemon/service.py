@@ -146,7 +146,7 @@ class _Platforms:
             if not (reference and config.platform == "auto"):
                 raise
             log.warning(
-                "environment %s: no platform is valid here, so the reference player runs without one "
+                "environment %s: no platform auto considered is valid here, so the reference player runs without one "
                 "(it renders with numpy anyway). %s", config.name, exc,
             )
             return _NoPlatform()

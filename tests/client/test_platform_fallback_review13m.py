@@ -42,3 +42,14 @@ def test_another_player_still_gets_the_platform_error(bare_machine):
 def test_an_explicit_platform_is_never_replaced(bare_machine):
     with pytest.raises(PlatformError, match="CloudRendering"):
         renderd.launch(platform="CloudRendering", width=64, height=48, env=NOTHING, start_timeout=30)
+
+
+def test_with_an_x_display_named_the_warning_says_which_platforms_were_considered(bare_machine, caplog):
+    # (An x_display restricts auto to Linux64: the warning said "no platform is valid here" though CloudRendering
+    # may well be; it names what auto considered, and the reason says why only Linux64.)
+    caplog.set_level(logging.WARNING, logger="renderd.client")
+    with renderd.launch(width=64, height=48, env=NOTHING, x_display="97", start_timeout=30) as session:
+        assert session.step("Pass").frame.shape == (48, 64, 3)
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.startswith("no platform auto considered is valid here, so the reference player runs without one")
+    assert "x_display='97' was given, so only Linux64 was considered" in warning, warning

@@ -372,6 +372,6 @@ def test_demo_serves_on_a_machine_without_any_platform(daemon):
     d = daemon(env=env, preamble=no_x_sockets)
     (player,) = d.players()
     assert player["state"] == "READY" and player["platform"] == "none"
-    assert "no platform is valid here" in d.output()
+    assert "no platform auto considered is valid here" in d.output()
     with connect("demo", socket=d.socket) as session:
         assert session.step("MoveAhead").frame.shape == (300, 300, 3)
