@@ -45,3 +45,16 @@ def test_leasing_example_takes_the_socket_and_as_many_players_as_the_environment
     # An environment the daemon does not have: refused at once, naming the ones it has.
     err = _refused(example, capsys, "--environment", "dmeo", "--socket", d.socket)
     assert "no environment named 'dmeo'" in err and "(it has: demo)" in err
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--executable", "/nonexistent/thor-build"], "'/nonexistent/thor-build' does not exist"),
+    (["--envs", "0"], "--envs 0: give 1 or more players"),
+    (["--envs", "-2", "--environment", "demo"], "--envs -2: give 1 or more players"),
+    (["--width", "0"], "width: must be an integer 1..4096, got 0"),
+])
+def test_the_example_refuses_an_argument_the_env_refuses_as_a_usage_error(capsys, args, said):
+    # (`--executable /path/to/thor-build`, its docstring's placeholder, and `--envs 0` raised a traceback through
+    # the vector session's launch threads.)
+    err = _refused(_example(), capsys, *args, "--steps", "1")
+    assert said in err and "Traceback" not in err, err
