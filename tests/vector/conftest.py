@@ -3,13 +3,16 @@
 ``launch(n, **kw)`` starts a :class:`renderd.VectorSession` of small static-frame players (closed after the
 test whatever happened); ``no_leaks`` fails a test that leaves a child process, an open file descriptor,
 a launch thread or a pipe directory behind. The signal helpers play a program's SIGINT (Ctrl-C) and SIGTERM (a
-batch job's) handlers, and the two scenarios the tests put them in.
+batch job's) handlers, and the two scenarios the tests put them in. ``close_at`` places a close() just before a
+given line of renderd's code runs, where a signal handler (or another thread) would land.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -20,7 +23,7 @@ import psutil
 import pytest
 
 import renderd
-from renderd.errors import PlayerCrashed
+from renderd.errors import CallOrderError, PlayerCrashed
 from tests.helpers.leaks import Leaks, wait_for  # noqa: F401  (wait_for: used by the tests)
 
 #: Small frames keep 8 players x 500 steps well inside the test budget on 2 CPUs.
@@ -206,3 +209,52 @@ def check_signal_during_close_is_raised_once_everything_is_closed(signum: int, w
         vs.close()
     # The replacement that arrived after the signal was closed too (no_leaks: its player is gone).
     assert vs.closed and all(s is not None and s.closed for s in vs.sessions), vs.sessions
+
+
+# -- a close() landing at one line -------------------------------------------------------------------------------
+
+
+@contextmanager
+def tracing(trace) -> Iterator[None]:
+    """Run the block under the trace function ``trace`` (see :func:`close_at`)."""
+    sys.settrace(trace)
+    try:
+        yield
+    finally:
+        sys.settrace(None)
+
+
+def close_at(closed, function, source: str, owner: object = None):
+    """A trace function that calls ``closed.close()`` once (a vector session, an env), just before ``function`` (a
+    method of ``owner``, if given) runs its line ``source``: where a signal handler (which runs between any two
+    lines) would land. Returns it and a list that holds True once it has closed."""
+    code = function.__code__
+    lines, first = inspect.getsourcelines(function)
+    at = first + next(k for k, text in enumerate(lines) if text.strip() == source)
+    landed: list[bool] = []
+
+    def trace(frame, event, arg):
+        if frame.f_code is not code:
+            return None
+
+        def line(frame, event, arg):
+            if event == "line" and frame.f_lineno == at and not landed and owner in (None, frame.f_locals["self"]):
+                landed.append(True)
+                closed.close()
+            return line
+
+        return line
+
+    return trace, landed
+
+
+def step_closed_at(vs: renderd.VectorSession, function, source: str, owner: object = None, *,
+                   actions: Sequence[Any] = ("Pass", "Pass"),
+                   match: str = r"step\(\): the VectorSession was closed") -> None:
+    """Step ``vs`` with ``actions`` (two Pass by default) with a close() landing just before ``function`` runs
+    ``source`` (see :func:`close_at`): the step raises CallOrderError whose message matches ``match`` (by default:
+    saying the vector session was closed), and the vector session is closed."""
+    trace, landed = close_at(vs, function, source, owner)
+    with tracing(trace), pytest.raises(CallOrderError, match=match):
+        vs.step(list(actions))
+    assert landed and vs.closed

@@ -3,14 +3,10 @@ way, and from a signal handler that lands while the call reads one slot's answer
 
 from __future__ import annotations
 
-import contextlib
-import inspect
 import os
 import signal
-import sys
 import threading
 import time
-from collections.abc import Iterator
 
 import numpy as np
 import psutil
@@ -19,7 +15,8 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401 - daemon is a fixture
-from tests.vector.conftest import HANG, START_TIMEOUT, pipe_dirs, player_kwargs, vector_env_that_hangs, wait_for
+from tests.vector.conftest import (HANG, START_TIMEOUT, close_at, pipe_dirs, player_kwargs, step_closed_at, tracing,
+                                  vector_env_that_hangs, wait_for)
 
 
 def pids(envs) -> list[int]:
@@ -43,16 +40,6 @@ def _close_from_a_watchdog(vs: renderd.VectorSession) -> threading.Thread:
     closer.start()
     assert _deadline_wait(lambda: vs.closed, 5.0)
     return closer
-
-
-@contextlib.contextmanager
-def _tracing(trace) -> Iterator[None]:
-    """Run the block under the trace function ``trace`` (see :func:`_close_at`)."""
-    sys.settrace(trace)
-    try:
-        yield
-    finally:
-        sys.settrace(None)
 
 
 def test_a_close_from_another_thread_while_a_step_sends_raises_call_order_error(no_leaks):
@@ -212,46 +199,13 @@ def test_a_single_env_closed_just_before_reset_keeps_its_new_player_stops_it(no_
     # the player, which went on running in the env the caller had closed.
     gym = pytest.importorskip("renderd.gym")
     env = gym.RenderdEnv(**player_kwargs())
-    trace, landed = _close_at(env, gym.RenderdEnv.reset, "self.session = session")
+    trace, landed = close_at(env, gym.RenderdEnv.reset, "self.session = session")
     try:
-        with _tracing(trace), pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
+        with tracing(trace), pytest.raises(CallOrderError, match=r"reset\(\): the env was closed"):
             env.reset(seed=0)
         assert landed and env.session is None
     finally:
         env.close()
-
-
-def _close_at(closed, function, source: str, owner: object = None):
-    """A trace function that calls ``closed.close()`` once (a vector session, an env), just before ``function`` (a
-    method of ``owner``, if given) runs its line ``source``: where a signal handler (which runs between any two
-    lines) would land. Returns it and a list that holds True once it has closed."""
-    code = function.__code__
-    lines, first = inspect.getsourcelines(function)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == source)
-    landed: list[bool] = []
-
-    def trace(frame, event, arg):
-        if frame.f_code is not code:
-            return None
-
-        def line(frame, event, arg):
-            if event == "line" and frame.f_lineno == at and not landed and owner in (None, frame.f_locals["self"]):
-                landed.append(True)
-                closed.close()
-            return line
-
-        return line
-
-    return trace, landed
-
-
-def _step_closed_at(vs: renderd.VectorSession, function, source: str, owner: object = None) -> None:
-    """Step ``vs`` (two slots) with a close() landing just before ``function`` runs ``source`` (see
-    :func:`_close_at`): the step raises CallOrderError saying the vector session was closed, and it is."""
-    trace, landed = _close_at(vs, function, source, owner)
-    with _tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-        vs.step(["Pass", "Pass"])
-    assert landed and vs.closed
 
 
 def test_a_signal_handlers_close_after_the_poll_returned_makes_the_step_raise_call_order_error(no_leaks):
@@ -259,7 +213,7 @@ def test_a_signal_handlers_close_after_the_poll_returned_makes_the_step_raise_ca
     # a closed channel and raised ValueError("I/O on a closed FifoChannel").
     vs = renderd.launch_many(2, **player_kwargs())
     try:
-        _step_closed_at(vs, renderd.VectorSession._sweep, "if _answer_ready(slot.session):")
+        step_closed_at(vs, renderd.VectorSession._sweep, "if _answer_ready(slot.session):")
     finally:
         vs.close()
 
@@ -270,7 +224,7 @@ def test_a_signal_handlers_close_inside_a_slots_receive_costs_no_wait(no_leaks):
     vs = renderd.launch_many(2, **player_kwargs())
     try:
         started = time.monotonic()
-        _step_closed_at(vs, renderd.Session._receive, "message = self.channel.recv(deadline, deadline_name)",
+        step_closed_at(vs, renderd.Session._receive, "message = self.channel.recv(deadline, deadline_name)",
                         vs.sessions[1])
         assert time.monotonic() - started < 3.0
     finally:
@@ -282,9 +236,9 @@ def test_a_signal_handlers_close_as_a_step_ends_leaves_the_vector_session_closed
     # the closed vector session became ready again, and the next step sent to its closed sessions, replaced them with
     # players of a new launch pool, and raised "2 of 2 slots failed" instead of saying it was closed.
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
-    trace, landed = _close_at(vs, renderd.VectorSession._recv, "self._state = _VectorState.READY")
+    trace, landed = close_at(vs, renderd.VectorSession._recv, "self._state = _VectorState.READY")
     try:
-        with _tracing(trace):
+        with tracing(trace):
             vs.step(["Pass", "Pass"])  # (its answers were in: they are given)
         assert landed and vs.closed
         with pytest.raises(CallOrderError, match="on a closed VectorSession"):
@@ -297,7 +251,7 @@ def test_a_signal_handlers_close_as_a_step_ends_leaves_the_vector_session_closed
 def test_a_signal_handlers_close_as_a_step_begins_makes_it_raise_call_order_error(no_leaks):
     vs = renderd.launch_many(2, replace_on_crash=True, **player_kwargs())
     try:
-        _step_closed_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
+        step_closed_at(vs, renderd.VectorSession._send_actions, "self._state = _VectorState.PENDING")
         assert vs._executor is None and vs._wake_fd is None
     finally:
         vs.close()
