@@ -18,7 +18,8 @@ import pytest
 import renderd
 import renderd.vector
 from renderd.errors import CallOrderError
-from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, wait_for
+from tests.helpers.pause import line_of
+from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, running_children, wait_for
 
 #: What the tests use for renderd.vector.CLOSE_WAITER_TIMEOUT (5 s): how long close() waits for the call.
 WAITER = 0.3
@@ -31,15 +32,10 @@ def _gone(pid: int) -> bool:
         return True
 
 
-def _line_of(function, source: str) -> int:
-    lines, first = inspect.getsourcelines(function)
-    return first + next(k for k, text in enumerate(lines) if text.strip() == source)
-
-
 def _pause_at(function, source: str, until: threading.Event, reached: threading.Event):
     """A trace function that stops its thread once just before ``function`` runs its line ``source``, until
     ``until`` is set (10 s at most), setting ``reached`` first."""
-    code, at = function.__code__, _line_of(function, source)
+    code, at = function.__code__, line_of(function, source)
 
     def trace(frame, event, arg):
         if frame.f_code is not code:
@@ -108,7 +104,7 @@ def test_a_close_from_another_thread_landing_in_a_slots_send_logs_no_slot_failur
     vs = renderd.launch_many(2, **player_kwargs())
     session = vs.sessions[1]
     code = renderd.Session._send.__code__
-    at = _line_of(renderd.Session._send, "self.channel.send(buffers, write_by, name)")
+    at = line_of(renderd.Session._send, "self.channel.send(buffers, write_by, name)")
     closer = threading.Thread(target=vs.close, name="watchdog")
 
     def trace(frame, event, arg):
@@ -167,7 +163,7 @@ def test_a_close_from_another_thread_landing_as_a_replacement_is_started_launche
 
     closer = threading.Thread(target=watchdog, name="watchdog")
     code = renderd.vector.VectorSession._fail.__code__
-    at = _line_of(renderd.vector.VectorSession._fail, "executor = self._ensure_executor()")
+    at = line_of(renderd.vector.VectorSession._fail, "executor = self._ensure_executor()")
 
     def trace(frame, event, arg):  # (in the step: the watchdog's close() begins just there)
         if frame.f_code is not code:
@@ -243,17 +239,6 @@ def test_a_vector_session_refuses_a_missing_shared_or_closed_session_and_leaves_
         session.close()
 
 
-def _players() -> list[psutil.Process]:
-    alive = []
-    for p in psutil.Process().children():
-        try:
-            if p.status() != psutil.STATUS_ZOMBIE:
-                alive.append(p)
-        except psutil.NoSuchProcess:
-            pass
-    return alive
-
-
 @pytest.mark.parametrize("where", ["thread", "signal"])
 def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_leaks, where):
     # close() (from another thread, or a signal handler) while reset() waited for the new player's first frame found
@@ -265,7 +250,7 @@ def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_
 
     def booting() -> bool:  # (the player runs: exec'd)
         try:
-            return any("--fault-at-start" in p.cmdline() for p in _players())
+            return any("--fault-at-start" in p.cmdline() for p in running_children())
         except psutil.Error:
             return False
 
@@ -287,7 +272,7 @@ def test_a_single_env_closed_while_its_player_boots_stops_the_player_at_once(no_
         helper.join(10.0)
         assert closed and ended - closed[0] < 3.0, f"reset() ended {ended - closed[0]:.2f} s after close()"
         assert env.session is None
-        wait_for(lambda: not _players(), 5.0, "the booting player to be stopped")
+        wait_for(lambda: not running_children(), 5.0, "the booting player to be stopped")
     finally:
         signal.signal(signal.SIGUSR1, previous)
         helper.join(10.0)
@@ -466,7 +451,7 @@ def test_closing_a_vector_session_while_a_replacement_boots_spares_a_shared_mana
         assert _xvfbs() == displays
         vs.step([{"action": "RenderdFault", "fault": "segfault"}])  # its replacement boots (0.5 s)
         crashed = vs._slots[0]  # white box: the slot's replacement is on its way
-        wait_for(lambda: [p for p in _players() if p.pid != other.pid and p not in displays] or crashed.future.done(),
+        wait_for(lambda: [p for p in running_children() if p.pid != other.pid and p not in displays] or crashed.future.done(),
                  START_TIMEOUT, "the replacement player to be spawned")
         assert not crashed.future.done()
         vs.close()
@@ -491,7 +476,7 @@ def test_a_single_env_closed_while_its_platform_is_probed_leaves_the_probe_alone
     tagged: list[str] = []
 
     def first_tagged() -> bool:  # (the probe: it runs before the player is spawned)
-        for p in _players():
+        for p in running_children():
             try:
                 if renderd.vector.TAG_VARIABLE in p.environ():
                     tagged.append(" ".join(p.cmdline()))
@@ -559,8 +544,8 @@ def test_an_env_refuses_bad_arguments_naming_them_before_a_player_starts(kwargs,
     # init_params value that cannot be sent, or a reward_fn that is no callable, failed only at the first reset or
     # step (the vector env's after its players had started).
     rgym = pytest.importorskip("renderd.gym")
-    launched = len(_players())
+    launched = len(running_children())
     for make in (rgym.RenderdEnv, lambda **kw: rgym.RenderdVectorEnv(2, **kw)):
         with pytest.raises(error, match=match):
             make(**{**player_kwargs(), **kwargs})
-    assert len(_players()) == launched
+    assert len(running_children()) == launched
