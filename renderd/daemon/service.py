@@ -659,6 +659,7 @@ class Daemon:
         self.notifier = Notifier()
         self._created: list[str] = []  # directories this daemon created, innermost last
         self._warned_open: set[str] = set()  # directories whose open mode was warned about (once each, by real path)
+        self._warned_group: set[str] = set()  # directories that keep socket_group out, warned about once each
         self._lock_fd: int | None = None
         self._lock_path: str | None = None
         self._socket_stat: os.stat_result | None = None  # the socket this daemon bound
@@ -730,6 +731,10 @@ class Daemon:
                 self._warned_open.add(real)
                 log.warning("%s", _open_directory_warning(path, st, group, key))
         if group is not None and not (mode & 0o001 or (st.st_gid == group and mode & 0o010)):
+            real = os.path.realpath(path)
+            if real in self._warned_group:
+                return
+            self._warned_group.add(real)
             log.warning(
                 "%s (mode %04o, group %d) keeps the members of socket_group (gid %d) out; give it that group and "
                 "mode 0750 (with systemd: Group= and RuntimeDirectoryMode=0750)", path, mode, st.st_gid, group,
