@@ -321,8 +321,10 @@ def _check_arguments(name: str, action: dict) -> int:
         shown += f" and {len(invalid) - _SHOWN_INVALID} more"
     takes = " or ".join(f"({', '.join(o)})" if o else "no arguments" for o in ACTION_ARGUMENTS[name] or ())
     it = "them" if len(invalid) > 1 else "it"
+    why = ("this player's own action: a misspelt parameter would run the fault with its default" if name == "RenderdFault"
+           else f"a build refuses {it} too")
     raise ActionFailed(
-        f"{name} called with invalid argument{'s' if len(invalid) > 1 else ''} {shown} (a build refuses {it} too): "
+        f"{name} called with invalid argument{'s' if len(invalid) > 1 else ''} {shown} ({why}): "
         f"leave {it} out or correct the name. {name} takes {takes}; any action may also carry sequenceId, agentId, "
         f"renderImage and the per-step image switches", "InvalidArgument")
 
