@@ -370,7 +370,9 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
     try:
         from renderd.daemon.service import Daemon, DaemonError
 
-        config_path = _expanded(config_path)
+        # Made absolute as --socket is: a reload's refusal (the log, the status line, GET /v1/health) names
+        # the file by a path that means something away from the daemon's working directory.
+        config_path = option_path(config_path)
         overrides = {"socket": option_path(socket), "runtime_dir": option_path(runtime_dir), "http": http}
         try:
             # The checks between tables (transport "http" needs an http address) run once, with the overrides.
