@@ -27,6 +27,7 @@ from renderd.protocol import MAX_RESOLUTION
 from renderd.vector import REPLACE_ATTEMPTS, SlotState
 from tests.helpers import marker_player
 from tests.vector.conftest import (
+    HANG,
     START_TIMEOUT,
     check_signal_during_close_is_raised_once_everything_is_closed,
     pipe_dirs,
@@ -329,7 +330,7 @@ def test_a_replacement_ready_before_send_returns_its_first_frame(no_leaks, launc
 @TRANSPORTS
 def test_recv_timeout_names_the_hung_slot(no_leaks, launch, transport):
     vs = launch(3, transport=transport)
-    vs.send(["Pass", {"action": FAULT, "fault": "hang"}, "Pass"])
+    vs.send(["Pass", HANG, "Pass"])
     started = time.monotonic()
     with pytest.raises(PlayerTimeout) as info:
         vs.recv(timeout=0.5)
@@ -362,7 +363,7 @@ def test_replacements_that_all_fail_are_raised_without_suggesting_replacement(no
 
 def test_timeout_is_replaced_too(no_leaks, launch):
     vs = launch(2, replace_on_crash=True, step_timeout=0.5)
-    obs, _, dones, infos = vs.step(["Pass", {"action": FAULT, "fault": "hang"}], wait_resets=True)
+    obs, _, dones, infos = vs.step(["Pass", HANG], wait_resets=True)
     assert dones == [False, True] and infos[1]["error_type"] == "PlayerTimeout"
     text = str(infos[1]["error"])
     assert "no answer from the player" in text and "within step_timeout = 0.5 s" in text
