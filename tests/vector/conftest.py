@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 import renderd
-from renderd.errors import CallOrderError, PlayerCrashed
+from renderd.errors import CallOrderError, PlayerCrashed, PlayerTimeout
 from tests.helpers.leaks import Leaks, wait_for  # noqa: F401  (wait_for: used by the tests)
 
 #: Small frames keep 8 players x 500 steps well inside the test budget on 2 CPUs.
@@ -102,6 +102,18 @@ def every_slot_crashes(vs: renderd.VectorSession, actions: Sequence[Any], *phras
         text = str(info.value.failures[i])
         for phrase in phrases:
             assert phrase in text, text
+    return info.value, took
+
+
+def every_slot_times_out(vs: renderd.VectorSession, actions: Sequence[Any],
+                         **step_kwargs: Any) -> tuple[PlayerTimeout, float]:
+    """Step ``vs`` with ``actions`` (and ``step_kwargs``: a timeout, say): it must raise PlayerTimeout for every
+    slot. Returns the error and how long the step took (seconds)."""
+    started = time.monotonic()
+    with pytest.raises(PlayerTimeout) as info:
+        vs.step(list(actions), **step_kwargs)
+    took = time.monotonic() - started
+    assert info.value.slots == list(range(len(actions)))
     return info.value, took
 
 
