@@ -308,7 +308,8 @@ def _main(argv: Sequence[str] | None) -> int:
         except ValueError:
             port_number = 0
         if not 0 < port_number < 65536:
-            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number, 1-65535), got {port!r}")
+            got = "which is not set" if port is None else f"got {port!r}"
+            return _usage_error(f"{ENV_SERVER_TYPE}=WSGI needs {ENV_PORT} (a port number, 1-65535), {got}")
         link_args = (host, port_number, env.get(ENV_TOKEN))
 
     renderer_name = args.renderer
