@@ -69,15 +69,17 @@ def fd_target(fd: int) -> str:
         return "closed"
 
 
-def take_numbers(fds: list[int], opened: list[int], tmp_path: Path, content: bytes = b"x") -> None:
-    """Open new files (``content`` in each) until they have taken every number in ``fds`` (which only a close of
-    those lets them take), at most :data:`MOST_FILES`; their descriptors go into ``opened`` (the caller closes them)."""
+def take_numbers(fds: list[int], opened: list[int], tmp_path: Path, content: bytes = b"x",
+                 flags: int = os.O_RDONLY) -> None:
+    """Open new files (``content`` in each, opened with ``flags``: read-only, or os.O_WRONLY for a test that looks
+    for what a write under it put there) until they have taken every number in ``fds`` (which only a close of those
+    lets them take), at most :data:`MOST_FILES`; their descriptors go into ``opened`` (the caller closes them)."""
     for k in range(MOST_FILES):
         if set(fds) <= set(opened):
             break
         path = tmp_path / f"other-{k}"
         path.write_bytes(content)
-        opened.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+        opened.append(os.open(path, flags | os.O_CLOEXEC))
 
 
 @contextmanager

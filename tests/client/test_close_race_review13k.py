@@ -8,7 +8,6 @@ a step is either seen (close() leaves it the pipes and waits for it) or refused 
 
 from __future__ import annotations
 
-import inspect
 import os
 import threading
 import time
@@ -20,20 +19,11 @@ import renderd.transport.fifo as fifo
 from renderd.client import Session
 from renderd.errors import CallOrderError
 
-from tests.helpers.pause import pause_at, traced_thread
+from tests.helpers.pause import line_of, pause_at, traced_thread
 
-from .conftest import START
+from .conftest import START, take_numbers
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
-
-MOST_FILES = 256
-
-
-def _line_after(function, text: str) -> int:
-    """The number of the line after the one of ``function`` whose stripped text starts with ``text``."""
-    lines, first = inspect.getsourcelines(function)
-    return first + next(k for k, line in enumerate(lines) if line.strip().startswith(text)) + 1
-
 
 def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp_path):
     opened: list[int] = []
@@ -46,11 +36,11 @@ def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp
         # close() holds just after it looked for a step of another thread (none yet)...
         looked, go_on = threading.Event(), threading.Event()
         close_trace = pause_at(Session.close.__code__, session,
-                                _line_after(Session.close, "inside = self._other_thread_inside()"), looked, go_on)
+                                line_of(Session.close, "inside = self._other_thread_inside()") + 1, looked, go_on)
         # ...while a step begins; it is held just before it writes its action, if it gets that far.
         writing, write = threading.Event(), threading.Event()
         send_trace = pause_at(fifo.FifoChannel.send.__code__, channel,
-                               _line_after(fifo.FifoChannel.send, "wfd = self._wfd"), writing, write)
+                               line_of(fifo.FifoChannel.send, "wfd = self._wfd") + 1, writing, write)
         outcome: dict[str, object] = {}
 
         closer = traced_thread(close_trace, session.close, outcome, "closed", "close", "closer")
@@ -69,10 +59,7 @@ def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp
                 while not channel.closed and time.monotonic() < deadline:
                     time.sleep(0.01)
                 if channel.closed:
-                    for k in range(MOST_FILES):
-                        if wfd in opened:
-                            break
-                        opened.append(os.open(tmp_path / f"other-{k}", os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
+                    take_numbers([wfd], opened, tmp_path, b"", os.O_WRONLY)
         finally:
             go_on.set()
             write.set()
