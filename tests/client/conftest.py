@@ -16,6 +16,7 @@ import pytest
 
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
+from tests.helpers.fds_review14c import fd_target, take_numbers  # noqa: F401  (take_numbers: used by the tests)
 from tests.helpers.leaks import Leaks, live_children, open_fds, wait_for  # noqa: F401  (used by the tests)
 from tests.helpers.pause import line_of, pause_at, traced_thread
 
@@ -56,31 +57,6 @@ class Timer:
 
 
 # -- a close under a step about to poll --------------------------------------------------------------------------
-
-#: At most how many files a test opens to take the numbers of descriptors closed under a step.
-MOST_FILES = 256
-
-
-def fd_target(fd: int) -> str:
-    """What descriptor ``fd`` refers to (a pipe whose name close() removed is the same pipe), or "closed"."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
-    except OSError:
-        return "closed"
-
-
-def take_numbers(fds: list[int], opened: list[int], tmp_path: Path, content: bytes = b"x",
-                 flags: int = os.O_RDONLY) -> None:
-    """Open new files (``content`` in each, opened with ``flags``: read-only, or os.O_WRONLY for a test that looks
-    for what a write under it put there) until they have taken every number in ``fds`` (which only a close of those
-    lets them take), at most :data:`MOST_FILES`; their descriptors go into ``opened`` (the caller closes them)."""
-    for k in range(MOST_FILES):
-        if set(fds) <= set(opened):
-            break
-        path = tmp_path / f"other-{k}"
-        path.write_bytes(content)
-        opened.append(os.open(path, flags | os.O_CLOEXEC))
-
 
 @contextmanager
 def held_step(session) -> Iterator[tuple[threading.Thread, dict[str, object]]]:

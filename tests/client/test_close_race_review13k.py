@@ -25,6 +25,7 @@ from .conftest import START, take_numbers
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
+
 def test_a_step_beginning_as_close_looks_is_not_left_writing_to_closed_pipes(tmp_path):
     opened: list[int] = []
     session = renderd.launch(width=64, height=48, start_timeout=START)

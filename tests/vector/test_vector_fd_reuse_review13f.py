@@ -17,11 +17,10 @@ import pytest
 import renderd
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
+from tests.helpers.fds_review14c import fd_target, take_numbers
 from tests.vector.conftest import wait_for
 
 CLOSED = "was closed from outside the VectorSession (a close() of vs.sessions[0]"
-#: The most files a test opens looking for the closed session's freed numbers.
-MOST_FILES = 256
 CONTENT = b"someone else's file\n" * 4
 
 
@@ -29,28 +28,7 @@ def _descriptors(session: renderd.Session) -> dict[int, str]:
     """The session's descriptor numbers (server.pipe's read end, client.pipe's write end, the player's pidfd), each
     with what it refers to now."""
     fds = [session.channel.fileno(), session.channel.writer_fileno(), session.process.fileno()]
-    return {fd: _target(fd) for fd in fds if fd is not None}
-
-
-def _target(fd: int) -> str:
-    """What descriptor ``fd`` refers to (a pipe whose name close() removed is the same pipe), or "closed"."""
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
-    except OSError:
-        return "closed"
-
-
-def _open_files(tmp_path, wanted: set[int]) -> list[int]:
-    """Open files (each holding CONTENT) until one has each number of ``wanted`` (the numbers a close freed are the
-    lowest free ones, and files take the lowest free number) or MOST_FILES are open."""
-    opened: list[int] = []
-    for k in range(MOST_FILES):
-        path = tmp_path / f"other-{k}"
-        path.write_bytes(CONTENT)
-        opened.append(os.open(path, os.O_RDWR | os.O_CLOEXEC))
-        if wanted <= set(opened):
-            break
-    return opened
+    return {fd: fd_target(fd) for fd in fds if fd is not None}
 
 
 def _offset(fd: int) -> int:
@@ -75,8 +53,8 @@ def test_files_opened_after_a_close_in_another_thread_are_never_read_by_the_vect
     def close_and_open() -> None:
         session.close()
         for fd in before:  # (what the numbers refer to now, while the step still runs)
-            during[fd] = _target(fd)
-        opened.extend(_open_files(tmp_path, set(before)))
+            during[fd] = fd_target(fd)
+        take_numbers(list(before), opened, tmp_path, CONTENT, os.O_RDWR)
 
     def trace(frame, event, arg):
         if frame.f_code is not code or frame.f_locals.get("self") is not session.channel:
@@ -131,7 +109,8 @@ def test_a_close_between_calls_takes_the_descriptors_out_of_the_poll(no_leaks, l
     closer.join(10)
     assert session.closed and session.channel.closed  # (no call was under way: closed at once)
     assert not set(before) & set(vs._fd_slots), "the closed session's descriptors are still polled"
-    opened = _open_files(tmp_path, set(before))
+    opened: list[int] = []
+    take_numbers(list(before), opened, tmp_path, CONTENT, os.O_RDWR)
     try:
         result = vs.step(["Pass", "Pass"])
         assert all(_offset(fd) == 0 for fd in opened)
@@ -197,7 +176,7 @@ def test_a_close_of_the_vector_session_inside_its_call_leaves_it_the_pipes(no_le
             if event == "line" and frame.f_lineno == at and not opened:
                 sys.settrace(None)
                 vs.close()  # (what a SIGTERM handler of a batch job does)
-                opened.extend(_open_files(tmp_path, set(before)))
+                take_numbers(list(before), opened, tmp_path, CONTENT, os.O_RDWR)
             return line
 
         return line
@@ -224,7 +203,7 @@ def test_a_close_of_the_vector_session_just_before_its_poll_leaves_the_call_what
     vs = launch(2)
     vs.step(["Pass", "Pass"])
     wake = vs._wake_fd
-    polled = {fd: _target(fd) for fd in [wake, *_descriptors(vs.sessions[0]), *_descriptors(vs.sessions[1])]}
+    polled = {fd: fd_target(fd) for fd in [wake, *_descriptors(vs.sessions[0]), *_descriptors(vs.sessions[1])]}
     assert polled[wake] == "anon_inode:[eventfd]", polled
     code = renderd.VectorSession._sweep.__code__
     lines, first = inspect.getsourcelines(renderd.VectorSession._sweep)
@@ -239,7 +218,7 @@ def test_a_close_of_the_vector_session_just_before_its_poll_leaves_the_call_what
             if event == "line" and frame.f_lineno == at and not during:
                 sys.settrace(None)
                 vs.close()  # (what a SIGTERM handler of a batch job does)
-                during.update({fd: _target(fd) for fd in polled})
+                during.update({fd: fd_target(fd) for fd in polled})
             return line
 
         return line
