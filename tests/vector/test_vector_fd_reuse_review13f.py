@@ -7,7 +7,6 @@ number since."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 import threading
@@ -18,7 +17,8 @@ import renderd
 import renderd.transport.fifo as fifo
 from renderd.errors import CallOrderError
 from tests.helpers.fds_review14c import fd_target, take_numbers
-from tests.vector.conftest import wait_for
+from tests.helpers.pause import line_of
+from tests.vector.conftest import tracing, wait_for
 
 CLOSED = "was closed from outside the VectorSession (a close() of vs.sessions[0]"
 CONTENT = b"someone else's file\n" * 4
@@ -45,8 +45,7 @@ def test_files_opened_after_a_close_in_another_thread_are_never_read_by_the_vect
     # The close lands inside the FifoChannel.ready() of slot 0 that the step makes as its answer is readable, after
     # ready() took the descriptor number of server.pipe and before it reads it (where a thread switch can land).
     code = fifo.FifoChannel.ready.__code__
-    lines, first = inspect.getsourcelines(fifo.FifoChannel.ready)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "decoder = self.decoder")
+    at = line_of(fifo.FifoChannel.ready, "decoder = self.decoder")
     opened: list[int] = []
     during: dict[int, str] = {}
 
@@ -69,11 +68,8 @@ def test_files_opened_after_a_close_in_another_thread_are_never_read_by_the_vect
 
         return line
 
-    sys.settrace(trace)
-    try:
+    with tracing(trace):
         result = vs.step(["Pass", "Pass"])
-    finally:
-        sys.settrace(None)
     try:
         assert opened, "the close never came"
         assert session.closed
@@ -164,8 +160,7 @@ def test_a_close_of_the_vector_session_inside_its_call_leaves_it_the_pipes(no_le
     session = vs.sessions[0]
     before = _descriptors(session)
     code = fifo.FifoChannel.ready.__code__
-    lines, first = inspect.getsourcelines(fifo.FifoChannel.ready)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "decoder = self.decoder")
+    at = line_of(fifo.FifoChannel.ready, "decoder = self.decoder")
     opened: list[int] = []
 
     def trace(frame, event, arg):
@@ -181,12 +176,8 @@ def test_a_close_of_the_vector_session_inside_its_call_leaves_it_the_pipes(no_le
 
         return line
 
-    sys.settrace(trace)
-    try:
-        with pytest.raises(CallOrderError, match="the VectorSession was closed"):
-            vs.step(["Pass", "Pass"])
-    finally:
-        sys.settrace(None)
+    with tracing(trace), pytest.raises(CallOrderError, match="the VectorSession was closed"):
+        vs.step(["Pass", "Pass"])
     try:
         assert opened and vs.closed
         touched = {fd: _offset(fd) for fd in opened if _offset(fd) != 0}
@@ -206,8 +197,7 @@ def test_a_close_of_the_vector_session_just_before_its_poll_leaves_the_call_what
     polled = {fd: fd_target(fd) for fd in [wake, *_descriptors(vs.sessions[0]), *_descriptors(vs.sessions[1])]}
     assert polled[wake] == "anon_inode:[eventfd]", polled
     code = renderd.VectorSession._sweep.__code__
-    lines, first = inspect.getsourcelines(renderd.VectorSession._sweep)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "ready = self._poller.poll(ms)")
+    at = line_of(renderd.VectorSession._sweep, "ready = self._poller.poll(ms)")
     during: dict[int, str] = {}
 
     def trace(frame, event, arg):
@@ -223,11 +213,7 @@ def test_a_close_of_the_vector_session_just_before_its_poll_leaves_the_call_what
 
         return line
 
-    sys.settrace(trace)
-    try:
-        with pytest.raises(CallOrderError, match="the VectorSession was closed"):
-            vs.step(["Pass", "Pass"])
-    finally:
-        sys.settrace(None)
+    with tracing(trace), pytest.raises(CallOrderError, match="the VectorSession was closed"):
+        vs.step(["Pass", "Pass"])
     assert during == polled, f"descriptors the call polls were closed under it: {during} (were {polled})"
     assert vs.closed and vs._wake_fd is None and all(s.channel.closed for s in vs.sessions)

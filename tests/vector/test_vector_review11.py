@@ -19,7 +19,7 @@ import renderd
 import renderd.vector
 from renderd.errors import CallOrderError
 from tests.helpers.pause import line_of
-from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, running_children, wait_for
+from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, running_children, tracing, wait_for
 
 #: What the tests use for renderd.vector.CLOSE_WAITER_TIMEOUT (5 s): how long close() waits for the call.
 WAITER = 0.3
@@ -121,12 +121,8 @@ def test_a_close_from_another_thread_landing_in_a_slots_send_logs_no_slot_failur
 
     try:
         with caplog.at_level(logging.WARNING, logger="renderd.vector"):
-            sys.settrace(trace)
-            try:
-                with pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
-                    vs.step(["Pass", "Pass"])
-            finally:
-                sys.settrace(None)
+            with tracing(trace), pytest.raises(CallOrderError, match=r"step\(\): the VectorSession was closed"):
+                vs.step(["Pass", "Pass"])
         assert closer.ident is not None
         closer.join(10.0)
         assert not closer.is_alive() and vs.closed
@@ -451,8 +447,8 @@ def test_closing_a_vector_session_while_a_replacement_boots_spares_a_shared_mana
         assert _xvfbs() == displays
         vs.step([{"action": "RenderdFault", "fault": "segfault"}])  # its replacement boots (0.5 s)
         crashed = vs._slots[0]  # white box: the slot's replacement is on its way
-        wait_for(lambda: [p for p in running_children() if p.pid != other.pid and p not in displays] or crashed.future.done(),
-                 START_TIMEOUT, "the replacement player to be spawned")
+        wait_for(lambda: [p for p in running_children() if p.pid != other.pid and p not in displays]
+                 or crashed.future.done(), START_TIMEOUT, "the replacement player to be spawned")
         assert not crashed.future.done()
         vs.close()
         assert displays[0].is_running() and displays[0].status() != psutil.STATUS_ZOMBIE, "the shared display was killed"

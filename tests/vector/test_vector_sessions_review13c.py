@@ -4,7 +4,6 @@ it is refused by the session's lock instead of writing into the middle of the ve
 
 from __future__ import annotations
 
-import inspect
 import sys
 import threading
 import time
@@ -14,7 +13,8 @@ import pytest
 
 import renderd
 from renderd.errors import CallOrderError, PlayerTimeout, RenderdError
-from tests.vector.conftest import START_TIMEOUT, wait_for
+from tests.helpers.pause import line_of
+from tests.vector.conftest import START_TIMEOUT, tracing, wait_for
 
 PEER = str(Path(__file__).parent.parent / "transport" / "peer.py")
 SLEEP = {"action": "RenderdFault", "fault": "sleep", "seconds": 1.0}
@@ -117,8 +117,7 @@ def test_a_slots_session_closed_just_before_its_answer_is_read_is_replaced(no_le
     # can land): the read raised "ValueError: I/O on a closed FifoChannel" and broke the vector session.
     vs = launch(2, replace_on_crash=True)
     code = renderd.VectorSession._sweep.__code__
-    lines, first = inspect.getsourcelines(renderd.VectorSession._sweep)
-    at = first + next(k for k, text in enumerate(lines) if text.strip() == "if _answer_ready(slot.session):")
+    at = line_of(renderd.VectorSession._sweep, "if _answer_ready(slot.session):")
     closed: list[renderd.Session] = []
 
     def trace(frame, event, arg):
@@ -135,11 +134,8 @@ def test_a_slots_session_closed_just_before_its_answer_is_read_is_replaced(no_le
 
         return line
 
-    sys.settrace(trace)
-    try:
+    with tracing(trace):
         result = vs.step(["Pass", "Pass"])
-    finally:
-        sys.settrace(None)
     assert closed and closed[0].closed
     err = result.infos[0]["error"]
     assert isinstance(err, CallOrderError) and CLOSED in str(err), err
