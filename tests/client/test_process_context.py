@@ -11,23 +11,11 @@ import pytest
 
 import renderd
 
+from tests.helpers.fork_review14c import in_child
+
 from .conftest import START, peer_argv
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
-
-
-def _in_child(fn) -> int:
-    """Run ``fn`` in a forked child; its exit status (0 when ``fn`` returns, 1 when it raises)."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            fn()
-            code = 0
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return os.waitstatus_to_exitcode(status)
 
 
 def test_a_session_inherited_over_fork_is_left_to_the_parent():
@@ -38,7 +26,7 @@ def test_a_session_inherited_over_fork_is_left_to_the_parent():
     try:
         session.step("Pass")
         directory = os.path.dirname(session.channel.server_path)
-        assert _in_child(session.close) == 0
+        assert in_child(session.close, START) == 0
         assert os.path.isdir(directory), "the child removed the parent's pipe directory"
         assert session.process.poll() is None, "the child stopped the parent's player"
         assert session.step("Pass").sequence_id == 2
@@ -59,7 +47,7 @@ def test_a_session_inherited_over_fork_cannot_step_the_parents_player():
                 session.step("Pass")
             session.close()
 
-        assert _in_child(child_steps) == 0
+        assert in_child(child_steps, START) == 0
         assert session.step("Pass").sequence_id == 2 and session.step("Pass").sequence_id == 3
     finally:
         session.close()
@@ -70,7 +58,7 @@ def test_a_player_process_inherited_over_fork_is_not_stopped_by_the_child():
 
     proc = PlayerProcess.spawn(["sleep", "30"], None, None)
     try:
-        assert _in_child(proc.stop) == 0
+        assert in_child(proc.stop, START) == 0
         assert proc.wait(0.2) is None, "the child stopped the parent's player"
     finally:
         proc.stop(0.5)
