@@ -7,8 +7,11 @@ import os
 import signal
 import time
 
+#: How long a forked child may take, by default, to do what it was asked.
+CHILD_WITHIN = 5.0
 
-def in_child(fn, within: float) -> int | None:
+
+def in_child(fn, within: float = CHILD_WITHIN) -> int | None:
     """Run ``fn`` in a forked child: its exit code (0 when ``fn`` returns, 1 when it raises), or None (the
     child is killed) if it is not done within ``within`` seconds."""
     pid = os.fork()

@@ -18,6 +18,7 @@ import pytest
 import renderd
 import renderd.vector
 from renderd.errors import CallOrderError
+from tests.helpers.fork_review14c import in_child
 from tests.helpers.pause import line_of
 from tests.vector.conftest import GONE_TIMEOUT, START_TIMEOUT, player_kwargs, running_children, tracing, wait_for
 
@@ -337,8 +338,6 @@ def test_a_callback_that_is_not_callable_is_refused_when_set_not_in_the_step_it_
 def test_a_child_forked_while_a_parent_thread_enters_a_call_is_not_stuck_on_its_lock(no_leaks):
     # The lock a call takes as it begins and ends was copied held into a child forked meanwhile: the child's step()
     # (which must raise "inherited over fork") then waited for it forever.
-    from tests.vector.test_vector_fork import _in_child
-
     vs = renderd.launch_many(1, **player_kwargs())
     held, release = threading.Event(), threading.Event()
 
@@ -347,7 +346,7 @@ def test_a_child_forked_while_a_parent_thread_enters_a_call_is_not_stuck_on_its_
             held.set()
             release.wait(10.0)
 
-    def in_child() -> None:
+    def child_steps() -> None:
         try:
             vs.step(["Pass"])
         except CallOrderError as exc:
@@ -360,7 +359,7 @@ def test_a_child_forked_while_a_parent_thread_enters_a_call_is_not_stuck_on_its_
     try:
         holder.start()
         assert held.wait(5.0)
-        assert _in_child(in_child) == 0
+        assert in_child(child_steps) == 0
     finally:
         release.set()
         holder.join(10.0)
