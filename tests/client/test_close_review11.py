@@ -13,8 +13,7 @@ import renderd
 import renderd.client
 from renderd.errors import CallOrderError
 
-from .conftest import START
-from .test_launch_review8 import _wait_for
+from .conftest import START, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -67,7 +66,7 @@ def test_a_close_that_stops_waiting_leaves_the_pipes_to_the_step_still_inside(mo
             release.set()
             stepper.join(START)
         assert not stepper.is_alive()
-        _wait_for(lambda: session.channel.closed, 5.0, "the pipes to be closed once the step ended")
+        wait_for(lambda: session.channel.closed, 5.0, "the pipes to be closed once the step ended")
     if step_ends == "answered":
         assert outcome["event"] and "error" not in outcome  # (an answer read before the close is still given)
     else:

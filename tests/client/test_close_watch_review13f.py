@@ -15,8 +15,7 @@ import renderd
 import renderd.client
 from renderd.errors import CallOrderError
 
-from .conftest import START, check_close_under_a_held_step, fd_target, take_numbers
-from .test_launch_review8 import _wait_for
+from .conftest import START, check_close_under_a_held_step, fd_target, take_numbers, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -52,8 +51,8 @@ def test_a_session_with_no_player_to_stop_leaves_the_pipes_to_a_waiting_step(tmp
         stepper = threading.Thread(target=step, name="stepper")
         stepper.start()
         try:
-            _wait_for(lambda: bare._other_thread_inside() and bare.state is renderd.client.SessionState.PENDING, 10.0,
-                      "the step to wait for its answer")
+            wait_for(lambda: bare._other_thread_inside() and bare.state is renderd.client.SessionState.PENDING, 10.0,
+                     "the step to wait for its answer")
             bare.close()
             assert bare.closed
             during = {fd: fd_target(fd) for fd in fds}
@@ -65,7 +64,7 @@ def test_a_session_with_no_player_to_stop_leaves_the_pipes_to_a_waiting_step(tmp
             assert not read, f"the step read files opened after the close: {read}"
             # (Its answer came after the close: it is still given, or the step says the session was closed.)
             assert outcome.get("event") or isinstance(outcome.get("error"), CallOrderError), outcome
-            _wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")
+            wait_for(lambda: channel.closed, 5.0, "the pipes to be closed as the step ended")
         finally:
             stepper.join(START)
             for fd in opened:

@@ -13,7 +13,7 @@ from renderd.daemon.client import connect
 from renderd.errors import CallOrderError, PlayerCrashed
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401  (daemon: the fixture)
 
-from .test_launch_review8 import _wait_for, close_while_stepping
+from .test_launch_review8 import close_while_stepping
 
 START = 30.0
 

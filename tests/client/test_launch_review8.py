@@ -12,7 +12,7 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError, ConfigError
 
-from .conftest import START, peer_argv
+from .conftest import START, peer_argv, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -50,21 +50,13 @@ def test_non_ascii_text_reaches_the_player(tmp_path):
     assert os.fsencode(log_path) in argv and log_path.exists()
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(0.01)
-
-
-
 def close_while_stepping(session, step, waiting) -> None:
     """Run ``step`` in a thread of its own; once ``waiting(thread)`` says it waits, close ``session`` from
     this thread: the step must end within 15 s of the close."""
     stepper = threading.Thread(target=step)
     stepper.start()
     try:
-        _wait_for(lambda: waiting(stepper), START, "the step to wait")
+        wait_for(lambda: waiting(stepper), START, "the step to wait")
         started = time.monotonic()
         session.close()
         stepper.join(15)
@@ -179,7 +171,7 @@ def test_ctrl_c_while_close_waits_for_another_threads_step_still_closes_the_pipe
     stepper = threading.Thread(target=lambda: pytest.raises(CallOrderError, session.step, "HalfThenHang"))
     stepper.start()
     try:
-        _wait_for(lambda: _waiting_in(session, stepper), START, "the step to wait")
+        wait_for(lambda: _waiting_in(session, stepper), START, "the step to wait")
         sys.settrace(_interrupt_at(renderd.Session.close, "while self._other_thread_inside():"))
         try:
             with pytest.raises(KeyboardInterrupt):

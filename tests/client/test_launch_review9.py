@@ -11,8 +11,7 @@ import pytest
 import renderd
 from renderd.errors import ConfigError
 
-from .conftest import START, peer_argv
-from .test_launch_review8 import _wait_for
+from .conftest import START, peer_argv, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -64,7 +63,7 @@ def test_a_close_while_another_threads_close_is_under_way_returns_once_the_playe
     first = threading.Thread(target=session.close)
     first.start()
     try:
-        _wait_for(lambda: session.closed, START, "the first close() to begin")
+        wait_for(lambda: session.closed, START, "the first close() to begin")
         session.close()
         assert not player.is_running(), "close() returned while the player still ran"
         assert not os.path.exists(directory), "close() returned before the pipe directory was removed"
@@ -130,7 +129,7 @@ def test_close_from_a_signal_handler_leaves_the_interrupted_steps_pipes_alone_un
     previous = signal.signal(signal.SIGUSR1, lambda *_: session.close())
 
     def close_when_waiting():
-        _wait_for(lambda: _blocked_in_poll(main), START, "the step to wait")
+        wait_for(lambda: _blocked_in_poll(main), START, "the step to wait")
         os.kill(os.getpid(), signal.SIGUSR1)
 
     closer = threading.Thread(target=close_when_waiting)
