@@ -3,6 +3,7 @@ closed while another thread's step is held just before it polls its descriptors.
 
 from __future__ import annotations
 
+import linecache
 import os
 import sys
 import tempfile
@@ -54,6 +55,35 @@ class Timer:
 
     def __exit__(self, *exc: object) -> None:
         self.elapsed = time.monotonic() - self.start
+
+
+# -- a close while a step waits -----------------------------------------------------------------------------------
+
+
+def close_while_stepping(session, step, waiting) -> None:
+    """Run ``step`` in a thread of its own; once ``waiting(thread)`` says it waits, close ``session`` from
+    this thread: the step must end within 15 s of the close."""
+    stepper = threading.Thread(target=step)
+    stepper.start()
+    try:
+        wait_for(lambda: waiting(stepper), START, "the step to wait")
+        started = time.monotonic()
+        session.close()
+        stepper.join(15)
+        assert not stepper.is_alive(), "the step still waits after close()"
+        assert time.monotonic() - started < 15
+    finally:
+        session.close()
+        stepper.join(15)
+
+
+def blocked_in_poll(thread: threading.Thread) -> bool:
+    """Whether ``thread`` waits in a poll of the FIFO channel (for an answer, or for room to write)."""
+    frame = sys._current_frames().get(thread.ident)
+    return (
+        frame is not None and frame.f_code.co_filename.endswith(os.path.join("transport", "fifo.py"))
+        and "poll(" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    )
 
 
 # -- a close under a step about to poll --------------------------------------------------------------------------

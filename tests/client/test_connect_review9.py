@@ -3,28 +3,14 @@ real players, real FIFOs."""
 
 from __future__ import annotations
 
-import linecache
-import os
-import sys
-import threading
-
 import renderd.process
 from renderd.daemon.client import connect
 from renderd.errors import CallOrderError, PlayerCrashed
 from tests.daemon.conftest import daemon, fast_config  # noqa: F401  (daemon: the fixture)
 
-from .test_launch_review8 import close_while_stepping
+from .conftest import blocked_in_poll, close_while_stepping
 
 START = 30.0
-
-
-def _blocked_in_poll(thread: threading.Thread) -> bool:
-    """Whether ``thread`` waits in a poll of the FIFO channel (for an answer, or for room to write)."""
-    frame = sys._current_frames().get(thread.ident)
-    return (
-        frame is not None and frame.f_code.co_filename.endswith(os.path.join("transport", "fifo.py"))
-        and "poll(" in linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    )
 
 
 def test_close_from_another_thread_leaves_a_leased_steps_pipes_alone_until_it_has_left(daemon, monkeypatch):
@@ -56,7 +42,7 @@ def test_close_from_another_thread_leaves_a_leased_steps_pipes_alone_until_it_ha
                 outcome["pipes_open"] = session.channel._rfd is not None  # (first: no call, no thread switch)
                 outcome["error"] = exc
 
-        close_while_stepping(session, step, _blocked_in_poll)
+        close_while_stepping(session, step, blocked_in_poll)
         error = outcome["error"]
         assert isinstance(error, CallOrderError), (waiting_in, repr(error))
         assert "closed" in str(error)

@@ -12,7 +12,7 @@ import pytest
 import renderd
 from renderd.errors import CallOrderError, ConfigError
 
-from .conftest import START, peer_argv, wait_for
+from .conftest import START, close_while_stepping, peer_argv, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -49,22 +49,6 @@ def test_non_ascii_text_reaches_the_player(tmp_path):
     assert b"RENDERD_TEST_RAW=raw-\xff" in seen
     assert os.fsencode(log_path) in argv and log_path.exists()
 
-
-def close_while_stepping(session, step, waiting) -> None:
-    """Run ``step`` in a thread of its own; once ``waiting(thread)`` says it waits, close ``session`` from
-    this thread: the step must end within 15 s of the close."""
-    stepper = threading.Thread(target=step)
-    stepper.start()
-    try:
-        wait_for(lambda: waiting(stepper), START, "the step to wait")
-        started = time.monotonic()
-        session.close()
-        stepper.join(15)
-        assert not stepper.is_alive(), "the step still waits after close()"
-        assert time.monotonic() - started < 15
-    finally:
-        session.close()
-        stepper.join(15)
 
 def _waiting_in(session, thread: threading.Thread) -> bool:
     """Whether ``thread`` is blocked inside the session's send or receive (its stack shows it)."""

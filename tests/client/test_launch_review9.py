@@ -11,7 +11,7 @@ import pytest
 import renderd
 from renderd.errors import ConfigError
 
-from .conftest import START, peer_argv, wait_for
+from .conftest import START, blocked_in_poll, peer_argv, wait_for
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -121,7 +121,6 @@ def test_close_from_a_signal_handler_leaves_the_interrupted_steps_pipes_alone_un
 
     from renderd.errors import CallOrderError, PlayerCrashed
 
-    from .test_connect_review9 import _blocked_in_poll
 
     session = renderd.launch(peer_argv("serve"), start_timeout=START, step_timeout=60)
     action = {"action": "HalfThenHang"}  # (answered with half a message; the player then hangs)
@@ -129,7 +128,7 @@ def test_close_from_a_signal_handler_leaves_the_interrupted_steps_pipes_alone_un
     previous = signal.signal(signal.SIGUSR1, lambda *_: session.close())
 
     def close_when_waiting():
-        wait_for(lambda: _blocked_in_poll(main), START, "the step to wait")
+        wait_for(lambda: blocked_in_poll(main), START, "the step to wait")
         os.kill(os.getpid(), signal.SIGUSR1)
 
     closer = threading.Thread(target=close_when_waiting)

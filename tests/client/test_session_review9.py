@@ -14,7 +14,7 @@ import renderd
 from renderd.client import Session, SessionState
 from renderd.config import ArgumentError
 
-from .conftest import START, peer_argv
+from .conftest import START, blocked_in_poll, peer_argv
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -94,14 +94,12 @@ def test_a_step_interrupted_by_ctrl_c_leaves_a_session_that_says_so():
 
     from renderd.errors import CallOrderError
 
-    from .test_connect_review9 import _blocked_in_poll
-
     with renderd.launch(peer_argv(), start_timeout=START, step_timeout=30) as session:
         main = threading.main_thread()
 
         def interrupt():
             deadline = time.monotonic() + START
-            while not _blocked_in_poll(main) and time.monotonic() < deadline:
+            while not blocked_in_poll(main) and time.monotonic() < deadline:
                 time.sleep(0.01)
             os.kill(os.getpid(), signal.SIGINT)
 
