@@ -22,6 +22,7 @@ import renderd.vector
 from renderd.errors import CallOrderError, RenderdError
 from renderd.transport import fifo
 from renderd.vector import VectorSession
+from tests.helpers.pause import traced_thread
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -51,17 +52,7 @@ def test_a_slot_closed_from_outside_as_the_call_watches_its_player_fails_that_sl
     # Each player reads its action, closes client.pipe and lives on (until it is stopped).
     vs = renderd.launch_many(2, [sys.executable, PEER, "read-close"], start_timeout=START, step_timeout=START)
     outcome: dict[str, object] = {}
-
-    def stepping() -> None:
-        sys.settrace(trace)
-        try:
-            outcome["step"] = vs.step(["Pass", "Pass"])
-        except BaseException as exc:  # noqa: BLE001 - the test looks at it
-            outcome["error"] = exc
-        finally:
-            sys.settrace(None)
-
-    stepper = threading.Thread(target=stepping, name="stepper")
+    stepper = traced_thread(trace, lambda: vs.step(["Pass", "Pass"]), outcome, "step", "error", "stepper")
     try:
         session = vs.sessions[1]
         stepper.start()
