@@ -1,5 +1,6 @@
 """Fixtures for client tests: the reference player and a tiny scripted peer, leak checks, deadlines; a session
-closed while another thread's step is held just before it polls its descriptors."""
+closed while another thread's step waits (``close_while_stepping``, ``blocked_in_poll``), or while it is held just
+before it polls its descriptors."""
 
 from __future__ import annotations
 
