@@ -11,7 +11,7 @@ import pytest
 import renderd
 from renderd.vector import SlotState
 from tests.helpers.fork_review14c import in_child
-from tests.vector.conftest import player_kwargs, wait_for
+from tests.vector.conftest import player_kwargs
 
 
 def test_close_in_a_child_does_not_wait_for_the_parents_replacement(no_leaks):
