@@ -8,7 +8,7 @@ import pytest
 
 from renderd.config import ConfigError, loads
 
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 
 
 @pytest.mark.parametrize("socket, runtime_dir, extra, what", [

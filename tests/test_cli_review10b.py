@@ -126,7 +126,7 @@ def test_a_path_option_written_with_equals_and_a_tilde_is_the_users_home(tmp_pat
     import textwrap
 
     from tests.daemon.conftest import RENDERD, fast_config
-    from tests.daemon.test_control_review8 import run_renderd
+    from tests.helpers.control_review14e import run_renderd
     from tests.helpers.leaks import wait_for
 
     home, cwd = tmp_path / "home", tmp_path / "cwd"

@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 
 
 def test_an_http_listener_address_in_use_names_the_setting_without_an_errno_prefix(tmp_path):

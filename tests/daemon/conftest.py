@@ -2,6 +2,9 @@
 
 ``daemon(config_text=None, ...)`` starts one and waits until it reports ready; every daemon started is
 stopped (SIGTERM, then SIGKILL) and every process it spawned is killed after the test, whatever happened.
+
+``supervisor_with(config_text=None, **kwargs)`` is an in-process Supervisor whose loop runs on a thread, stopped
+and checked for leaks after the test; ``xvfb_spawner`` starts the managed displays' spawner thread before it.
 """
 
 from __future__ import annotations
@@ -12,15 +15,19 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 from typing import Any, Callable
 
 import psutil
 import pytest
 
+from renderd.config import loads
 from renderd.daemon.client import ControlClient
+from renderd.daemon.service import _Platforms
+from renderd.daemon.supervisor import Supervisor
 from renderd.errors import RenderdError
-from tests.helpers.leaks import pid_gone, wait_for  # noqa: F401  (used by the tests)
+from tests.helpers.leaks import Leaks, pid_gone, wait_for  # noqa: F401  (used by the tests)
 
 #: Deadline for a daemon to report ready (players up) in these tests.
 READY_TIMEOUT = 30.0
@@ -28,6 +35,8 @@ READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 20.0
 #: How often the helpers poll.
 POLL = 0.02
+#: Deadline for an in-process Supervisor's loop to finish (``supervisor_with``) and for the spawner thread's start.
+SUPERVISOR_DEADLINE = 20.0
 
 RENDERD = [sys.executable, "-c", "from renderd.cli import main; main()"]
 PLAYER = shutil.which("renderd-player", path=os.path.dirname(sys.executable)) or shutil.which("renderd-player")
@@ -184,3 +193,39 @@ def fast_config(*, instances: int = 1, executable: str | None = None, extra: str
     step_timeout = 20.0
     {extra}
     """
+
+
+@pytest.fixture
+def supervisor_with(tmp_path):
+    """``supervisor_with(config_text=None, **kwargs)``: an in-process Supervisor (real players; by default
+    the fast configuration) whose loop runs on a thread; stopped and checked for leaks after the test."""
+    (tmp_path / "players").mkdir()
+    (tmp_path / "logs").mkdir()
+    leaks = Leaks(tmp_path / "players", threads=True, zombies=True)
+    made: list[tuple[Supervisor, threading.Thread]] = []
+
+    def make(config_text: str | None = None, **kwargs) -> Supervisor:
+        kwargs.setdefault("platforms", _Platforms())
+        sup = Supervisor(loads(textwrap.dedent(config_text or fast_config())), players_dir=str(tmp_path / "players"),
+                         log_dir=str(tmp_path / "logs"), **kwargs)
+        loop = threading.Thread(target=sup.run, name="renderd-supervisor-test", daemon=True)
+        loop.start()
+        made.append((sup, loop))
+        return sup
+
+    yield make
+    for sup, loop in made:
+        sup.request_stop()
+        loop.join(SUPERVISOR_DEADLINE)
+        assert not loop.is_alive(), "the supervisor loop did not finish"
+        sup.close()
+    leaks.check()
+
+
+@pytest.fixture
+def xvfb_spawner():
+    """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
+    as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
+    from renderd.platforms import xvfb
+
+    xvfb._SPAWNER.run(lambda: None, SUPERVISOR_DEADLINE, lambda _result: None)

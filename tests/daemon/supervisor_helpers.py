@@ -1,5 +1,5 @@
 """Helpers shared by the in-process Supervisor tests of the one-player ``demo`` environment
-(``supervisor_with`` from tests/daemon/test_robustness.py)."""
+(``supervisor_with`` from tests/daemon/conftest.py)."""
 
 from __future__ import annotations
 

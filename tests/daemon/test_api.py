@@ -15,25 +15,7 @@ from renderd.daemon.client import ControlClient, connect
 from renderd.errors import ConfigError, LeaseError, PlayerCrashed, RenderdError
 
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
-
-
-def raw_request(path: str, request: bytes) -> tuple[int, dict[str, str], bytes]:
-    """One HTTP request written by hand on the unix socket; returns status, headers, body."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(10)
-        s.connect(path)
-        s.sendall(request)
-        data = b""
-        while True:
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode().split("\r\n")
-    status = int(lines[0].split()[1])
-    headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-    return status, headers, body
+from tests.helpers.control_review14e import raw_request
 
 
 def env_body(**keys):

@@ -14,7 +14,7 @@ from renderd.daemon.client import connect
 from renderd.errors import ConfigError, LeaseError, PlayerCrashed
 
 from tests.daemon.conftest import PLAYER, fast_config
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 
 
 def test_a_release_body_with_an_unknown_key_is_refused_and_the_lease_kept(daemon):

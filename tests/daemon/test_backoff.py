@@ -12,7 +12,6 @@ from renderd.daemon.supervisor import State, Supervisor
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import only_player as _player
 from tests.daemon.supervisor_helpers import ready_pid as _ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
 

@@ -4,7 +4,7 @@ it), not only that the deadline passed."""
 from __future__ import annotations
 
 from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 
 
 def test_a_player_that_never_opens_server_pipe_is_failed_with_what_renderd_saw(daemon):

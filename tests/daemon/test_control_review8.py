@@ -7,7 +7,6 @@ import http.client
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
@@ -16,28 +15,8 @@ import pytest
 
 from renderd.daemon.client import ControlClient, connect
 from renderd.errors import ConfigError, LeaseError, RenderdError
-from tests.daemon.conftest import PLAYER, RENDERD, fast_config
-from tests.daemon.test_api import raw_request
-
-#: Deadline for one ``renderd`` command run by these tests (they never start players).
-COMMAND_TIMEOUT = 60.0
-
-
-def run_renderd(*args: str, stdout=subprocess.PIPE, timeout: float = COMMAND_TIMEOUT,
-                env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """``renderd ARGS`` as a child process; killed (and the test failed) if it outlives ``timeout``."""
-    proc = subprocess.Popen([*RENDERD, *args], stdout=stdout, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
-                            env={**os.environ, **(env or {})})
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for child in psutil.Process(proc.pid).children(recursive=True):
-            child.kill()
-        proc.kill()
-        proc.communicate()
-        pytest.fail(f"renderd {' '.join(args)} still ran after {timeout} s")
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err.decode(errors="replace"))
-
+from tests.daemon.conftest import PLAYER, fast_config
+from tests.helpers.control_review14e import raw_request, run_renderd
 
 # -- names holding '/' -------------------------------------------------------------------------------------------
 

@@ -1,6 +1,6 @@
 """The supervisor when changes overlap: a scale-down undone while the players it retired are still leased; a
 graceful stop whose player stops end as the loop ends; what a reload that scales an environment says.
-Real players, real FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+Real players, real FIFOs, an in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from renderd.daemon.supervisor import State, Supervisor
 from renderd.protocol import encode_action
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 
 def _demo(instances: int):

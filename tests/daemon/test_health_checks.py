@@ -5,21 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import select
 import signal
-import time
 
 import pytest
 
 import renderd
 from renderd.daemon.supervisor import State, Supervisor
 from renderd.errors import LeaseError
-from renderd.protocol import Decoder, FieldType, decode_metadata, encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import send_slow_action
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
-
-DEADLINE = 20.0
+from tests.helpers.health_review14e import DEADLINE, _config, _player, _step
 
 
 def FAST_TICKS(now: float) -> float:
@@ -28,44 +23,12 @@ def FAST_TICKS(now: float) -> float:
     return 0.05
 
 
-def _config(interval: float, step_timeout: float = 20.0) -> str:
-    return fast_config(extra=f"health_interval = {interval}").replace(
-        "step_timeout = 20.0", f"step_timeout = {step_timeout}"
-    )
-
-
-def _player(sup: Supervisor):
-    with sup.lock:
-        players = sup.environments["demo"].players
-        return players[0] if players else None
-
-
 def _ready(sup: Supervisor):
     def ready():
         p = _player(sup)
         return p if p is not None and p.state == State.READY else None
 
     return wait_for(ready, DEADLINE, "the demo player READY")
-
-
-def _step(answer: dict, seq: int) -> int:
-    """As a leased client: send ``Pass`` with ``seq`` on the lease's pipes; the sequenceId of the answer."""
-    rfd = os.open(answer["server_pipe"], os.O_RDONLY | os.O_NONBLOCK)
-    wfd = os.open(answer["client_pipe"], os.O_WRONLY | os.O_NONBLOCK)
-    try:
-        os.write(wfd, b"".join(encode_action({"action": "Pass", "sequenceId": seq})))
-        decoder = Decoder()
-        deadline = time.monotonic() + DEADLINE
-        while not decoder.has_message:
-            assert select.select([rfd], [], [], max(0.0, deadline - time.monotonic()))[0], "no answer in time"
-            data = os.read(rfd, 1 << 20)
-            assert data, "end of file"
-            decoder.receive_data(data)
-        message = decoder.next_message()
-        return decode_metadata(message.first(FieldType.METADATA))["sequenceId"]
-    finally:
-        os.close(wfd)
-        os.close(rfd)
 
 
 def test_a_healthy_idle_player_answers_its_checks_and_serves_its_next_client(supervisor_with):

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 
 from renderd.daemon.supervisor import State
-from tests.daemon.test_health_checks import DEADLINE, _config, _player
 from tests.daemon.conftest import wait_for
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.health_review14e import DEADLINE, _config, _player
 
 
 def test_the_first_check_goes_out_health_interval_after_the_player_came_up(supervisor_with):

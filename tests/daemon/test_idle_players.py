@@ -19,7 +19,6 @@ import renderd
 from renderd.errors import LeaseError
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 15.0
 ODD_PLAYER = str(Path(__file__).with_name("odd_player.py"))

@@ -20,7 +20,6 @@ from renderd.process import PlayerProcess
 from renderd.transport.fifo import FifoChannel
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 

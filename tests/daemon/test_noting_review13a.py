@@ -16,7 +16,6 @@ import renderd.process as process_mod
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 

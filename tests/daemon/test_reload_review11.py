@@ -2,7 +2,7 @@
 ``stop_grace``) change without replacing any player and are used from then on; an environment declared again while
 its removal is under way (DELETE, a reload that dropped it) gets players of its own, and none of the removed
 declaration serves it; a changed backoff re-times the restarts being waited for. Real players, real FIFOs: an
-in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``) where the loop's passes are counted,
+in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``) where the loop's passes are counted,
 a real ``renderd start`` where the reload and the API are."""
 
 from __future__ import annotations
@@ -18,53 +18,21 @@ from pathlib import Path
 
 import pytest
 
-from renderd.config import IN_PLACE_KEYS, EnvironmentConfig, loads, settings
+from renderd.config import IN_PLACE_KEYS, EnvironmentConfig, settings
 from renderd.daemon.client import connect
 from renderd.daemon.leases import LeaseEnd
 from renderd.daemon.supervisor import State
 from renderd.errors import LeaseError, PlayerCrashed
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
-
-#: A player that takes its time to stop: its shell ignores SIGTERM (the player itself exits on it) and lives on
-#: until the SIGKILL that ends ``stop_grace``.
-SLOW_TO_STOP = f'["/bin/sh", "-c", "trap \\"\\" TERM; {PLAYER} --static-frame; exec sleep 60"]'
-
-
-def _config(text: str):
-    return loads(textwrap.dedent(text))
-
-
-def _demo(text: str) -> EnvironmentConfig:
-    return _config(text).environments["demo"]
+from tests.helpers.reload_review14e import SLOW_TO_STOP, _config, _counting, _demo, _ticks
 
 
 def _players(sup, name: str = "demo") -> list[tuple[int, str, int | None]]:
     with sup.lock:
         env = sup.environments.get(name)
         return [] if env is None else [(p.index, p.state.value, p.pid) for p in env.players]
-
-
-def _ticks(ticks: list[float], n: int, sup) -> None:
-    """Wait until the supervisor's loop has run ``n`` more passes (woken at each poll)."""
-    start = len(ticks)
-
-    def passed() -> bool:
-        sup.wake()
-        return len(ticks) >= start + n
-
-    wait_for(passed, DEADLINE, f"{n} passes of the supervisor's loop")
-
-
-def _counting():
-    ticks: list[float] = []
-
-    def tick(now: float) -> None:
-        ticks.append(now)
-
-    return ticks, tick
 
 
 # -- 1. keys a running player never sees ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """How reloads and PUTs reach running players, continued: a change of ``restart`` decides the restarts it finds
 waiting and the players it finds exited. Real players, real FIFOs: an in-process Supervisor
-(tests/daemon/test_robustness.py's ``supervisor_with``) where the loop's passes are counted, a real
+(tests/daemon/conftest.py's ``supervisor_with``) where the loop's passes are counted, a real
 ``renderd start`` where the reload's log is."""
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ from renderd.daemon.supervisor import State, _pending_bytes
 from renderd.protocol import encode_action
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_reload_review11 import SLOW_TO_STOP, _config, _counting, _demo, _ticks
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
+from tests.helpers.reload_review14e import SLOW_TO_STOP, _config, _counting, _demo, _ticks
 
 
 SLOW_BACKOFF = {"backoff_initial = 0.05": "backoff_initial = 30.0", "backoff_max = 0.2": "backoff_max = 60.0"}

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tests.daemon.conftest import fast_config, wait_for
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 
 
 def _reload(d, previous: float | None) -> dict:

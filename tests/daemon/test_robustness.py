@@ -9,21 +9,18 @@ import re
 import signal
 import socket
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from renderd.config import loads
 from renderd.daemon import client as control_client
 from renderd.daemon.client import ControlClient, connect
 from renderd.daemon.service import _Platforms
 from renderd.daemon.supervisor import Supervisor
 from renderd.errors import LeaseError, PlatformError, RenderdError
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
-from tests.helpers.leaks import Leaks
 
 DEADLINE = 20.0
 ODD_PLAYER = str(Path(__file__).with_name("odd_player.py"))
@@ -246,33 +243,6 @@ def test_a_lock_file_that_cannot_be_opened_is_one_clear_line(daemon, tmp_path):
     d = daemon(fast_config(), ready=False, runtime_dir=str(runtime))
     assert d.wait_exit() == 1
     assert "cannot open the lock file" in d.output() and "Traceback" not in d.output(), d.output()
-
-
-@pytest.fixture
-def supervisor_with(tmp_path):
-    """``supervisor_with(config_text=None, **kwargs)``: an in-process Supervisor (real players; by default
-    the fast configuration) whose loop runs on a thread; stopped and checked for leaks after the test."""
-    (tmp_path / "players").mkdir()
-    (tmp_path / "logs").mkdir()
-    leaks = Leaks(tmp_path / "players", threads=True, zombies=True)
-    made: list[tuple[Supervisor, threading.Thread]] = []
-
-    def make(config_text: str | None = None, **kwargs) -> Supervisor:
-        kwargs.setdefault("platforms", _Platforms())
-        sup = Supervisor(loads(textwrap.dedent(config_text or fast_config())), players_dir=str(tmp_path / "players"),
-                         log_dir=str(tmp_path / "logs"), **kwargs)
-        loop = threading.Thread(target=sup.run, name="renderd-supervisor-test", daemon=True)
-        loop.start()
-        made.append((sup, loop))
-        return sup
-
-    yield make
-    for sup, loop in made:
-        sup.request_stop()
-        loop.join(DEADLINE)
-        assert not loop.is_alive(), "the supervisor loop did not finish"
-        sup.close()
-    leaks.check()
 
 
 def _demo_ready(sup: Supervisor) -> bool:

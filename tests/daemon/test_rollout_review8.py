@@ -1,7 +1,7 @@
 """A changed configuration rolled out over running players (a reload, a PUT): one player at a time, held while the
 new configuration does not come up; a reload leaves alone the players of environments it does not change; an
 HTTP player's end never makes the supervisor wait on its FIFO pump with its lock held. Real players, real FIFOs,
-an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+an in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from renderd.daemon.service import _HttpPlayers
 from renderd.daemon.supervisor import State
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 #: An executable that exits at once, before any first frame: a build that does not come up.

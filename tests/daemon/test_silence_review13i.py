@@ -18,7 +18,6 @@ import pytest
 from renderd.daemon.supervisor import Supervisor, _pending_bytes
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 #: The first 8 bytes of a first message: a METADATA header declaring 16 bytes, then 3 of them.

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 
 from tests.daemon.conftest import PLAYER, RENDERD, STOP_TIMEOUT
-from tests.daemon.test_control_review8 import run_renderd
+from tests.helpers.control_review14e import run_renderd
 from tests.helpers.leaks import wait_for
 
 CONFIG = f"""

@@ -14,7 +14,6 @@ from renderd.errors import LeaseError
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import only_player as _player
 from tests.daemon.supervisor_helpers import ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 
 DEADLINE = 20.0
 #: A player run by a shell that ignores SIGTERM (the player sets its own handler and exits of it; the shell then

@@ -1,5 +1,5 @@
 """Supervisor edge cases: a lease request for an environment that wants no player. Real players, real FIFOs: an
-in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ import pytest
 from renderd.errors import LeaseError
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
-from tests.daemon.test_reload_review11 import _config, _demo
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.reload_review14e import SLOW_TO_STOP, _config, _demo
 
 
 # -- 1. instances = 0 -------------------------------------------------------------------------------------------
@@ -137,8 +136,6 @@ def test_a_retiring_players_log_is_kept_when_the_new_player_of_its_index_restart
     # The new player of a redeclared environment shares index 0 with the retired one still stopping, whose log was
     # moved to demo.0.log.1. The new player's restart moved its own log there, over the retiring player's, which
     # went on writing in a file that no name reached any more, while its status named the new player's old log.
-    from tests.daemon.test_reload_review11 import SLOW_TO_STOP
-
     text = fast_config(executable=SLOW_TO_STOP).replace("stop_grace = 2.0", "stop_grace = 30.0")
     sup = supervisor_with(text)
     old = ready_pid(sup)

@@ -1,6 +1,6 @@
 """A reload that lowers max_boot_failures and, in the same file, changes the environment whose player failed to
 boot: the failures were the previous configuration's; the new one is started, not given up. Real players, real
-FIFOs: an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+FIFOs: an in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import threading
 
 from tests.daemon.conftest import fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE
-from tests.daemon.test_reload_review11 import _config
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.reload_review14e import _config
 
 
 def test_a_reload_that_fixes_the_environment_and_lowers_max_boot_failures_starts_the_fix(supervisor_with):

@@ -19,20 +19,10 @@ from renderd.daemon.supervisor import State
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, only_player, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
 MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
-
-
-@pytest.fixture
-def xvfb_spawner():
-    """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
-    as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
-    from renderd.platforms import xvfb
-
-    xvfb._SPAWNER.run(lambda: None, DEADLINE, lambda _result: None)
 
 
 def _loop_thread() -> threading.Thread:

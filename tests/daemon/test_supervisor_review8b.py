@@ -20,21 +20,13 @@ from tests.daemon.supervisor_helpers import (
     ready_pid,
     send_slow_action,
 )
-from tests.daemon.test_health_checks import _step
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
+from tests.helpers.health_review14e import _step
 from tests.helpers.leaks import pid_gone
 
 needs_xvfb = pytest.mark.skipif(shutil.which("Xvfb") is None, reason="Xvfb is not installed")
 MANAGED = 'platform = "Linux64"\n    x_display = "managed"\n    width = 64\n    height = 48'
 #: How long a control request may take while the supervisor waits on an Xvfb (it should not wait at all).
 ANSWER_BOUND = 2.0
-
-
-@pytest.fixture
-def xvfb_spawner():
-    """The managed displays' spawner thread, started before ``supervisor_with`` counts threads: it lives as long
-    as the process, by design (it forks every Xvfb, which dies with the thread that forked it)."""
-    xvfb._SPAWNER.run(lambda: None, DEADLINE, lambda _result: None)
 
 
 def _health_config(interval: float) -> str:

@@ -1,5 +1,5 @@
 """The supervisor while a rollout is held, and its lock while it cleans up after a player: real players, real
-FIFOs, an in-process Supervisor (tests/daemon/test_robustness.py's ``supervisor_with``)."""
+FIFOs, an in-process Supervisor (tests/daemon/conftest.py's ``supervisor_with``)."""
 
 from __future__ import annotations
 
@@ -19,8 +19,6 @@ from renderd.errors import LeaseError
 from renderd.process import PlayerProcess
 from tests.daemon.conftest import PLAYER, fast_config, wait_for
 from tests.daemon.supervisor_helpers import DEADLINE, ready_pid
-from tests.daemon.test_robustness import supervisor_with  # noqa: F401  (a fixture)
-from tests.daemon.test_supervisor_review8b import xvfb_spawner  # noqa: F401  (a fixture)
 from tests.helpers.leaks import pid_gone
 
 #: An executable that exits at once, before any first frame: a build that does not come up.

@@ -8,7 +8,7 @@ import socket
 import time
 
 from renderd.daemon.api import MAX_BODY_SIZE
-from tests.daemon.test_api import raw_request
+from tests.helpers.control_review14e import raw_request
 
 
 def test_oversize_control_request_is_refused_before_its_body_is_read(secure_daemon) -> None:
