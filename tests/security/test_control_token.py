@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, fast_config, wait_for
-
-from .test_remote_control import call, http_address
+from tests.helpers.http_control_review14e import call, http_address
 
 TOKEN = "first-control-token-0123456789"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.security.test_remote_control import call, control_token
+from tests.helpers.http_control_review14e import call, control_token
 
 
 def test_a_lease_request_over_the_http_listener_is_refused_and_leases_nothing(secure_daemon) -> None:
