@@ -7,60 +7,15 @@ never renders again): its next answer must not depend on whether the view is new
 
 from __future__ import annotations
 
-import os
-import select
-import shutil
-import signal
-import subprocess
-import time
-
 import pytest
 
 from tests.helpers.fifo_driver import PlayerExited
+from tests.helpers.xvfb_review14e import _Xvfb
 
 pytest.importorskip("moderngl")
 pytest.importorskip("Xlib")
 
-#: Deadline for the test Xvfb to announce its display, and for it to be gone after SIGKILL.
-XVFB_DEADLINE = 10.0
 FAST = ["-screen-width", "32", "-screen-height", "24", "--renderer", "gl"]
-
-
-class _Xvfb:
-    """An Xvfb with GLX started with -displayfd; ``kill()`` SIGKILLs and reaps it."""
-
-    def __init__(self) -> None:
-        binary = shutil.which("Xvfb")
-        if binary is None:
-            pytest.skip("Xvfb is not installed")
-        read_fd, write_fd = os.pipe()
-        self.proc = subprocess.Popen(
-            [binary, "-displayfd", str(write_fd), "-nolisten", "tcp", "-noreset", "+extension", "GLX"],
-            pass_fds=(write_fd,), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            process_group=0,
-        )
-        os.close(write_fd)
-        try:
-            data = b""
-            deadline = time.monotonic() + XVFB_DEADLINE
-            while b"\n" not in data:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, "the test Xvfb did not announce its display"
-                if select.select([read_fd], [], [], remaining)[0]:
-                    chunk = os.read(read_fd, 64)
-                    assert chunk, f"the test Xvfb exited: {self.proc.wait(XVFB_DEADLINE)}"
-                    data += chunk
-        except BaseException:
-            self.kill()
-            raise
-        finally:
-            os.close(read_fd)
-        self.name = f":{int(data.strip())}"
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(XVFB_DEADLINE)
 
 
 @pytest.fixture

@@ -74,7 +74,7 @@ def test_a_gl_player_whose_x_server_is_stopped_still_exits_when_its_client_leave
     # answer within a second, leaves the context to the process's exit: exit 0 at once.
     pytest.importorskip("moderngl")
     pytest.importorskip("Xlib")
-    from tests.player.test_player_gl_display import _Xvfb
+    from tests.helpers.xvfb_review14e import _Xvfb
 
     server = _Xvfb()
     try:

@@ -169,7 +169,7 @@ def test_a_gl_player_whose_x_server_died_still_exits_with_its_own_code(spawn):
 
     pytest.importorskip("moderngl")
     pytest.importorskip("Xlib")
-    from tests.player.test_player_gl_display import _Xvfb
+    from tests.helpers.xvfb_review14e import _Xvfb
 
     server = _Xvfb()
     try:
