@@ -8,30 +8,7 @@ import pytest
 from renderd.errors import ProtocolError
 from renderd.event import FrameAssembler
 from renderd.protocol import Decoder, FieldType, encode_message, encode_metadata
-
-W, H = 5, 4
-
-
-def agent(**kw):
-    a = {
-        "screenWidth": W,
-        "screenHeight": H,
-        "lastAction": "Pass",
-        "lastActionSuccess": True,
-        "errorMessage": "",
-        "depthFormat": "Meters",
-        "thirdPartyCameras": [],
-    }
-    a.update(kw)
-    return a
-
-
-def message(fields):
-    d = Decoder()
-    d.receive_data(b"".join(bytes(memoryview(b).cast("B")) for b in encode_message(fields)))
-    m = d.next_message()
-    assert m
-    return m
+from tests.helpers.event_review14e import H, W, agent, message
 
 
 def bottom_up(img: np.ndarray) -> np.ndarray:

@@ -13,7 +13,7 @@ import pytest
 
 from renderd.event import Event, FrameAssembler
 from renderd.protocol import Decoder, FieldType, encode_message, encode_metadata
-from tests.test_protocol import drain, feed_readv, join
+from tests.helpers.protocol_review14e import drain, feed_readv, join
 
 W, H = 100, 100  # 30,000-byte RGB bodies: above the decoder's small-body limit, so they come from its pool
 

@@ -9,7 +9,7 @@ from renderd.errors import ProtocolError
 from renderd.event import FrameAssembler
 from renderd.protocol import FieldType, encode_metadata
 
-from tests.test_event import agent, message
+from tests.helpers.event_review14e import agent, message
 
 BAD = [
     ({"sequenceId": 0}, "no 'agents' list"),

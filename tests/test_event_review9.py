@@ -9,7 +9,7 @@ from renderd.errors import ProtocolError
 from renderd.event import FrameAssembler
 from renderd.protocol import FieldType, encode_metadata
 
-from tests.test_event import H, W, agent, message
+from tests.helpers.event_review14e import H, W, agent, message
 
 RGB = np.zeros(H * W * 3, np.uint8)
 DEPTH = np.zeros(H * W, "<f4")

@@ -19,7 +19,7 @@ from renderd.protocol import (
     FieldType,
     encode_message,
 )
-from tests.test_protocol import feed_readv, join
+from tests.helpers.protocol_review14e import feed_readv, join
 
 # -- the big-endian length is checked byte by byte ----------------------------------------------------------
 

@@ -6,7 +6,7 @@ import pytest
 
 from renderd.errors import ProtocolError
 from renderd.protocol import HEADER_SIZE, Decoder, FieldType, encode_message, encode_metadata
-from tests.test_protocol import drain, feed_readv, join
+from tests.helpers.protocol_review14e import drain, feed_readv, join
 
 
 def _cut_message(skip: bytes = b"") -> tuple[bytes, int]:

@@ -27,7 +27,7 @@ from renderd.protocol import (
     encode_metadata,
     parse_action,
 )
-from tests.test_protocol import feed_readv, join
+from tests.helpers.protocol_review14e import feed_readv, join
 
 
 def field(ftype: int, body: bytes) -> bytes:

@@ -12,7 +12,7 @@ import pytest
 import renderd
 from renderd.errors import PlayerTimeout, ProtocolError
 from renderd.protocol import HEADER, HEADER_SIZE, NEED_DATA, Decoder, FieldType, encode_message
-from tests.test_protocol import feed_readv, join
+from tests.helpers.protocol_review14e import feed_readv, join
 
 # -- an impossible type byte fails without waiting for the rest of its header ------------------------------
 
