@@ -8,7 +8,6 @@ import gc
 import pickle
 import weakref
 
-import numpy as np
 import pytest
 
 from renderd.event import Event, FrameAssembler

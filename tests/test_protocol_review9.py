@@ -3,7 +3,6 @@ message size limit counts the whole message, and a metadata body cut short says 
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 

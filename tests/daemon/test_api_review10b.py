@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import re
 import socket
@@ -41,7 +40,7 @@ def test_a_request_head_over_the_limit_is_answered_431_as_docs_api_md_says(daemo
     limit = service.API_MAX_HEADER_SIZE
     doc = _doc()
     assert f"a request head at most {limit >> 10} KiB" in doc
-    assert f"a larger head 431 (Request Header Fields Too Large)" in doc, "docs/api.md: what a head over the limit gets"
+    assert "a larger head 431 (Request Header Fields Too Large)" in doc, "docs/api.md: what a head over the limit gets"
     d = daemon(fast_config(instances=0))
     head = b"GET /v1/health HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * limit + b"\r\n\r\n"
     answer = _exchange(d.socket, head)
