@@ -767,7 +767,7 @@ class VectorSession:
                 return
             held = [s for s in self._slots if getattr(s.session, "_fds_held", False)]
             for slot in held:
-                self._forget_fds(slot)
+                self._unpoll(slot)
             leftover, self._leftover = self._leftover, False
         for slot in held:
             self._let_go(slot.session, keep=True)
@@ -809,19 +809,16 @@ class VectorSession:
                 session._hand_over()
                 self._wake(None)
                 return True
-            self._forget_fds(slot)
+            self._unpoll(slot)
             return False
         finally:
             self._call_lock.release()
 
-    def _forget_fds(self, slot: _Slot) -> None:
-        """Take the slot's descriptors out of the poll (its session was closed from outside), leaving what it has in
-        flight as it is: the next look at the slot fails it (:meth:`_closed_outside`)."""
-        self._unpoll(slot)
-
     def _unpoll(self, slot: _Slot) -> None:
         """Take the slot's descriptors out of the poll, except numbers that are another slot's now (its session was
-        closed from outside, see _closed_outside, and the number was given to another slot's pipe)."""
+        closed from outside, see _closed_outside, and the number was given to another slot's pipe). For a slot whose
+        session was closed from outside, what it has in flight is left as it is: the next look at the slot fails it
+        (:meth:`_closed_outside`)."""
         for fd in slot.fds:
             if self._fd_slots.get(fd, slot) is not slot:
                 continue
