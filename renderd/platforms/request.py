@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import platform as _platform
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,8 @@ class PlatformRequest:
     ``DISPLAY``, ``CUDA_VISIBLE_DEVICES`` ...).
 
     Raises :class:`renderd.errors.ConfigError` for a value that can never be right (an unknown
-    platform, a non-positive size, a negative GPU index).
+    platform, a non-positive size, ``gpus`` that is not a list of distinct non-negative integers: a
+    negative index, a GPU listed twice, a string or a single number; ``None`` is no GPUs).
     """
 
     platform: str = "auto"
@@ -56,10 +57,20 @@ class PlatformRequest:
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"must be a positive integer, got {value!r}", key=key)
+        if self.gpus is None:
+            object.__setattr__(self, "gpus", ())
+        if isinstance(self.gpus, str | bytes) or not isinstance(self.gpus, Iterable):
+            # (a string would be taken apart character by character, and an int is not a list at all)
+            raise ConfigError(f"must be a list of GPU indices such as [0, 1], got {self.gpus!r}", key="gpus")
         gpus = tuple(self.gpus)
         for gpu in gpus:
             if isinstance(gpu, bool) or not isinstance(gpu, int) or gpu < 0:
-                raise ConfigError(f"GPU indices must be non-negative integers, got {gpu!r}", key="gpus")
+                raise ConfigError(
+                    f"GPU indices must be non-negative integers, got {gpu!r} in {list(gpus)!r}", key="gpus"
+                )
+        twice = sorted({gpu for gpu in gpus if gpus.count(gpu) > 1})
+        if twice:  # (as the configuration's gpus key and renderd doctor --gpus refuse it)
+            raise ConfigError(f"{list(gpus)!r} lists GPU {twice[0]} twice; each device is listed once", key="gpus")
         object.__setattr__(self, "gpus", gpus)
         if self.x_display is not None and not isinstance(self.x_display, str):
             raise ConfigError(f"must be a string or None, got {self.x_display!r}", key="x_display")
