@@ -65,10 +65,13 @@ class Linux64(Platform):
         # player gets a screen of it or nothing, never another display found around it.
         named = None if request.display_given else (request.env or {}).get("DISPLAY")
         explicit = request.display_given or bool(named)
-        if request.display_given:
-            candidates = [self._candidate(request.x_display or "", wanted)]
-        elif named:
-            candidates = [self._candidate(str(named), wanted)]
+        if explicit:
+            source = f"x_display={request.x_display!r}" if request.display_given else f"DISPLAY={named!r} in env"
+            candidate = self._candidate(request.x_display or "" if request.display_given else str(named), wanted)
+            conflict = self._screen_conflict(candidate, source, request.gpus)
+            if conflict is not None:
+                return self.report(request, [conflict], instructions="", notes=plan.notes)
+            candidates = [candidate]
         else:
             names = []
             if env.get("DISPLAY"):  # named explicitly: used even if it is a display renderd manages
@@ -171,6 +174,24 @@ class Linux64(Platform):
             )
         screens = wanted if wanted is not None else ([parsed.screen] if parsed.screen is not None else None)
         return _Candidate(name, parsed, screens)
+
+    @staticmethod
+    def _screen_conflict(candidate: _Candidate, source: str, gpus: tuple[int, ...]) -> str | None:
+        """Why an explicitly named screen (``:1.1``) and ``gpus`` disagree, or None. ``gpus`` choose each
+        instance's screen on a display (see :func:`renderd.platforms.gpus.plan_screens`); a name with another
+        screen in it would be silently overridden."""
+        parsed = candidate.parsed
+        if parsed is None or parsed.screen is None or candidate.screens is None:
+            return None
+        others = sorted(set(candidate.screens) - {parsed.screen})
+        if not others:
+            return None
+        listed = ", ".join(str(s) for s in sorted(set(candidate.screens)))
+        return (
+            f"{source} names screen {parsed.screen}, but gpus={list(gpus)} put players on screen(s) {listed} of "
+            f"{parsed.base} (one screen per GPU); fix: name the display without a screen ({parsed.base!r}) to "
+            f"spread players over its screens by GPU, or leave gpus out to render on screen {parsed.screen}"
+        )
 
     @staticmethod
     def _judge(candidate: _Candidate, found: x11.DisplayFacts, request: PlatformRequest) -> None:
