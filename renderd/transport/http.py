@@ -1195,12 +1195,14 @@ class _Closed(Exception):
     peer reset the connection, ECONNRESET)."""
 
     def __init__(self, message: str, by_server: str | None = None, failure: str | None = None,
-                 reset: bool = False) -> None:
+                 reset: bool = False, *, stalled: bool = False, ended: bool = False) -> None:
         super().__init__(message)
         self.by_server = by_server
         self.between_requests = False
         self.failure = failure
         self.reset = reset
+        self.stalled = stalled  # inside a request, nothing arrived for REQUEST_TIMEOUT
+        self.ended = ended  # the peer closed its sending side (end of file)
 
 
 def _keepalive_seconds() -> int:
@@ -1333,12 +1335,12 @@ class _Connection:
                 if idle is not None:
                     idle = (time.monotonic() + self._idle_past(idle), idle[1])
                     continue
-                raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s") from None
+                raise _Closed("timed out", f"a request sent nothing more for {timeout:g} s", stalled=True) from None
             finally:
                 if idle is not None:
                     self._wait_idle(False)
             if n == 0:
-                raise _Closed("end of input")
+                raise _Closed("end of input", ended=True)
             return n
 
     def _idle_past(self, idle: tuple[float, str]) -> float:
@@ -1392,6 +1394,9 @@ class _Connection:
                 self.have += self._recv_into(self.view[self.have :], idle if deadline is None else None, deadline)
             except _Closed as exc:
                 exc.between_requests = deadline is None
+                if deadline is not None:
+                    self._incomplete(exc, f"the request head stopped after {self.have} bytes, before its end "
+                                          "(an empty line)")
                 raise
 
     def _read_body(self, start: int, length: int) -> bytearray:
@@ -1421,10 +1426,25 @@ class _Connection:
                 except MemoryError:
                     raise self._no_memory(length) from None
                 target = memoryview(body)
-            got += self._recv_into(target[got:], None, deadline)
+            try:
+                got += self._recv_into(target[got:], None, deadline)
+            except _HttpError as exc:  # (its whole-body deadline: say how much of it came)
+                raise _HttpError(exc.status, f"{exc.message}: {got} of its {length} bytes arrived") from None
+            except _Closed as exc:
+                self._incomplete(exc, f"the request body stopped after {got} of its {length} bytes (Content-Length)")
+                raise
         target.release()
         self.last_body = length
         return body
+
+    def _incomplete(self, exc: _Closed, what: str) -> None:
+        """A request in progress got no further (``what``: how far it came). A stall is answered 408 (raised); a
+        client that shut its sending side can still read, so it is told (400) before the connection closes, and
+        ``exc`` (the peer closed it, a hang-up) is raised by the caller; a failed connection gets nothing."""
+        if exc.stalled:
+            raise _HttpError(408, f"{what}: nothing more arrived for {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)") from None
+        if exc.ended:
+            self._send(_error_bytes(400, f"{what}: the client closed its side of the connection"))
 
     def _no_memory(self, length: int) -> _HttpError:
         """The refusal of a body this process has no memory for (503, the connection closed): the player is
