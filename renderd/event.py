@@ -44,6 +44,7 @@ from __future__ import annotations
 import copy
 from abc import abstractmethod
 import math
+import numbers
 import warnings
 import weakref
 from collections.abc import Mapping
@@ -234,6 +235,12 @@ class AgentMetadata(dict):
                 f"event.metadata[{key!r}] (deprecated) stands for event.metadata[{stand_in!r}], "
                 "which the player did not send"
             ) from None
+
+
+def _clip(value: Any, limit: int = 100) -> str:
+    """``repr(value)``, cut to ``limit`` characters (``...`` added), for an error message."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def _color_key(color: Any, alpha: int) -> int | None:
@@ -613,16 +620,33 @@ class Event:
     def _make_color_maps(self) -> tuple[dict[tuple[int, ...], str], dict[str, tuple[int, ...]]]:
         to_id: dict[tuple[int, ...], str] = {}
         to_color: dict[str, tuple[int, ...]] = {}
-        for c in self.metadata.get("colors") or ():
-            key = tuple(c["color"])
-            to_id[key] = c["name"]
-            to_color[c["name"]] = key
+        colors = self.metadata.get("colors")
+        if not colors:
+            return to_id, to_color
+        if not isinstance(colors, list):
+            raise ProtocolError(
+                f"metadata colors is {type(colors).__name__} {_clip(colors)}; expected a list of "
+                "{name, color} maps",
+                field_type=FieldType.METADATA,
+            )
+        for i, c in enumerate(colors):
+            name = c.get("name") if isinstance(c, dict) else None
+            color = c.get("color") if isinstance(c, dict) else None
+            key = tuple(color) if isinstance(color, (list, tuple)) else None
+            if not isinstance(name, str) or key is None or not all(isinstance(v, numbers.Real) for v in key):
+                raise ProtocolError(
+                    f"metadata colors[{i}] is {_clip(c)}; expected a map with a string 'name' and a list "
+                    "of numbers 'color'",
+                    field_type=FieldType.METADATA,
+                )
+            to_id[key] = name
+            to_color[name] = key
         return to_id, to_color
 
     @property
     def color_to_object_id(self) -> dict[tuple[int, ...], str]:
         """Segmentation colour ``(r, g, b)`` -> the name ``colors`` gives it (an object id or a type);
-        built once per event."""
+        built once per event. A malformed ``colors`` is a :class:`ProtocolError` naming the entry."""
         return self._get_derived("_color_maps")[0]
 
     @property
