@@ -15,6 +15,8 @@ import logging
 import os
 import pwd
 import re
+import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -32,6 +34,8 @@ X11_PROBE_TIMEOUT = 10.0
 X11_PROBE_PARALLEL = 4
 #: Where X servers put their local sockets (``X<n>``).
 X11_SOCKET_DIR = "/tmp/.X11-unix"
+#: Deadline for connecting to a local X server's socket (to tell whether one runs there).
+LOCAL_SOCKET_TIMEOUT = 1.0
 #: The root depth Unity's X11 player needs.
 REQUIRED_DEPTH = 24
 
@@ -256,6 +260,8 @@ def screen_reasons(
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
         if facts.error_kind == "refused":
             return [_refused_reason(facts, base)]
+        if remote and facts.error_kind == "connect" and _local_server_socket(parsed) is not None:
+            return [_tcp_only_reason(facts, parsed, screen)]
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         # with every screen up to the one asked for: a server with screen 0 only would fail the next check
         screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
@@ -326,6 +332,40 @@ _PROBE_FIXES = {
         f"{_PROBE_SCRIPT} {facts.name}` to see why (renderd's Python installation may be broken)"
     ),
 }
+
+
+def _local_server_socket(parsed: DisplayName) -> str | None:
+    """The socket of a local X server on display ``parsed.number`` when ``parsed`` names this machine by a host
+    name (``localhost:1``, ``127.0.0.1:1``, its own name), else None. Such a name is reached over TCP, which X
+    servers do not listen on unless told to (``-listen tcp``)."""
+    if parsed.host.strip("[]").lower() not in {"localhost", "127.0.0.1", "::1", socket.gethostname().lower()}:
+        return None
+    path = os.path.join(X11_SOCKET_DIR, f"X{parsed.number}")
+    try:
+        if not stat.S_ISSOCK(os.lstat(path).st_mode):
+            return None
+    except OSError:
+        return None
+    # A socket left by a server that died is no server: something must accept the connection.
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        sock.settimeout(LOCAL_SOCKET_TIMEOUT)
+        sock.connect(path)
+    except OSError:
+        return None
+    finally:
+        sock.close()
+    return path
+
+
+def _tcp_only_reason(facts: DisplayFacts, parsed: DisplayName, screen: int) -> str:
+    local = f":{parsed.number}" if screen == 0 else f":{parsed.number}.{screen}"
+    return (
+        f"X display {facts.name} is not reachable: {facts.error}; fix: an X server runs on this machine's display "
+        f":{parsed.number} ({_local_server_socket(parsed)}), but {parsed.host}:{parsed.number} is reached over TCP, "
+        f"which it does not listen on (X servers do not by default): use {local!r} to reach it through its "
+        f"socket, or restart it with -listen tcp (starting another server there fails: the display is taken)"
+    )
 
 
 #: Where an X server on this machine locks its display number (it holds the server's pid).
