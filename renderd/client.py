@@ -49,6 +49,7 @@ from renderd.process import (
     PlayerOnDisplay,
     PlayerProcess,
     check_frame_size,
+    endpoint_variable_error,
     player_argv,
     player_env,
     resolve_executable,
@@ -1009,6 +1010,9 @@ def _checked_args_env(
         if not isinstance(name, str) or not name or "=" in name or "\0" in name:
             raise ConfigError(f"environment variable name {name!r} is not a non-empty string without '=' or NUL",
                               key="env")
+        reason = endpoint_variable_error(name)
+        if reason is not None:
+            raise ConfigError(reason, key="env")
         if isinstance(value, os.PathLike):
             value = os.fspath(value)
         if isinstance(value, bool) or not isinstance(value, (str, numbers.Real)):  # (numpy's bool is no Real)

@@ -45,6 +45,7 @@ from typing import Any, Callable, Mapping
 import click
 
 from renderd.errors import ConfigError
+from renderd.process import endpoint_variable_error
 from renderd.protocol import MAX_RESOLUTION
 
 __all__ = [
@@ -446,6 +447,9 @@ def _env(value: dict[str, str]) -> str | None:
     for name in value:
         if not name or "=" in name or "\0" in name:
             return f"{name!r} is not a valid environment variable name"
+        reason = endpoint_variable_error(name)
+        if reason is not None:
+            return reason
     display = value.get("DISPLAY", "")
     if display and not _X_DISPLAY.fullmatch(display):  # it names the player's display, as x_display does
         return f"DISPLAY {display!r} is not an X display name such as ':0' or ':1.0' (or empty)"
@@ -638,7 +642,9 @@ class EnvironmentConfig:
         help="Extra environment variables for the player; the platform's probes run with them too, and they "
         "override the platform's variables, except `DISPLAY`: a `DISPLAY = \":1\"` here names display `:1` "
         "(as `x_display` does, so it must be an X display name, or empty, and cannot go with an `x_display` other "
-        "than `auto`), and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). Values of names "
+        "than `auto`), and each player gets the screen chosen on it (`:1.0`, `:1.1` ...). The player's endpoint "
+        "(`AI2THOR_SERVER_TYPE`, `AI2THOR_FIFO_SERVER_PIPE_PATH`, `AI2THOR_FIFO_CLIENT_PIPE_PATH`, `AI2THOR_HOST`, "
+        "`AI2THOR_PORT`, `AI2THOR_CLIENT_TOKEN`) is renderd's to set and is refused here. Values of names "
         "containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` "
         "and the control API.",
         check=_env,

@@ -49,6 +49,7 @@ __all__ = [
     "DEFAULT_QUALITY",
     "DEFAULT_STOP_GRACE",
     "ENDPOINT_VARIABLES",
+    "endpoint_variable_error",
     "NOT_INHERITED",
     "SERVICE_MANAGER_VARIABLES",
     "resolve_executable",
@@ -107,6 +108,18 @@ ENDPOINT_VARIABLES = (
     "AI2THOR_PORT",
     "AI2THOR_CLIENT_TOKEN",
 )
+
+
+def endpoint_variable_error(name: str) -> str | None:
+    """Why ``name`` may not be given in a player's explicit ``env``: the :data:`ENDPOINT_VARIABLES` are set by
+    renderd for each player, and one set otherwise would point the player at pipes or a server renderd does
+    not read (a build would then wait for its peer until the start timeout). None for any other name."""
+    if name in ENDPOINT_VARIABLES:
+        return (f"{name} is the player's endpoint, which renderd sets for each player; remove it from env "
+                f"(a player told another endpoint would never reach renderd)")
+    return None
+
+
 #: Variables a service manager gives the process it runs (systemd's notification socket and watchdog, socket
 #: activation): they are about renderd's own process, not the player's. A player that inherited NOTIFY_SOCKET
 #: could tell systemd that the daemon is ready or stopping wherever the unit's NotifyAccess lets it.
