@@ -79,7 +79,7 @@ HTTP_MIN_THREADS = 8
 #: socket's connections (waitress's ``connection_limit``) for long: a client sends its request at once. Well under
 #: the control client's own timeout (``renderd.daemon.client.DEFAULT_REQUEST_TIMEOUT``), so that a socket whose
 #: every connection is held answers ``renderd status`` still. A request being served (a lease request waiting for
-#: a player) is never cut.
+#: a player) is never cut. A request begun and not whole by then is answered 408 first, saying how much of it came.
 API_READ_TIMEOUT = 5
 #: Seconds between two checks of the control connections' read deadlines.
 API_CLEANUP_INTERVAL = 1
@@ -399,8 +399,13 @@ def _control_channel() -> type:
     ``client_pid`` is checked against."""
     from waitress.channel import HTTPChannel
     from waitress.task import ErrorTask, WSGITask
+    from waitress.utilities import BadRequest, Error
 
     from renderd.daemon.api import PEER_PID_KEY
+
+    class RequestTimeout(Error):
+        code = 408
+        reason = "Request Timeout"
 
     class JsonErrorTask(ErrorTask):
         def execute(self) -> None:
@@ -465,11 +470,46 @@ def _control_channel() -> type:
                 self._close_when_answered()
 
         def _close_when_answered(self) -> None:
-            """No more requests can come: close once those under way are answered (a half-sent one never is)."""
+            """No more requests can come: close once those under way are answered, and a half-sent one with a 400
+            saying so (the client reads on)."""
             with self.requests_lock:
                 if not (self.requests or self.serving):
-                    self.close_when_flushed = True
+                    if not self._refuse_incomplete(BadRequest, "cut short: the client shut its sending side"):
+                        self.close_when_flushed = True
             self.server.pull_trigger()
+
+        def refuse_overdue(self) -> bool:
+            """The read deadline passed (server loop thread): answer a request that has begun to arrive and is not
+            whole with a 408 saying how much of it came, then close. Returns False when none has begun."""
+            with self.requests_lock:
+                if self.requests or self.serving:
+                    return False
+                return self._refuse_incomplete(
+                    RequestTimeout, f"not whole within {API_READ_TIMEOUT:g} s (renderd.daemon.service.API_READ_TIMEOUT)")
+
+        def _refuse_incomplete(self, error: type, why: str) -> bool:
+            """Queue the answer ``error`` to the request begun and not whole (``requests_lock`` held), as waitress
+            queues its own refusals: the error task answers, and the connection closes once that is written.
+            Returns False when no request has begun."""
+            request = self.request
+            if request is None or request.completed or not (request.header_plus.strip() or request.headers_finished):
+                return False
+            if request.headers_finished:
+                if request.chunked:
+                    came = f"{request.body_bytes_received} byte(s) of its chunked body came (no last chunk)"
+                else:
+                    came = f"{request.body_bytes_received} of its {request.content_length} body byte(s) came"
+                what = f"{request.command} {request.path} request"
+            else:
+                came = f"{len(request.header_plus)} byte(s) of its head came (no blank line ending it)"
+                what = "request"
+                request.parse_header(b"GET / HTTP/1.0\r\n")  # (what waitress does with a head it refuses)
+            request.error = error(f"the {what} was {why}; {came}")
+            request.completed = True
+            self.request = None
+            self.requests.append(request)
+            self.server.add_task(self)
+            return True
 
         def _peer_gone(self) -> bool:
             """Whether the client closed its end altogether (POLLHUP on a unix socket), not just its sending side."""
@@ -497,8 +537,11 @@ def _close_overdue_channels(server: Any) -> None:
         for channel in list(server.active_channels.values()):
             if channel.serving or channel.requests or monotonic - channel.waiting_since < API_READ_TIMEOUT:
                 continue
-            if channel.total_outbufs_len and now - channel.last_activity < API_READ_TIMEOUT:
-                continue  # an answer the client is reading
+            if channel.total_outbufs_len:
+                if now - channel.last_activity < API_READ_TIMEOUT:
+                    continue  # an answer the client is reading
+            elif channel.refuse_overdue():
+                continue  # answered 408, closed once that is written (or its reader too slow: above)
             channel.will_close = True
 
     server.maintenance = maintenance
