@@ -1663,14 +1663,17 @@ class _Connection:
         raw_length = headers.get("CONTENT_LENGTH")
         if raw_length is not None:
             # ASCII digits only ("²".isdigit() is true) and at most 19 of them (int() refuses 4,300 digits).
-            if not (raw_length.isascii() and raw_length.isdigit()) or len(raw_length) > 19:
+            if not (raw_length.isascii() and raw_length.isdigit()):
                 raise _HttpError(400, f"Content-Length {raw_length[:40]!r} is not a number")
-            length = int(raw_length)
+            length = int(raw_length) if len(raw_length) <= 19 else None
         else:
             length = 0
         limit = self.server.registry.max_request_size
         if self.server.body_limit is not None:  # before any of the body is read (or buffered)
             limit = min(limit, self.server.body_limit(method, _path_and_query(target)[0]))
+        if length is None:  # (a number of 20 digits or more: no body is that large)
+            raise _HttpError(413, f"the body is a {len(raw_length)}-digit number of bytes (Content-Length), over "
+                                  f"the limit of {limit} bytes")
         if length > limit:
             raise _HttpError(413, f"the body is {length} bytes, over the limit of {limit} bytes")
         connection = _connection_options(headers.get("CONNECTION", ""))

@@ -415,7 +415,8 @@ def test_wsgi_body_reader_grows_with_the_bytes(monkeypatch):
         (b"GET /ping HTTP/2.0\r\n\r\n", 505),
         (b"GET /ping HTTP/1.1\r\nbad header line\r\n\r\n", 400),
         ("POST /train HTTP/1.1\r\nContent-Length: \u00b2\r\n\r\n".encode("latin-1"), 400),  # isdigit() is true
-        (b"POST /train HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 400),  # int() refuses it
+        (b"POST /train HTTP/1.1\r\nContent-Length: " + b"9" * 5000 + b"\r\n\r\n", 413),  # int() refuses it
+        (b"POST /train HTTP/1.1\r\nContent-Length: " + b"1" + b"0" * 19 + b"\r\n\r\n", 413),  # 20 digits
         (b"POST /train HTTP/1.1\r\nContent_Length: 5\r\n\r\nhello", 411),  # not an alias of Content-Length
         (b"POST /train HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nx", 400),
         (b"POST /train HTTP/1.1\r\nContent-Length:\r\n\r\n", 400),  # present but empty is not "no body"
