@@ -384,6 +384,12 @@ def _bool_argument(name: str, key: str, value: Any) -> bool:
                        "InvalidArgument")
 
 
+def _missing(name: str, keys: list[str]) -> ActionFailed:
+    """The failure of an action dispatched by signature that was not given ``keys`` (parameters without a default), as a
+    build's ActionDispatcher answers it: every missing one named, in the parameter order, ``MissingArguments``."""
+    return ActionFailed(f"action: {name} is missing the following arguments: {','.join(keys)}", "MissingArguments")
+
+
 def _cs_float(value: float) -> str:
     """``value`` as a build writes a float (a C# float's ToString(): 7 significant digits, the shortest form), e.g. in
     an errorMessage: ``-5``, ``-2.5``, ``0.35``, ``1E-05``."""
@@ -1290,12 +1296,27 @@ class Player:
     # A build's AgentManager.ChangeResolution(x, y).
     @_action("ChangeResolution", takes=(("x", "y"),))
     def _change_resolution(self, action: dict) -> None:
-        w = action.get("x")
-        h = action.get("y")
-        for key, v in (("x", w), ("y", h)):
+        # As a build's ActionDispatcher: each argument given is converted first (null cannot be: an int has no null,
+        # InvalidArgument in the build's words), then every one not given is named (MissingArguments), then the sizes
+        # are checked.
+        size = {}
+        for key in ("x", "y"):
+            if key not in action:
+                continue
+            v = action[key]
             if v is None:
-                raise ActionFailed(f"ChangeResolution needs the argument {key!r}", "MissingArguments")
-            if not _finite(v) or v != int(v) or not 0 < v <= MAX_RESOLUTION:
+                raise ActionFailed(f"action: ChangeResolution has an invalid argument: {key} (==). Cannot convert to: int",
+                                   "InvalidArgument")
+            if not _finite(v) or v != int(v):
+                raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
+                                   "InvalidArgument")
+            size[key] = int(v)
+        missing = [key for key in ("x", "y") if key not in size]
+        if missing:
+            raise _missing("ChangeResolution", missing)
+        w, h = size["x"], size["y"]
+        for key, v in (("x", w), ("y", h)):
+            if not 0 < v <= MAX_RESOLUTION:
                 raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
                                    "InvalidArgument")
         self._check_answer_size("ChangeResolution", int(w), int(h), len(self.cameras))
@@ -1307,9 +1328,9 @@ class Player:
     def _change_quality(self, action: dict) -> None:
         # AI2-THOR's Controller sends it right after launch on CloudRendering, where -screen-quality is not
         # respected. The renderers here have one quality: the name is checked and logged, frames do not change.
-        quality = action.get("quality")
-        if quality is None:
-            raise ActionFailed("ChangeQuality needs the argument 'quality'", "MissingArguments")
+        if "quality" not in action:
+            raise _missing("ChangeQuality", ["quality"])
+        quality = action["quality"]
         if quality not in QUALITY_NAMES:
             raise ActionFailed(
                 f"ChangeQuality: no quality level named {quality!r} (one of {', '.join(QUALITY_NAMES)})",
@@ -1372,13 +1393,16 @@ class Player:
              takes=(("position", "rotation", "fieldOfView", "skyboxColor", "orthographic", "orthographicSize",
                      "nearClippingPlane", "farClippingPlane", "antiAliasing"),))
     def _add_camera(self, action: dict) -> None:
-        # As a build's: arguments missing (MissingArguments) or of the wrong kind (InvalidArgument) first, then the
-        # field of view; then the player's own limits.
-        if "position" not in action or "rotation" not in action:
-            raise ActionFailed("AddThirdPartyCamera needs position and rotation", "MissingArguments")
-        position = _vector(action["position"], "position")
-        rotation = _vector(action["rotation"], "rotation")
-        fov = self._camera_fov(_number(action, "fieldOfView", DEFAULT_FOV))  # Unity's default, not the agent's
+        # As a build's ActionDispatcher: the arguments given are converted first (one of the wrong kind:
+        # InvalidArgument), then every one missing is named (MissingArguments); then the field of view is checked, then
+        # the player's own limits.
+        given = {key: _vector(action[key], key) for key in ("position", "rotation") if key in action}
+        fov = _number(action, "fieldOfView", DEFAULT_FOV)  # Unity's default, not the agent's
+        missing = [key for key in ("position", "rotation") if key not in given]
+        if missing:
+            raise _missing("AddThirdPartyCamera", missing)
+        position, rotation = given["position"], given["rotation"]
+        fov = self._camera_fov(fov)
         if len(self.cameras) >= MAX_THIRD_PARTY_CAMERAS:
             raise ActionFailed(f"at most {MAX_THIRD_PARTY_CAMERAS} third-party cameras", "InvalidArgument")
         camera = _Camera(position, rotation, fov)
