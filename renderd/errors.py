@@ -100,11 +100,15 @@ def describe_exit(returncode: int | None) -> str:
     return f"exit code {returncode}"
 
 
-def _exit_hint(returncode: int | None) -> str:
+def _exit_hint(returncode: int | None, quoted: bool) -> str:
+    """What a signal usually means; ``quoted``: the player's log is quoted below the message."""
     if returncode == -_signal.SIGKILL:
         return " SIGKILL usually means something outside the player killed it (the out-of-memory killer?)."
     if returncode in (-_signal.SIGSEGV, -_signal.SIGABRT, -_signal.SIGBUS, -_signal.SIGILL, -_signal.SIGFPE):
-        return " The player crashed; its log (quoted below) usually says why."
+        if quoted:
+            return " The player crashed; its log (quoted below) usually says why."
+        # (an empty log, none, or one this process cannot read: no "quoted below" over nothing)
+        return " The player crashed; renderd found nothing in its log to quote."
     return ""
 
 
@@ -122,13 +126,14 @@ class PlayerCrashed(RenderdError):
     ) -> None:
         source = message
         text = message = str(message)
+        quoted = bool(log_tail and log_tail.strip())
         if returncode is not None:
-            text = f"{message}: {describe_exit(returncode)}.{_exit_hint(returncode)}"
+            text = f"{message}: {describe_exit(returncode)}.{_exit_hint(returncode, quoted)}"
         if log_path:
             text += f"\nPlayer log: {log_path}"
-        if log_tail:
-            quoted = "\n".join("  | " + line for line in log_tail.rstrip("\n").splitlines())
-            text += f"\nLast lines of the player's log:\n{quoted}"
+        if quoted:
+            lines = "\n".join("  | " + line for line in log_tail.rstrip("\n").splitlines())
+            text += f"\nLast lines of the player's log:\n{lines}"
         super().__init__(text)
         self.pid = pid
         self.returncode = returncode
