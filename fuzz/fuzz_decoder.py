@@ -3,7 +3,8 @@
     pip install atheris
     python fuzz/fuzz_decoder.py -atheris_runs=200000
 
-Any exception other than renderd.ProtocolError is a finding.
+Any exception other than renderd.ProtocolError is a finding. Each event's metadata is read too: building an
+event only scans it, and what a full decode finds is raised on that first access (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def one_input(data: bytes) -> None:
         for pos in range(0, len(stream), chunk):
             d.receive_data(stream[pos : pos + chunk])
             while (m := d.next_message()) is not NEED_DATA:
-                fa.event(m)
+                for event in fa.event(m).events:
+                    event.metadata  # noqa: B018  (decoded on first access)
         d.end_of_input()
     except ProtocolError:
         pass
