@@ -35,6 +35,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from renderd.config import (
@@ -81,6 +82,8 @@ HTTP_MIN_THREADS = 8
 #: every connection is held answers ``renderd status`` still. A request being served (a lease request waiting for
 #: a player) is never cut. A request begun and not whole by then is answered 408 first, saying how much of it came.
 API_READ_TIMEOUT = 5
+#: The control socket's connection (waitress channel) in a request's environ: it learns the lease its answer grants.
+CHANNEL_KEY = "renderd.channel"
 #: Seconds between two checks of the control connections' read deadlines.
 API_CLEANUP_INTERVAL = 1
 #: Connections of the control socket that lease requests waiting for a player never take: however many clients
@@ -391,12 +394,27 @@ def _peer_pid(sock: socket.socket | None) -> int:
     return struct.unpack("3i", creds)[0]
 
 
-def _control_channel() -> type:
+def _granted_lease(environ: dict[str, Any], status: str, body: list[bytes]) -> str | None:
+    """The id of the lease a control API answer grants (``POST /v1/environments/NAME/leases``, 201), else None."""
+    if environ.get("REQUEST_METHOD") != "POST" or not status.startswith("201"):
+        return None
+    if not environ.get("PATH_INFO", "").endswith("/leases"):
+        return None
+    try:
+        lease = json.loads(b"".join(body)).get("lease")
+    except (ValueError, AttributeError):
+        return None
+    return lease if isinstance(lease, str) else None
+
+
+def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) -> type:
     """A waitress channel class for the control socket: its own error answers (malformed HTTP, an oversize body:
     answered before the application runs) carry the API's JSON error form instead of waitress's text/plain
     page, it remembers since when it waits for a request (``waiting_since``, for the read deadline), and its
     requests carry the connecting process's pid (``SO_PEERCRED``: ``renderd.peer_pid``), which a lease request's
-    ``client_pid`` is checked against."""
+    ``client_pid`` is checked against. A lease granted in an answer its client never read whole (it hung up as the
+    lease was granted: the answer could not be written, or the client closed its end with the answer unread) is
+    handed to ``on_lost_lease(lease_id, why)``: nobody knows that lease, whose client process may live on."""
     from waitress.channel import HTTPChannel
     from waitress.task import ErrorTask, WSGITask
     from waitress.utilities import BadRequest, Error
@@ -426,6 +444,7 @@ def _control_channel() -> type:
         def get_environment(self) -> dict[str, Any]:
             environ = super().get_environment()
             environ[PEER_PID_KEY] = self.channel.peer_pid
+            environ[CHANNEL_KEY] = self.channel
             return environ
 
     class ControlChannel(HTTPChannel):
@@ -436,8 +455,57 @@ def _control_channel() -> type:
             self.waiting_since = time.monotonic()
             self.serving = False  # a worker runs one of its requests (which it takes off ``requests`` on the way)
             self.read_closed = False  # the client shut its sending side and reads on
+            self.lease_answer: str | None = None  # a lease granted in the last answer, until it is known read
+            self.lease_queued = False  # that answer's body is in the output buffers (or written out of them)
+            self.reset = False  # a read found the client closed its end with something we sent unread
             super().__init__(*args, **kwargs)
             self.peer_pid = _peer_pid(self.socket)
+
+        def note_lease_answer(self, lease_id: str) -> None:
+            """The application granted ``lease_id`` in the answer about to be written (a worker thread)."""
+            with self.outbuf_lock:  # (handle_close clears `connected` under it: it sees this lease, or we see it closed)
+                if self.connected:
+                    self.lease_answer, self.lease_queued = lease_id, False
+                    return
+            self._lost(lease_id, "hung up before the answer could be written")
+
+        def write_soon(self, data: bytes) -> int:
+            with self.outbuf_lock:  # (reentrant: waitress's write_soon takes it too) queued, and marked so, at once
+                written = super().write_soon(data)
+                if self.lease_answer is not None and self.lease_answer.encode() in data:
+                    self.lease_queued = True
+                return written
+
+        def received(self, data: bytes) -> bool:
+            if data and self.lease_queued:
+                self.lease_answer = None  # it sends on: it has its answer (renderd's clients read it first)
+            return super().received(data)
+
+        def handle_close(self) -> None:
+            lost = None
+            with self.outbuf_lock:  # (a reentrant lock: waitress's handle_close takes it too)
+                lease_id = self.lease_answer
+                if lease_id is not None and self.connected:
+                    if not self.lease_queued:
+                        lost = "hung up before the answer could be written"
+                    elif self.total_outbufs_len:
+                        lost = "hung up before the answer was written whole"
+                    elif self.reset or self._socket_error() in (errno.ECONNRESET, errno.EPIPE):
+                        lost = "closed its connection without reading the answer"
+                self.lease_answer = None
+                super().handle_close()
+            if lost is not None and lease_id is not None:
+                self._lost(lease_id, lost)
+
+        def _socket_error(self) -> int:
+            try:
+                return self.socket.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) if self.socket is not None else 0
+            except OSError:
+                return 0
+
+        def _lost(self, lease_id: str, why: str) -> None:
+            if on_lost_lease is not None:
+                on_lost_lease(lease_id, f"its client (pid {self.peer_pid}) {why}")
 
         def service(self) -> None:
             self.serving = True
@@ -457,7 +525,9 @@ def _control_channel() -> type:
             # only shut its sending side (`socat`, `nc -N`, a script done writing) reads on, and gets its answers.
             try:
                 data = self.socket.recv(self.adj.recv_bytes)
-            except OSError:
+            except OSError as exc:
+                # (on a unix socket, ECONNRESET: the client closed its end with bytes we sent it unread)
+                self.reset = exc.errno == errno.ECONNRESET
                 self.handle_close()
                 return
             if data:
@@ -521,7 +591,11 @@ def _control_channel() -> type:
             return any(flags & (select.POLLHUP | select.POLLERR | select.POLLNVAL) for _, flags in poller.poll(0))
 
         def check_client_disconnected(self) -> bool:  # waitress.client_disconnected: a waiting lease request's
-            return not self.connected or (self.read_closed and self._peer_gone())
+            # The socket itself, not only what the server's loop has made of it yet: a client that closed its end
+            # just before a player became ready is seen at once, before the lease is granted (the loop notices
+            # the hang-up a moment later, and the lease would go to a connection nobody reads, its player
+            # LEASED for as long as the client process lives). A half-close is no POLLHUP (see _peer_gone).
+            return not self.connected or self._peer_gone()
 
     return ControlChannel
 
@@ -557,7 +631,8 @@ class _ControlServer:
     ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until their deadline) instead of waiting.
     """
 
-    def __init__(self, app: Any, path: str, threads: int) -> None:
+    def __init__(self, app: Any, path: str, threads: int,
+                 on_lost_lease: Callable[[str, str], None] | None = None) -> None:
         import waitress
 
         from renderd.daemon.api import MAX_BODY_SIZE
@@ -570,7 +645,18 @@ class _ControlServer:
 
         def with_lease_waiting(environ: dict[str, Any], start_response: Any) -> Any:
             environ["renderd.lease_waiting"] = self._lease_waiting
-            return app(environ, start_response)
+            status = []
+
+            def starting(code: str, headers: Any, *args: Any) -> Any:
+                status.append(code)
+                return start_response(code, headers, *args)
+
+            body = app(environ, starting)
+            lease_id = _granted_lease(environ, status[-1] if status else "", body)
+            channel = environ.get(CHANNEL_KEY)
+            if lease_id is not None and channel is not None:  # (before the answer is written: see handle_close)
+                channel.note_lease_answer(lease_id)
+            return body
 
         self.server = waitress.create_server(
             with_lease_waiting,
@@ -590,7 +676,7 @@ class _ControlServer:
             # up is seen as such (waitress.client_disconnected) and granted nothing.
             channel_request_lookahead=1,
         )
-        self.server.channel_class = _control_channel()
+        self.server.channel_class = _control_channel(on_lost_lease)
         _close_overdue_channels(self.server)
         self.thread = threading.Thread(target=self._run, name="renderd-api", daemon=True)
 
@@ -1148,6 +1234,26 @@ class Daemon:
         failure = f"reload failed: {self._reload_failure}"
         return f"{self._supervisor_status}; {failure}" if self._supervisor_status else failure
 
+    def _lost_lease(self, lease_id: str, why: str) -> None:
+        """The answer that granted ``lease_id`` never reached its client (the control server's loop thread): end the
+        lease, uncleanly (its client may have read the pipes' paths), so that its player serves the next client
+        instead of staying LEASED to a lease nobody knows for as long as the client process lives."""
+
+        def end() -> None:
+            supervisor = self.supervisor
+            if supervisor is None:
+                return
+            try:
+                lease = supervisor.lease_status(lease_id)
+                supervisor.release(lease_id, clean=False)
+            except RenderdError:  # (NotFound: it ended already, the client's exit or the daemon's stop)
+                return
+            log.warning("lease of %s[%d] granted, but %s: lease ended, the player recycled",
+                        lease["environment"], lease["index"], why)
+
+        # (never the server's loop thread that calls this: the supervisor's lock may be held a moment)
+        threading.Thread(target=end, name="renderd-lost-lease", daemon=True).start()
+
     def _reload_control_token(self) -> None:
         """SIGHUP re-reads ``control_token_file`` (the one given at start): a rotated token replaces the old
         one at once. A file that cannot be used now is logged, and the token in use is kept."""
@@ -1236,7 +1342,7 @@ class Daemon:
                 http_players.control.app = app  # remote control: the same API, behind the token
                 self._remote = http_players.control
             try:
-                api = _ControlServer(app, cfg.socket, cfg.api_threads)
+                api = _ControlServer(app, cfg.socket, cfg.api_threads, on_lost_lease=self._lost_lease)
                 self._socket_stat = os.stat(cfg.socket, follow_symlinks=False)
             except OSError as exc:
                 raise DaemonError(os_error_message(exc, f"cannot listen on {cfg.socket}")) from exc
