@@ -77,6 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.envs is not None and args.envs < 1:
         p.error(f"--envs {args.envs}: give 1 or more players")
+    if args.steps < 0:
+        p.error(f"--steps {args.steps}: give 0 or more steps")
+    if args.seed < 0:
+        p.error(f"--seed {args.seed}: give an integer 0 or more (Gymnasium's and numpy's seeds are)")
+    scenes = args.scenes.split(",")
+    if not all(name.strip() for name in scenes):
+        p.error(f"--scenes {args.scenes!r}: a scene name is empty (give names separated by commas, no spaces)")
     if args.environment:
         args.envs = leasable(p, args)
     elif args.envs is None:
@@ -85,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
 
     common = dict(
         num_envs=args.envs,
-        scene=args.scenes.split(","),
+        scene=scenes,
         max_episode_steps=args.max_episode_steps,
         depth=args.depth,
         reward_fn=success_reward,
@@ -105,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     finished: list[float] = []
     crashes = 0
     try:
-        observations, infos = envs.reset(seed=args.seed)
+        try:
+            observations, infos = envs.reset(seed=args.seed)
+        except ValueError as exc:  # a scene the players do not have (--scenes)
+            p.error(f"--scenes {args.scenes!r}: {exc}")
         started = time.perf_counter()
         for step in range(1, args.steps + 1):
             actions = rng.integers(0, envs.single_action_space.n, size=args.envs)  # your policy here

@@ -314,6 +314,17 @@ def _dimension(value: Any, name: str) -> int:
         raise ArgumentError(exc.reason, key=name) from None
 
 
+def _check_options(options: Any) -> Mapping[str, Any] | None:
+    """``reset``'s ``options``: a dict (Gymnasium's ``dict | None``) or None; else ``TypeError`` before anything is
+    seeded or sent (a string or a list of pairs was taken apart, or failed with an AttributeError of ours)."""
+    if options is not None and not isinstance(options, Mapping):
+        raise TypeError(
+            f"reset(options=...) takes a dict such as {{'scene': 'FloorPlan1'}}, or None, not "
+            f"{_type_name(options)}; nothing was reset"
+        )
+    return options
+
+
 def _scene_type(value: Any) -> str:
     """How a scene that is not a name is described in the TypeError refusing it."""
     if isinstance(value, Mapping):
@@ -474,6 +485,7 @@ class RenderdEnv(gymnasium.Env):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        options = _check_options(options)
         super().reset(seed=seed)
         scene = self._spec.choose_scene(self.np_random, options)
         self._no_episode = "step() after a reset() that failed: call reset() again"
@@ -652,7 +664,10 @@ class RenderdVectorEnv(VectorEnv):
         self.render_mode = render_mode
         if max_episode_steps == -1 and not isinstance(max_episode_steps, bool):
             max_episode_steps = None  # gymnasium's "never", which make_vec hands on unchanged
-        from renderd.vector import VectorSession, connect_many, launch_many
+        from renderd.vector import VectorSession, _check_n, connect_many, launch_many
+
+        if num_envs is not None:  # (named as the caller knows it; a numpy integer is an integer)
+            num_envs = _check_n(num_envs, "num_envs")
 
         def spec(width: Any, height: Any) -> _EnvSpec:
             return _EnvSpec(
@@ -746,12 +761,14 @@ class RenderdVectorEnv(VectorEnv):
 
         ``seed``: an int (sub-environment i gets ``seed + i``), a list of per-environment seeds, or None.
         ``options["scene"]``: the scene for every reset one. Raises :class:`CallOrderError` for a mask that
-        leaves out a sub-environment never reset (nothing is sent), ``TypeError`` for a mask that is not boolean,
+        leaves out a sub-environment never reset (nothing is sent), ``TypeError`` for ``options`` that is not a dict
+        or a mask that is not boolean,
         ``ValueError`` for one of another shape or with no True value (as Gymnasium's vector envs raise) or a
         reset the players refuse (after every other sub-environment was reset; the refused ones are reset
         again at the next step), and what :meth:`renderd.VectorSession.reset` raises.
         """
         n = self.num_envs
+        options = _check_options(options)
         if isinstance(seed, numbers.Integral) and not isinstance(seed, (bool, np.bool_)):
             seed = int(seed)
             if seed < 0:

@@ -2463,10 +2463,13 @@ def _close_result(future: Future) -> None:
         log.warning("closing a session after an interrupted start: %s", exc)
 
 
-def _check_n(n: int) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_SLOTS:
-        raise ValueError(f"n must be an integer 1..{MAX_SLOTS}, got {n!r}")
-    return n
+def _check_n(n: int, name: str = "n") -> int:
+    """``n`` as an int; ``ValueError`` naming ``name`` unless it is an integer 1..MAX_SLOTS (numpy's integers too, as a
+    count computed with numpy is one; not a bool)."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral) or not 1 <= n <= MAX_SLOTS:
+        shown = n.item() if isinstance(n, numbers.Integral) and hasattr(n, "item") else n
+        raise ValueError(f"{name} must be an integer 1..{MAX_SLOTS}, got {shown!r}")
+    return int(n)
 
 
 class _Launcher:
@@ -2556,7 +2559,7 @@ def launch_many(
     Raises ``ValueError`` for a bad ``n`` and what :func:`renderd.launch` raises; when several players
     fail to start, one error names every failed slot. Nothing is left running when it raises.
     """
-    _check_n(n)
+    n = _check_n(n)
     log_path = launch_kwargs.get("log_path")
     if log_path is not None:
         try:
@@ -2590,7 +2593,7 @@ def connect_many(
     step) first. Raises ``ValueError`` for a bad ``n``, and what :func:`renderd.connect` raises
     (:class:`LeaseError` when not enough players are ready in time); every lease granted is released then.
     """
-    _check_n(n)
+    n = _check_n(n)
     kwargs: dict[str, Any] = {"socket": socket}
     if timeout is not None:
         kwargs["timeout"] = timeout
