@@ -437,6 +437,9 @@ def decode_metadata(
     :data:`METADATA_BYTES_PER_CONTAINER` bytes is a ProtocolError as well, raised once that many are built
     (``limit_containers=False`` skips the check, for bytes packed from metadata decoded already).
     """
+    if memoryview(body).nbytes == 0:
+        raise ProtocolError(f"{ftype.name} body is empty (0 bytes); it must be a msgpack map", offset=offset,
+                            field_type=ftype)
     limit = metadata_container_limit(memoryview(body).nbytes) if limit_containers else None
     hooks: dict[str, Any] = {}
     if limit is not None and metadata_may_exceed(body, limit):
