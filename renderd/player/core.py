@@ -340,11 +340,9 @@ def _finite(value: Any) -> bool:
 
 
 def _number(action: dict, key: str, default: float | None = None, *, lo: float | None = None,
-            hi: float | None = None, required: bool = False) -> float:
+            hi: float | None = None) -> float:
     value = action.get(key, default)
     if value is None:
-        if required:
-            raise ActionFailed(f"{action.get('action')} needs the argument {key!r}", "MissingArguments")
         raise ActionFailed(f"{key} must be a number", "InvalidArgument")
     if not _finite(value):
         raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
