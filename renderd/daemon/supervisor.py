@@ -832,12 +832,14 @@ class Supervisor:
 
     def _came_late(self, env: Environment, client_pid: int, timeout: float, late: float) -> str:
         """Why a lease request that reached :meth:`acquire` after its client's deadline is refused."""
+        # (%.3f of a deadline sent from another clock, such as -1e308, is a number of 300 digits)
+        shown = f"{late:.3f}" if late < 1e9 else f"{late:.3g}"
         log.warning(
-            "lease request of client pid %d for %s reached the supervisor %.3f s after the client's deadline: "
+            "lease request of client pid %d for %s reached the supervisor %s s after the client's deadline: "
             "refused (were all [daemon] api_threads = %d busy?)",
-            client_pid, env.name, late, self.daemon_config.api_threads,
+            client_pid, env.name, shown, self.daemon_config.api_threads,
         )
-        return (f"no player of {env.name!r} leased: the daemon took the request up {late:.3f} s after the "
+        return (f"no player of {env.name!r} leased: the daemon took the request up {shown} s after the "
                 f"client's deadline (of its {timeout:g} s wait) had passed, so it did not wait at all (was the "
                 "control API busy?)")
 
