@@ -889,6 +889,9 @@ class VectorSession:
             return list(range(n))
         if isinstance(slots, numbers.Integral) and not isinstance(slots, bool):
             slots = [int(slots)]
+        elif not isinstance(slots, (str, set, frozenset)):
+            # (A str's characters are refused one by one below, naming the first; a set of slots is taken as it is.)
+            slots = _in_slot_order(slots, f"slots is a slot index or a list of them (0..{n - 1}), or None")
         out: list[int] = []
         for s in slots:
             if isinstance(s, bool) or not isinstance(s, numbers.Integral) or not 0 <= s < n:
@@ -948,9 +951,9 @@ class VectorSession:
             raise AlreadyPendingCallError(
                 f"{what} while the answers to an earlier send() are pending; call recv() first"
             )
-        if isinstance(actions, (str, Mapping)):
+        if isinstance(actions, (str, bytes, bytearray, Mapping)):
             raise TypeError(f"{what} takes one action per slot (a list), not a single action")
-        actions = list(actions)
+        actions = _in_slot_order(actions, f"{what} takes one action per slot (a list of {len(self._slots)})")
         if len(actions) != len(self._slots):
             raise ValueError(f"{what} needs {len(self._slots)} actions (one per slot), got {len(actions)}")
         messages = [_check_action(a, i) for i, a in enumerate(actions)]
@@ -1064,8 +1067,12 @@ class VectorSession:
         if scene is None or isinstance(scene, str):
             scenes: list[str | None] = [scene] * len(indices)
         else:
-            # (A dict, such as a procedural house, is no list of names: its keys would be taken as scenes.)
-            scenes = list(scene) if not isinstance(scene, Mapping) else [scene]  # type: ignore[list-item]
+            # (A dict, such as a procedural house, is no list of names: its keys would be taken as scenes; the bytes
+            # of a name, as numbers.)
+            if isinstance(scene, (Mapping, bytes, bytearray)):
+                scenes = [scene]  # type: ignore[list-item]
+            else:
+                scenes = _in_slot_order(scene, f"{what}: scene is a name, a list of them (one per slot), or None")
             for name in scenes:
                 if name is not None and not isinstance(name, str):
                     raise TypeError(
@@ -2461,6 +2468,19 @@ def _close_result(future: Future) -> None:
         future.result().close()
     except Exception as exc:
         log.warning("closing a session after an interrupted start: %s", exc)
+
+
+def _in_slot_order(values: Any, expected: str) -> list[Any]:
+    """``values`` (one per slot, or per listed slot) as a list; ``TypeError`` saying ``expected`` when it is not a
+    sequence: not iterable (a number, None, a numpy 0-d array), or a set, whose order is no slot order."""
+    if isinstance(values, (set, frozenset)):
+        raise TypeError(
+            f"{expected}, not a {type(values).__name__}: a set has no order to match the slots; nothing was sent"
+        )
+    try:
+        return list(values)
+    except TypeError:
+        raise TypeError(f"{expected}, not {type(values).__name__}; nothing was sent") from None
 
 
 def _check_n(n: int, name: str = "n") -> int:
