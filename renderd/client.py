@@ -139,7 +139,23 @@ def _action_dict(action: str | Mapping[str, Any] | None, kwargs: Mapping[str, An
     name = result.get("action")
     if not isinstance(name, str) or not name:
         raise ValueError(f"an action needs a non-empty 'action' name, got {name!r}")
+    # As AI2-THOR's controller rewrites every action before sending it, so that an agent written against it
+    # sends a build the same action through renderd: a number as `rotation` is the yaw (a build's rotation
+    # arguments are {x, y, z}; it refuses a number), and the two image switches' old names set the new ones too.
+    rotation = result.get("rotation")
+    if isinstance(rotation, numbers.Real) and not isinstance(rotation, bool):
+        result["rotation"] = {"y": rotation}
+    for old, new in _RENAMED_SWITCHES:
+        if old in result:
+            result[new] = result[old]
     return result
+
+
+#: Image switches a build reads under a newer name: (old, new). An action with the old one carries both.
+_RENAMED_SWITCHES = (
+    ("renderClassImage", "renderSemanticSegmentation"),
+    ("renderObjectImage", "renderInstanceSegmentation"),
+)
 
 
 class Session:
