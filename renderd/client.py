@@ -489,8 +489,13 @@ class Session:
             raise NoPendingCallError("recv() with no action pending; call send() first")
         seq, name, deadline = pending
         try:
-            message = self.channel.recv(deadline, deadline_name)
-            event = self._assembler.event(message, seq)
+            try:
+                message = self.channel.recv(deadline, deadline_name)
+                event = self._assembler.event(message, seq)
+            except ProtocolError as exc:
+                if name is _FIRST_FRAME:  # (launch says so of a first frame, with the player's log)
+                    raise
+                raise self._malformed_error(name, exc) from exc
             if event.sequence_id != seq:
                 if name is _FIRST_FRAME:  # (no action was sent: a player's first message has sequenceId 0)
                     what, why = "the player's first frame", "a player's first message has sequenceId 0"
@@ -620,6 +625,17 @@ class Session:
     def _other_thread_inside(self) -> bool:
         """Whether a thread other than this one is inside this session's send or receive."""
         return self._thread_inside() is not None
+
+    def _malformed_error(self, name: str, exc: ProtocolError) -> ProtocolError:
+        """The error of an answer to ``name`` that could not be decoded: whose, and what now; ``offset`` and
+        ``field_type`` as ``exc``'s (the decoder's, chained)."""
+        # (a vector session holding this one says what to do with the whole)
+        advice = "" if self._holder is not None else " The session is broken: close it and start a new one."
+        return ProtocolError(
+            f"{name}: the answer from the player (pid {self._pid}) is malformed: {exc.inline()}.{advice}",
+            offset=exc.offset,
+            field_type=exc.field_type,
+        )
 
     def _timeout_error(
         self,
