@@ -154,6 +154,10 @@ SCRATCH_SIZE = 64 * 1024
 #: Large body buffers a decoder keeps for reuse: at most this many, and this many bytes in all.
 POOL_BUFFERS = 16
 POOL_BYTES = 64 * 1024 * 1024
+#: A pooled buffer not handed out during this many messages is forgotten: after a change of resolution
+#: (or of the image types asked for) the old size's buffers would otherwise stay for the rest of the
+#: stream, since only new buffers push old ones out. Checked every POOL_BUFFERS messages.
+POOL_IDLE_MESSAGES = 64
 
 _VALID_TYPES = frozenset(int(t) for t in FieldType)
 # Type byte -> FieldType (None where invalid): a tuple index costs 0.04 us, FieldType(t) 0.6 us per field.
@@ -585,7 +589,9 @@ class Decoder:
     weak reference. A frame an agent still holds is therefore never overwritten, and a stream of
     same-sized frames reuses the same few buffers instead of having the allocator map, fault in and trim
     fresh pages every message (up to 70 page faults per message at 300x300 RGB+depth, where the C
-    allocator trims its heap each time). ``pool_bytes=0`` turns the pool off.
+    allocator trims its heap each time). A pooled buffer not handed out during ``POOL_IDLE_MESSAGES``
+    messages is forgotten, so the buffers of a resolution left behind go back to the allocator once
+    nothing else holds them. ``pool_bytes=0`` turns the pool off.
     """
 
     def __init__(
@@ -608,7 +614,9 @@ class Decoder:
         self.max_body_size = max_body_size
         self.max_fields = max_fields
         self._pool: list[np.ndarray] = []  # least recently handed out first
+        self._pool_used: list[int] = []  # for each pooled buffer, self._messages when last handed out
         self._pool_bytes = 0
+        self._messages = 0  # whole messages decoded so far
         self._pool_limit = pool_bytes
         self._scratch = bytearray(SCRATCH_SIZE)
         self._sview = memoryview(self._scratch)
@@ -792,16 +800,32 @@ class Decoder:
                 and not weakref.getweakrefcount(pool[i])  # a weak reference could still reach it
             ):
                 buf = pool.pop(i)
+                del self._pool_used[i]
                 pool.append(buf)
+                self._pool_used.append(self._messages)
                 return buf
         buf = np.empty(length, dtype=np.uint8)
         if length <= self._pool_limit:
             pool.append(buf)
+            self._pool_used.append(self._messages)
             self._pool_bytes += length
             while len(pool) > POOL_BUFFERS or self._pool_bytes > self._pool_limit:
                 # Forget the least recently used (if it is in use, its holders keep it alive).
                 self._pool_bytes -= pool.pop(0).nbytes
+                del self._pool_used[0]
         return buf
+
+    def _forget_idle(self) -> None:
+        """Forget pooled buffers not handed out during the last POOL_IDLE_MESSAGES messages (the pool is
+        in least-recently-handed-out order, so they are at its front)."""
+        pool, used = self._pool, self._pool_used
+        oldest = self._messages - POOL_IDLE_MESSAGES
+        n = 0
+        while n < len(used) and used[n] < oldest:
+            n += 1
+        if n:
+            self._pool_bytes -= sum(buf.nbytes for buf in pool[:n])
+            del pool[:n], used[:n]
 
     @property
     def pooled_bytes(self) -> int:
@@ -812,6 +836,7 @@ class Decoder:
         """Forget the buffers kept for reuse (frames still held elsewhere stay valid): for a stream that
         has ended, so that its memory goes back as soon as nothing else holds it."""
         self._pool.clear()
+        self._pool_used.clear()
         self._pool_bytes = 0
 
     def _finish_body(self) -> None:
@@ -895,6 +920,9 @@ class Decoder:
                 self._consumed += HEADER_SIZE
                 start = self._msg_offset if self._msg_offset is not None else offset
                 self._ready.append(Message(self._fields, start, self._consumed - start, self._offsets))
+                self._messages += 1
+                if not self._messages % POOL_BUFFERS and self._pool:
+                    self._forget_idle()
                 self._fields = []
                 self._offsets = []
                 self._msg_offset = None
