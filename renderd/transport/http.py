@@ -1006,6 +1006,8 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
             form = URLENCODED if _is_urlencoded(environ.get("CONTENT_TYPE")) else "multipart/form-data"
             return _error(start_response, 400, "ProtocolError", f"malformed {form}: {exc}")
         bridge = registry.lookup(post.token)
+        if bridge is not None:  # a served player's: its body no longer counts as a stranger's
+            environ.get("renderd.body_attributed", lambda: None)()
         if bridge is None and registry.retired(post.token):
             return _error(start_response, 410, "LeaseError", "this player is no longer served (its session ended)")
         if bridge is None:
@@ -1079,6 +1081,16 @@ IDLE_TIMEOUT = 3600.0
 #: their first frame as soon as they connect, and a connection that sends nothing holds one of the
 #: MAX_CONNECTIONS places (at IDLE_TIMEOUT, 256 silent connections would shut players out for an hour).
 FIRST_REQUEST_TIMEOUT = 60.0
+#: Most bytes of request bodies held at once for connections that are no served player's (see
+#: :meth:`PlayerHttpServer._hold`). A post's token is in its body, so whose it is is known only once the body has
+#: arrived whole: without a bound, anyone who can connect (any local user, on 127.0.0.1) could make renderd hold
+#: MAX_CONNECTIONS bodies of ``max_request_size`` (256 x 256 MiB) and run the machine out of memory. A request that
+#: does not fit waits (unread) for up to :data:`BODY_ROOM_TIMEOUT`, then is answered 503 and closed. One body
+#: always fits when no other is held; a post is counted until its token is found to be a served player's (or it
+#: is answered), and a served player's connection is not counted.
+MAX_UNATTRIBUTED_BODY_BYTES = 1 << 30
+#: How long a request body waits for room under :data:`MAX_UNATTRIBUTED_BODY_BYTES` (seconds).
+BODY_ROOM_TIMEOUT = 30.0
 #: A request in progress (head or body) that makes no progress for this long is dropped (seconds). A
 #: request head must also arrive whole within this long of its first byte, and a body within this long
 #: plus its size at :data:`MIN_BODY_RATE`: a client trickling bytes (slowloris) is answered 408 and
@@ -1252,6 +1264,31 @@ def _error_bytes(status: int, message: str, type_: str = "ProtocolError", close:
         f"Content-Length: {len(body)}\r\n" + ("Connection: close\r\n" if close else "") + "\r\n"
     )
     return head.encode("latin-1") + body
+
+
+class _Held:
+    """The bytes of a server's :data:`MAX_UNATTRIBUTED_BODY_BYTES` held for one request (none at first):
+    :meth:`release` gives them back, once (the application calls it as ``environ["renderd.body_attributed"]``
+    when the post's token is a served player's; the connection calls it when the request is answered or fails)."""
+
+    def __init__(self, server: PlayerHttpServer) -> None:
+        self.server = server
+        self.nbytes = 0
+        self._lock = threading.Lock()
+
+    def hold(self, nbytes: int) -> bool:
+        """Hold ``nbytes`` (see :meth:`PlayerHttpServer._hold`); False if there was no room in time."""
+        if not self.server._hold(nbytes):
+            return False
+        with self._lock:
+            self.nbytes = nbytes
+        return True
+
+    def release(self) -> None:
+        with self._lock:
+            nbytes, self.nbytes = self.nbytes, 0
+        if nbytes:
+            self.server._unhold(nbytes)
 
 
 class _Connection:
@@ -1679,16 +1716,27 @@ class _Connection:
         connection = _connection_options(headers.get("CONNECTION", ""))
         keep_alive = "keep-alive" in connection if version == "HTTP/1.0" else "close" not in connection
         expects = version != "HTTP/1.0" and headers.get("EXPECT", "").lower() == "100-continue"  # RFC 9110 10.1.1
-        if length and expects and self.have == end:
-            if not self._send(b"HTTP/1.1 100 Continue\r\n\r\n"):
-                return False
-        if length:
-            body = self._read_body(end, length)
-        else:
-            body = bytearray()
-            self._consume(end)
-        environ = self._environ(method, target, version, headers, body)
-        status, response_headers, chunks = self._call_app(environ)
+        held = _Held(self.server)
+        try:
+            stranger = self.key not in self.server.registry._player_connections()
+            if length and stranger and not held.hold(length):
+                raise _HttpError(503, f"no room for a request body of {length} bytes: the bodies being received "
+                                      "on connections not known to be a served player's already fill the limit of "
+                                      f"{self.server.max_unattributed} bytes (MAX_UNATTRIBUTED_BODY_BYTES), and none "
+                                      f"ended within {BODY_ROOM_TIMEOUT:g} s (BODY_ROOM_TIMEOUT); try again later")
+            if length and expects and self.have == end:
+                if not self._send(b"HTTP/1.1 100 Continue\r\n\r\n"):
+                    return False
+            if length:
+                body = self._read_body(end, length)
+            else:
+                body = bytearray()
+                self._consume(end)
+            environ = self._environ(method, target, version, headers, body)
+            environ["renderd.body_attributed"] = held.release
+            status, response_headers, chunks = self._call_app(environ)
+        finally:
+            held.release()
         names = {name.lower() for name, _ in response_headers}
         payload = b"".join(chunks)
         if method == "HEAD":
@@ -1774,7 +1822,8 @@ class PlayerHttpServer:
     is never copied after the socket), calls the application, and answers on the same connection.
     Requests need a Content-Length (chunked bodies are refused with 411); the head is limited to
     :data:`MAX_HEAD_SIZE`, the body to the registry's ``max_request_size`` (checked before reading,
-    413), connections to :data:`MAX_CONNECTIONS` (the idle one longest that is no player's makes room,
+    413), the bodies of connections that are no served player's to ``max_unattributed`` together
+    (:data:`MAX_UNATTRIBUTED_BODY_BYTES` by default; beyond it a body waits, then 503), connections to :data:`MAX_CONNECTIONS` (the idle one longest that is no player's makes room,
     else 503); a request that stalls for
     :data:`REQUEST_TIMEOUT` is dropped, one that trickles in slower than that allows
     (:data:`MIN_BODY_RATE`) is answered 408. The connection's closing is reported to the registry at once,
@@ -1802,8 +1851,14 @@ class PlayerHttpServer:
         app: Callable | None = None,
         max_connections: int = MAX_CONNECTIONS,
         body_limit: Callable[[str, str], int] | None = None,
+        max_unattributed: int | None = None,
     ) -> None:
         self.registry = registry
+        #: Most bytes of request bodies held at once for connections that are no served player's
+        #: (:data:`MAX_UNATTRIBUTED_BODY_BYTES` when None), and how many are held now.
+        self.max_unattributed = MAX_UNATTRIBUTED_BODY_BYTES if max_unattributed is None else max_unattributed
+        self._held = 0
+        self._held_changed = threading.Condition(threading.Lock())
         self.app = app if app is not None else make_player_app(registry)
         #: ``body_limit(method, path)``: the largest body a request may have, when lower than the registry's
         #: ``max_request_size`` (an ``app`` that serves other routes than the players' gives those a lower one).
@@ -1940,6 +1995,25 @@ class PlayerHttpServer:
                 with self._lock:
                     self._connections.discard(connection)
                 self._refuse(poller, conn, "the server cannot start a thread for this connection")
+
+    def _hold(self, nbytes: int) -> bool:
+        """Hold ``nbytes`` of :attr:`max_unattributed` for a request body about to be read, waiting up to
+        :data:`BODY_ROOM_TIMEOUT` for room; False if there was none (or the server is stopping). A body fits when
+        nothing else is held, whatever its size (the registry's ``max_request_size`` bounds it)."""
+        deadline = time.monotonic() + BODY_ROOM_TIMEOUT
+        with self._held_changed:
+            while self._held and self._held + nbytes > self.max_unattributed:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.stopping:
+                    return False
+                self._held_changed.wait(left)
+            self._held += nbytes
+            return True
+
+    def _unhold(self, nbytes: int) -> None:
+        with self._held_changed:
+            self._held -= nbytes
+            self._held_changed.notify_all()
 
     def _make_room(self, players: set[str], starting: Sequence[float] = ()) -> bool:
         """With ``_lock`` held and every place taken: close the connection idle longest (no request begun, nothing
@@ -2087,6 +2161,8 @@ class PlayerHttpServer:
             return
         began = time.monotonic()
         self.stopping = True
+        with self._held_changed:  # (requests waiting for room for their bodies give up now)
+            self._held_changed.notify_all()
         with self.registry._lock:
             if self._requests_unattributed in self.registry._probes:
                 self.registry._probes.remove(self._requests_unattributed)
