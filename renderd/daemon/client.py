@@ -73,17 +73,27 @@ class _NotOurDirectory(OSError):
 def _check_shared_default_directory(path: str) -> None:
     """Refuse a socket in ``/tmp/renderd-UID`` (the default of a user without ``$XDG_RUNTIME_DIR``) unless
     that directory is this user's own: anyone can make a directory of that name first and answer there
-    with a daemon of theirs (pipes and frames of their choosing). The daemon refuses such a directory too."""
+    with a daemon of theirs (pipes and frames of their choosing). The daemon refuses such a directory too. A
+    symlink there made by another user (root aside) is refused too, wherever it leads: its maker can point it
+    at a directory of theirs at any moment."""
     uid = os.geteuid()
     directory = f"/tmp/renderd-{uid}"
     if uid == 0 or os.path.dirname(os.path.abspath(path)) != directory:
         return
     try:
         # (followed, as renderd start follows it: a symlink the user made to a directory of theirs is theirs;
-        # one to someone else's directory is that someone's)
+        # one to someone else's directory is that someone's; and a symlink someone else made is theirs wherever
+        # it leads now, since they can point it elsewhere between this check and the connection)
+        link = os.lstat(directory)
         st = os.stat(directory)
     except OSError:
         return  # the connection fails as usual ("no such file", "permission denied")
+    if stat.S_ISLNK(link.st_mode) and link.st_uid not in (uid, 0):
+        raise _NotOurDirectory(
+            f"{directory} is a symlink made by uid {link.st_uid}, not by this user ({uid}): whoever made it can "
+            f"point it at a directory of theirs at any moment, and whatever answers on {path} may not be this "
+            f"user's renderd. Remove it, or set $RENDERD_SOCKET (or --socket) to your daemon's socket"
+        )
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != uid:
         what = "is not a directory" if not stat.S_ISDIR(st.st_mode) else f"belongs to uid {st.st_uid}"
         raise _NotOurDirectory(
