@@ -13,6 +13,7 @@ import time
 import pytest
 
 RENDERD = [sys.executable, "-m", "renderd"]
+PLAYER = [sys.executable, "-m", "renderd.player"]
 DEADLINE = 60.0  # seconds: catches a hang only
 
 
@@ -79,3 +80,41 @@ def test_a_missing_daemon_at_a_tilde_socket_is_named_by_its_full_path(home):
     assert f"at {home}/none.sock:" in result.stderr
     assert "Traceback" not in result.stderr
 
+
+def _closed_pipe() -> int:
+    """The write end of a pipe whose read end is already closed."""
+    read, write = os.pipe()
+    os.close(read)
+    return write
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+def test_player_help_that_cannot_be_written_is_an_error_not_a_silent_success():
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([*PLAYER, "--help"], stdout=full, stderr=subprocess.PIPE, text=True,
+                                timeout=DEADLINE)
+    assert result.returncode == 1
+    assert result.stderr == ("renderd-player: error: cannot write to standard output: no space left on the device "
+                             "[ENOSPC]\n")
+
+
+def test_player_help_into_a_closed_pipe_exits_1_quietly():
+    write = _closed_pipe()
+    try:
+        result = subprocess.run([*PLAYER, "--help"], stdout=write, stderr=subprocess.PIPE, text=True,
+                                timeout=DEADLINE)
+    finally:
+        os.close(write)
+    assert result.returncode == 1
+    assert result.stderr == ""
+
+
+def test_player_help_and_usage_errors_still_work():
+    # (guard: behaviour that was already right)
+    result = _run([*PLAYER, "--help"])
+    assert result.returncode == 0 and result.stderr == ""
+    assert result.stdout.startswith("usage: renderd-player")
+    assert "exit codes:" in result.stdout
+    result = _run([*PLAYER, "-screen-width", "x"])
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.splitlines()[-1] == "renderd-player: error: argument -screen-width: invalid int value: 'x'"

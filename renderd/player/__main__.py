@@ -10,16 +10,19 @@ message from the client; a fault hook exits with the code or signal it was asked
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
 import unicodedata
-from typing import Sequence
+from typing import IO, NoReturn, Sequence
 
 from renderd.player import signals
 
 
 EXIT_OK = 0
+#: Standard output cannot be written (``--help`` into a full disk or a closed pipe).
+EXIT_OUTPUT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERNAL_ERROR = 3
 #: Seconds to sleep at most in --start-delay.
@@ -68,8 +71,9 @@ fault hooks (action {{"action": "RenderdFault", "fault": KIND, ...}}): abort, se
   exit (code), hang, sleep (seconds), garbage, oversize, truncate (code), close; "when": "after"
   answers first. Unknown single-dash (Unity) arguments are ignored and logged.
 
-exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error, 2 bad command line or
-  environment, 3 unhandled error (traceback in the log), 4 malformed message from the client.
+exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error (or --help's text could not be
+  written), 2 bad command line or environment, 3 unhandled error (traceback in the log), 4 malformed
+  message from the client.
 """
 
 
@@ -84,6 +88,45 @@ class _ExactParser(argparse.ArgumentParser):
 
     def _get_option_tuples(self, option_string: str) -> list:
         return []
+
+    def _print_message(self, message: str, file: IO[str] | None = None) -> None:
+        """argparse's, without its silence when the text cannot be written: ``--help > /dev/full`` exited 0
+        with nothing written. Now the help, or a usage error's message, is flushed at once; when standard
+        output cannot take it the player says so on standard error (nothing more for a closed pipe, as
+        ``renderd`` does) and exits 1."""
+        if not message:
+            return
+        file = file or sys.stdout
+        try:
+            file.write(message)
+            file.flush()
+        except OSError as exc:
+            if file is not sys.stdout:  # (stderr, where a usage error is written: nowhere left to say it)
+                return
+            _output_failed(exc)
+        except (AttributeError, ValueError):  # no stream at all (pythonw), or a closed one
+            pass
+
+
+def _output_failed(exc: OSError) -> NoReturn:
+    """Standard output cannot be written: one line on standard error (none for a closed pipe), exit 1."""
+    from renderd.errors import os_error_message
+
+    try:  # the unwritten rest goes nowhere, not into a second failure as Python flushes it at exit
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(devnull, sys.stdout.fileno())
+        finally:
+            os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+    if exc.errno != errno.EPIPE:
+        try:
+            print(f"renderd-player: error: {os_error_message(exc, 'cannot write to standard output')}",
+                  file=sys.stderr, flush=True)
+        except (OSError, ValueError, AttributeError):
+            pass
+    sys.exit(EXIT_OUTPUT_ERROR)
 
 
 def build_parser() -> argparse.ArgumentParser:
