@@ -3,8 +3,9 @@
 It reads what an AI2-THOR Unity build reads (the ``AI2THOR_*`` environment variables and Unity's
 single-dash flags) plus a few double-dash flags of its own; ``renderd-player --help`` lists them all,
 and docs/player.md describes the program. Exit codes: 0 normal end (client closed the pipe, SIGTERM),
-1 pipe I/O error, 2 bad command line or environment, 3 unhandled error (traceback in the log), 4 malformed
-message from the client; a fault hook exits with the code or signal it was asked for.
+1 pipe I/O error (or ``--help``'s text could not be written), 2 bad command line or environment, 3 unhandled
+error (traceback in the log), 4 malformed message from the client; a fault hook exits with the code or
+signal it was asked for.
 """
 
 from __future__ import annotations
