@@ -60,10 +60,13 @@ EXIT_STATUS_POLL = 0.02
 
 
 def socket_path(socket: str | os.PathLike[str] | None = None) -> str:
-    """The daemon's socket: ``socket``, else ``$RENDERD_SOCKET``, else the default path."""
+    """The daemon's socket: ``socket``, else ``$RENDERD_SOCKET`` (a leading ``~`` is the home directory, as
+    ``renderd start`` reads it: a unit file's ``Environment=`` or a quoted export leaves it unexpanded), else the
+    default path."""
     if socket is not None:
         return os.fspath(socket)
-    return os.environ.get(SOCKET_ENV_VAR) or default_socket_path()
+    value = os.environ.get(SOCKET_ENV_VAR)
+    return os.path.expanduser(value) if value else default_socket_path()
 
 
 class _NotOurDirectory(OSError):
