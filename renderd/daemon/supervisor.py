@@ -1303,16 +1303,26 @@ class Supervisor:
             self._set_hold(env, failing[0] if failing else None)
         elif env.held is not None:  # a slot retried by a new declaration (its failures reset): held meanwhile
             self._set_hold(env, coming[0])
+        # (a player of the previous configuration still starting does not hold the rollout: it serves nobody, and
+        # one that never comes up, the configuration being replaced for that very reason, would hold it until its
+        # start_timeout passed; it is the first one replaced)
         replacing = coming or any(
-            (p.state in (State.STARTING, State.STOPPING) or p.awaiting_platform) and not p.retire
+            (p.state == State.STOPPING or p.awaiting_platform
+             or (p.state == State.STARTING and not p.outdated)) and not p.retire
             for p in env.players
         )
         if not replacing:
-            for p in live:
-                if p.outdated and p.state == State.READY:
+            outdated = [p for p in live if p.outdated and p.state in (State.STARTING, State.READY)]
+            outdated.sort(key=lambda p: p.state != State.STARTING)  # (starting ones first, then idle ones)
+            for p in outdated[:1]:
+                if p.state == State.STARTING:
+                    log.info("environment %s: replacing player %d, still starting on the previous configuration "
+                             "(configuration changed)", env.name, p.index)
+                    # (its boot failures were the previous configuration's: the new one starts afresh)
+                    p.boot_failures = p.backoff_failures = 0
+                else:
                     log.info("environment %s: replacing player %d (configuration changed)", env.name, p.index)
-                    self._begin_stop(p, _Stop("configuration changed", "respawn"))
-                    break
+                self._begin_stop(p, _Stop("configuration changed", "respawn"))
         # Keep failed or exited slots where they are, unless the policy or a new declaration says otherwise.
 
     @staticmethod
