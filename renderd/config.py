@@ -768,6 +768,8 @@ def _a(noun: str) -> str:
 
 
 def _value_name(value: Any) -> str:
+    if value is None:  # (a JSON request body's null: TOML has none)
+        return "null"
     if isinstance(value, bool):
         return f"boolean {str(value).lower()}"
     if isinstance(value, str):
@@ -861,6 +863,8 @@ def _type_error(tp: Any, value: Any, source: str, key: str) -> ConfigError:
     # (a string such as env = "API_TOKEN=..." is not written out either)
     got = f"a string ({REDACTED})" if isinstance(value, str) and is_secret_name(value) else _value_name(value)
     message = f"expected {_a(_type_name(tp))}, got {got}"
+    if value is None:  # (a request body's "key": null, meant as "the default")
+        message += " (leave the key out for its default)"
     inner = _first_mismatch(tp, value)
     if inner is not None:
         where, item_tp, item = inner

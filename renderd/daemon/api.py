@@ -79,6 +79,21 @@ def _json_response(start_response: StartResponse, status: int, body: Any,
     return [data]
 
 
+class _DuplicateKey(Exception):
+    """A JSON object of a request body holds a key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object as a dict, refusing a key given twice (``json.loads`` would keep the last one silently:
+    ``{"clean": false, "clean": true}``, or two ``width``s in a declaration, would then mean whichever came last)."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
     """The request body as a JSON object ({} when empty). Raises HTTPError 400/413."""
     try:
@@ -91,7 +106,11 @@ def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
         return {}
     raw = environ["wsgi.input"].read(length)
     try:
-        body = json.loads(raw.decode("utf-8"))
+        body = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        raise HTTPError(400, RenderdError(
+            f"request body holds the key {str(exc.args[0])[:100]!r} twice in one object: say it once"
+        )) from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise HTTPError(400, RenderdError(f"request body is not UTF-8 JSON: {exc}")) from None
     except RecursionError:  # (arrays or objects nested some thousand deep: no request of the API's has that)
