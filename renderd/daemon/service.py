@@ -1177,9 +1177,13 @@ class Daemon:
             raw_before, raw_after = before_cfg.to_dict(), new.to_dict()
             shown_before, shown_after = before_cfg.redacted(), new.redacted()
             keys = [k for k in raw_after if raw_before[k] != raw_after[k]]
+            # (a PUT since: the file's definition replaces the API's, which the line says, changed or not)
+            again = "again" if name in self._file_environments else "now"
+            through_api = (f"environments.{name} is the file's {again}, replacing its declaration through the "
+                           "control API" if old[1] != "file" else "")
             if not keys:
-                if old[1] != "file":
-                    changes.append(f"environments.{name} is the file's again (it was declared through the API)")
+                if through_api:
+                    changes.append(f"{through_api} (the same)")
                 continue
             parts = []
             for k in keys:
@@ -1206,7 +1210,7 @@ class Daemon:
             else:
                 how = f"{scaled}, the others kept" if scaled else "players kept"
                 how += f"; {exited}"
-            changes.append(f"{', '.join(parts)} ({how})")
+            changes.append((f"{through_api}: " if through_api else "") + f"{', '.join(parts)} ({how})")
         return changes
 
     def _check_running_http(self, config: Config) -> None:
