@@ -841,9 +841,18 @@ class Daemon:
             except OSError as exc:
                 raise DaemonError(os_error_message(exc, "cannot set the directory's group and mode")) from exc
         try:
+            link = os.lstat(path)
             st = os.stat(path)
         except OSError as exc:
             raise DaemonError(os_error_message(exc, "cannot use the directory")) from exc
+        if must_own and stat.S_ISLNK(link.st_mode) and link.st_uid not in (os.geteuid(), 0):
+            # (followed, a link to a directory of ours would pass the checks below; but whoever made the link can
+            # point it at a directory of theirs at any moment, between these checks and every later use)
+            raise DaemonError(
+                f"{path} is a symlink made by uid {link.st_uid}, not by this user ({os.geteuid()}): whoever made it "
+                "can point it at a directory of theirs at any moment; renderd keeps its pipes and logs only in "
+                "directories of its own. Remove it"
+            )
         if not stat.S_ISDIR(st.st_mode):
             if key:
                 raise DaemonError(f"cannot use {path} as the directory for {key}: it exists and is not a directory")
