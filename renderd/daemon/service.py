@@ -845,7 +845,7 @@ class Daemon:
             st = os.stat(path)
         except OSError as exc:
             raise DaemonError(os_error_message(exc, "cannot use the directory")) from exc
-        if must_own and stat.S_ISLNK(link.st_mode) and link.st_uid not in (os.geteuid(), 0):
+        if stat.S_ISLNK(link.st_mode) and link.st_uid not in (os.geteuid(), 0):
             # (followed, a link to a directory of ours would pass the checks below; but whoever made the link can
             # point it at a directory of theirs at any moment, between these checks and every later use)
             raise DaemonError(

@@ -1,4 +1,4 @@
-"""``renderd start`` refuses a runtime directory that is a symlink another user made, wherever it leads (its
+"""``renderd start`` refuses a runtime or socket directory that is a symlink another user made, wherever it leads (its
 maker can point it at a directory of theirs at any moment), as the clients refuse such a socket directory."""
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ DEADLINE = 60.0  # seconds: catches a hang only
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a symlink owned by another user")
 @pytest.mark.parametrize("maker", [OTHER_UID, 0])
-def test_a_runtime_dir_that_is_another_users_symlink_is_refused(maker):
+@pytest.mark.parametrize("which", ["runtime", "socket"])
+def test_a_runtime_dir_that_is_another_users_symlink_is_refused(maker, which):
     base = tempfile.mkdtemp(prefix="rs15-")
     try:
         target = os.path.join(base, "mine")
@@ -28,14 +29,16 @@ def test_a_runtime_dir_that_is_another_users_symlink_is_refused(maker):
         os.symlink(target, link)
         os.lchown(link, maker, maker)
         config = os.path.join(base, "renderd.toml")
+        sock = f"{link}/d.sock" if which == "socket" else f"{base}/d.sock"
+        runtime = f"{base}/run" if which == "socket" else link
         with open(config, "w") as f:
-            f.write(f'[daemon]\nsocket = "{base}/d.sock"\n')
-        daemon = subprocess.Popen([sys.executable, "-m", "renderd", "start", "-c", config, "--runtime-dir", link],
+            f.write(f'[daemon]\nsocket = "{sock}"\n')
+        daemon = subprocess.Popen([sys.executable, "-m", "renderd", "start", "-c", config, "--runtime-dir", runtime],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                   start_new_session=True)
         try:
             deadline = time.monotonic() + DEADLINE
-            while daemon.poll() is None and not os.path.exists(f"{base}/d.sock"):
+            while daemon.poll() is None and not os.path.exists(sock):
                 assert time.monotonic() < deadline, "the daemon neither started nor exited"
                 time.sleep(0.05)
             if maker == OTHER_UID:
