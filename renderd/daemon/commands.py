@@ -465,8 +465,10 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
             lease_text = f"client pid {lease['client_pid']} for {_duration(lease['duration'])}" if lease else "-"
             outdated = bool(p.get("outdated"))  # (a rollout under way: on the previous configuration)
             any_outdated = any_outdated or outdated
+            # (the environment wants fewer players: this one goes once its lease ends, or once it has stopped)
+            retiring = " (retiring)" if p.get("retiring") and p["state"] not in ("STOPPING", "EXITED") else ""
             rows.append((
-                name, str(p["index"]), p["state"] + ("*" if outdated else ""), str(p["pid"] or "-"),
+                name, str(p["index"]), p["state"] + ("*" if outdated else "") + retiring, str(p["pid"] or "-"),
                 _duration(p.get("uptime")), str(p["restarts"]), lease_text,
             ))
             if p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
