@@ -305,8 +305,9 @@ def _socket_path(value: str) -> str | None:
         return why
     if len(os.fsencode(value)) > MAX_SOCKET_PATH:
         return f"{value!r} is {len(os.fsencode(value))} bytes long; a unix socket path holds at most {MAX_SOCKET_PATH}"
-    if value.endswith("/"):
-        return f"{value!r} names a directory; give the socket's own path, such as {value + 'renderd.sock'!r}"
+    if value.endswith("/") or os.path.isdir(value):
+        example = value.rstrip("/") + "/renderd.sock"
+        return f"{value!r} names a directory; give the socket's own path, such as {example!r}"
     return None
 
 
