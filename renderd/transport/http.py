@@ -220,7 +220,13 @@ class TrainPost:
             parts = split_urlencoded(body)
         else:
             hints = _LAYOUTS.get(len(body))
-            parts = split_multipart(body, boundary_from_content_type(content_type), size_hints=hints)
+            try:
+                boundary = boundary_from_content_type(content_type)
+            except MultipartError as exc:
+                if content_type and parse_header_params(content_type)[0] != "multipart/form-data":
+                    raise MultipartError(f"{exc} (or {URLENCODED}, as a step without images posts)") from None
+                raise
+            parts = split_multipart(body, boundary, size_hints=hints)
             layout = tuple(p.size for p in parts)
             if layout != hints:
                 with _LAYOUTS_LOCK:
