@@ -347,7 +347,11 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
     if not _finite(value):
         raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
-        raise ActionFailed(f"{key} must be between {lo:g} and {hi:g}, got {value!r}", "InvalidArgument")
+        if lo is not None and hi is not None:
+            bounds = f"between {lo:g} and {hi:g}"
+        else:
+            bounds = f"at least {lo:g}" if lo is not None else f"at most {hi:g}"
+        raise ActionFailed(f"{key} must be {bounds}, got {value!r}", "InvalidArgument")
     return float(value)
 
 
