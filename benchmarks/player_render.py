@@ -53,10 +53,18 @@ def bench_player(width: int, height: int, frames: int, **kwargs) -> list[float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--frames", type=int, default=30)
-    parser.add_argument("--sizes", default="300x300,1024x1024")
+    parser.add_argument("--frames", type=int, default=30, help="frames timed per row (default 30)")
+    parser.add_argument("--sizes", default="300x300,1024x1024",
+                        help="comma-separated WIDTHxHEIGHT (default 300x300,1024x1024)")
     args = parser.parse_args()
-    sizes = [tuple(int(v) for v in s.split("x")) for s in args.sizes.split(",")]
+    if args.frames < 1:
+        parser.error(f"--frames must be at least 1, not {args.frames}")
+    sizes = []
+    for size in (s.strip() for s in args.sizes.split(",")):
+        w, _, h = size.partition("x")
+        if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+            parser.error(f"--sizes: {size!r} is not WIDTHxHEIGHT (e.g. 300x300)")
+        sizes.append((int(w), int(h)))
     rows = []
     for w, h in sizes:
         rows.append((f"{w}x{h}", "renderer (rgb+depth+ids)", bench_renderer(w, h, args.frames)))

@@ -144,6 +144,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="rounds per placement (default 3)")
     p.add_argument("--steps", type=int, default=3000, help="steps measured per client and round (default 3000)")
     args = p.parse_args(argv)
+    placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    for placement in placements:
+        if placement not in T.PLACEMENTS:  # cpus_for() would measure any other word as "different"
+            p.error(f"unknown placement {placement!r}; expected {' or '.join(T.PLACEMENTS)}")
+    if not placements:
+        p.error(f"--placements names no placement; expected {' or '.join(T.PLACEMENTS)}")
+    if args.rounds < 1:
+        p.error(f"--rounds must be at least 1, not {args.rounds}")
+    if args.steps < 1:
+        p.error(f"--steps must be at least 1, not {args.steps}")
     case = T.CASES[args.case]
     payload = T.capture_answer(case)
     print(f"# {T.cpu_model()}; {len(os.sched_getaffinity(0))} CPUs; load average {os.getloadavg()[0]:.2f} at start")
@@ -151,8 +161,8 @@ def main(argv: list[str] | None = None) -> int:
           "client switches/step: voluntary / involuntary | send / recv median us |")
     print("|---|---|---|---|---|---|---|---|")
     for _ in range(args.rounds):
-        for placement in args.placements.split(","):
-            for line in one_round(case, placement.strip(), args.steps, payload):
+        for placement in placements:
+            for line in one_round(case, placement, args.steps, payload):
                 print(line, flush=True)
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
     return 0

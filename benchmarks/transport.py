@@ -38,6 +38,7 @@ import argparse
 import errno
 import importlib
 import json
+import math
 import os
 import platform
 import resource
@@ -581,9 +582,20 @@ def fmt(result: Result | None) -> str:
 
 
 def parse_cases_and_placements(p: argparse.ArgumentParser, args: argparse.Namespace) -> tuple[list[Case], list[str]]:
-    """The ``--cases`` and ``--placements`` of ``args`` (comma-separated), refusing unknown ones through ``p``."""
+    """The ``--cases`` and ``--placements`` of ``args`` (comma-separated), refusing unknown ones through ``p``,
+    as well as a ``--duration`` that is not positive and a ``--repeat`` under 1."""
     keys = [k.strip() for k in args.cases.split(",") if k.strip()]
     placements = [x.strip() for x in args.placements.split(",") if x.strip()]
+    # A duration of 0 or less would still time one batch of steps and print it as a rate; no run or no case
+    # would print an empty table and exit 0.
+    if not args.duration > 0 or not math.isfinite(args.duration):
+        p.error(f"--duration must be a positive number of seconds, not {args.duration:g}")
+    if args.repeat < 1:
+        p.error(f"--repeat must be at least 1, not {args.repeat}")
+    if not keys:
+        p.error(f"--cases names no case; expected one or more of {', '.join(CASES)}")
+    if not placements:
+        p.error(f"--placements names no placement; expected {' or '.join(PLACEMENTS)}")
     for key in keys:
         if key not in CASES:
             p.error(f"unknown case {key!r}; expected one of {', '.join(CASES)}")

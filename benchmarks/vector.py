@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import math
 import os
 import platform
 import statistics
@@ -66,6 +67,7 @@ WARMUP_STEPS = 10
 #: A rotation that never repeats a recent view (the player caches the last few frames it drew).
 RENDER_ACTION = {"action": "RotateLeft", "degrees": 7}
 STATIC_ACTION = "RotateLeft"
+FRAMES = ("static", "rendered")
 CLIENTS = ("vector", "vector-seq", "serial", "gym-vector", "async", "async-shm")
 #: The clients that need Gymnasium (skipped, with a note, when it is not importable).
 GYM_CLIENTS = ("gym-vector", "async", "async-shm")
@@ -279,12 +281,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.rounds < 1:
         p.error("--rounds must be at least 1")
-    ns = [int(x) for x in args.ns.split(",") if x]
-    frames = [f for f in args.frames.split(",") if f]
-    clients = [c for c in args.clients.split(",") if c]
+    if not args.duration > 0 or not math.isfinite(args.duration):
+        p.error(f"--duration must be a positive number of seconds, not {args.duration:g}")
+    ns = []
+    for x in (x.strip() for x in args.ns.split(",")):
+        if x:
+            if not x.isdigit() or int(x) < 1:
+                p.error(f"--ns: {x!r} is not a player count (a whole number, at least 1)")
+            ns.append(int(x))
+    frames = [f.strip() for f in args.frames.split(",") if f.strip()]
+    for f in frames:
+        if f not in FRAMES:  # any other word would be measured as rendered frames under its own label
+            p.error(f"unknown frames {f!r}; expected {' or '.join(FRAMES)}")
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    if not ns or not frames or not clients:
+        p.error("--ns, --frames and --clients must each name at least one")
     for c in clients:
         if c not in CLIENTS:
-            p.error(f"unknown client {c!r}")
+            p.error(f"unknown client {c!r}; expected one or more of {', '.join(CLIENTS)}")
     skipped = ""
     if any(c in GYM_CLIENTS for c in clients) and not gymnasium_available():
         skipped = ", ".join(c for c in clients if c in GYM_CLIENTS)
