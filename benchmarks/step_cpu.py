@@ -6,7 +6,8 @@ the raw reader (two buffers in turn, no framing, no decoding); for each it print
 client's user and kernel time per step (``getrusage``), the player's (``psutil``, from ``/proc``), and the
 client's voluntary and involuntary context switches per step. ``send``/``recv`` are the medians of
 ``Session.send`` (which on one CPU includes the player's whole step: writing the action wakes it, and it runs
-before the client goes on) and ``Session.recv`` (reading the answer and building the event).
+before the client goes on) and ``Session.recv`` (reading the answer and building the event; with
+``--case objects300read`` also reading ``event.metadata``, a full decode, as in ``transport.py``).
 
     python benchmarks/step_cpu.py                           # 300x300 RGB+depth, one CPU then two, 3 rounds
     python benchmarks/step_cpu.py --case rgb1024 --rounds 5 --steps 2000
@@ -65,11 +66,15 @@ def one_round(case: T.Case, placement: str, steps: int, payload: bytes) -> list[
             recvs: list[int] = []
             clock = time.perf_counter_ns
 
+            read_metadata = case.read_metadata
+
             def step() -> None:
                 a = clock()
                 s.send(T.ACTION)
                 b = clock()
-                s.recv()
+                event = s.recv()
+                if read_metadata:  # the case's full decode (objects300read), as transport.py's renderd column
+                    event.metadata
                 sends.append(b - a)
                 recvs.append(clock() - b)
 

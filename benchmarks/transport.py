@@ -248,6 +248,14 @@ def setup_session(session: renderd.Session, case: Case) -> None:
             raise RuntimeError(f"the player refused {init}: {event.error_message}")
 
 
+def session_stepper(session: renderd.Session, case: Case, action: Any = ACTION) -> Callable[[], Any]:
+    """One step of renderd's client for ``case``: ``session.step(action)``, reading ``event.metadata`` as well
+    when the case says so (a full decode every step, as AI2-THOR's client always does)."""
+    if case.read_metadata:
+        return lambda: session.step(action).metadata
+    return lambda: session.step(action)
+
+
 def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
     pin.spawning()
     with renderd.launch(
@@ -262,10 +270,7 @@ def run_renderd(case: Case, pin: Pinned, duration: float) -> Result:
         pin.running(session.pid)
         setup_session(session, case)
         faults = client_faults()
-        if case.read_metadata:
-            rate, n = timed(lambda: session.step(ACTION).metadata, duration)
-        else:
-            rate, n = timed(lambda: session.step(ACTION), duration)
+        rate, n = timed(session_stepper(session, case), duration)
         faults = (client_faults() - faults) / (n + WARMUP_STEPS)
         if case.depth:
             assert session.last_event.depth_frame is not None
@@ -450,10 +455,7 @@ def run_renderd_bare(case: Case, pin: Pinned, duration: float, payload: bytes) -
             pin.running(proc.pid)
             action = {"action": ACTION, "sequenceId": seq}
             faults = client_faults()
-            if case.read_metadata:
-                rate, n = timed(lambda: session.step(action).metadata, duration)
-            else:
-                rate, n = timed(lambda: session.step(action), duration)
+            rate, n = timed(session_stepper(session, case, action), duration)
             faults = (client_faults() - faults) / (n + WARMUP_STEPS)
             assert session.last_event.frame.shape == (case.height, case.width, 3)
     return Result(rate, len(payload), faults_per_step=faults)

@@ -66,6 +66,7 @@ from benchmarks.transport import (  # noqa: E402
     parse_cases_and_placements,
     cpus_for,
     pin_all_threads,
+    session_stepper,
     setup_session,
 )
 from benchmarks.transport import ai2thor_available as fifo_ai2thor_available  # noqa: E402
@@ -122,6 +123,16 @@ def measure(step: Callable[[], Any], duration: float, player_pid: int) -> Cell:
     return Cell(n / (now - start), cpu / n * 1e6, (p1 - p0) / n * 1e6)
 
 
+def check_renderd_event(event: renderd.Event, case: Case) -> None:
+    """The last event of a renderd column holds what ``case`` asks for (as ``check_ai2thor_event`` checks
+    AI2-THOR's): every agent's frame, and its depth frame with depth on."""
+    assert len(event.events) == case.agents
+    for agent in event.events:
+        assert agent.frame.shape == (case.height, case.width, 3)
+        if case.depth:
+            assert agent.depth_frame is not None
+
+
 def _pin_self(pin: Pinned, child_pid: int) -> None:
     pin.running(child_pid)
     pin_all_threads(os.getpid(), pin.client_cpu)  # the server's threads too
@@ -140,11 +151,8 @@ def run_session(case: Case, pin: Pinned, duration: float, transport: str) -> Cel
     ) as session:
         _pin_self(pin, session.pid)
         setup_session(session, case)
-        cell = measure(lambda: session.step(ACTION), duration, session.pid)
-        event = session.last_event
-        assert event.frame.shape == (case.height, case.width, 3)
-        if case.depth:
-            assert event.depth_frame is not None
+        cell = measure(session_stepper(session, case), duration, session.pid)
+        check_renderd_event(session.last_event, case)
     pin.restore()
     return cell
 
@@ -159,8 +167,8 @@ def _measure_on(registry: Any, port: int, case: Case, pin: Pinned, duration: flo
                        env=PLAYER_ENV, start_timeout=START_TIMEOUT, step_timeout=STEP_TIMEOUT) as session:
         _pin_self(pin, session.pid)
         setup_session(session, case)
-        cell = measure(lambda: session.step(ACTION), duration, session.pid)
-        assert session.last_event.frame.shape == (case.height, case.width, 3)
+        cell = measure(session_stepper(session, case), duration, session.pid)
+        check_renderd_event(session.last_event, case)
     return cell
 
 

@@ -1,10 +1,13 @@
-"""The benchmark scripts refuse arguments that would print a meaningless table.
+"""The benchmark scripts measure what their labels say and refuse arguments that would print a meaningless table.
 
-A duration of 0 or less, no run, an unknown placement, frame kind or size, no step or frame: a usage error
-(exit status 2) naming the option, before any player is started. Before, ``--duration -1`` printed the rate of
-one batch of steps, ``--repeat 0`` an empty table with status 0, ``step_cpu.py --placements both`` ran the
-"different" placement under the label "both", ``vector.py --frames bogus`` measured rendered frames under the
-label "bogus", and ``--ns x``, ``--steps 0`` and ``player_render.py --frames 0`` ended in a traceback.
+* A case whose label says the metadata is read every step (``objects300read``) makes every renderd column
+  decode it every step, in ``transport_http.py`` and ``step_cpu.py`` as in ``transport.py`` (the first two
+  stepped without reading it, so the row compared renderd without a decode against AI2-THOR with one).
+* A duration of 0 or less, no run, an unknown placement, frame kind or size, no step or frame: a usage error
+  (exit status 2) naming the option, before any player is started. Before, ``--duration -1`` printed the rate
+  of one batch of steps, ``--repeat 0`` an empty table with status 0, ``step_cpu.py --placements both`` ran the
+  "different" placement under the label "both", ``vector.py --frames bogus`` measured rendered frames under the
+  label "bogus", and ``--ns x``, ``--steps 0`` and ``player_render.py --frames 0`` ended in a traceback.
 
 Each run gets its own TMPDIR, which must be empty afterwards, and no process may be left that inherited it.
 """
@@ -56,6 +59,44 @@ def run(tmp_path: Path, argv: list[str], *, timeout: float) -> subprocess.Comple
     assert not left, f"processes left running: {left}"
     assert not files, f"left in TMPDIR: {files}"
     return result
+
+
+COUNT_DECODES = """
+import sys
+sys.path.insert(0, '.')
+import renderd.event as E
+calls = [0]
+decode = E.decode_metadata
+def counted(*args, **kwargs):
+    calls[0] += 1
+    return decode(*args, **kwargs)
+E.decode_metadata = counted
+from benchmarks import step_cpu, transport as T, transport_http as H
+case = T.CASES['objects300read']
+pin = T.Pinned(*T.cpus_for('same'))
+try:
+    for transport in ('fifo', 'http'):
+        calls[0] = 0
+        H.run_session(case, pin, 0.05, transport)
+        print(transport, calls[0])
+finally:
+    pin.restore()
+payload = T.capture_answer(case)
+calls[0] = 0
+step_cpu.one_round(case, 'same', 40, payload)
+print('step_cpu', calls[0])
+"""
+
+
+def test_the_metadata_read_case_decodes_the_metadata_every_step_in_every_renderd_column(tmp_path):
+    result = run(tmp_path, ["-c", COUNT_DECODES], timeout=60.0)
+    assert result.returncode == 0, result.stderr
+    counts = dict(line.split() for line in result.stdout.splitlines())
+    # transport_http: 30 warm-up steps and at least one batch of 10 measured, each with its decode
+    assert int(counts["fifo"]) >= 40, counts
+    assert int(counts["http"]) >= 40, counts
+    # step_cpu: 30 warm-up steps, then 40 measured by Session.send + Session.recv
+    assert int(counts["step_cpu"]) >= 40, counts
 
 
 BAD_ARGUMENTS = [
