@@ -16,13 +16,16 @@ before the client goes on) and ``Session.recv`` (reading the answer and building
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import signal
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import psutil
@@ -85,11 +88,13 @@ def one_round(case: T.Case, placement: str, steps: int, payload: bytes) -> list[
                              statistics.median(sends) / 1e3, statistics.median(recvs) / 1e3))
             raw = RawReader(s, payload)
             try:
-                for _ in range(T.WARMUP_STEPS):
-                    raw.step()
-                p0 = player.cpu_times()
-                seconds, me = measure(steps, raw.step)
-                p1 = player.cpu_times()
+                with raw.watchdog():
+                    for _ in range(T.WARMUP_STEPS):
+                        raw.step()
+                    p0 = player.cpu_times()
+                    seconds, me = measure(steps, raw.step)
+                    p1 = player.cpu_times()
+                raw.check(payload)
             finally:
                 raw.close()
             lines.append(row(case, placement, "raw reader", steps, seconds, me, p1.user - p0.user,
@@ -117,6 +122,7 @@ class RawReader:
         self.total = len(payload)
         self.views = [memoryview(bytearray(self.total)) for _ in range(2)]
         self.turn = 0
+        self.steps = 0
 
     def step(self) -> None:
         os.write(self.wfd, self.request)
@@ -128,6 +134,34 @@ class RawReader:
             if not n:
                 raise T.PeerGone("the player closed server.pipe under the raw reader")
             got += n
+        self.steps += 1
+
+    @contextlib.contextmanager
+    def watchdog(self) -> Iterator[None]:
+        """Bound the blocking reads (no deadline per step, to keep the column's cost the pipe's): a timer fires
+        every ``STEP_TIMEOUT`` seconds, and a step that has not ended since the last one (a player that hangs,
+        or a reader fallen out of step with answers of another length) ends the column with an error."""
+        seen = [-1]
+
+        def tick(signum: int, frame: Any) -> None:
+            if self.steps == seen[0]:
+                raise T.NoCeiling(f"no answer of {self.total} bytes within {T.STEP_TIMEOUT:g} s under the raw reader "
+                                  "(the player hung, or its answers are not the captured one's length)")
+            seen[0] = self.steps
+
+        previous = signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, T.STEP_TIMEOUT, T.STEP_TIMEOUT)
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+    def check(self, payload: bytes) -> None:
+        """The last two answers were the captured one, byte for byte (else the column measured something else)."""
+        if any(bytes(v) != payload for v in self.views):
+            raise T.NoCeiling("the player's answers differ from the captured one (it does not answer a repeated "
+                              "request with the same bytes)")
 
     def close(self) -> None:
         os.close(self.wfd)
@@ -165,11 +199,21 @@ def main(argv: list[str] | None = None) -> int:
     print("| case | CPUs | client | steps/s | client us/step: user + kernel | player us/step: user + kernel | "
           "client switches/step: voluntary / involuntary | send / recv median us |")
     print("|---|---|---|---|---|---|---|---|")
+    failed = 0
     for _ in range(args.rounds):
         for placement in placements:
-            for line in one_round(case, placement, args.steps, payload):
+            try:
+                lines = one_round(case, placement, args.steps, payload)
+            except (renderd.RenderdError, T.PeerGone, T.NoCeiling) as exc:  # (the run goes on; noted, exit 1)
+                failed += 1
+                first = str(exc).split("\n", 1)[0]
+                lines = [f"| {case.label} | {placement} | (failed: {type(exc).__name__}: {first}) |"]
+            for line in lines:
                 print(line, flush=True)
     print(f"# load average {os.getloadavg()[0]:.2f} at the end")
+    if failed:
+        print(f"# {failed} round(s) failed (noted in the table)")
+        return 1
     return 0
 
 
