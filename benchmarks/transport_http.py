@@ -235,15 +235,17 @@ def run_ai2thor(case: Case, pin: Pinned, duration: float) -> Cell:
     host, port = server.wsgi_server.socket.getsockname()[:2]
     env = player_env(None, server_type="WSGI", host=host, port=port, token=server.client_token, extra=PLAYER_ENV)
     argv = player_argv("renderd-player", width=case.width, height=case.height, extra_args=case.player_args())
-    proc = PlayerProcess.spawn(argv, env, None)
+    proc = None
     try:
+        proc = PlayerProcess.spawn(argv, env, None)  # (in the try: a failed spawn stops the server too)
         server.unity_proc = proc._popen
         server.receive(timeout=START_TIMEOUT)
         _pin_self(pin, proc.pid)
         cell = measure(ai2thor_stepper(server, case), duration, proc.pid)
         check_ai2thor_event(server, case)
     finally:
-        proc.stop(1.0)
+        if proc is not None:
+            proc.stop(1.0)
         # Its request handler waits for an action with no timeout: give it one, then stop the server.
         try:
             server.response_queue.put_nowait({})
