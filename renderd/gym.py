@@ -406,6 +406,28 @@ def _reset_failed(event: Event, what: str) -> None:
         raise ValueError(f"{what} failed: {event.error_message or 'lastActionSuccess is false'}")
 
 
+#: RenderdEnv's own keyword arguments (the rest go to renderd.launch).
+_OWN_ARGUMENTS = ("actions", "depth", "max_depth", "scene", "max_episode_steps", "reward_fn", "terminated_fn",
+                  "init_params", "render_mode")
+
+
+def _check_launch_kwargs(owner: str, launch_kwargs: Mapping[str, Any], own: Sequence[str]) -> None:
+    """A TypeError now for a keyword argument neither ``owner`` nor :func:`renderd.launch` takes (it would
+    otherwise be found only when the first player is launched), naming the closest one it may have meant."""
+    import difflib
+    import inspect
+
+    from renderd.client import launch
+
+    known = [*own, *(name for name in inspect.signature(launch).parameters if name != "executable"), "executable"]
+    for name in launch_kwargs:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise TypeError(f"{owner}() got an unexpected keyword argument {name!r}{hint} (it takes its own "
+                            f"arguments and renderd.launch's)")
+
+
 class RenderdEnv(gymnasium.Env):
     """One renderd player as a ``gymnasium.Env`` (registered as ``renderd/Unity-v0``).
 
@@ -452,6 +474,7 @@ class RenderdEnv(gymnasium.Env):
         self._limit_given = not isinstance(max_episode_steps, _Default)
         if not self._limit_given:
             max_episode_steps = DEFAULT_MAX_EPISODE_STEPS
+        _check_launch_kwargs("RenderdEnv", launch_kwargs, _OWN_ARGUMENTS)
         self._launch_kwargs = dict(launch_kwargs)
         self._launch_kwargs.setdefault("width", 300)
         self._launch_kwargs.setdefault("height", 300)
@@ -486,6 +509,8 @@ class RenderdEnv(gymnasium.Env):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         options = _check_options(options)
+        if isinstance(seed, np.integer):  # (as the vector env takes it: Gymnasium's seeding wants a Python int)
+            seed = int(seed)
         super().reset(seed=seed)
         scene = self._spec.choose_scene(self.np_random, options)
         self._no_episode = "step() after a reset() that failed: call reset() again"
