@@ -568,7 +568,18 @@ class RenderdEnv(gymnasium.Env):
     def step(self, action: Any) -> tuple[dict[str, np.ndarray], float, bool, bool, dict[str, Any]]:
         if self._no_episode is not None or self.session is None:
             raise CallOrderError(self._no_episode or "step() before reset(): call reset() first")
-        event = self.session.step(self._spec.action(action))
+        session = self.session
+        if session.error is not None:  # (the player failed in an earlier step: the session's own error says "launch")
+            raise CallOrderError(
+                f"step() after the player failed ({type(session.error).__name__}): call reset(), which starts a new "
+                "player"
+            ) from session.error
+        try:
+            event = session.step(self._spec.action(action))
+        except BaseException as exc:
+            if session.error is not None:  # (broken: a crash, a timeout, malformed bytes, an interrupted step)
+                exc.add_note("the episode ended with its player: call reset(), which starts a new player")
+            raise
         self.last_event = event
         self._elapsed += 1
         spec = self._spec
