@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
+
+from tests.helpers.daemon_cli_review15m import renderd_start, short_home, wait_for_path
 
 RENDERD = [sys.executable, "-m", "renderd"]
 PLAYER = [sys.executable, "-m", "renderd.player"]
@@ -29,12 +27,8 @@ def _run(args: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def home():
-    # Short: the socket under it must fit a unix socket path.
-    path = tempfile.mkdtemp(prefix="rj15-")
-    try:
+    with short_home("rj15-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_status_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home):
@@ -46,14 +40,8 @@ def test_status_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home):
                 "instances = 0\n")
     env = _env(HOME=home, RENDERD_SOCKET="~/d.sock")
     socket = os.path.join(home, "d.sock")
-    daemon = subprocess.Popen([*RENDERD, "start", "-c", config], env=env, cwd=home,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + DEADLINE
-        while not os.path.exists(socket):
-            assert daemon.poll() is None, daemon.stderr.read().decode()
-            assert time.monotonic() < deadline, "the daemon never made its socket"
-            time.sleep(0.05)
+    with renderd_start(["-c", config], env=env, cwd=home) as daemon:
+        assert wait_for_path(daemon, socket), daemon.stderr.read().decode()
         elsewhere = os.path.join(home, "elsewhere")
         os.mkdir(elsewhere)
         result = _run([*RENDERD, "status"], env=env, cwd=elsewhere)
@@ -62,14 +50,6 @@ def test_status_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home):
         result = _run([*RENDERD, "status", "--json"], env=env, cwd=elsewhere)
         assert result.returncode == 0, result.stderr
         assert f'"pid": {daemon.pid}' in result.stdout
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
-        daemon.stderr.close()
     assert not os.path.exists(socket)
 
 

@@ -4,25 +4,18 @@
 from __future__ import annotations
 
 import os
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
-import time
 
 import pytest
 
-DEADLINE = 60.0  # seconds: catches a hang only
+from tests.helpers.daemon_cli_review15m import DEADLINE, renderd_start, short_home, wait_for_path
 
 
 @pytest.fixture
 def home():
-    path = tempfile.mkdtemp(prefix="rm15-")  # (short: the socket under it must fit a unix socket path)
-    try:
+    with short_home("rm15-") as path:
         yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def test_connect_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home):
@@ -33,14 +26,8 @@ def test_connect_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home)
     env = {k: v for k, v in os.environ.items() if k not in ("RENDERD_SOCKET", "NOTIFY_SOCKET")}
     env.update(HOME=home, RENDERD_SOCKET="~/d.sock")
     socket = os.path.join(home, "d.sock")
-    daemon = subprocess.Popen([sys.executable, "-m", "renderd", "start", "-c", config], env=env, cwd=home,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + DEADLINE
-        while not os.path.exists(socket):
-            assert daemon.poll() is None, daemon.stderr.read().decode()
-            assert time.monotonic() < deadline, "the daemon never made its socket"
-            time.sleep(0.05)
+    with renderd_start(["-c", config], env=env, cwd=home) as daemon:
+        assert wait_for_path(daemon, socket), daemon.stderr.read().decode()
         elsewhere = os.path.join(home, "elsewhere")
         os.mkdir(elsewhere)
         agent = ("import renderd\n"
@@ -50,12 +37,4 @@ def test_connect_finds_the_daemon_at_a_renderd_socket_written_with_a_tilde(home)
                               timeout=DEADLINE)
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "True"
-    finally:
-        os.killpg(daemon.pid, signal.SIGTERM)
-        try:
-            daemon.wait(DEADLINE)
-        except subprocess.TimeoutExpired:
-            os.killpg(daemon.pid, signal.SIGKILL)
-            daemon.wait()
-        daemon.stderr.close()
     assert not os.path.exists(socket)
