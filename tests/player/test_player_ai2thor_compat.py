@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.helpers.fifo_driver import PlayerProcess, player_command
+from tests.helpers.thor_review15d import RecordingPlayer
 
 ai2thor_fifo = pytest.importorskip("ai2thor.fifo_server")
 
@@ -106,24 +107,6 @@ def test_unknown_action_is_an_error_ai2thor_understands(thor):
     thor.send({"action": "GetScenesInBuild"})
     ev = thor.receive(timeout=TIMEOUT)
     assert "FloorPlan1_physics" in ev.metadata["actionReturn"]
-
-
-class RecordingPlayer(PlayerProcess):
-    """A PlayerProcess that keeps every byte the player sent, to feed the same bytes to AI2-THOR."""
-
-    def __init__(self, *args, **kwargs):
-        self.raw = bytearray()
-        super().__init__(*args, **kwargs)
-
-    def _read_some(self):
-        try:
-            data = os.read(self.server_fd, 1 << 20)
-        except BlockingIOError:
-            return
-        if not data:
-            raise AssertionError("end of input on server.pipe")
-        self.raw += data
-        self.decoder.receive_data(data)
 
 
 class ThorReader:
