@@ -115,7 +115,12 @@ class DaemonProcess:
                      timeout: float = READY_TIMEOUT, what: str = "players") -> list[dict[str, Any]]:
         def check() -> Any:
             players = self.players(name)
-            return (players,) if predicate(players) else None
+            try:
+                return (players,) if predicate(players) else None
+            except IndexError:
+                if players:
+                    raise
+                return None  # (the environment's slots are not made yet: a predicate about ps[0] waits for them)
 
         return wait_for(check, timeout, what)[0]
 
