@@ -97,6 +97,10 @@ PID_POLL_INTERVAL = 0.05
 DESCENDANT_NOTE_INTERVAL = 1.0
 #: The most helpers outside its process group noted for one player (each holds a pidfd until the stop).
 MAX_NOTED_DESCENDANTS = 64
+#: How soon after its start a player's helpers are noted the first time (then every
+#: :data:`DESCENDANT_NOTE_INTERVAL`): a helper a player daemonises as it starts is noted even when the player
+#: exits soon after (right after its first frame).
+DESCENDANT_FIRST_NOTE = 0.2
 
 #: Variables that tell a player where its endpoints are; stale ones inherited from our own environment
 #: are dropped so a player never talks to somebody else's pipes.
@@ -604,6 +608,74 @@ def _after_fork_in_child() -> None:
     (which takes the noted pidfds, to close them) would wait for it for good."""
     for proc in list(_player_processes):
         proc._noted_lock = threading.Lock()
+    _BACKGROUND_NOTER.forget()  # (its thread is the parent's; the copies here never note)
+
+
+class _BackgroundNoter:
+    """One thread (``renderd-player-noter``) that notes the helpers of this process's running players whose
+    :attr:`PlayerProcess.notes_on_poll` is set, each when its note is due (:meth:`PlayerProcess.note_if_due`):
+    nothing else would note those of a player nobody polls, such as a :class:`renderd.Session`'s, which watches
+    its player through the pidfd alone. The thread is started with the first such player and ends as soon as
+    none is left (stopped, seen to exit, or handed to an owner that notes itself), so it outlives no session.
+    It holds the players weakly, and never while it waits."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._players: weakref.WeakSet[PlayerProcess] = weakref.WeakSet()
+        self._thread: threading.Thread | None = None
+
+    def add(self, proc: PlayerProcess) -> None:
+        with self._cond:
+            self._players.add(proc)
+            if self._thread is None:
+                thread = threading.Thread(target=self._loop, name="renderd-player-noter", daemon=True)
+                thread.start()  # (before it is recorded: a thread that cannot start leaves none recorded)
+                self._thread = thread
+            self._cond.notify()
+
+    def discard(self, proc: PlayerProcess) -> None:
+        with self._cond:
+            self._players.discard(proc)
+            self._cond.notify()
+
+    def forget(self) -> None:
+        """In a forked child: no thread, no player (a new lock: the parent's may have been held at the fork)."""
+        self._cond = threading.Condition(threading.Lock())
+        self._players = weakref.WeakSet()
+        self._thread = None
+
+    def _loop(self) -> None:
+        cond = self._cond
+        while True:
+            with cond:
+                if cond is not self._cond:  # (a forked child's copy of this thread does not exist; never here)
+                    return
+                due: list[PlayerProcess] = []
+                wait: float | None = None
+                for proc in list(self._players):
+                    if not proc._notes_in_background():
+                        self._players.discard(proc)
+                        continue
+                    left = proc._note_wait()
+                    if left <= 0:
+                        due.append(proc)
+                    else:
+                        wait = left if wait is None else min(wait, left)
+                if not due:
+                    if wait is None:
+                        self._thread = None
+                        return
+                    cond.wait(wait)
+                    continue
+            for proc in due:
+                try:
+                    proc.note_if_due()
+                except Exception as exc:  # noqa: BLE001 - noting is best effort; the stop still runs
+                    log.debug("noting the helpers of player pid %d failed: %s", proc.pid, exc)
+            del due
+
+
+_BACKGROUND_NOTER = _BackgroundNoter()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -700,12 +772,45 @@ class PlayerProcess:
         self._noted_lock = threading.Lock()  # (a new one in a forked child: _after_fork_in_child)
         self._noting_closed = False  # set (under _noted_lock) by stop() before it reaps the player
         self._last_note = self.started_at
-        #: Whether :meth:`poll` notes the helpers when :data:`DESCENDANT_NOTE_INTERVAL` has passed. A note walks
-        #: /proc over the player's descendants (milliseconds for a player with hundreds of threads or many
-        #: processes): an owner that polls while holding a lock other threads wait for (the daemon's supervisor)
-        #: sets it False and calls :meth:`note_if_due` itself, without that lock.
-        self.notes_on_poll = True
+        self._noted_once = False
+        self._notes_on_poll = True
         _player_processes.add(self)
+        _BACKGROUND_NOTER.add(self)
+
+    @property
+    def notes_on_poll(self) -> bool:
+        """Whether the player's helpers are noted for it: by :meth:`poll`, and by a thread of renderd's
+        (``renderd-player-noter``, running while such a player runs), each time a note is due (see
+        :meth:`note_if_due`), so that a player nobody polls (a :class:`renderd.Session`'s) has them noted too. A
+        note walks /proc over the player's descendants (milliseconds for a player with hundreds of threads or
+        many processes): an owner that polls while holding a lock other threads wait for (the daemon's
+        supervisor) sets it False and calls :meth:`note_if_due` itself, without that lock."""
+        return self._notes_on_poll
+
+    @notes_on_poll.setter
+    def notes_on_poll(self, value: bool) -> None:
+        self._notes_on_poll = bool(value)
+        if self._notes_on_poll:
+            _BACKGROUND_NOTER.add(self)
+        else:
+            _BACKGROUND_NOTER.discard(self)
+
+    def _note_wait(self) -> float:
+        """Seconds until a note of the helpers is due (<= 0: due): :data:`DESCENDANT_FIRST_NOTE` after the start
+        for the first one, then :data:`DESCENDANT_NOTE_INTERVAL` after the last."""
+        interval = DESCENDANT_NOTE_INTERVAL
+        if not self._noted_once:
+            interval = min(interval, DESCENDANT_FIRST_NOTE)
+        return self._last_note + interval - time.monotonic()
+
+    def _notes_in_background(self) -> bool:
+        """Whether the background noter notes this player's helpers (it runs, as far as anyone has seen, and is
+        this process's own)."""
+        if not (self._notes_on_poll and self._returncode is None and not self._stopped and not self._noting_closed
+                and os.getpid() == self._owner_pid):
+            return False
+        pidfd = self.pidfd  # (read once: a stop() in another thread may close it; then this says exited)
+        return pidfd is None or not poll_readable(pidfd, 0)  # (an exited player has no helpers left to find)
 
     @classmethod
     def spawn(
@@ -816,7 +921,7 @@ class PlayerProcess:
             self._returncode = self._popen.poll()
             return self._returncode
         if info is None or info.si_pid == 0:
-            if self.notes_on_poll and time.monotonic() - self._last_note >= DESCENDANT_NOTE_INTERVAL:
+            if self._notes_on_poll and self._note_wait() <= 0:
                 self.note_descendants(wait=False)
             return None
         if info.si_code == os.CLD_EXITED:
@@ -927,8 +1032,9 @@ class PlayerProcess:
         player has exited: they are then no longer its descendants (orphans go to init or the nearest
         subreaper), and signals to its group miss them.
 
-        :meth:`poll` calls this at most every :data:`DESCENDANT_NOTE_INTERVAL` seconds while the player runs
-        (unless :attr:`notes_on_poll` is False: the daemon's loop calls :meth:`note_if_due` for every player on
+        While the player runs this is done :data:`DESCENDANT_FIRST_NOTE` seconds after its start, then every
+        :data:`DESCENDANT_NOTE_INTERVAL` seconds, by :meth:`poll` and by renderd's noter thread (see
+        :attr:`notes_on_poll`; when it is False, the daemon's loop calls :meth:`note_if_due` for every player on
         each pass instead, without its lock); a helper started and orphaned since the last note is not found. Each one noted holds a pidfd (so a signal through it can reach no other
         process), at most :data:`MAX_NOTED_DESCENDANTS` per player; those that have exited are let go at the
         next note. With ``wait=False`` it does nothing while another thread is noting. Never raises for a
@@ -937,6 +1043,7 @@ class PlayerProcess:
             return
         try:
             self._last_note = time.monotonic()
+            self._noted_once = True
             if self._noting_closed or os.getpid() != self._owner_pid:
                 return
             for pid, handle in list(self._noted.items()):
@@ -961,12 +1068,13 @@ class PlayerProcess:
 
     def note_if_due(self) -> bool:
         """:meth:`note_descendants` (without waiting for a note under way in another thread) if
-        :data:`DESCENDANT_NOTE_INTERVAL` seconds have passed since the last note and the player has not been
+        :data:`DESCENDANT_NOTE_INTERVAL` seconds have passed since the last note (:data:`DESCENDANT_FIRST_NOTE`
+        since the start, for the first) and the player has not been
         seen to exit or been stopped; returns whether it noted. For an owner that sets :attr:`notes_on_poll` to
         False; it does not reap, and never raises for a process that is gone."""
         if self._returncode is not None or self._stopped or self._noting_closed:
             return False
-        if time.monotonic() - self._last_note < DESCENDANT_NOTE_INTERVAL:
+        if self._note_wait() > 0:
             return False
         self.note_descendants(wait=False)
         return True
@@ -992,6 +1100,7 @@ class PlayerProcess:
         with self._noted_lock:
             self._noting_closed = True
             noted, self._noted = self._noted, {}
+        _BACKGROUND_NOTER.discard(self)
         return noted
 
     # -- stopping --------------------------------------------------------------------------------------
