@@ -15,7 +15,9 @@ wakeup pipe (:mod:`renderd.player.signals`), so SIGTERM ends the player at any p
 waits for room in a full pipe (a blocking ``writev`` of the whole message measured no faster, and a
 signal arriving just before it would be noticed only once the client reads); the blocking FIFO opens
 run in a helper thread for the same reason.
-End of input on ``client.pipe`` at a message boundary means the client is done: exit 0. Anything the
+End of input on ``client.pipe`` at a message boundary means the client is done: exit 0; so does a client
+that closes ``server.pipe`` before it ever opens ``client.pipe`` (it read what it wanted, or died: nobody
+would open ``client.pipe``, and a blocked open would wait forever). Anything the
 player cannot parse (bad framing, an ACTION that is not a JSON object) is logged and ends the player with
 :data:`EXIT_PROTOCOL_ERROR`, the way a build's message loop dies on an exception: the stream cannot be
 trusted after it, and renderd reports the exit with the log's tail. A well-framed ACTION nested deeper
@@ -161,8 +163,15 @@ class FifoLink:
         self.server_fd = _nonblocking(signals.open_blocking(self.server_path, os.O_WRONLY | os.O_CLOEXEC))
 
     def open_client(self) -> None:
+        """Open client.pipe, waiting for the client as long as it holds server.pipe open: a client that closes
+        server.pipe before opening client.pipe is gone (it died, or left after the first message), and nobody
+        would ever open client.pipe."""
         logger.info("opening %s for reading (waits for the client to open it)", self.client_path)
-        self.client_fd = _nonblocking(signals.open_blocking(self.client_path, os.O_RDONLY | os.O_CLOEXEC))
+        try:
+            fd = signals.open_blocking(self.client_path, os.O_RDONLY | os.O_CLOEXEC, peer=self.server_fd)
+        except BrokenPipeError:
+            raise _ClientGone("the client closed server.pipe without opening client.pipe", EXIT_OK) from None
+        self.client_fd = _nonblocking(fd)
 
     def close_server(self) -> None:
         if self.server_fd is not None:

@@ -13,11 +13,12 @@ retried; it never logs or allocates beyond that. Code that must not miss a signa
 :func:`wait`.
 
 Blocking ``open()`` of a FIFO cannot be select-ed; :func:`open_blocking` runs it in a helper thread and
-waits for the thread the same way.
+waits for the thread the same way (and, given the write end of the other pipe, for its reader to go away).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -149,11 +150,15 @@ def wait_forever() -> None:
             wait()
 
 
-def open_blocking(path: str, flags: int) -> int:
+def open_blocking(path: str, flags: int, peer: int | None = None) -> int:
     """``os.open(path, flags)`` that may block (a FIFO waiting for its other end), without missing a signal.
 
     The open runs in a daemon thread; this waits for it with :func:`wait`. Raises :class:`Terminated`
     (the thread is left blocked; the process is about to exit) or the OSError of the open.
+
+    ``peer``, the write end of a pipe the same peer reads, is watched too: when its last reader closes it
+    (POLLERR: the peer is gone, or will never read again) this raises :class:`BrokenPipeError` instead of
+    waiting for an open that nobody will ever make (the thread is left blocked; the caller exits).
     """
     result: list = []
     notify_r, notify_w = os.pipe2(os.O_CLOEXEC)
@@ -167,7 +172,11 @@ def open_blocking(path: str, flags: int) -> int:
 
     thread = threading.Thread(target=opener, name=f"open {os.path.basename(path)}", daemon=True)
     thread.start()
-    wait(read=[notify_r])  # on Terminated the thread stays blocked; the process is about to exit
+    # On Terminated or BrokenPipeError the thread stays blocked; the process is about to exit.
+    if peer is None:
+        wait(read=[notify_r])
+    else:
+        _wait_watching(notify_r, peer, path)
     thread.join()
     os.close(notify_r)
     os.close(notify_w)
@@ -175,3 +184,23 @@ def open_blocking(path: str, flags: int) -> int:
     if isinstance(outcome, OSError):
         raise outcome
     return outcome
+
+
+def _wait_watching(fd: int, peer: int, path: str) -> None:
+    """Wait until ``fd`` is readable, as :func:`wait` does; raise BrokenPipeError once ``peer`` (a pipe's write
+    end) has no reader left. ``poll``, not ``select``: select reports that as writable, like room in the pipe."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN)
+    poller.register(peer, 0)  # only POLLERR (no reader left) and POLLHUP are reported for it
+    if _wakeup_r is not None:
+        poller.register(_wakeup_r, select.POLLIN)
+    while True:
+        check()
+        ready = dict(poller.poll())
+        if _wakeup_r is not None and _wakeup_r in ready:
+            _drain()
+            check()  # a wakeup byte may also be a signal we do not handle (SIGCHLD...): then carry on
+        if fd in ready:
+            return
+        if peer in ready:  # POLLERR (POLLNVAL would be a bug: never spin on it)
+            raise BrokenPipeError(errno.EPIPE, f"the peer closed its end of the other pipe while opening {path}")
