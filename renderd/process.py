@@ -1121,6 +1121,30 @@ class PlayerProcess:
             pass
         except PermissionError as exc:  # the group id was taken over by someone else: leave it alone
             log.warning("cannot send %s to process group %d: %s", sig.name, self.pgid, exc)
+        self._signal_leader_outside(sig)
+
+    def _signal_leader_outside(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the player itself when it has left its process group (``setpgid`` into another group of
+        its session, its parent's say): signals to the group miss it, and it would outlive every stop. Through the
+        pidfd (or, without one, to the pid while it is this process's unreaped child), so no other process is hit;
+        never to an exited player."""
+        if self._popen.returncode is not None:
+            return
+        try:
+            if os.getpgid(self.pid) == self.pgid:
+                return
+        except OSError:  # gone
+            return
+        pidfd = self.pidfd
+        try:
+            if pidfd is not None:
+                signal.pidfd_send_signal(pidfd, sig)
+            elif self._leader_unreaped():
+                os.kill(self.pid, sig)
+        except ProcessLookupError:
+            pass
+        except OSError as exc:
+            log.warning("cannot send %s to player pid %d: %s", sig.name, self.pid, exc)
 
     def _group_running(self) -> bool:
         """Whether a process of the player's group other than an exited leader still runs (a wrapper
