@@ -14,7 +14,8 @@ With ``AI2THOR_SERVER_TYPE=WSGI`` the player reads ``AI2THOR_HOST``, ``AI2THOR_P
 
 Image parts are sent with ``socket.sendmsg`` straight from the image arrays. A response other than 200
 ends the player: 410 (its client is gone, or renderd stopped serving it) with exit 0; 403 (wrong token)
-with exit 2; anything else with exit 1, as does a body cut short of its Content-Length (never acted on).
+with exit 2; anything else with exit 1, as does a body cut short of its Content-Length or headers cut short
+by the server hanging up (:class:`HeadersCutShort`; never acted on).
 An action that is not a JSON object exits 4, as on the FIFO link; one nested deeper than
 :data:`~renderd.protocol.MAX_ACTION_DEPTH` is answered as a failed action. When the server hangs up while
 the player is still sending (a 413 for a body over its limit), the log quotes the server's answer.
@@ -162,10 +163,54 @@ def build_form(metadata: dict | bytes, images: Images, token: str | None, bounda
     return out
 
 
+class HeadersCutShort(http.client.HTTPException):
+    """The server closed the connection before the blank line that ends its answer's headers."""
+
+
+class _LastLine:
+    """A response's file, remembering the last line read from it (the last header line, once ``begin`` ends)."""
+
+    def __init__(self, fp: Any) -> None:
+        self.fp = fp
+        self.last: bytes | None = None
+
+    def readline(self, *args: Any) -> bytes:
+        self.last = self.fp.readline(*args)
+        return self.last
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fp, name)
+
+
+class _Response(http.client.HTTPResponse):
+    """An HTTPResponse that refuses headers the server cut short. ``http.client`` takes end of input for the end of
+    the headers, and a body without Content-Length for one that ends when the connection closes: a server that
+    hangs up in the middle of its headers would pass for one that answered with an empty body (an action that is
+    not JSON, exit 4) or with the bytes before a Content-Length it never sent. Raises :class:`HeadersCutShort`."""
+
+    def begin(self) -> None:
+        if self.headers is not None:
+            return
+        fp = self.fp
+        lines = self.fp = _LastLine(fp)
+        try:
+            super().begin()
+        finally:
+            if self.fp is lines:
+                self.fp = fp
+        if lines.last == b"":
+            self._close_conn()
+            raise HeadersCutShort(f"the server closed the connection inside the headers of its answer "
+                                  f"({self.status} {self.reason}), before the blank line that ends them")
+
+
 class _Connection(http.client.HTTPConnection):
     """An HTTPConnection whose every socket is set up the same way, including one that ``http.client``
     opens by itself when the server closed the last (``Connection: close``): with the connection's
-    timeout (None once the ping is answered: a client may think as long as it likes) and TCP_NODELAY."""
+    timeout (None once the ping is answered: a client may think as long as it likes) and TCP_NODELAY.
+    Its responses refuse headers cut short (:class:`_Response`)."""
+
+    response_class = _Response
 
     def connect(self) -> None:
         super().connect()
