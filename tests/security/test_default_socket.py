@@ -12,8 +12,7 @@ import tempfile
 
 import pytest
 
-from renderd.daemon.client import ControlClient
-from renderd.errors import RenderdError
+from tests.helpers.health_as_review15m import health_as
 from tests.helpers.http_util import json_response, serving
 
 NOBODY = 65534
@@ -46,32 +45,8 @@ def test_a_default_socket_directory_made_by_another_user_is_refused() -> None:
 
 
 def _health_as_nobody() -> str:
-    """``ControlClient().health()`` in a child running as user nobody without XDG_RUNTIME_DIR or
-    RENDERD_SOCKET (the default socket /tmp/renderd-65534/renderd.sock): "answered: ..." or "refused: ..."."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-            os.environ.pop("RENDERD_SOCKET", None)
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            try:
-                answer = f"answered: {ControlClient(timeout=5).health()}"
-            except RenderdError as exc:
-                answer = f"refused: {exc}"
-            os.write(w, answer.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
+    """``ControlClient().health()`` as user nobody (the default socket /tmp/renderd-65534/renderd.sock)."""
+    return health_as(NOBODY)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")

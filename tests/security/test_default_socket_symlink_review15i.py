@@ -12,43 +12,13 @@ import tempfile
 
 import pytest
 
-from renderd.daemon.client import ControlClient
-from renderd.errors import RenderdError
+from tests.helpers.health_as_review15m import health_as
 from tests.helpers.http_util import json_response, serving
 
 VICTIM = 61515  # a user of its own for this test (no XDG_RUNTIME_DIR, no RENDERD_SOCKET)
 OTHER_UID = 61516  # someone else, who made the symlink
 
 FAKE_HEALTH = json_response({"version": "9", "status": "ready", "pid": 1, "uptime": 1.0, "environments": {}})
-
-
-def _health_as(uid: int) -> str:
-    """``ControlClient().health()`` in a child running as ``uid`` with the default socket: "answered: ..." or
-    "refused: ..."."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.close(r)
-            os.environ.pop("XDG_RUNTIME_DIR", None)
-            os.environ.pop("RENDERD_SOCKET", None)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                answer = f"answered: {ControlClient(timeout=5).health()}"
-            except RenderdError as exc:
-                answer = f"refused: {exc}"
-            os.write(w, answer.encode())
-        finally:
-            os._exit(0)
-    os.close(w)
-    chunks = []
-    while chunk := os.read(r, 65536):
-        chunks.append(chunk)
-    os.close(r)
-    os.waitpid(pid, 0)
-    return b"".join(chunks).decode()
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as two users")
@@ -66,7 +36,7 @@ def test_a_default_socket_directory_that_is_another_users_symlink_is_refused() -
         os.chown(os.path.join(target, "renderd.sock"), VICTIM, VICTIM)
         server.listen(4)
         with serving(server, lambda request: FAKE_HEALTH):
-            answer = _health_as(VICTIM)
+            answer = health_as(VICTIM)
         assert answer.startswith("refused: "), answer
         assert directory in answer and f"uid {OTHER_UID}" in answer and "symlink" in answer, answer
         assert "RENDERD_SOCKET" in answer, answer
@@ -92,7 +62,7 @@ def test_a_default_socket_directory_that_is_roots_symlink_to_the_users_directory
         os.chown(os.path.join(target, "renderd.sock"), VICTIM, VICTIM)
         server.listen(4)
         with serving(server, lambda request: FAKE_HEALTH):
-            answer = _health_as(VICTIM)
+            answer = health_as(VICTIM)
         assert answer.startswith("answered: "), answer
     finally:
         server.close()
