@@ -500,8 +500,6 @@ def status(socket: str | None, as_json: bool) -> None:
     if socket == "":  # an unset variable in `--socket "$VAR"`: not a path to connect to
         raise click.BadParameter("an empty path; leave --socket out to use $RENDERD_SOCKET or the default path",
                                  param_hint="--socket")
-    if socket is None:  # $RENDERD_SOCKET=~/... is under the home directory, as renderd start reads it
-        socket = _expanded(os.environ.get(SOCKET_ENV_VAR)) or None
     client = ControlClient(_expanded(socket))
     try:
         health = client.health()
