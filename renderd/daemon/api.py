@@ -79,6 +79,10 @@ def _json_response(start_response: StartResponse, status: int, body: Any,
     return [data]
 
 
+#: Where a request's environ gets the id of the lease its answer grants (a 201 to POST .../leases).
+LEASE_GRANTED_KEY = "renderd.lease_granted"
+
+
 class _DuplicateKey(Exception):
     """A JSON object of a request body holds a key twice."""
 
@@ -432,6 +436,8 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None
         if pid_namespace is not None:  # (the player's pid is this namespace's: see renderd.daemon.client.connect)
             answer = {**answer, "pid_namespace": pid_namespace}
+        # (for the server: the control socket's ends the lease if its client never reads this answer)
+        environ[LEASE_GRANTED_KEY] = answer["lease"]
         return _json_response(start_response, 201, answer)
 
     def delete_lease(environ: dict[str, Any], start_response: StartResponse, lease_id: str) -> list[bytes]:

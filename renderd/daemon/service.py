@@ -394,19 +394,6 @@ def _peer_pid(sock: socket.socket | None) -> int:
     return struct.unpack("3i", creds)[0]
 
 
-def _granted_lease(environ: dict[str, Any], status: str, body: list[bytes]) -> str | None:
-    """The id of the lease a control API answer grants (``POST /v1/environments/NAME/leases``, 201), else None."""
-    if environ.get("REQUEST_METHOD") != "POST" or not status.startswith("201"):
-        return None
-    if not environ.get("PATH_INFO", "").endswith("/leases"):
-        return None
-    try:
-        lease = json.loads(b"".join(body)).get("lease")
-    except (ValueError, AttributeError):
-        return None
-    return lease if isinstance(lease, str) else None
-
-
 def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) -> type:
     """A waitress channel class for the control socket: its own error answers (malformed HTTP, an oversize body:
     answered before the application runs) carry the API's JSON error form instead of waitress's text/plain
@@ -635,7 +622,7 @@ class _ControlServer:
                  on_lost_lease: Callable[[str, str], None] | None = None) -> None:
         import waitress
 
-        from renderd.daemon.api import MAX_BODY_SIZE
+        from renderd.daemon.api import LEASE_GRANTED_KEY, MAX_BODY_SIZE
 
         self.path = path
         self.threads = threads
@@ -645,14 +632,8 @@ class _ControlServer:
 
         def with_lease_waiting(environ: dict[str, Any], start_response: Any) -> Any:
             environ["renderd.lease_waiting"] = self._lease_waiting
-            status = []
-
-            def starting(code: str, headers: Any, *args: Any) -> Any:
-                status.append(code)
-                return start_response(code, headers, *args)
-
-            body = app(environ, starting)
-            lease_id = _granted_lease(environ, status[-1] if status else "", body)
+            body = app(environ, start_response)
+            lease_id = environ.get(LEASE_GRANTED_KEY)
             channel = environ.get(CHANNEL_KEY)
             if lease_id is not None and channel is not None:  # (before the answer is written: see handle_close)
                 channel.note_lease_answer(lease_id)
