@@ -260,8 +260,9 @@ def screen_reasons(
             return [f"{facts.name!r} is {facts.error}; fix: use a name like ':0' or ':1.0', or {MANAGED_FIX}"]
         if facts.error_kind == "refused":
             return [_refused_reason(facts, base)]
-        if remote and facts.error_kind == "connect" and _local_server_socket(parsed) is not None:
-            return [_tcp_only_reason(facts, parsed, screen)]
+        local_socket = _local_server_socket(parsed) if remote and facts.error_kind == "connect" else None
+        if local_socket is not None:
+            return [_tcp_only_reason(facts, parsed, screen, local_socket)]
         where = f"on {parsed.host}, listening on TCP: Xvfb {server} -listen tcp" if remote else f"Xvfb {server}"
         # with every screen up to the one asked for: a server with screen 0 only would fail the next check
         screen_args = " ".join(f"-screen {i} {width}x{height}x24" for i in range(screen + 1))
@@ -358,11 +359,11 @@ def _local_server_socket(parsed: DisplayName) -> str | None:
     return path
 
 
-def _tcp_only_reason(facts: DisplayFacts, parsed: DisplayName, screen: int) -> str:
+def _tcp_only_reason(facts: DisplayFacts, parsed: DisplayName, screen: int, local_socket: str) -> str:
     local = f":{parsed.number}" if screen == 0 else f":{parsed.number}.{screen}"
     return (
         f"X display {facts.name} is not reachable: {facts.error}; fix: an X server runs on this machine's display "
-        f":{parsed.number} ({_local_server_socket(parsed)}), but {parsed.host}:{parsed.number} is reached over TCP, "
+        f":{parsed.number} ({local_socket}), but {parsed.host}:{parsed.number} is reached over TCP, "
         f"which it does not listen on (X servers do not by default): use {local!r} to reach it through its "
         f"socket, or restart it with -listen tcp (starting another server there fails: the display is taken)"
     )
