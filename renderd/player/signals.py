@@ -29,6 +29,8 @@ from typing import Sequence
 __all__ = ["Terminated", "install", "installed", "exiting", "wait", "sleep", "wait_forever", "open_blocking", "check"]
 
 HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: Seconds an open waited for with :func:`open_blocking` still has to complete once its peer is seen gone.
+PEER_GONE_GRACE = 1.0
 
 
 class Terminated(BaseException):
@@ -194,13 +196,20 @@ def _wait_watching(fd: int, peer: int, path: str) -> None:
     poller.register(peer, 0)  # only POLLERR (no reader left) and POLLHUP are reported for it
     if _wakeup_r is not None:
         poller.register(_wakeup_r, select.POLLIN)
+    gone_by: float | None = None  # when the peer's end was seen closed: the open has until then to complete
     while True:
         check()
-        ready = dict(poller.poll())
+        timeout = None if gone_by is None else max(0.0, gone_by - time.monotonic()) * 1000
+        ready = dict(poller.poll(timeout))
         if _wakeup_r is not None and _wakeup_r in ready:
             _drain()
             check()  # a wakeup byte may also be a signal we do not handle (SIGCHLD...): then carry on
         if fd in ready:
             return
         if peer in ready:  # POLLERR (POLLNVAL would be a bug: never spin on it)
+            # The peer may have opened the other pipe just before it closed this one, and the opening thread not
+            # have said so yet: its open is given PEER_GONE_GRACE to complete before the peer is taken as gone.
+            poller.unregister(peer)
+            gone_by = time.monotonic() + PEER_GONE_GRACE
+        elif gone_by is not None and time.monotonic() >= gone_by:
             raise BrokenPipeError(errno.EPIPE, f"the peer closed its end of the other pipe while opening {path}")
