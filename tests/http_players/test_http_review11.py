@@ -130,11 +130,15 @@ def test_idle_connections_cannot_keep_a_new_player_out(no_leaks):
     with small_server(3) as served:
         registry, server, _ = served
         idle = []
-        for _ in range(3):
+        for n in range(1, 4):
             client = connect(served)
             client.send(b"GET /ping HTTP/1.1\r\n\r\n")
             assert client.response().body == b"pong"
             idle.append(client)
+            # (its thread is back waiting, idle since after its answer, before the next ping: so the first is the
+            # one idle longest, whichever thread the machine ran first)
+            wait_for(lambda: sum(c.waiting_idle for c in list(server._connections)) == n, DEADLINE,
+                     f"connection {n} to wait idle")
         bridge = registry.register()
         player = _answered(served, bridge)  # 503 before: too many connections
         assert idle[0].closed_by_server()  # the one idle longest
