@@ -84,6 +84,9 @@ HTTP_MIN_THREADS = 8
 API_READ_TIMEOUT = 5
 #: The control socket's connection (waitress channel) in a request's environ: it learns the lease its answer grants.
 CHANNEL_KEY = "renderd.channel"
+#: Set (True) in a request's environ when its answer is to close the connection (``Connection: close``): a lease
+#: request refused with LeaseBusyError, since the socket's connections are what is short then.
+CLOSE_KEY = "renderd.close_connection"
 #: Seconds between two checks of the control connections' read deadlines.
 API_CLEANUP_INTERVAL = 1
 #: Connections of the control socket that lease requests waiting for a player never take: however many clients
@@ -434,6 +437,11 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             environ[CHANNEL_KEY] = self.channel
             return environ
 
+        def build_response_header(self) -> bytes:
+            if self.environ is not None and self.environ.get(CLOSE_KEY):
+                self.set_close_on_finish()  # (``Connection: close``; the channel closes once the answer is written)
+            return super().build_response_header()
+
     class ControlChannel(HTTPChannel):
         error_task_class = JsonErrorTask
         task_class = PeerTask
@@ -615,7 +623,8 @@ class _ControlServer:
     long as it waits (``renderd.lease_waiting`` in its environ, for :meth:`Supervisor.acquire`), so that
     however many clients wait, releases (which serve them) and status requests are never queued behind
     them. Waiting requests leave API_CONNECTION_HEADROOM of the socket's connections (waitress's
-    ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until their deadline) instead of waiting.
+    ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until their deadline) instead of waiting,
+    and its connection closed once the refusal is written (``Connection: close``).
     """
 
     def __init__(self, app: Any, path: str, threads: int,
@@ -631,7 +640,16 @@ class _ControlServer:
         self._count_lock = threading.Lock()
 
         def with_lease_waiting(environ: dict[str, Any], start_response: Any) -> Any:
-            environ["renderd.lease_waiting"] = self._lease_waiting
+            def lease_waiting() -> Any:
+                try:
+                    return self._lease_waiting()
+                except LeaseBusyError:
+                    # Shedding load: the connections are what is short, so the refusal closes its own (a client
+                    # that keeps it open would hold it until the read deadline). Clients ask again on a new one.
+                    environ[CLOSE_KEY] = True
+                    raise
+
+            environ["renderd.lease_waiting"] = lease_waiting
             body = app(environ, start_response)
             lease_id = environ.get(LEASE_GRANTED_KEY)
             channel = environ.get(CHANNEL_KEY)
