@@ -245,14 +245,50 @@ def _clip(value: Any, limit: int = 100) -> str:
 
 def _color_key(color: Any, alpha: int) -> int | None:
     """The 32-bit key of an RGB colour with ``alpha``, as an instance segmentation pixel's bytes read as a
-    little-endian uint32; ``None`` for a colour that is not three bytes."""
+    little-endian uint32; ``None`` for a colour that is not three integers 0 to 255 (no pixel has it)."""
     try:
-        r, g, b = (int(v) for v in color[:3])
-    except (TypeError, ValueError, OverflowError):
+        if len(color) != 3:
+            return None
+        key = alpha << 24
+        for shift, value in zip((0, 8, 16), color):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if not isinstance(value, numbers.Integral) or not 0 <= value <= 255:
+                return None
+            key |= int(value) << shift
+    except TypeError:
         return None
-    if len(color) < 3 or not all(0 <= v <= 255 for v in (r, g, b)):
-        return None
-    return r | g << 8 | b << 16 | alpha << 24
+    return key
+
+
+def _color_entries(colors: Any) -> list[tuple[int, Any, str, Any]]:
+    """``(index, entry, name, color)`` of each entry of an agent's metadata ``colors`` (none when it is
+    missing or empty), for the colour maps and the masks alike: a :class:`ProtocolError` naming the first
+    malformed one (``colors`` not a list, an entry without a string ``name`` and a list of numbers ``color``)."""
+    if not colors:
+        return []
+    if not isinstance(colors, list):
+        raise ProtocolError(
+            f"metadata colors is {type(colors).__name__} {_clip(colors)}; expected a list of "
+            "{name, color} maps (the player sent malformed metadata; the event's images are valid)",
+            field_type=FieldType.METADATA,
+        )
+    entries = []
+    for i, c in enumerate(colors):
+        name = c.get("name") if isinstance(c, dict) else None
+        color = c.get("color") if isinstance(c, dict) else None
+        if (
+            not isinstance(name, str)
+            or not isinstance(color, (list, tuple))
+            or not all(isinstance(v, numbers.Real) for v in color)
+        ):
+            raise ProtocolError(
+                f"metadata colors[{i}] is {_clip(c)}; expected a map with a string 'name' and a list "
+                "of numbers 'color' (the player sent malformed metadata; the event's images are valid)",
+                field_type=FieldType.METADATA,
+            )
+        entries.append((i, c, name, color))
+    return entries
 
 
 def _mask_bounding_box(mask: np.ndarray) -> tuple[int, int, int, int] | None:
@@ -299,7 +335,10 @@ class InstanceMasks(_LazyMasks):
     """``event.instance_masks``: object id -> (H, W) bool mask of its pixels, for the objects the instance
     segmentation image shows (AI2-THOR's ``LazyInstanceSegmentationMasks``). Only ``colors`` entries whose
     name holds ``|`` (object ids) are instances. Masks are computed on first use of each key; iterating
-    computes those of every object in view."""
+    computes those of every object in view. ``colors`` is read when the masks are built (on first use of
+    ``event.instance_masks``, ``class_masks`` or the detections): an entry the colour maps reject, or whose
+    colour is not three integers 0 to 255, is a :class:`ProtocolError` naming it (``colors[i]``), never
+    skipped (an object left without a mask would look out of view)."""
 
     def __init__(self, ids: np.ndarray, colors: Any) -> None:
         # ids: (H, W, 4) RGBA or (H, W, 3) RGB uint8, top row first. A 4-byte pixel matches a colour only
@@ -312,13 +351,14 @@ class InstanceMasks(_LazyMasks):
         self._loaded = False
         self.instance_colors: dict[str, Any] = {}
         self.class_colors: dict[str, list[Any]] = {}
-        for entry in colors if isinstance(colors, list) else ():
-            try:
-                name, color = entry["name"], entry["color"]
-            except (TypeError, KeyError):
-                continue
-            if not isinstance(name, str):
-                continue
+        for i, entry, name, color in _color_entries(colors):
+            if _color_key(color, 0) is None:
+                raise ProtocolError(
+                    f"metadata colors[{i}] is {_clip(entry)}; expected a 'color' of three integers 0 to 255, "
+                    "[r, g, b]: no pixel of the instance segmentation image can have another (the player sent "
+                    "malformed metadata; the event's images are valid)",
+                    field_type=FieldType.METADATA,
+                )
             cls = name
             if "|" in name:
                 self.instance_colors[name] = color
@@ -620,25 +660,8 @@ class Event:
     def _make_color_maps(self) -> tuple[dict[tuple[int, ...], str], dict[str, tuple[int, ...]]]:
         to_id: dict[tuple[int, ...], str] = {}
         to_color: dict[str, tuple[int, ...]] = {}
-        colors = self.metadata.get("colors")
-        if not colors:
-            return to_id, to_color
-        if not isinstance(colors, list):
-            raise ProtocolError(
-                f"metadata colors is {type(colors).__name__} {_clip(colors)}; expected a list of "
-                "{name, color} maps",
-                field_type=FieldType.METADATA,
-            )
-        for i, c in enumerate(colors):
-            name = c.get("name") if isinstance(c, dict) else None
-            color = c.get("color") if isinstance(c, dict) else None
-            key = tuple(color) if isinstance(color, (list, tuple)) else None
-            if not isinstance(name, str) or key is None or not all(isinstance(v, numbers.Real) for v in key):
-                raise ProtocolError(
-                    f"metadata colors[{i}] is {_clip(c)}; expected a map with a string 'name' and a list "
-                    "of numbers 'color'",
-                    field_type=FieldType.METADATA,
-                )
+        for _, _, name, color in _color_entries(self.metadata.get("colors")):
+            key = tuple(color)
             to_id[key] = name
             to_color[name] = key
         return to_id, to_color
