@@ -34,7 +34,8 @@ of CloudRendering; a flow image is ``flow_frame`` (AI2-THOR's Event declares it 
 ``flows_frame``, which renderd's gives too), and ``third_party_flows_frames`` is the same list as
 ``third_party_flow_frames`` (AI2-THOR's FIFO reader never fills its own); AI2-THOR's deprecated
 ``class_segmentation_frame``, ``cv2image()`` and ``image_data`` warn and answer as its do; ``cls in event.class_detections2D`` asks about that type (AI2-THOR's asks
-``instance_masks``); masks of a 1-pixel-high or -wide image keep their (H, W) shape. ``metadata`` is an
+``instance_masks``); masks and float32 depth of a 1-pixel-high or -wide image keep their (H, W) shape
+(AI2-THOR squeezes them to one dimension). ``metadata`` is an
 :class:`AgentMetadata`, a dict that, like AI2-THOR's ``MetadataWrapper``, answers the deprecated keys
 ``reachablePositions`` and ``hand`` (only when the player did not send them itself).
 """
@@ -413,7 +414,8 @@ class InstanceMasks(_LazyMasks):
 class ClassMasks(_LazyMasks):
     """``event.class_masks``: object type -> (H, W) bool mask (AI2-THOR's ``LazyClassSegmentationMasks``).
     A type is the part of an object id before its first ``|``, or a ``colors`` name without one. The key
-    ``"background"`` (not listed when iterating) masks the pixels of colours ``colors`` does not list."""
+    ``"background"`` masks the pixels of colours ``colors`` does not list; as in AI2-THOR's, it is listed
+    when iterating (and counted by ``len``) only once it has been asked for."""
 
     def __init__(self, instance_masks: InstanceMasks) -> None:
         self.instance_masks = instance_masks
