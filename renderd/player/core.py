@@ -137,7 +137,7 @@ MAX_FOV = 179.0
 #: as a freshly loaded scene's agent controller has it; AI2-THOR's controller sends Initialize after every Reset.
 _DEFAULT_SETTINGS = {"grid_size": DEFAULT_GRID_SIZE, "rotate_step": DEFAULT_ROTATE_DEGREES, "fov": DEFAULT_FOV,
                      "visibility_distance": DEFAULT_VISIBILITY_DISTANCE, "render_depth": False, "render_ids": False,
-                     "snap_to_grid": False}
+                     "render_normals": False, "render_classes": False, "snap_to_grid": False}
 #: cameraHorizon limits: looking up is negative, down positive (AI2-THOR's defaults).
 MAX_LOOK_UP = 30.0
 MAX_LOOK_DOWN = 60.0
@@ -734,6 +734,12 @@ class Player:
         self._synthetic = _synthetic_objects(metadata_objects)
         self._wire_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._static: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        # The normals and class segmentation images (wire layout), kept as the frames above are; filled only by
+        # answers that have them.
+        self._maps_cache: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._static_maps: dict[tuple[str, int, int], tuple[np.ndarray, np.ndarray]] = {}
+        #: Whether the action being answered had its per-step normals / class segmentation switches refused.
+        self._maps_refused = False
         self._image_list_key: tuple | None = None  # what the last image list was built for
         self._image_list: Images = []
         self._views: OrderedDict[tuple, _View] = OrderedDict()
@@ -777,33 +783,43 @@ class Player:
         if self.max_metadata_size is None or limit < self.max_metadata_size:
             self.max_metadata_size = limit
 
-    def largest_answer_size(self, width: int, height: int, cameras: int, agents: int | None = None) -> int:
+    def largest_answer_size(self, width: int, height: int, cameras: int, agents: int | None = None,
+                            maps: int | None = None) -> int:
         """The largest answer (bytes, see :meth:`limit_answer_size`) at ``width`` x ``height`` with
-        ``cameras`` third-party cameras and ``agents`` agents (default: as many as the player has)."""
+        ``cameras`` third-party cameras and ``agents`` agents (default: as many as the player has), and ``maps`` of
+        the normals and class segmentation images (RGBA, 4 bytes per pixel each; default: as many as Initialize
+        switched on)."""
         agents = len(self.agents) if agents is None else agents
-        images = 0 if self.headless else (cameras + agents) * width * height * (self.rgb_bytes_per_pixel + 4 + 4)
+        maps = self.render_normals + self.render_classes if maps is None else maps
+        per_pixel = self.rgb_bytes_per_pixel + 4 + 4 + 4 * maps
+        images = 0 if self.headless else (cameras + agents) * width * height * per_pixel
         return images + agents * ANSWER_METADATA_ALLOWANCE
 
-    def _check_answer_size(self, what: str, width: int, height: int, cameras: int, agents: int | None = None) -> None:
+    def _check_answer_size(self, what: str, width: int, height: int, cameras: int, agents: int | None = None,
+                           maps: int | None = None) -> None:
         limit = self.max_answer_size
         if limit is None:
             return
         # An action that keeps the agents keeps their actionReturns too: what they take beyond the allowance counts.
         kept = self._kept_return_size() if agents is None else 0
         agents = len(self.agents) if agents is None else agents
-        size = self.largest_answer_size(width, height, cameras, agents) + kept
+        size = self.largest_answer_size(width, height, cameras, agents, maps) + kept
         if size > limit:
             with_agents = f" and {agents} agents" if agents > 1 else ""
+            maps = self.render_normals + self.render_classes if maps is None else maps
+            with_maps = " (normals and class segmentation included)" if maps == 2 else (
+                " (its normals or class segmentation included)" if maps else "")
             raise ActionFailed(
                 f"{what}: at {width} x {height} with {cameras} third-party camera(s){with_agents} an answer with every "
-                f"image type would be up to {size} bytes, over the {limit} bytes this player's transport carries",
-                "InvalidArgument",
+                f"image type{with_maps} would be up to {size} bytes, over the {limit} bytes this player's transport "
+                f"carries", "InvalidArgument",
             )
 
     def first_answer(self) -> Answer:
         """:meth:`first_message` as an :class:`Answer`."""
         self.sequence_id = 0
         self.active = 0
+        self._maps_refused = False
         return self._answer({}, "", True, "", None, None)
 
     def answer(self, action: dict[str, Any]) -> Answer:
@@ -819,6 +835,7 @@ class Player:
         else:
             bad_name = False
         success, error, code, result = True, "", None, None
+        self._maps_refused = True  # (until the action's switches are checked: an action that fails before has none)
         agent_id = action.get("agentId", 0)
         index = _agent_index(agent_id, len(self.agents))
         self.active = 0 if index is None else index  # agent 0 answers an action that names no agent
@@ -837,6 +854,8 @@ class Player:
             if method is None:
                 raise ActionFailed(f"Invalid action: {name!r} is not an action this player knows", "InvalidAction")
             _check_arguments(name, action)
+            self._maps_refused = False
+            self._check_step_maps(name, action)
             result = getattr(self, method)(action)
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
@@ -865,6 +884,7 @@ class Player:
         name = _clip(name.encode("utf-8", "replace").decode("utf-8"), MAX_ECHOED_NAME) if isinstance(name, str) else ""
         index = _agent_index(action.get("agentId", 0), len(self.agents))
         self.active = 0 if index is None else index
+        self._maps_refused = True  # a rejected action's per-step normals / class switches are not checked: not taken
         return self._answer(action, name, False, _clip(message, MAX_ERROR_MESSAGE), code, None)
 
     # The acting agent's pose (the last action's, agent 0 after a Reset), read-only: actions move agents.
@@ -952,6 +972,12 @@ class Player:
                 settings["grid_size"] = grid
         settings["render_depth"] = _flag(action.get("renderDepthImage"), False)
         settings["render_ids"] = _flag(action.get("renderInstanceSegmentation"), False)
+        settings["render_normals"] = _flag(action.get("renderNormalsImage"), False)
+        # renderSemanticSegmentation, or the name older builds (and AI2-THOR's controller before 3.0) gave it.
+        settings["render_classes"] = (_flag(action.get("renderSemanticSegmentation"), False)
+                                      or _flag(action.get("renderClassImage"), False))
+        if settings["render_normals"] or settings["render_classes"]:
+            self._check_maps_rendered("Initialize", settings["render_normals"], settings["render_classes"])
         # The player's own limits, on what the Initialize would leave.
         if settings["grid_size"] < MIN_GRID_SIZE:
             raise ActionFailed(f"Initialize: gridSize must be at least {MIN_GRID_SIZE:g} in this player (its free "
@@ -960,7 +986,8 @@ class Player:
         if not MIN_FOV <= settings["fov"] <= MAX_FOV:
             raise ActionFailed(f"Initialize: fieldOfView must be between {MIN_FOV:g} and {MAX_FOV:g} in this player, "
                                f"got {settings['fov']:g}", "InvalidArgument")
-        agents = self._initial_agents(action, settings["grid_size"])
+        agents = self._initial_agents(action, settings["grid_size"],
+                                      settings["render_normals"] + settings["render_classes"])
         for attr, value in settings.items():
             setattr(self, attr, value)
         self.agents = agents
@@ -996,7 +1023,7 @@ class Player:
         """Whether ``(x, z)`` is a point of the ``gridSize`` grid (to the 4 decimals positions are given in)."""
         return abs(self._snap(x) - x) <= 1e-4 and abs(self._snap(z) - z) <= 1e-4
 
-    def _initial_agents(self, action: dict, grid_size: float) -> list[_Agent]:
+    def _initial_agents(self, action: dict, grid_size: float, maps: int = 0) -> list[_Agent]:
         """The agents an Initialize makes (``agentCount``, 1 by default), as a build's AgentManager makes them:
         agent 0 where it stands, each other one a copy of it (its yaw and horizon) standing on a point of the
         flood of free positions ``2 * gridSize`` apart from agent 0 (:meth:`Scene.flood`): agent ``i`` on point
@@ -1012,8 +1039,9 @@ class Player:
         if self.active >= count:
             raise ActionFailed(f"Initialize: agentId {self.active} would name none of the {count} agent(s) "
                                f"agentCount makes", "InvalidArgument")
+        if count > 1 or maps:  # (one agent's answer fits: resolution and cameras were checked, without the maps)
+            self._check_answer_size("Initialize", self.width, self.height, len(self.cameras), count, maps)
         if count > 1:
-            self._check_answer_size("Initialize", self.width, self.height, len(self.cameras), count)
             self._check_metadata_size(count)
         first = self.agents[0]
         agents = [_Agent(first.x, first.z, first.yaw, first.horizon)]
@@ -1488,24 +1516,29 @@ class Player:
         render = not self.headless and (render is True or _flag(render, True))  # 0 and "false" too, as in Unity
         if render:
             listed = cameras
-            ids_on = self._ids_on(action)
-            images = self._images(action, cameras, ids_on)
+            normals_on, classes_on = self._maps_on(action)
+            # As a build's AgentManager (addObjectImage): the class segmentation switch sends the instance
+            # segmentation image and the colours too.
+            ids_on = classes_on or self._ids_on(action)
+            images = self._images(action, cameras, ids_on, normals_on, classes_on)
+            colors = 2 if classes_on else 1 if ids_on else 0
         else:
-            listed, ids_on, images = None, False, []
+            listed, colors, images = None, 0, []
         if len(agents) == 1:
-            views = [self._view(agents[0], None, listed, ids_on)]
+            views = [self._view(agents[0], None, listed, colors)]
         else:
             for agent in agents:
                 if agent.outcome is None:
                     agent.outcome = outcome
-            views = [self._view(agent, i, listed, ids_on) for i, agent in enumerate(agents)]
+            views = [self._view(agent, i, listed, colors) for i, agent in enumerate(agents)]
         return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, images)
 
-    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None, colors: bool) -> _View:
+    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None, colors: int) -> _View:
         """The agent's view of the player's state (``agent_id``: its index with several agents, else None;
         ``cameras``: the third-party cameras' states, None for an answer without images, whose agent maps list
-        no camera; ``colors``: the answer has the segmentation images, whose colours the maps list), from the
-        cache when the state was seen lately."""
+        no camera; ``colors``: 1 when the answer has the instance segmentation images, whose colours the maps list,
+        2 when it also has the class segmentation images, whose colours they list too, else 0), from the cache when
+        the state was seen lately."""
         # Everything the agent's metadata depends on apart from its action's own fields (see _build_view).
         key = (self.scene.name, self.scene_name, self.width, self.height, agent.x, agent.z, agent.yaw, agent.horizon,
                agent.standing, self.fov, self.visibility_distance, cameras, colors, agent_id)
@@ -1562,13 +1595,15 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool, list_colors: bool) -> _View:
+    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool, list_colors: int) -> _View:
         """An agent's metadata's state-decided parts. Reads only what :meth:`_view`'s key holds (and constants).
         ``agent_id``: the ``agentId`` a build's map of several agents has (``None`` with one agent: its map
         keeps the shape it had before this player had several). ``list_cameras``: the map's ``thirdPartyCameras``
         lists the cameras (``[]`` with none), else it is null, as a build's map for an answer without images.
-        ``list_colors``: ``colors`` lists every part's segmentation colour, else it is null, as a build's map for an
-        answer without the segmentation images (its AgentManager fills the list where it adds them)."""
+        ``list_colors``: ``colors`` lists every part's segmentation colour (1), and with 2 each object type's class
+        segmentation colour after the first part of that type (named by the type, as a build's ImageSynthesis lists
+        it, ``Fridge``); 0: it is null, as a build's map for an answer without the segmentation images (its
+        AgentManager fills the list where it adds them)."""
         cameras = [c.metadata(i) for i, c in enumerate(self.cameras)] if list_cameras else None
         sx, sy, sz = self.scene.size
         head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
@@ -1590,8 +1625,7 @@ class Player:
                 "inHighFrictionArea": False,
             },
             "objects": self._objects(agent),
-            "colors": [{"name": p.object_id, "color": list(p.id_color)} for p in self.scene.parts()] if list_colors
-                      else None,
+            "colors": self._colors(list_colors == 2) if list_colors else None,
             "thirdPartyCameras": cameras,
             "isSceneAtRest": True,
             "inventoryObjects": [],
@@ -1601,6 +1635,69 @@ class Player:
             },
         }
         return _View(head, tail)
+
+    def _colors(self, classes: bool) -> list[dict[str, Any]]:
+        """The metadata's ``colors``: each part's instance colour named by its object id; with ``classes``, each object
+        type's class colour named by the type, right after the first part of that type (where a build's
+        ImageSynthesis, which adds an object's instance then its class colour, first lists it)."""
+        out = []
+        listed = set()
+        class_colors = self.scene.class_colors()
+        for p in self.scene.parts():
+            out.append({"name": p.object_id, "color": list(p.id_color)})
+            if classes and p.object_type not in listed:
+                listed.add(p.object_type)
+                out.append({"name": p.object_type, "color": list(class_colors[p.object_type])})
+        return out
+
+    def _maps_on(self, action: dict) -> tuple[bool, bool]:
+        """Whether an answer to ``action`` with images has the normals image, and the class segmentation images:
+        Initialize's ``renderNormalsImage`` and ``renderSemanticSegmentation`` (or ``renderClassImage``), or this
+        player's own per-step switches of the same names, which, like a step's renderInstanceSegmentation, can only
+        switch an image on, for that step, and not on the AgentManager's own actions (a build reads these two in
+        Initialize only). A step whose switches were refused (:meth:`_check_step_maps`) has Initialize's."""
+        normals, classes = self.render_normals, self.render_classes
+        if normals and classes or self._maps_refused:
+            return normals, classes
+        return self._step_maps(action, normals, classes)
+
+    def _step_maps(self, action: dict, normals: bool, classes: bool) -> tuple[bool, bool]:
+        """``(normals, classes)`` with ``action``'s per-step switches applied (see :meth:`_maps_on`)."""
+        get = action.get
+        step_normals, step_class, step_semantic = (get("renderNormalsImage"), get("renderClassImage"),
+                                                   get("renderSemanticSegmentation"))
+        if step_normals is None and step_class is None and step_semantic is None:  # (the usual case)
+            return normals, classes
+        name = get("action")
+        if isinstance(name, str) and name in _AGENT_MANAGER_ACTIONS:
+            return normals, classes
+        return (normals or _flag(step_normals, False),
+                classes or _flag(step_class, False) or _flag(step_semantic, False))
+
+    def _check_maps_rendered(self, what: str, normals: bool, classes: bool) -> None:
+        """Raise ActionFailed (``InvalidArgument``) when the renderer cannot draw the images asked for."""
+        if self.headless or hasattr(self.renderer, "render_maps"):
+            return
+        which = " and ".join(n for n, on in (("normals", normals), ("class segmentation", classes)) if on)
+        raise ActionFailed(
+            f"{what}: this player's renderer ({getattr(self.renderer, 'name', type(self.renderer).__name__)}) does not "
+            f"draw the {which} image(s) (it has no render_maps()): leave renderNormalsImage and "
+            f"renderSemanticSegmentation out, or use the numpy or gl renderer", "InvalidArgument")
+
+    def _check_step_maps(self, name: str, action: dict) -> None:
+        """Refuse (ActionFailed, ``InvalidArgument``, the action not carried out) a step whose own normals or class
+        segmentation switch asks for an image the renderer cannot draw, or that would make the answer larger than the
+        transport carries (:meth:`limit_answer_size` counts those images only when Initialize switched them on)."""
+        normals, classes = self.render_normals, self.render_classes
+        if normals and classes or self.headless:
+            return
+        step_normals, step_classes = self._step_maps(action, normals, classes)
+        if (step_normals, step_classes) == (normals, classes):
+            return
+        self._maps_refused = True
+        self._check_maps_rendered(name, step_normals, step_classes)
+        self._check_answer_size(name, self.width, self.height, len(self.cameras), None, step_normals + step_classes)
+        self._maps_refused = False
 
     def _ids_on(self, action: dict) -> bool:
         """Whether an answer to ``action`` with images has the segmentation images."""
@@ -1614,39 +1711,48 @@ class Player:
         return (_flag(action.get("renderInstanceSegmentation"), False)
                 and not (isinstance(name, str) and name in _AGENT_MANAGER_ACTIONS))
 
-    def _images(self, action: dict, cameras: tuple, ids_on: bool) -> Images:
-        """The answer's images (:meth:`_answer` decides whether it has any, and the segmentation ones)."""
+    def _images(self, action: dict, cameras: tuple, ids_on: bool, normals_on: bool = False,
+                classes_on: bool = False) -> Images:
+        """The answer's images (:meth:`_answer` decides whether it has any, and the segmentation, normals and class
+        segmentation ones)."""
         depth = action.get("renderDepthImage")
         depth_on = self.render_depth if depth is None else _flag(depth, self.render_depth)
         # The same list object while nothing it depends on changes, so a link can reuse its encoding.
         if self.static_frame:
             key: tuple = (self.scene.name, self.width, self.height, depth_on, ids_on, len(self.cameras),
-                          len(self.agents))
+                          len(self.agents), normals_on, classes_on)
         else:
             key = (self.scene.name, self.width, self.height, self.fov, cameras,
-                   tuple((a.x, a.z, a.yaw, a.horizon, a.standing) for a in self.agents), depth_on, ids_on)
+                   tuple((a.x, a.z, a.yaw, a.horizon, a.standing) for a in self.agents), depth_on, ids_on,
+                   normals_on, classes_on)
         if key != self._image_list_key:
-            self._image_list = self._build_images(depth_on, ids_on)
+            self._image_list = self._build_images(depth_on, ids_on, normals_on, classes_on)
             self._image_list_key = key
         return self._image_list
 
-    def _build_images(self, depth_on: bool, ids_on: bool) -> Images:
-        """Each third-party camera's images, then each agent's (in agent order), as a build sends them."""
+    def _build_images(self, depth_on: bool, ids_on: bool, normals_on: bool = False, classes_on: bool = False) -> Images:
+        """Each third-party camera's images, then each agent's (in agent order), in a build's order: RGB, depth,
+        normals, instance segmentation, class segmentation."""
         out: Images = []
-        for camera in self.cameras:
-            rgb, depth, ids = self._frame(camera.position, camera.rotation[1], camera.rotation[0], camera.fov)
-            out.append((FieldType.THIRD_PARTY_IMAGE, rgb))
+        maps_on = normals_on or classes_on
+        views = [(FieldType.THIRD_PARTY_IMAGE, FieldType.THIRD_PARTY_DEPTH, FieldType.THIRD_PARTY_NORMALS,
+                  FieldType.THIRD_PARTY_IMAGE_IDS, FieldType.THIRD_PARTY_CLASSES,
+                  (camera.position, camera.rotation[1], camera.rotation[0], camera.fov)) for camera in self.cameras]
+        views += [(FieldType.RGB_IMAGE, FieldType.DEPTH_IMAGE, FieldType.NORMALS_IMAGE, FieldType.IDS_IMAGE,
+                   FieldType.CLASSES_IMAGE, (agent.camera_position(), agent.yaw, agent.horizon, self.fov))
+                  for agent in self.agents]
+        for rgb_type, depth_type, normals_type, ids_type, classes_type, camera in views:
+            rgb, depth, ids = self._frame(*camera)
+            normals, classes = self._maps_frame(*camera) if maps_on else (None, None)
+            out.append((rgb_type, rgb))
             if depth_on:
-                out.append((FieldType.THIRD_PARTY_DEPTH, depth))
+                out.append((depth_type, depth))
+            if normals_on:
+                out.append((normals_type, normals))
             if ids_on:
-                out.append((FieldType.THIRD_PARTY_IMAGE_IDS, ids))
-        for agent in self.agents:
-            rgb, depth, ids = self._frame(agent.camera_position(), agent.yaw, agent.horizon, self.fov)
-            out.append((FieldType.RGB_IMAGE, rgb))
-            if depth_on:
-                out.append((FieldType.DEPTH_IMAGE, depth))
-            if ids_on:
-                out.append((FieldType.IDS_IMAGE, ids))
+                out.append((ids_type, ids))
+            if classes_on:
+                out.append((classes_type, classes))
         return out
 
     def _frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -1655,12 +1761,7 @@ class Player:
             key = (self.scene.name, self.width, self.height)
             frame = self._static.get(key)
             if frame is None:
-                start = self.scene.start
-                state = RenderState(
-                    self.scene, self.width, self.height, (start.x, AGENT_Y + CAMERA_HEIGHT, start.z),
-                    start.yaw, start.horizon, DEFAULT_FOV,
-                )
-                frame = self._to_wire(*self.renderer.render(state))
+                frame = self._to_wire(*self.renderer.render(self._static_state()))
                 self._static = {key: frame}
             return frame
         state = RenderState(self.scene, self.width, self.height, tuple(position), yaw, pitch, fov)
@@ -1673,6 +1774,46 @@ class Player:
         else:
             self._wire_cache.move_to_end(state)
         return frame
+
+    def _static_state(self) -> RenderState:
+        """What ``--static-frame`` sends: the scene's start view."""
+        start = self.scene.start
+        return RenderState(self.scene, self.width, self.height, (start.x, AGENT_Y + CAMERA_HEIGHT, start.z),
+                           start.yaw, start.horizon, DEFAULT_FOV)
+
+    def _maps_frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray]:
+        """Wire-layout (normals, classes) for one camera, cached as :meth:`_frame` caches the frames."""
+        if self.static_frame:
+            key = (self.scene.name, self.width, self.height)
+            maps = self._static_maps.get(key)
+            if maps is None:
+                maps = self._maps_to_wire(*self.renderer.render_maps(self._static_state()))
+                self._static_maps = {key: maps}
+            return maps
+        state = RenderState(self.scene, self.width, self.height, tuple(position), yaw, pitch, fov)
+        maps = self._maps_cache.get(state)
+        if maps is None:
+            maps = self._maps_to_wire(*self.renderer.render_maps(state))
+            self._maps_cache[state] = maps
+            trim_cache(self._maps_cache, WIRE_CACHE_SIZE - 1 + len(self.agents) + len(self.cameras), WIRE_CACHE_BYTES)
+        else:
+            self._maps_cache.move_to_end(state)
+        return maps
+
+    def _maps_to_wire(self, normals: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The normals and class segmentation images as the wire carries them: RGBA8, alpha 255, rows bottom-up (as
+        the instance segmentation image: a build's ImageSynthesis encodes its passes alike)."""
+        h, w = self.height, self.width
+        if normals.shape[:2] != (h, w) or classes.shape[:2] != (h, w):
+            raise RuntimeError(f"renderer returned normals and class images of {normals.shape}, {classes.shape} for a "
+                               f"{w} x {h} frame")
+        out = []
+        for image in (normals, classes):
+            wire = np.empty((h, w, 4), dtype=np.uint8)
+            wire[..., :3] = image[::-1]
+            wire[..., 3] = 255
+            out.append(wire)
+        return out[0], out[1]
 
     def _to_wire(self, rgb: np.ndarray, depth: np.ndarray, ids: np.ndarray):
         h, w = self.height, self.width

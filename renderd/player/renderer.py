@@ -14,6 +14,14 @@ A renderer is any object with::
 * All three are **top row first** (row 0 is the top of the picture). They may be views with a negative
   row stride (the player flips them bottom-up for the wire; flipping such a view back is free), and the
   caller treats them as read-only, so a renderer may return cached arrays.
+* Optional: ``render_maps(state) -> (normals, classes)``, the surface normals and the class (semantic)
+  segmentation images, each ``(height, width, 3)`` ``uint8``, top row first, read-only like the others:
+  ``normals`` holds each pixel's unit surface normal in the camera's frame (Unity's view space: ``x`` right,
+  ``y`` up, ``z`` towards the camera) encoded as a build's normals shader encodes it,
+  ``round((n * 0.5 + 0.5) * 255)`` (:func:`normal_colors`); ``classes`` holds each visible part's type's
+  :meth:`~renderd.player.scene.Scene.class_colors` colour. Background pixels are ``(0, 0, 0)`` in both. A
+  renderer without it cannot answer ``renderNormalsImage`` or ``renderSemanticSegmentation`` (the player
+  refuses them, ``InvalidArgument``).
 * Optional: ``close()`` releases resources; ``name`` (str) is logged; ``check()`` raises when the
   renderer can no longer render (the GL renderer's X server is gone): the player calls it before every
   answer, including those it sends from its caches without rendering.
@@ -48,7 +56,8 @@ from renderd.player.scene import SURFACES, Scene
 
 __all__ = [
     "RenderState", "Renderer", "NumpyRenderer", "make_renderer", "RENDERERS", "FACE_SHADE", "FLOOR_TILE",
-    "BACKGROUND_COLOR", "BACKGROUND_ID_COLOR", "BACKGROUND_DEPTH",
+    "BACKGROUND_COLOR", "BACKGROUND_ID_COLOR", "BACKGROUND_DEPTH", "BACKGROUND_NORMAL_COLOR", "normal_colors",
+    "class_palette",
 ]
 
 #: Light falling on a face, by the axis of its normal (x, y, z).
@@ -83,8 +92,36 @@ def trim_cache(cache: OrderedDict[Any, tuple[np.ndarray, ...]], size: int, max_b
 BACKGROUND_COLOR = (0, 0, 0)
 BACKGROUND_ID_COLOR = (0, 0, 0)
 BACKGROUND_DEPTH = 0.0
+#: A background pixel of the normals and class segmentation images (which no surface's normal encodes to, and no
+#: type's class colour is).
+BACKGROUND_NORMAL_COLOR = (0, 0, 0)
 #: The part index of the background in NumpyRenderer (the palettes' last entry).
 BACKGROUND = -1
+#: The face code (:func:`normal_colors`' index) of the background.
+BACKGROUND_FACE = 6
+
+
+def normal_colors(yaw: float, pitch: float) -> np.ndarray:
+    """``(7, 3)`` uint8: the normals image's colour of each face code seen by a camera with this yaw and pitch: code
+    ``2 * axis + (1 if the world normal points along +axis else 0)`` (axis 0 x, 1 y, 2 z), and 6 for the background
+    (:data:`BACKGROUND_NORMAL_COLOR`). A world normal ``n`` is taken into the camera's frame as Unity's view space
+    holds it (``n . right``, ``n . up``, ``-(n . forward)``: ``z`` points back at the camera) and encoded as a
+    build's normals shader encodes it, ``n * 0.5 + 0.5``, stored as 8 bits (``round(c * 255)``)."""
+    right, up, forward = camera_basis(yaw, pitch)
+    out = np.empty((7, 3), dtype=np.uint8)
+    for code in range(6):
+        axis, sign = code // 2, (1.0 if code % 2 else -1.0)
+        n = np.array([right[axis], up[axis], -forward[axis]]) * sign
+        out[code] = np.clip(np.rint((n * 0.5 + 0.5) * 255.0), 0, 255).astype(np.uint8)
+    out[BACKGROUND_FACE] = BACKGROUND_NORMAL_COLOR
+    return out
+
+
+def class_palette(scene: Scene) -> np.ndarray:
+    """``(len(parts) + 1, 3)`` uint8: each part's type's class segmentation colour, in :meth:`Scene.parts` order, and
+    the background's (:data:`BACKGROUND_NORMAL_COLOR`) last."""
+    classes = scene.class_colors()
+    return np.array([classes[p.object_type] for p in scene.parts()] + [BACKGROUND_NORMAL_COLOR], dtype=np.uint8)
 
 
 @dataclass(frozen=True)
@@ -130,10 +167,14 @@ class NumpyRenderer:
         self._frames: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] = OrderedDict()
         self._cache_size = cache_size
         self._palettes: dict[Scene, tuple[np.ndarray, np.ndarray]] = {}
+        #: (normals, classes) per state, kept as the frames are: only renders that asked for them fill it.
+        self._maps: OrderedDict[RenderState, tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._class_palettes: dict[Scene, np.ndarray] = {}
 
     def close(self) -> None:
         self._rays.clear()
         self._frames.clear()
+        self._maps.clear()
 
     def _camera_rays(self, width: int, height: int, fov: float) -> tuple[np.ndarray, np.ndarray]:
         key = (width, height, fov)
@@ -175,28 +216,47 @@ class NumpyRenderer:
         trim_cache(self._frames, self._cache_size, FRAME_CACHE_BYTES)
         return frame
 
-    def _render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def render_maps(self, state: RenderState) -> tuple[np.ndarray, np.ndarray]:
+        """The (normals, classes) images of ``state`` (see the module docstring), top row first, read-only. Traced
+        with the frame (which is cached too), only when asked for: :meth:`render` alone never computes them."""
+        if state.width <= 0 or state.height <= 0:
+            raise ValueError(f"cannot render a {state.width} x {state.height} image")
+        cached = self._maps.get(state)
+        if cached is not None:
+            self._maps.move_to_end(state)
+            return cached
+        rgb, depth, ids, normals, classes = self._render(state, maps=True)
+        if state not in self._frames:
+            self._frames[state] = (rgb, depth, ids)
+            trim_cache(self._frames, self._cache_size, FRAME_CACHE_BYTES)
+        self._maps[state] = (normals, classes)
+        trim_cache(self._maps, self._cache_size, FRAME_CACHE_BYTES)
+        return normals, classes
+
+    def _render(self, state: RenderState, maps: bool = False) -> tuple[np.ndarray, ...]:
         w, h = state.width, state.height
         u, v = self._camera_rays(w, h, state.fov)
         n = w * h
         if n <= CHUNK_RAYS:
-            rgb, depth, ids = self._trace(state, u, v)
+            images = self._trace(state, u, v, maps)
         else:  # in chunks: tracing needs ~150 bytes per ray, 2.5 GB at once for 4096 x 4096
-            rgb = np.empty((n, 3), dtype=np.uint8)
-            depth = np.empty(n, dtype=np.float32)
-            ids = np.empty((n, 3), dtype=np.uint8)
+            images = (np.empty((n, 3), dtype=np.uint8), np.empty(n, dtype=np.float32), np.empty((n, 3), dtype=np.uint8))
+            if maps:
+                images += (np.empty((n, 3), dtype=np.uint8), np.empty((n, 3), dtype=np.uint8))
             for start in range(0, n, CHUNK_RAYS):
                 chunk = slice(start, start + CHUNK_RAYS)
-                rgb[chunk], depth[chunk], ids[chunk] = self._trace(state, u[chunk], v[chunk])
+                for whole, part in zip(images, self._trace(state, u[chunk], v[chunk], maps)):
+                    whole[chunk] = part
         out = []
-        for a in (rgb.reshape(h, w, 3), depth.reshape(h, w), ids.reshape(h, w, 3)):
+        for a in images:
+            a = a.reshape((h, w) + a.shape[1:])
             a.flags.writeable = False
             out.append(a[::-1])
-        return out[0], out[1], out[2]
+        return tuple(out)
 
-    def _trace(self, state: RenderState, u: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def _trace(self, state: RenderState, u: np.ndarray, v: np.ndarray, maps: bool = False) -> tuple[np.ndarray, ...]:
         """(rgb (n, 3) uint8, depth (n,) float32, ids (n, 3) uint8) of the rays with these camera-space
-        directions (u right, v up, 1 forward)."""
+        directions (u right, v up, 1 forward); with ``maps`` also (normals (n, 3) uint8, classes (n, 3) uint8)."""
         right, up, forward = camera_basis(state.yaw, state.pitch)
         f32 = np.float32
         # World-space directions, one component array each (forward component 1 in camera space).
@@ -278,7 +338,19 @@ class NumpyRenderer:
         shade *= f32(1.0) / (f32(1.0) + f32(0.03) * depth)
         rgb = albedo[part]
         rgb *= shade[:, None]
-        return rgb.astype(np.uint8), depth, id_palette[part]
+        if not maps:
+            return rgb.astype(np.uint8), depth, id_palette[part]
+        # The face a ray meets faces it (every face is one-sided): its normal is along the face's axis, against the
+        # ray's direction on that axis, for the room's surfaces (seen from inside) and the boxes' faces alike.
+        along = np.where(axis == 0, dx, np.where(axis == 1, dy, dz))
+        face = axis.astype(np.uint8) * np.uint8(2) + (along < 0).astype(np.uint8)
+        if background.any():
+            face[background] = BACKGROUND_FACE
+        classes = self._class_palettes.get(state.scene)
+        if classes is None:
+            classes = self._class_palettes[state.scene] = class_palette(state.scene)
+        return (rgb.astype(np.uint8), depth, id_palette[part], normal_colors(state.yaw, state.pitch)[face],
+                classes[part])
 
 
 def make_renderer(name: str = "numpy", *, device_index: int | None = None) -> Renderer:

@@ -120,6 +120,7 @@ class Scene:
     surface_colors: tuple[tuple[int, int, int], ...]
     _parts: tuple[Part, ...] = field(default=(), compare=False, repr=False)
     _names: dict[str, str] | None = field(default=None, compare=False, repr=False)
+    _class_colors: dict[str, tuple[int, int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         sx, sy, sz = self.size
@@ -143,10 +144,23 @@ class Scene:
             oid = format_object_id(box.object_type, box.center)
             parts.append(Part(oid, box.object_type, box.color, _id_color(self.name + oid, taken), box.center, box.size))
         object.__setattr__(self, "_parts", tuple(parts))
+        # One class (semantic) segmentation colour per object type, as a build's ImageSynthesis colours each object by
+        # its type's tag: from the type alone, unlike every instance colour of the room and (0, 0, 0).
+        classes: dict[str, tuple[int, int, int]] = {}
+        for part in parts:
+            if part.object_type not in classes:
+                classes[part.object_type] = _id_color(part.object_type, taken)
+        object.__setattr__(self, "_class_colors", classes)
 
     def parts(self) -> tuple[Part, ...]:
         """Surfaces (in :data:`SURFACES` order) then boxes, each with a unique ``id_color``."""
         return self._parts
+
+    def class_colors(self) -> dict[str, tuple[int, int, int]]:
+        """Each object type's class segmentation colour (``Floor``, ``Ceiling``, ``Wall``, then the boxes' types, in
+        the order :meth:`parts` first shows them): unique, and unlike every part's ``id_color`` and ``(0, 0, 0)``.
+        Treat as read-only."""
+        return self._class_colors
 
     def box_parts(self) -> tuple[Part, ...]:
         return self._parts[len(SURFACES) :]
