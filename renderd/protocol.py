@@ -234,7 +234,14 @@ def encode_message(fields: Iterable[tuple[int, Any]]) -> list[Any]:
             if not body.flags.c_contiguous:
                 body = np.ascontiguousarray(body)
             body = memoryview(body).cast("B")
-        n = _nbytes(body)
+        try:
+            n = _nbytes(body)
+        except TypeError:
+            hint = " (metadata goes as msgpack bytes: encode_metadata(dict))" if ftype == FieldType.METADATA else ""
+            raise TypeError(
+                f"cannot encode the body of {FieldType(ftype).name}: a {type(body).__name__} is not a bytes-like "
+                f"object{hint}"
+            ) from None
         if n > 0xFFFFFFFF:
             raise ValueError(f"body of {FieldType(ftype).name} is {n} bytes, over the 4 GiB framing limit")
         out.append(HEADER.pack(ftype, n))

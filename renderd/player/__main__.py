@@ -70,7 +70,7 @@ environment (read as an AI2-THOR build reads them):
 
 fault hooks (action {{"action": "RenderdFault", "fault": KIND, ...}}): abort, segfault,
   exit (code), hang, sleep (seconds), garbage, oversize, truncate (code), close; "when": "after"
-  answers first. Unknown single-dash (Unity) arguments are ignored and logged.
+  answers first. Unknown arguments (Unity's single-dash ones, and any other) are ignored and logged.
 
 exit codes: 0 done (client closed the pipe, SIGTERM), 1 pipe I/O error (or --help's text could not be
   written), 2 bad command line or environment, 3 unhandled error (traceback in the log), 4 malformed
