@@ -970,6 +970,27 @@ class _RefusalLog:
             logger.warning("refused POST /train from %s: %s token (403)%s", address, what, more)
 
 
+class _RefusalLogs:
+    """Refused requests, logged at most once per :data:`REFUSAL_LOG_INTERVAL` for each status (a count of the ones
+    not logged follows), so that a client sending one kind of bad request in a loop cannot flood the log, nor hide
+    the refusals of another kind."""
+
+    def __init__(self) -> None:
+        self._logs: dict[int, _RefusalLog] = {}
+        self._lock = threading.Lock()
+
+    def log(self, status: int, what: str, message: str, level: int = logging.WARNING) -> None:
+        """Log that a request was answered ``status`` (``what``: which request, from whom), unless one with this
+        status was logged less than REFUSAL_LOG_INTERVAL ago."""
+        with self._lock:
+            log = self._logs.get(status)
+            if log is None:
+                log = self._logs[status] = _RefusalLog()
+        more = log.due()
+        if more is not None:
+            logger.log(level, "refused %s: %d %s: %s%s", what, status, _REASONS.get(status, "Error"), message, more)
+
+
 def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     """The WSGI application HTTP players talk to: ``GET /ping`` and ``POST /train``.
 
@@ -1330,6 +1351,7 @@ class _Connection:
         # (a control API request, a ping), which never reaches a bridge however long it takes.
         self.may_carry_frame = True
         self.linger = False  # the server closes the connection after an answer: half-close and drain first
+        self.request: str | None = None  # the request in progress, "METHOD path", once its head is parsed (for logs)
         self.sending_since: float | None = None  # time.monotonic() an answer's send began, while it lasts
         self.thread = threading.Thread(target=self.run, name=f"renderd-http-conn-{self.key}", daemon=True)
 
@@ -1487,13 +1509,24 @@ class _Connection:
         if exc.stalled:
             raise _HttpError(408, f"{what}: nothing more arrived for {REQUEST_TIMEOUT:g} s (REQUEST_TIMEOUT)") from None
         if exc.ended:
-            self._send(_error_bytes(400, f"{what}: the client closed its side of the connection"))
+            message = f"{what}: the client closed its side of the connection"
+            self._log_refusal(400, message)
+            self._send(_error_bytes(400, message))
 
     def _no_memory(self, length: int) -> _HttpError:
         """The refusal of a body this process has no memory for (503, the connection closed): the player is
-        told, and its client's PlayerCrashed says renderd closed the connection and why."""
-        logger.warning("HTTP connection %s: no memory for a request body of %d bytes (answered 503)", self.key, length)
+        told, and its client's PlayerCrashed says renderd closed the connection and why (the refusal is logged
+        by :meth:`run`)."""
         return _HttpError(503, f"the server has no memory left for this request body of {length} bytes")
+
+    def _log_refusal(self, status: int, message: str) -> None:
+        """Log (at most once per :data:`REFUSAL_LOG_INTERVAL` for each status) that the server answered the request
+        on this connection ``status``: which request, the connection, and whose it is (a served player's, by
+        name, or none known)."""
+        players = [b.name for b in self.server.registry.bridges() if b._connection == self.key]
+        whose = f"{players[0]}'s" if players else "not known as a served player's"
+        request = self.request or "a request"
+        self.server._request_refusals.log(status, f"{request} on the HTTP connection {self.key} ({whose})", message)
 
     def _consume(self, end: int) -> None:
         rest = self.have - end
@@ -1612,6 +1645,7 @@ class _Connection:
                 self.failure, self.reset = exc.failure, exc.reset
         except _HttpError as exc:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
+            self._log_refusal(exc.status, exc.message)
             self.linger = self._send(_error_bytes(exc.status, exc.message))
         except Exception:
             logger.exception("HTTP connection %s failed", self.key)
@@ -1690,10 +1724,13 @@ class _Connection:
     def _serve_one(self) -> bool:
         """Serve one request; False when the connection is to be closed."""
         self.may_carry_frame = True
+        self.request = None
         head, end = self._read_head()
         self.requests += 1
         method, target, version, headers = self._parse_head(head)
         path = _path_and_query(target)[0]
+        shown = path[:100]
+        self.request = f"{method} {shown if shown.isascii() and shown.isprintable() else repr(shown)}"  # (for logs)
         self.may_carry_frame = (method, path) == FRAME_ROUTE
         ping = path == PING_PATH and method in ("GET", "HEAD")
         self.only_pings = self.only_pings and ping
@@ -1883,6 +1920,7 @@ class PlayerHttpServer:
         self._refused: dict[int, tuple[Any, float, int]] = {}
         self._drain_buffer = bytearray(64 * 1024)
         self._connection_refusals = _RefusalLog()  # (logged once per REFUSAL_LOG_INTERVAL)
+        self._request_refusals = _RefusalLogs()  # requests the server refuses itself (as often, for each status)
         self._evictions = _RefusalLog()  # idle connections closed to make room (as often)
         self._accepting = False  # a connection is being accepted: out of the backlog, not yet in _connections
         self.stopping = False
