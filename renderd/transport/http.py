@@ -991,6 +991,12 @@ class _RefusalLogs:
             logger.log(level, "refused %s: %d %s: %s%s", what, status, _REASONS.get(status, "Error"), message, more)
 
 
+def _shown_path(path: str) -> str:
+    """A request's path as a log line shows it: as is when it is printable ASCII, else quoted (escapes shown)."""
+    shown = path[:100]
+    return shown if shown.isascii() and shown.isprintable() else repr(shown)
+
+
 def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     """The WSGI application HTTP players talk to: ``GET /ping`` and ``POST /train``.
 
@@ -1001,9 +1007,25 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
     ``Content-Length: 0``, is malformed multipart); 409 when the player already has a request waiting,
     or its stream failed; 410 when its bridge is closed; 411 without a Content-Length; 413 when
     Content-Length exceeds the registry's ``max_request_size`` (checked before the body is read).
+
+    Every answer of 400 or more is logged, at most once per :data:`REFUSAL_LOG_INTERVAL` for each status: 403s
+    with the sender's address, the others naming the request, its sender and the player (when known), a 410 at
+    INFO (a player told it is no longer served, the usual end of a session), the rest as warnings; a frame
+    refused 400 for its content fails its player's stream, which logs why; a 500 logs its traceback.
     """
 
     refusals = _RefusalLog()
+    answered = _RefusalLogs()
+
+    def refuse(environ: dict, start_response: Callable, status: int, type_: str, message: str,
+               extra: Iterable[tuple[str, str]] = (), bridge: PlayerBridge | None = None) -> list[bytes]:
+        """Answer ``status`` with a JSON error, and log it (see above)."""
+        what = (f"{environ.get('REQUEST_METHOD', 'GET')} {_shown_path(environ.get('PATH_INFO') or '/')} from "
+                f"{environ.get('REMOTE_ADDR', '?')}:{environ.get('REMOTE_PORT', '?')}")
+        if bridge is not None:
+            what += f" ({bridge.name})"
+        answered.log(status, what, message, logging.INFO if status == 410 else logging.WARNING)
+        return _error(start_response, status, type_, message, extra)
 
     def ping(environ: dict, start_response: Callable) -> list[bytes]:
         start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", "4")])
@@ -1015,9 +1037,10 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         except ValueError:
             length = -1
         if length < 0:
-            return _error(start_response, 411, "ProtocolError", "POST /train needs a Content-Length header")
+            return refuse(environ, start_response, 411, "ProtocolError", "POST /train needs a Content-Length header")
         if length > registry.max_request_size:
-            return _error(
+            return refuse(
+                environ,
                 start_response,
                 413,
                 "ProtocolError",
@@ -1026,17 +1049,19 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
             )
         body = _read_body(environ["wsgi.input"], length)
         if body is None:
-            return _error(start_response, 400, "ProtocolError", "the request body ended before Content-Length bytes")
+            return refuse(environ, start_response, 400, "ProtocolError",
+                          "the request body ended before Content-Length bytes")
         try:
             post = TrainPost(body, environ.get("CONTENT_TYPE"))
         except MultipartError as exc:
             form = URLENCODED if _is_urlencoded(environ.get("CONTENT_TYPE")) else "multipart/form-data"
-            return _error(start_response, 400, "ProtocolError", f"malformed {form}: {exc}")
+            return refuse(environ, start_response, 400, "ProtocolError", f"malformed {form}: {exc}")
         bridge = registry.lookup(post.token)
         if bridge is not None:  # a served player's: its body no longer counts as a stranger's
             environ.get("renderd.body_attributed", lambda: None)()
         if bridge is None and registry.retired(post.token):
-            return _error(start_response, 410, "LeaseError", "this player is no longer served (its session ended)")
+            return refuse(environ, start_response, 410, "LeaseError",
+                          "this player is no longer served (its session ended)")
         if bridge is None:
             refusals.note(environ.get("REMOTE_ADDR", "?"), "an unknown" if post.token else "no")
             return _error(start_response, 403, "LeaseError", "missing or wrong token: this player is not served here")
@@ -1059,11 +1084,12 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
                 disconnected=environ.get("renderd.client_disconnected") or environ.get("waitress.client_disconnected"),
             )
         except BridgeClosed as exc:
-            return _error(start_response, 410, "LeaseError", str(exc))
+            return refuse(environ, start_response, 410, "LeaseError", str(exc), bridge=bridge)
         except AlreadyPendingCallError as exc:
-            return _error(start_response, 409, "CallOrderError", str(exc))
+            return refuse(environ, start_response, 409, "CallOrderError", str(exc), bridge=bridge)
         except RenderdError as exc:
-            return _error(start_response, 409, type(exc).__name__, f"this player's stream has failed: {exc}")
+            return refuse(environ, start_response, 409, type(exc).__name__, f"this player's stream has failed: {exc}",
+                          bridge=bridge)
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(action)))])
         return [action]
 
@@ -1073,13 +1099,13 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         path = environ.get("PATH_INFO") or "/"
         route = routes.get(path)
         if route is None:
-            return _error(start_response, 404, "RenderdError", f"no such route {path!r}: HTTP players use /ping and /train")
+            return refuse(environ, start_response, 404, "RenderdError",
+                          f"no such route {path!r}: HTTP players use /ping and /train")
         method, handler = route
         request_method = environ.get("REQUEST_METHOD", "GET")
         if request_method != method and not (method == "GET" and request_method == "HEAD"):
-            return _error(
-                start_response, 405, "RenderdError", f"{path} takes {method}, not {request_method}", [("Allow", method)]
-            )
+            return refuse(environ, start_response, 405, "RenderdError", f"{path} takes {method}, not {request_method}",
+                          [("Allow", method)])
         try:
             return handler(environ, start_response)
         except Exception as exc:  # a JSON answer, never a traceback page
@@ -1729,8 +1755,7 @@ class _Connection:
         self.requests += 1
         method, target, version, headers = self._parse_head(head)
         path = _path_and_query(target)[0]
-        shown = path[:100]
-        self.request = f"{method} {shown if shown.isascii() and shown.isprintable() else repr(shown)}"  # (for logs)
+        self.request = f"{method} {_shown_path(path)}"  # (for logs)
         self.may_carry_frame = (method, path) == FRAME_ROUTE
         ping = path == PING_PATH and method in ("GET", "HEAD")
         self.only_pings = self.only_pings and ping
@@ -1921,6 +1946,7 @@ class PlayerHttpServer:
         self._drain_buffer = bytearray(64 * 1024)
         self._connection_refusals = _RefusalLog()  # (logged once per REFUSAL_LOG_INTERVAL)
         self._request_refusals = _RefusalLogs()  # requests the server refuses itself (as often, for each status)
+        self._thread_failures = _RefusalLog()  # connections refused for want of a thread (as often)
         self._evictions = _RefusalLog()  # idle connections closed to make room (as often)
         self._accepting = False  # a connection is being accepted: out of the backlog, not yet in _connections
         self.stopping = False
@@ -2035,7 +2061,9 @@ class PlayerHttpServer:
             try:
                 connection.thread.start()
             except RuntimeError as exc:  # no thread can be started (a process or memory limit): refuse this one
-                logger.error("cannot serve an HTTP connection from %s: %s", addr[0], exc)
+                more = self._thread_failures.due()
+                if more is not None:
+                    logger.error("cannot serve an HTTP connection from %s (answered 503): %s%s", addr[0], exc, more)
                 with self._lock:
                     self._connections.discard(connection)
                 self._refuse(poller, conn, "the server cannot start a thread for this connection")

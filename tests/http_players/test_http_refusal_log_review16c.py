@@ -133,3 +133,45 @@ def test_a_refusal_on_a_players_connection_names_the_player(served, caplog):
     assert client.response().status == 411
     wait_for(lambda: _refusals(caplog, 411), DEADLINE, "the 411 to be logged")
     assert "thor[7]'s" in _refusals(caplog, 411)[0], _refusals(caplog, 411)
+
+
+# -- refusals by the application (the same under any WSGI server) ------------------------------------------------
+
+
+def test_the_applications_refusals_are_logged_and_a_loop_of_them_is_not(served, caplog):
+    # 404, 405, 400 (malformed multipart), 410 and 409 were answered without a trace in the log (only 403s and 500s
+    # were logged); a client repeating one is logged once per REFUSAL_LOG_INTERVAL, the rest counted.
+    caplog.set_level(logging.INFO, logger=LOGGER)
+    registry, _, _ = served
+    client = connect(served)
+    for _ in range(5):
+        client.send(b"GET /nope\x1b[2J HTTP/1.1\r\n\r\n")
+        assert client.response().status == 404
+    client.send(b"GET /train HTTP/1.1\r\n\r\n")
+    assert client.response().status == 405
+    client.send(request_bytes(b"garbage", boundary=b"other"))
+    assert client.response().status == 400
+    retired = registry.register(name="thor[3]")
+    registry.unregister(retired)
+    client.send(request_bytes(frame_body(retired.token)))
+    assert client.response().status == 410
+    port = client.sock.getsockname()[1]
+    assert len(_refusals(caplog, 404)) == 1, _refusals(caplog, 404)
+    assert f"from 127.0.0.1:{port}" in _refusals(caplog, 404)[0]
+    assert "\x1b" not in _refusals(caplog, 404)[0]  # (a client's bytes are shown escaped)
+    assert "GET /train" in _refusals(caplog, 405)[0] and "takes POST" in _refusals(caplog, 405)[0]
+    assert "malformed multipart/form-data" in _refusals(caplog, 400)[0]
+    [gone] = [r for r in caplog.records if r.getMessage().startswith("refused") and ": 410 " in r.getMessage()]
+    assert gone.levelno == logging.INFO and "no longer served" in gone.getMessage()
+
+    bridge = registry.register(name="thor[4]")
+    first = connect(served)
+    first.send(request_bytes(frame_body(bridge.token)))  # waits for its action
+    wait_for(lambda: bridge.ready(), DEADLINE, "the first frame")
+    second = connect(served)
+    second.send(request_bytes(frame_body(bridge.token)))
+    assert second.response().status == 409
+    assert "(thor[4])" in _refusals(caplog, 409)[0] and "already waiting" in _refusals(caplog, 409)[0]
+    bridge.recv(time.monotonic() + DEADLINE)
+    bridge.send(encode_action({"action": "Pass"}), time.monotonic() + DEADLINE)
+    assert first.response().status == 200
