@@ -1673,8 +1673,12 @@ class _Connection:
             self.closed_because = f"it refused a request ({exc.status} {_REASONS.get(exc.status, 'Error')}: {exc.message})"
             self._log_refusal(exc.status, exc.message)
             self.linger = self._send(_error_bytes(exc.status, exc.message))
-        except Exception:
+        except Exception as exc:
             logger.exception("HTTP connection %s failed", self.key)
+            if self.in_request:  # its client is told, and a player's client is not told that the player hung up
+                message = f"internal error: {type(exc).__name__}: {exc}"
+                self.closed_because = f"it failed on a request (500 Internal Server Error: {message})"
+                self.linger = self._send(_error_bytes(500, message, "RenderdError"))
         finally:
             self.in_request = False  # (whatever it holds now is never handed to a bridge)
             notified = False
