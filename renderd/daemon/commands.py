@@ -18,9 +18,18 @@ from typing import Any, NoReturn
 
 import click
 
-from renderd.config import SOCKET_ENV_VAR, Config, ConfigError, default_config, error_text, load, option_path
+from renderd.config import (
+    MAX_SOCKET_PATH,
+    SOCKET_ENV_VAR,
+    Config,
+    ConfigError,
+    default_config,
+    error_text,
+    load,
+    option_path,
+)
 
-__all__ = ["start", "status", "configure_logging", "stop_logging", "format_status"]
+__all__ = ["start", "status", "configure_logging", "stop_logging", "format_status", "command_line_error"]
 
 log = logging.getLogger("renderd.daemon")
 
@@ -382,6 +391,9 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
                       else default_config(socket_from_env=from_env))
             config = config.with_daemon(**overrides)
         except ConfigError as exc:
+            usage = command_line_error(exc, {"--socket": socket, "--runtime-dir": runtime_dir, "--http": http})
+            if usage is not None:
+                raise usage from None
             _fail(error_text(exc))
         _warn_socket_differs(config)
         try:
@@ -392,6 +404,32 @@ def start(config_path: str | None, socket: str | None, runtime_dir: str | None, 
         sys.exit(code)
     finally:  # what is queued reaches stderr before click's error message, within LOG_FLUSH_TIMEOUT
         stop_logging()
+
+
+#: The option of each ``[daemon]`` key the command line overrides (renderd start, renderd validate).
+_OPTION_OF_KEY = {"daemon.socket": "--socket", "daemon.runtime_dir": "--runtime-dir", "daemon.http": "--http"}
+#: Where Config.with_daemon says a command-line override is wrong (ConfigError.path).
+_COMMAND_LINE = "command line"
+
+
+def command_line_error(exc: ConfigError, given: dict[str, str | None]) -> click.BadParameter | None:
+    """The usage error (exit 2, naming the option and its value) for ``exc``, an error of
+    :meth:`Config.with_daemon` about the command line's overrides; None when the error is the file's or the
+    environment's (``$RENDERD_SOCKET``), which keep exit 1. ``given``: each option's value, None if not given."""
+    if exc.path != _COMMAND_LINE:
+        return None
+    option = _OPTION_OF_KEY.get(exc.key or "")
+    if option is None or given.get(option) is None:
+        # (the socket's path taken by the runtime directory's contents: the option given of the two)
+        named = [o for o in ("--socket", "--runtime-dir") if given.get(o) is not None]
+        option = named[0] if named else option
+    if option is None:
+        return None
+    value = given.get(option)
+    reason = exc.reason
+    if value is not None and repr(value) not in reason and repr(option_path(value)) not in reason:
+        reason = f"{value!r}: {reason}"
+    return click.BadParameter(reason, param_hint=option)
 
 
 def _fail(message: str) -> NoReturn:
@@ -486,13 +524,27 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
     return "\n".join(lines)
 
 
+def _check_status_socket(value: str, path: str) -> None:
+    """``renderd status --socket VALUE`` (``path``: it expanded) that can name no daemon's socket: a usage error,
+    as renderd start's for the same value, rather than the failure to reach a daemon (exit 1)."""
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH:
+        raise click.BadParameter(
+            f"{value!r} is {size} bytes long; a unix socket path holds at most {MAX_SOCKET_PATH} (pass the path "
+            "renderd start listens on, or a shorter one to it, such as a relative path)", param_hint="--socket")
+    if path.endswith("/") or os.path.isdir(path):
+        example = os.path.join(path.rstrip("/") or "/", "renderd.sock")
+        raise click.BadParameter(f"{value!r} names a directory; give the daemon's socket, such as {example!r}",
+                                 param_hint="--socket")
+
+
 @click.command("status")
 @click.option("--socket", metavar="PATH", help="The daemon's socket (default: $RENDERD_SOCKET, else the default path).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 def status(socket: str | None, as_json: bool) -> None:
     """Show a running daemon's environments and players: pid, state, uptime, restarts, lease.
 
-    Exits 1 when the daemon cannot be reached.
+    Exits 1 when the daemon cannot be reached, 2 when --socket cannot be a socket's path (too long, a directory).
     """
     from renderd.daemon.client import ControlClient
     from renderd.errors import RenderdError
@@ -500,6 +552,8 @@ def status(socket: str | None, as_json: bool) -> None:
     if socket == "":  # an unset variable in `--socket "$VAR"`: not a path to connect to
         raise click.BadParameter("an empty path; leave --socket out to use $RENDERD_SOCKET or the default path",
                                  param_hint="--socket")
+    if socket is not None:
+        _check_status_socket(socket, _expanded(socket) or socket)
     client = ControlClient(_expanded(socket))
     try:
         health = client.health()
