@@ -32,6 +32,16 @@ first, returned as top-row-first views)::
     location 0  RGB8   albedo x shade, truncated to integers as the numpy renderer does
     location 1  RGB8   the part's id_color, exact
     location 2  R32F   eye depth in metres (distance along the camera's forward axis)
+
+:meth:`GLRenderer.render_maps` draws the same frame with a second program (compiled the first time it is
+asked for) into a framebuffer with two more attachments, so the normals and class segmentation images
+come from the same draw as the three above (which it keeps, as :meth:`GLRenderer.render` does)::
+
+    location 3  RGB8   the face's normal in the camera's frame, encoded as the numpy renderer encodes it
+                       (``normal_colors``: the six face directions' colours, exact, as uniforms)
+    location 4  RGB8   the part's type's class colour (``class_palette``), exact
+
+:meth:`GLRenderer.render` alone never draws them.
 """
 
 from __future__ import annotations
@@ -44,7 +54,9 @@ import socket
 
 import numpy as np
 
-from renderd.player.renderer import FACE_SHADE, FLOOR_DARK, FLOOR_TILE, RenderState, camera_basis
+from renderd.player.renderer import (
+    FACE_SHADE, FLOOR_DARK, FLOOR_TILE, RenderState, camera_basis, class_palette, normal_colors,
+)
 from renderd.player.scene import Scene
 
 log = logging.getLogger(__name__)
@@ -68,8 +80,10 @@ GL_VERSION = 330
 PLATFORM_ENV_VAR = "RENDERD_PLATFORM"
 GLX_PLATFORMS = frozenset({"Linux64"})
 
-_VERTEX_SHADER = """
-#version 330
+#: The shaders' first line; :func:`_shader` adds ``#define MAPS`` after it for the program of render_maps().
+_GLSL_VERSION = "#version 330\n"
+
+_VERTEX_SHADER = _GLSL_VERSION + """
 uniform vec3 eye;
 uniform vec3 right;
 uniform vec3 up;
@@ -81,6 +95,12 @@ in vec3 in_color;
 in vec3 in_id;
 in float in_shade;
 in float in_floor;
+#ifdef MAPS
+in vec3 in_class;
+in float in_face;
+flat out vec3 v_class;
+flat out float v_face;
+#endif
 out vec3 v_world;
 out float v_depth;
 flat out vec3 v_color;
@@ -88,6 +108,10 @@ flat out vec3 v_id;
 flat out float v_shade;
 flat out float v_floor;
 void main() {
+#ifdef MAPS
+    v_class = in_class;
+    v_face = in_face;
+#endif
     vec3 d = in_pos - eye;
     float z = dot(d, fwd);
     v_world = in_pos;
@@ -100,8 +124,7 @@ void main() {
 }
 """
 
-_FRAGMENT_SHADER = """
-#version 330
+_FRAGMENT_SHADER = _GLSL_VERSION + """
 uniform float tile;
 uniform float floor_dark;
 uniform float falloff;
@@ -114,6 +137,15 @@ flat in float v_floor;
 layout(location = 0) out vec4 out_rgb;
 layout(location = 1) out vec4 out_id;
 layout(location = 2) out float out_depth;
+#ifdef MAPS
+// The normals image's colour (0..255) of each face direction (2 * axis + 1 for +axis), as the numpy renderer's
+// normal_colors() gives it for this camera: exact, whatever the GPU's float precision.
+uniform vec3 face_colors[6];
+flat in vec3 v_class;
+flat in float v_face;
+layout(location = 3) out vec4 out_normal;
+layout(location = 4) out vec4 out_class;
+#endif
 void main() {
     float shade = v_shade;
     if (v_floor > 0.5) {
@@ -124,6 +156,10 @@ void main() {
     out_rgb = vec4(floor(v_color * shade) / 255.0, 1.0);
     out_id = vec4(v_id / 255.0, 1.0);
     out_depth = v_depth;
+#ifdef MAPS
+    out_normal = vec4(face_colors[int(v_face + 0.5)] / 255.0, 1.0);
+    out_class = vec4(v_class / 255.0, 1.0);
+#endif
     // The depth test compares eye depth itself, mapped monotonically onto [0, 1): no near or far plane
     // (DEPTH_CLAMP is on) cuts off a surface however close or far it is, as the numpy renderer's rays.
     gl_FragDepth = v_depth / (v_depth + 1.0);
@@ -276,8 +312,26 @@ def _create_context(platform: str | None, device_index: int | None):  # -> moder
     return ctx, where
 
 
+def _shader(source: str, maps: bool) -> str:
+    """``source``, with ``#define MAPS`` (the normals and class outputs) for the program of render_maps()."""
+    if not maps:
+        return source
+    assert source.startswith(_GLSL_VERSION)
+    return _GLSL_VERSION + "#define MAPS 1\n" + source[len(_GLSL_VERSION):]
+
+
+#: Each vertex's attributes, in :func:`_scene_vertices`' order: the frame's, then the normals and class images'.
+_FRAME_ATTRIBUTES = ("in_pos", "in_color", "in_id", "in_shade", "in_floor")
+_MAPS_ATTRIBUTES = ("in_class", "in_face")
+_FRAME_FORMAT = "3f 3f 3f 1f 1f"
+_MAPS_FORMAT = "3f 1f"
+_MAPS_BYTES = 4 * 4  # what the frame's program skips of each vertex (its vertex array reads the same buffer)
+
+
 def _scene_vertices(scene: Scene) -> np.ndarray:
-    """Two triangles per visible face, interleaved: position(3), colour(3), id colour(3), shade, floor.
+    """Two triangles per visible face, interleaved: position(3), colour(3), id colour(3), shade, floor, class
+    colour(3) (:func:`~renderd.player.renderer.class_palette`), face code (``2 * axis + 1`` if the face's normal
+    points along +axis, else ``2 * axis``: :func:`~renderd.player.renderer.normal_colors`' index).
 
     Every face is one-sided, as in the numpy renderer: a room surface is seen only from inside the room,
     a box face only from outside the box. Each triangle is wound so that its front (FRONT_FACE) is the
@@ -285,10 +339,12 @@ def _scene_vertices(scene: Scene) -> np.ndarray:
     """
     rows: list[list[float]] = []
     room_middle = (0.0, scene.size[1] / 2, 0.0)
+    classes = class_palette(scene)
     for index, part in enumerate(scene.parts()):
         lo, hi = part.lo, part.hi
         color = [float(c) for c in part.color]
         id_color = [float(c) for c in part.id_color]
+        class_color = [float(c) for c in classes[index]]
         is_floor = 1.0 if index == 0 else 0.0
         flat_axes = [a for a in range(3) if part.size[a] == 0.0]
         if flat_axes:  # a room surface: it faces the middle of the room
@@ -304,8 +360,9 @@ def _scene_vertices(scene: Scene) -> np.ndarray:
                 corners.append(p)
             normal = np.cross(np.subtract(corners[1], corners[0]), np.subtract(corners[2], corners[0]))
             order = (0, 1, 2, 0, 2, 3) if normal[axis] * sign > 0 else (0, 2, 1, 0, 3, 2)
+            face = [float(2 * axis + (1 if sign > 0 else 0))]
             for k in order:
-                rows.append(corners[k] + color + id_color + [FACE_SHADE[axis], is_floor])
+                rows.append(corners[k] + color + id_color + [FACE_SHADE[axis], is_floor] + class_color + face)
     return np.asarray(rows, dtype="f4")
 
 
@@ -342,33 +399,55 @@ class GLRenderer:
             "OpenGL through %s: %s, %s, %s",
             self.where, info.get("GL_RENDERER"), info.get("GL_VENDOR"), info.get("GL_VERSION"),
         )
-        self.program = self.ctx.program(vertex_shader=_VERTEX_SHADER, fragment_shader=_FRAGMENT_SHADER)
-        self.program["tile"].value = FLOOR_TILE
-        self.program["floor_dark"].value = FLOOR_DARK
-        self.program["falloff"].value = DEPTH_FALLOFF
-        self._scenes: dict[Scene, object] = {}
+        self.program = self._program(maps=False)
+        #: The program of render_maps() (the frame's outputs and the normals and class ones), made when first used.
+        self._maps_program = None
+        #: Per scene: its vertex buffer, and the vertex arrays of the frame's program and of the maps program.
+        self._scenes: dict[Scene, list] = {}
         self._fbo = None
+        self._maps_fbo = None
         self._fbo_size: tuple[int, int] | None = None
         self._attachments: list[object] = []
+        self._maps_attachments: list[object] = []
         self._last: tuple[RenderState, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        #: The last render_maps() answer (only it fills this), kept as the last frame is.
+        self._last_maps: tuple[RenderState, tuple[np.ndarray, np.ndarray]] | None = None
+
+    def _program(self, maps: bool):
+        program = self.ctx.program(vertex_shader=_shader(_VERTEX_SHADER, maps),
+                                   fragment_shader=_shader(_FRAGMENT_SHADER, maps))
+        program["tile"].value = FLOOR_TILE
+        program["floor_dark"].value = FLOOR_DARK
+        program["falloff"].value = DEPTH_FALLOFF
+        return program
 
     @property
     def gl_renderer(self) -> str:
         """The driver's GL_RENDERER string (``llvmpipe ...`` for Mesa's software rasteriser)."""
         return str(self.ctx.info.get("GL_RENDERER"))
 
-    def _vao(self, scene: Scene):
-        vao = self._scenes.get(scene)
-        if vao is None:
+    def _vao(self, scene: Scene, maps: bool = False):
+        entry = self._scenes.get(scene)
+        if entry is None:
             vbo = self.ctx.buffer(_scene_vertices(scene).tobytes())
-            vao = self.ctx.vertex_array(
-                self.program,
-                [(vbo, "3f 3f 3f 1f 1f", "in_pos", "in_color", "in_id", "in_shade", "in_floor")],
+            frame = self.ctx.vertex_array(
+                self.program, [(vbo, f"{_FRAME_FORMAT} {_MAPS_BYTES}x", *_FRAME_ATTRIBUTES)],
             )
-            self._scenes[scene] = vao
-        return vao
+            entry = self._scenes[scene] = [vbo, frame, None]
+        if not maps:
+            return entry[1]
+        if entry[2] is None:
+            if self._maps_program is None:
+                self._maps_program = self._program(maps=True)
+            entry[2] = self.ctx.vertex_array(
+                self._maps_program,
+                [(entry[0], f"{_FRAME_FORMAT} {_MAPS_FORMAT}", *_FRAME_ATTRIBUTES, *_MAPS_ATTRIBUTES)],
+            )
+        return entry[2]
 
-    def _framebuffer(self, width: int, height: int):
+    def _framebuffer(self, width: int, height: int, maps: bool = False):
+        """The frame's framebuffer (three attachments) or, with ``maps``, one that also has the normals and class
+        attachments (made when first asked for at this size; it shares the frame's three)."""
         if self._fbo_size != (width, height):
             self._release_fbo()
             size = (width, height)
@@ -379,15 +458,26 @@ class GLRenderer:
             self._attachments = [rgb, ids, depth, zbuffer]
             self._fbo = self.ctx.framebuffer(color_attachments=[rgb, ids, depth], depth_attachment=zbuffer)
             self._fbo_size = size
-        return self._fbo
+        if not maps:
+            return self._fbo
+        if self._maps_fbo is None:
+            rgb, ids, depth, zbuffer = self._attachments
+            normals = self.ctx.renderbuffer(self._fbo_size, components=4)
+            classes = self.ctx.renderbuffer(self._fbo_size, components=4)
+            self._maps_attachments = [normals, classes]
+            self._maps_fbo = self.ctx.framebuffer(color_attachments=[rgb, ids, depth, normals, classes],
+                                                  depth_attachment=zbuffer)
+        return self._maps_fbo
 
     def _release_fbo(self) -> None:
-        if self._fbo is not None:
-            self._fbo.release()
-        for attachment in self._attachments:
+        for fbo in (self._maps_fbo, self._fbo):
+            if fbo is not None:
+                fbo.release()
+        for attachment in self._maps_attachments + self._attachments:
             attachment.release()
-        self._fbo = None
+        self._fbo = self._maps_fbo = None
         self._attachments = []
+        self._maps_attachments = []
         self._fbo_size = None
 
     def check(self) -> None:
@@ -404,13 +494,41 @@ class GLRenderer:
     def render(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Render ``state``: (rgb, depth, ids), top row first, read-only. Raises ValueError on a bad size,
         :class:`GLDisplayLost` once the X server of a GLX context has gone away (logged as an error)."""
+        self._check_state(state)
+        if self._last is not None and self._last[0] == state:
+            return self._last[1]
+        fbo = self._draw(state, maps=False)
+        self._last = (state, self._read_frame(fbo, state))
+        return self._last[1]
+
+    def render_maps(self, state: RenderState) -> tuple[np.ndarray, np.ndarray]:
+        """The (normals, classes) images of ``state`` (see :mod:`renderd.player.renderer`), top row first,
+        read-only, as the numpy renderer's: drawn with the frame, which is kept for :meth:`render` too, only when
+        asked for (:meth:`render` alone never draws them). The last ones are kept, as the last frame is. Raises as
+        :meth:`render`."""
+        self._check_state(state)
+        if self._last_maps is not None and self._last_maps[0] == state:
+            return self._last_maps[1]
+        fbo = self._draw(state, maps=True)
+        h, w = state.height, state.width
+        normals = np.frombuffer(fbo.read(components=3, attachment=3, alignment=1), dtype=np.uint8).reshape(h, w, 3)
+        classes = np.frombuffer(fbo.read(components=3, attachment=4, alignment=1), dtype=np.uint8).reshape(h, w, 3)
+        if self._last is None or self._last[0] != state:
+            self._last = (state, self._read_frame(fbo, state))
+        self._last_maps = (state, (normals[::-1], classes[::-1]))
+        return self._last_maps[1]
+
+    def _check_state(self, state: RenderState) -> None:
         if state.width <= 0 or state.height <= 0:
             raise ValueError(f"cannot render a {state.width} x {state.height} image")
         self.check()
-        if self._last is not None and self._last[0] == state:
-            return self._last[1]
+
+    def _draw(self, state: RenderState, maps: bool):
+        """Draw ``state`` into the frame's framebuffer, or with ``maps`` the one with the normals and class
+        attachments too; return that framebuffer."""
         w, h = state.width, state.height
-        fbo = self._framebuffer(w, h)
+        fbo = self._framebuffer(w, h, maps)
+        vao = self._vao(state.scene, maps)  # (the maps program is made here, the first time)
         fbo.use()
         self.ctx.viewport = (0, 0, w, h)
         self.ctx.enable_only(self.ctx.DEPTH_TEST | self.ctx.CULL_FACE)
@@ -420,7 +538,7 @@ class GLRenderer:
         fbo.clear(0.0, 0.0, 0.0, 0.0, depth=1.0)
         right, up, forward = camera_basis(state.yaw, state.pitch)
         tan_half = math.tan(math.radians(state.fov) / 2)
-        p = self.program
+        p = self._maps_program if maps else self.program
         p["eye"].value = tuple(float(c) for c in state.position)
         p["right"].value = tuple(float(c) for c in right)
         p["up"].value = tuple(float(c) for c in up)
@@ -428,14 +546,20 @@ class GLRenderer:
         p["scale"].value = (1.0 / (tan_half * w / h), 1.0 / tan_half)
         n, f = NEAR_PLANE, FAR_PLANE
         p["depth_map"].value = ((f + n) / (f - n), -2.0 * f * n / (f - n))
-        self._vao(state.scene).render()
+        if maps:  # the six face directions' colours (the background's, the seventh, is the cleared 0)
+            colors = normal_colors(state.yaw, state.pitch)[:6]
+            p["face_colors"].value = [tuple(float(c) for c in color) for color in colors]
+        vao.render()
+        return fbo
+
+    @staticmethod
+    def _read_frame(fbo, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        h, w = state.height, state.width
         rgb = np.frombuffer(fbo.read(components=3, attachment=0, alignment=1), dtype=np.uint8).reshape(h, w, 3)
         ids = np.frombuffer(fbo.read(components=3, attachment=1, alignment=1), dtype=np.uint8).reshape(h, w, 3)
         depth_bytes = fbo.read(components=1, attachment=2, alignment=1, dtype="f4")
         depth = np.frombuffer(depth_bytes, dtype=np.float32).reshape(h, w)
-        frame = (rgb[::-1], depth[::-1], ids[::-1])  # GL rows are bottom-up; frombuffer views are read-only
-        self._last = (state, frame)
-        return frame
+        return rgb[::-1], depth[::-1], ids[::-1]  # GL rows are bottom-up; frombuffer views are read-only
 
     def close(self) -> None:
         """Release the GL objects and the context. Idempotent. After the X server was lost nothing is
@@ -456,13 +580,18 @@ class GLRenderer:
                 )
                 log.info("%s: the GL context is left to the process's exit", why)
                 self.ctx = None
-                self._last = None
+                self._last = self._last_maps = None
                 return
         self._release_fbo()
-        for vao in self._scenes.values():
-            vao.release()
+        for entry in self._scenes.values():
+            for gl_object in reversed(entry):  # the vertex arrays, then their buffer
+                if gl_object is not None:
+                    gl_object.release()
         self._scenes.clear()
-        self.program.release()
+        for program in (self.program, self._maps_program):
+            if program is not None:
+                program.release()
+        self._maps_program = None
         self.ctx.release()
         self.ctx = None
-        self._last = None
+        self._last = self._last_maps = None
