@@ -1771,9 +1771,11 @@ class _Connection:
             raise _HttpError(411, "chunked request bodies are not accepted: send a Content-Length")
         raw_length = headers.get("CONTENT_LENGTH")
         if raw_length is not None:
-            # ASCII digits only ("²".isdigit() is true) and at most 19 of them (int() refuses 4,300 digits).
+            # ASCII digits only ("²".isdigit() is true) and at most 19 of them (int() refuses 4,300 digits), not
+            # counting leading zeros (RFC 9110 8.6 allows them: 0005 is 5).
             if not (raw_length.isascii() and raw_length.isdigit()):
                 raise _HttpError(400, f"Content-Length {raw_length[:40]!r} is not a number")
+            raw_length = raw_length.lstrip("0") or "0"
             length = int(raw_length) if len(raw_length) <= 19 else None
         else:
             length = 0

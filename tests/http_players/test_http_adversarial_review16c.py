@@ -7,7 +7,7 @@ import logging
 
 from renderd.transport.http import PlayerBridgeRegistry, PlayerHttpServer
 
-from tests.helpers.http_util import DEADLINE, RawClient
+from tests.helpers.http_util import DEADLINE, RawClient, connect
 
 
 def test_a_request_the_server_fails_on_is_answered_500_not_dropped(no_leaks, caplog):
@@ -31,3 +31,13 @@ def test_a_request_the_server_fails_on_is_answered_500_not_dropped(no_leaks, cap
     finally:
         client.close()
         server.stop()
+
+
+def test_a_content_length_with_leading_zeros_is_its_number(served):
+    # RFC 9110 allows leading zeros in Content-Length: 0...05 (20 digits) is 5. It was answered 413 ("a 20-digit
+    # number of bytes, over the limit") and the connection closed.
+    client = connect(served)
+    client.send(b"GET /ping HTTP/1.1\r\nContent-Length: " + b"0" * 30 + b"5\r\n\r\nhelloGET /ping HTTP/1.1\r\n\r\n")
+    for _ in range(2):  # the body is read as 5 bytes: the pipelined request after it is served too
+        response = client.response()
+        assert response.status == 200 and response.body == b"pong", response
