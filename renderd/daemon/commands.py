@@ -505,11 +505,20 @@ def format_status(health: dict[str, Any], environments: list[dict[str, Any]]) ->
             any_outdated = any_outdated or outdated
             # (the environment wants fewer players: this one goes once its lease ends, or once it has stopped)
             retiring = " (retiring)" if p.get("retiring") and p["state"] not in ("STOPPING", "EXITED") else ""
+            state = p["state"]
+            waiting = bool(p.get("awaiting_platform")) and state == "BACKOFF"
+            if waiting:  # (about to start once its environment's platform is selected: nothing failed)
+                state = "STARTING"
             rows.append((
-                name, str(p["index"]), p["state"] + ("*" if outdated else "") + retiring, str(p["pid"] or "-"),
-                _duration(p.get("uptime")), str(p["restarts"]), lease_text,
+                name, str(p["index"]),
+                state + ("*" if outdated else "") + (" (awaiting platform)" if waiting else "") + retiring,
+                str(p["pid"] or "-"), _duration(p.get("uptime")), str(p["restarts"]), lease_text,
             ))
-            if p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
+            if waiting:
+                if p.get("boot_failures") and p.get("reason"):  # (its reason is then its last boot failure's)
+                    notes.append(_shown(f"{env['name']}[{p['index']}] STARTING (awaiting platform) after "
+                                        f"{p['boot_failures']} boot failure(s), the last: {p['reason']}"))
+            elif p.get("reason") and p["state"] in ("FAILED", "BACKOFF", "EXITED"):
                 notes.append(_shown(f"{env['name']}[{p['index']}] {p['state']}: {p['reason']}"))
     if not environments:
         lines.append("no environments")

@@ -240,6 +240,8 @@ class Player:
             "lease": self.lease.public() if self.lease else None,
             "retiring": self.retire,
             "outdated": self.outdated,
+            # BACKOFF only because its environment's platform selection is under way: about to start, not failed.
+            "awaiting_platform": self.awaiting_platform and self.state == State.BACKOFF,
         }
 
 
