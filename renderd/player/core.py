@@ -1742,8 +1742,10 @@ class Player:
                    FieldType.CLASSES_IMAGE, (agent.camera_position(), agent.yaw, agent.horizon, self.fov))
                   for agent in self.agents]
         for rgb_type, depth_type, normals_type, ids_type, classes_type, camera in views:
-            rgb, depth, ids = self._frame(*camera)
+            # The maps first: a renderer draws them with the frame and keeps that (the numpy and gl renderers do),
+            # so the frame then costs no second draw.
             normals, classes = self._maps_frame(*camera) if maps_on else (None, None)
+            rgb, depth, ids = self._frame(*camera)
             out.append((rgb_type, rgb))
             if depth_on:
                 out.append((depth_type, depth))

@@ -11,7 +11,8 @@ import pytest
 
 import renderd
 from renderd.errors import PlayerCrashed
-from renderd.player.renderer import camera_basis
+from renderd.player.core import Player
+from renderd.player.renderer import NumpyRenderer, camera_basis
 from tests.helpers.xvfb_review14e import _Xvfb
 
 W, H = 64, 48
@@ -128,3 +129,39 @@ def test_gl_normals_and_classes_match_the_numpy_renderers(kind, display, tmp_pat
         assert _agreement(gl_ev.semantic_segmentation_frame, ref_ev.semantic_segmentation_frame) >= MIN_AGREEMENT
         gl_ev = gl.step("Pass")
         assert gl_ev and gl_ev.semantic_segmentation_frame is None
+
+
+class _CountingNumpyRenderer(NumpyRenderer):
+    """The numpy renderer, counting how often it traces each state."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.traced: dict = {}
+
+    def _render(self, state, maps=False):
+        self.traced[state] = self.traced.get(state, 0) + 1
+        return super()._render(state, maps)
+
+
+@pytest.mark.parametrize("static_frame", [False, True])
+def test_a_view_with_the_maps_is_drawn_once(static_frame):
+    """The player asks for a view's maps before its frame: a renderer draws them with the frame and keeps it, so
+    the frame is not drawn a second time (it was, without the maps, then again with them)."""
+    renderer = _CountingNumpyRenderer()
+    p = Player(width=W, height=H, renderer=renderer, static_frame=static_frame)
+    try:
+        camera = {"action": "AddThirdPartyCamera", "position": {"x": 0, "y": 2, "z": 0},
+                  "rotation": {"x": 90, "y": 0, "z": 0}}
+        for action in ({"action": "RotateRight", "renderNormalsImage": True, "renderClassImage": True}, camera,
+                       {"action": "LookDown", "renderNormalsImage": True},
+                       {"action": "RotateLeft", "renderClassImage": True}):
+            renderer.traced.clear()
+            md, images = p.handle(action)
+            assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
+            kinds = [kind.name for kind, _ in images]
+            assert action is camera or "NORMALS_IMAGE" in kinds or "CLASSES_IMAGE" in kinds, kinds
+            # (A view whose frame an earlier answer traced without them is traced again: once.)
+            twice = {state: n for state, n in renderer.traced.items() if n > 1}
+            assert not twice, (action, twice)
+    finally:
+        renderer.close()
