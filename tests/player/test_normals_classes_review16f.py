@@ -138,7 +138,7 @@ def test_a_renderer_without_render_maps_refuses_the_switches():
     from renderd.player.core import Player
     from renderd.player.renderer import NumpyRenderer
 
-    class RgbOnly:  # a renderer of the plain interface (the gl renderer, until it draws them)
+    class RgbOnly:  # a renderer of the plain interface only: render(), no render_maps()
         name = "rgb-only"
 
         def __init__(self):
