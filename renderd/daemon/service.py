@@ -450,9 +450,12 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             self.waiting_since = time.monotonic()
             self.serving = False  # a worker runs one of its requests (which it takes off ``requests`` on the way)
             self.read_closed = False  # the client shut its sending side and reads on
-            self.lease_answer: str | None = None  # a lease granted in the last answer, until it is known read
-            self.lease_queued = False  # that answer's body is in the output buffers (or written out of them)
+            # Leases granted in answers not yet known read, oldest first: [lease id, its answer's body is in the output
+            # buffers (or written out of them)]. Several with lease requests sent one after another, unread.
+            self.lease_answers: list[list[Any]] = []
             self.reset = False  # a read found the client closed its end with something we sent unread
+            self.closing_self = False  # handle_write runs: a close now is the server's own (not the client's)
+            self.lingering = False  # the server shut its sending side after a lease's answer: waits for the client's close
             super().__init__(*args, **kwargs)
             self.peer_pid = _peer_pid(self.socket)
 
@@ -460,37 +463,68 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             """The application granted ``lease_id`` in the answer about to be written (a worker thread)."""
             with self.outbuf_lock:  # (handle_close clears `connected` under it: it sees this lease, or we see it closed)
                 if self.connected:
-                    self.lease_answer, self.lease_queued = lease_id, False
+                    self.lease_answers.append([lease_id, False])
                     return
             self._lost(lease_id, "hung up before the answer could be written")
 
         def write_soon(self, data: bytes) -> int:
             with self.outbuf_lock:  # (reentrant: waitress's write_soon takes it too) queued, and marked so, at once
                 written = super().write_soon(data)
-                if self.lease_answer is not None and self.lease_answer.encode() in data:
-                    self.lease_queued = True
+                for answer in self.lease_answers:
+                    if not answer[1] and answer[0].encode() in data:
+                        answer[1] = True
                 return written
 
         def received(self, data: bytes) -> bool:
-            if data and self.lease_queued:
-                self.lease_answer = None  # it sends on: it has its answer (renderd's clients read it first)
+            if data and self.lease_answers:
+                with self.outbuf_lock:  # it sends on: it has the answers queued (renderd's clients read them first)
+                    self.lease_answers = [answer for answer in self.lease_answers if not answer[1]]
             return super().received(data)
 
+        def handle_write(self) -> None:
+            self.closing_self = True
+            try:
+                super().handle_write()
+            finally:
+                self.closing_self = False
+
         def handle_close(self) -> None:
-            lost = None
+            lost = []
             with self.outbuf_lock:  # (a reentrant lock: waitress's handle_close takes it too)
-                lease_id = self.lease_answer
-                if lease_id is not None and self.connected:
-                    if not self.lease_queued:
-                        lost = "hung up before the answer could be written"
-                    elif self.total_outbufs_len:
-                        lost = "hung up before the answer was written whole"
-                    elif self.reset or self._socket_error() in (errno.ECONNRESET, errno.EPIPE):
-                        lost = "closed its connection without reading the answer"
-                self.lease_answer = None
+                if self.lease_answers and self.connected:
+                    # (which of several queued answers a client that left bytes unread did read cannot be told: none
+                    # of them was followed by another request, so every one of them ends)
+                    unread = self.total_outbufs_len or self.reset or self._socket_error() in (
+                        errno.ECONNRESET, errno.EPIPE)
+                    if (self.closing_self and not unread and not self.lingering and not self.read_closed
+                            and all(queued for _, queued in self.lease_answers) and self._linger()):
+                        return
+                    for lease_id, queued in self.lease_answers:
+                        if not queued:
+                            lost.append((lease_id, "hung up before the answer could be written"))
+                        elif self.total_outbufs_len:
+                            lost.append((lease_id, "hung up before the answer was written whole"))
+                        elif unread:
+                            lost.append((lease_id, "closed its connection without reading the answer"))
+                self.lease_answers = []
                 super().handle_close()
-            if lost is not None and lease_id is not None:
-                self._lost(lease_id, lost)
+            for lease_id, why in lost:
+                self._lost(lease_id, why)
+
+        def _linger(self) -> bool:
+            """The server closes a connection whose last answer granted a lease (``Connection: close``, HTTP/1.0, the
+            read deadline): closing first, it would never learn whether the client read that answer. It shuts its
+            sending side instead (the client sees the end of the answer) and waits, within the read deadline, for
+            the client's close, which tells (ECONNRESET: closed with the answer unread). Returns False when the
+            socket cannot be shut (then it closes)."""
+            try:
+                self.socket.shutdown(socket.SHUT_WR)
+            except OSError:
+                return False
+            self.lingering = True
+            self.will_close = self.close_when_flushed = False
+            self.waiting_since = time.monotonic()
+            return True
 
         def _socket_error(self) -> int:
             try:
@@ -525,6 +559,11 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
                 self.reset = exc.errno == errno.ECONNRESET
                 self.handle_close()
                 return
+            if self.lingering:  # no more answers: its close (end of file) is all that is waited for
+                if data:
+                    self.lease_answers = []  # it sends on: it has its answer (see received)
+                self.handle_close()
+                return
             if data:
                 self.last_activity = time.time()
                 self.received(data)
@@ -547,7 +586,7 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             """The read deadline passed (server loop thread): answer a request that has begun to arrive and is not
             whole with a 408 saying how much of it came, then close. Returns False when none has begun."""
             with self.requests_lock:
-                if self.requests or self.serving:
+                if self.requests or self.serving or self.lingering:
                     return False
                 return self._refuse_incomplete(
                     RequestTimeout, f"not whole within {API_READ_TIMEOUT:g} s (renderd.daemon.service.API_READ_TIMEOUT)")
