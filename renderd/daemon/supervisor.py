@@ -180,6 +180,10 @@ class Player:
         self.next_open: float = 0.0
         self.spawns = 0
         self.restarts = 0
+        #: A restart scheduled (_schedule_restart) whose process has not started yet: it is counted in
+        #: renderd_player_restarts_total once it does (_started), so that a restart that never happens (its
+        #: environment removed, or changed, or the daemon stopped, while it waited) is not.
+        self.restart_due = False
         self.boot_failures = 0  # consecutive
         self.backoff_failures = 0  # consecutive exits used for the backoff delay (see _schedule_restart)
         self.served = False  # leased at least once since its last spawn
@@ -538,6 +542,7 @@ class Supervisor:
         p.state = State.BACKOFF
         p.deadline = None
         p.restart_after = None
+        p.restart_due = False  # (started by the reload or PUT, not as a restart)
 
     def _apply_restart_policy(self, p: Player, new_policy: str | None) -> None:
         """Its environment changed (lock held). An EXITED slot is started again, and a restart waited for after
@@ -1296,6 +1301,7 @@ class Supervisor:
                 p.boot_failures = p.backoff_failures = 0
                 p.deadline = None
                 p.state = State.BACKOFF
+                p.restart_due = False  # (a restart waited for is replaced by this start, on the new configuration)
         # A slot of the new configuration that has not come up holds the rollout: the players of the previous one
         # keep serving (and are leased) until it is READY. One that ends FAILED holds it until a reload or a PUT
         # retries it (or declares another configuration).
@@ -1564,6 +1570,9 @@ class Supervisor:
         assert p.proc is not None and p.holder is not None
         p.holder.attach(p.proc)
         p.spawns += 1
+        if p.restart_due:  # (counted now that it has started: see Player.restart_due)
+            p.restart_due = False
+            self.metrics.restarts.labels(env.name).inc()
         p.state = State.STARTING
         p.started_at = time.monotonic()
         p.ready_at = None
@@ -2362,7 +2371,7 @@ class Supervisor:
         p.state = State.BACKOFF
         p.deadline = time.monotonic() + delay
         p.restarts += 1
-        self.metrics.restarts.labels(p.environment.name).inc()
+        p.restart_due = True  # (counted in renderd_player_restarts_total once its process starts)
         log.info("%s[%d] restarting in %.3g s", p.environment.name, p.index, delay)
         self._status_update()
 
