@@ -21,6 +21,7 @@ import logging
 import math
 import os
 import re
+import sys
 import urllib.parse
 from typing import Any, Callable, Iterable
 
@@ -115,8 +116,12 @@ def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
         raise HTTPError(400, RenderdError(
             f"request body holds the key {str(exc.args[0])[:100]!r} twice in one object: say it once"
         )) from None
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HTTPError(400, RenderdError(f"request body is not UTF-8 JSON: {exc}")) from None
+    except ValueError:  # (valid JSON: an integer of more digits than Python turns into a number)
+        raise HTTPError(400, RenderdError(
+            f"request body holds an integer of more than {sys.get_int_max_str_digits()} digits, too long to read: "
+            "no value of the API's has more than a few")) from None
     except RecursionError:  # (arrays or objects nested some thousand deep: no request of the API's has that)
         raise HTTPError(400, RenderdError("request body is JSON nested too deep to read")) from None
     if not isinstance(body, dict):
