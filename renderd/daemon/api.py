@@ -129,14 +129,30 @@ def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
     return body
 
 
+#: Characters of a value from a request body quoted in an error answer (a body may be a megabyte of it).
+SHOWN_VALUE_CHARS = 100
+
+
+def _shown(value: Any) -> str:
+    """``value`` from a request body as an error answer quotes it: its repr, cut to SHOWN_VALUE_CHARS characters."""
+    text = repr(value)
+    return text if len(text) <= SHOWN_VALUE_CHARS else text[:SHOWN_VALUE_CHARS] + f"... ({len(text)} characters)"
+
+
+def _keys(keys: list[str]) -> str:
+    """Unknown keys of a request body, as an error answer names them (each cut, at most 10 of them)."""
+    named = ", ".join(key if len(key) <= SHOWN_VALUE_CHARS else _shown(key) for key in keys[:10])
+    return named + (f" and {len(keys) - 10} more" if len(keys) > 10 else "")
+
+
 def _number(body: dict[str, Any], key: str, default: float | None) -> float | None:
     value = body.get(key, default)
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
-        raise HTTPError(400, LeaseError(f"{key} must be a number of seconds, got {value!r}"))
+        raise HTTPError(400, LeaseError(f"{key} must be a number of seconds, got {_shown(value)}"))
     if not 0 <= value <= MAX_LEASE_TIMEOUT:
-        raise HTTPError(400, LeaseError(f"{key} must be between 0 and {MAX_LEASE_TIMEOUT:g} seconds, got {value}"))
+        raise HTTPError(400, LeaseError(f"{key} must be between 0 and {MAX_LEASE_TIMEOUT:g} seconds, got {_shown(value)}"))
     return float(value)
 
 
@@ -405,10 +421,10 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
         body = _read_json(environ)
         unknown = sorted(set(body) - {"client_pid", "timeout", "deadline"})
         if unknown:
-            raise HTTPError(400, LeaseError(f"unknown lease request key(s): {', '.join(unknown)}"))
+            raise HTTPError(400, LeaseError(f"unknown lease request key(s): {_keys(unknown)}"))
         pid = body.get("client_pid")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
-            raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {pid!r}"))
+            raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {_shown(pid)}"))
         timeout = _number(body, "timeout", None)
         deadline = _deadline(body)
         supervisor.describe(name)  # 404 before anything else
@@ -450,10 +466,10 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
         unknown = sorted(set(body) - {"clean"})
         if unknown:  # (a misspelt "clean" must not release the lease cleanly)
             raise HTTPError(400, LeaseError(
-                f"unknown release request key(s): {', '.join(unknown)} (the only key is clean: true or false)"))
+                f"unknown release request key(s): {_keys(unknown)} (the only key is clean: true or false)"))
         clean = body.get("clean", True)
         if not isinstance(clean, bool):
-            raise HTTPError(400, LeaseError(f"clean must be true or false, got {clean!r}"))
+            raise HTTPError(400, LeaseError(f"clean must be true or false, got {_shown(clean)}"))
         try:
             return _json_response(start_response, 200, supervisor.release(lease_id, clean=clean))
         except NotFound as exc:
