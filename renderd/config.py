@@ -1385,7 +1385,8 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
     With the overrides renderd start will be given (--socket, --runtime-dir, --http), the file is checked as
     it will run (a transport = "http" environment needs an HTTP listener, from the file or --http; without
     --socket and [daemon] socket, the socket is $RENDERD_SOCKET when set, as for renderd start). Exits 0
-    and prints a summary when the file is valid; exits 1 naming the file, the key and why when not.
+    and prints a summary when the file is valid; exits 1 naming the file, the key and why when not, and 2 for a
+    bad option value (naming the option).
     """
     if config_path == "":  # an unset variable in `renderd validate ${CONFIG}`
         raise click.BadParameter("an empty path", param_hint="CONFIG")
@@ -1398,6 +1399,11 @@ def validate_command(config_path: str, socket: str | None = None, runtime_dir: s
         # (the socket as renderd start takes it: --socket, else the file's, else $RENDERD_SOCKET)
         config = load(config_path, check_cross=False, socket_from_env=socket is None).with_daemon(**overrides)
     except ConfigError as exc:
+        from renderd.daemon.commands import command_line_error  # (the daemon's commands import this module)
+
+        usage = command_line_error(exc, {"--socket": socket, "--runtime-dir": runtime_dir, "--http": http})
+        if usage is not None:  # a bad option value: a usage error (exit 2), as renderd start says it
+            raise usage from None
         raise click.ClickException(error_text(exc)) from None
     from_env = f" (from ${SOCKET_ENV_VAR})" if config.socket_from == f"${SOCKET_ENV_VAR}" else ""
     click.echo(f"{config_path}: valid; socket {config.daemon.socket}{from_env}, "

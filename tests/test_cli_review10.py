@@ -42,9 +42,9 @@ def test_a_socket_at_a_path_renderd_uses_for_something_else_is_a_configuration_e
 def test_start_refuses_a_socket_that_is_the_runtime_directory_before_creating_anything(tmp_path):
     run = tmp_path / "run"
     result = run_renderd("start", "--socket", str(run), "--runtime-dir", str(run), stdout=subprocess.DEVNULL)
-    assert result.returncode == 1
+    assert result.returncode == 2  # a bad option value: a usage error naming the option
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"Error: command line: daemon.socket: {str(run)!r} is runtime_dir itself"), last
+    assert last.startswith(f"Error: Invalid value for --socket: {str(run)!r} is runtime_dir itself"), last
     assert f"such as {str(run / 'renderd.sock')!r}" in last, last
     assert list(tmp_path.iterdir()) == []
     # A socket of its own in the same directory is fine.
