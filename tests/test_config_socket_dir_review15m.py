@@ -26,5 +26,5 @@ def test_validate_refuses_a_socket_override_that_is_a_directory(tmp_path):
     config.write_text("")
     done = subprocess.run([sys.executable, "-m", "renderd", "validate", str(config), "--socket", str(tmp_path)],
                           capture_output=True, text=True, timeout=60)
-    assert done.returncode == 1, done.stdout
-    assert "daemon.socket" in done.stderr and "names a directory" in done.stderr, done.stderr
+    assert done.returncode == 2, done.stdout  # a bad option value: a usage error naming the option
+    assert "--socket" in done.stderr and "names a directory" in done.stderr, done.stderr
