@@ -36,4 +36,4 @@ def test_validate_checks_the_socket_and_runtime_dir_given_on_its_command_line(tm
     result = _validate(str(config), "--socket", str(socket), "--runtime-dir", str(tmp_path / "run"))
     assert result.returncode == 0 and str(socket) in result.stdout, result
     bad = _validate(str(config), "--http", "not-an-address")
-    assert bad.returncode == 1 and "daemon.http" in bad.stderr, bad
+    assert bad.returncode == 2 and "Invalid value for --http" in bad.stderr, bad  # a usage error, as for start
