@@ -378,7 +378,9 @@ def _resolution(value: int) -> str | None:
 _BARE_X_DISPLAY = re.compile(r"^\d+(\.\d+)?$")
 
 
-def _x_display(value: str) -> str | None:
+def x_display_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an ``x_display`` setting (None when it can): as the configuration, launch() and
+    renderd doctor check it."""
     if value in ("auto", "managed") or _X_DISPLAY.fullmatch(value) or _BARE_X_DISPLAY.fullmatch(value):
         return None
     return f"{value!r} is not auto, managed or an X display name such as ':0', ':1.0' (or '0', '1.0', as ':0', ':1.0')"
@@ -599,7 +601,7 @@ class EnvironmentConfig:
         help='X display for Linux64: `auto`, a display name such as `":0.0"` (a bare `"0.0"` is taken as `":0.0"`, '
         'as AI2-THOR takes it), or `managed` (renderd starts and owns an Xvfb). Anything but `auto` needs `platform` '
         '`auto` or `Linux64`: the other platforms use no X display.',
-        check=_x_display,
+        check=x_display_problem,
     )
     gpus: list[int] = setting([], help="GPU device indices to spread instances over, round-robin.", check=_gpus)
     transport: str = setting(

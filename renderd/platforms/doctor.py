@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from renderd.config import parse_gpus
+from renderd.config import parse_gpus, resolve_executable, x_display_problem
 from renderd.errors import ConfigError
 from renderd.platforms.request import PLATFORM_NAMES, PlatformRequest
 from renderd.platforms.selection import check, decide, describe_request
@@ -93,6 +93,16 @@ def doctor_command(
             f"--x-display {x_display} is an X display for Linux64, and --platform {platform_name} uses none: "
             "pass --platform Linux64 (or auto), or leave --x-display out"
         )
+    if x_display is not None:
+        problem = x_display_problem(x_display)
+        if problem:  # (a name no platform could use: the command line's mistake, not a finding)
+            raise click.BadParameter(problem, param_hint="--x-display")
+    if executable is not None:
+        try:
+            executable = resolve_executable(executable)
+        except ValueError as exc:
+            why = str(exc) if repr(executable) in str(exc) else f"{executable!r}: {exc}"
+            raise click.BadParameter(why, param_hint="--executable") from None
     try:
         request = PlatformRequest(
             platform=platform_name,
