@@ -32,6 +32,7 @@ import signal
 import socket
 import stat
 import struct
+import termios
 import sys
 import threading
 import time
@@ -477,9 +478,26 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
 
         def received(self, data: bytes) -> bool:
             if data and self.lease_answers:
-                with self.outbuf_lock:  # it sends on: it has the answers queued (renderd's clients read them first)
-                    self.lease_answers = [answer for answer in self.lease_answers if not answer[1]]
+                self._note_answers_read()
             return super().received(data)
+
+        def _note_answers_read(self) -> None:
+            """The client sends on: the answers queued are read if it has consumed every byte written to it (the
+            socket's output queue, SIOCOUTQ, is empty: a lease request sent after another without reading its
+            answer leaves that answer unread). Where that cannot be asked, sending on counts as having read them
+            (renderd's clients read an answer before they send again)."""
+            with self.outbuf_lock:
+                if self.total_outbufs_len or self._unread_by_client() not in (0, None):
+                    return
+                self.lease_answers = [answer for answer in self.lease_answers if not answer[1]]
+
+        def _unread_by_client(self) -> int | None:
+            """Bytes written to the socket that its client has not read yet (SIOCOUTQ: on a unix socket, what the
+            client's receive queue holds of them); None when that cannot be asked."""
+            try:
+                return struct.unpack("i", fcntl.ioctl(self.socket.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0]
+            except (OSError, AttributeError, ValueError):
+                return None
 
         def handle_write(self) -> None:
             self.closing_self = True
@@ -497,8 +515,9 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
                     unread = self.total_outbufs_len or self.reset or self._socket_error() in (
                         errno.ECONNRESET, errno.EPIPE)
                     if (self.closing_self and not unread and not self.lingering and not self.read_closed
-                            and all(queued for _, queued in self.lease_answers) and self._linger()):
-                        return
+                            and all(queued for _, queued in self.lease_answers)
+                            and self._unread_by_client() != 0 and self._linger()):
+                        return  # (none of it unread: the answers were read, nothing to wait for)
                     for lease_id, queued in self.lease_answers:
                         if not queued:
                             lost.append((lease_id, "hung up before the answer could be written"))
@@ -561,8 +580,9 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
                 return
             if self.lingering:  # no more answers: its close (end of file) is all that is waited for
                 if data:
-                    self.lease_answers = []  # it sends on: it has its answer (see received)
-                self.handle_close()
+                    self._note_answers_read()
+                if not data or not self.lease_answers:
+                    self.handle_close()
                 return
             if data:
                 self.last_activity = time.time()
