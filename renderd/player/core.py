@@ -71,6 +71,7 @@ import itertools
 import json
 import logging
 import math
+import re
 import struct
 import time
 from collections import OrderedDict
@@ -339,11 +340,80 @@ def _finite(value: Any) -> bool:
         return False
 
 
+#: A string .NET's ``Single.Parse`` (``NumberStyles.Float | NumberStyles.AllowThousands``, the invariant culture) takes,
+#: as Json.NET's conversion of a string to a float or double parameter parses it (``Convert.ToSingle``): white space
+#: around it, a sign, digits with ``,`` group separators before the decimal point, a fraction, an exponent.
+_NET_FLOAT = re.compile(
+    r"[\t\n\v\f\r ]*([+-]?(?:[0-9][0-9,]*(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[\t\n\v\f\r ]*\Z")
+#: What ``Int32.Parse`` (``NumberStyles.Integer``) takes, for an int parameter: white space around it, a sign, digits.
+_NET_INT = re.compile(r"[\t\n\v\f\r ]*([+-]?[0-9]+)[\t\n\v\f\r ]*\Z")
+#: The invariant culture's names of the values that are not finite, which ``Single.Parse`` also takes.
+_NET_SPECIAL = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+
+
+def _shown(value: Any) -> str:
+    """``value`` as a build quotes an argument it cannot convert (its JToken's ToString(): a string bare, null empty, a
+    bool ``True``/``False``), cut to 100 characters."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, (dict, list)):
+        try:
+            return _clip(json.dumps(value), 100)
+        except (TypeError, ValueError):
+            pass
+    return _clip(value if isinstance(value, str) else repr(value), 100)
+
+
+def _unconvertible(action: dict, key: str, value: Any, kind: str) -> ActionFailed:
+    """The failure of an argument Json.NET cannot convert to the parameter's type, worded as a build's ActionDispatcher
+    words it (InvalidArgument)."""
+    return ActionFailed(f"action: {action.get('action')} has an invalid argument: {key} (=={_shown(value)}). "
+                        f"Cannot convert to: {kind}", "InvalidArgument")
+
+
+def _json_number(value: Any, integer: bool = False) -> Any:
+    """``value`` as Json.NET converts it to a build's float (or, ``integer``, int) parameter, when it is a bool or a
+    string: a bool is 1 or 0, a string is parsed as .NET parses it (``"30"``, ``" 1,000.5 "``, ``"1e3"``; for an int
+    only digits and a sign). Returns ``None`` for a string that is not such a number (``"abc"``, ``"1_0"``, ``"0x10"``:
+    .NET refuses them), and anything else (a number, null, an object) unchanged."""
+    if isinstance(value, bool):
+        return int(value)
+    if not isinstance(value, str):
+        return value
+    match = (_NET_INT if integer else _NET_FLOAT).match(value)
+    if match is None:
+        return None if integer else _NET_SPECIAL.get(value.strip())
+    text = match.group(1).replace(",", "")
+    try:
+        return int(text) if integer else float(text)
+    except (ValueError, OverflowError):  # (more digits than int() takes: not a number this player can use)
+        return None
+
+
+def _json_string(value: Any) -> Any:
+    """``value`` as Json.NET converts it to a build's string parameter or field: a number or a bool becomes its text
+    (``5`` is ``"5"``, ``0.5`` ``"0.5"``, true ``"True"``, as .NET writes them); anything else is returned unchanged."""
+    if isinstance(value, bool):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(int(value)) if value == int(value) and abs(value) < 1e15 else repr(value)
+    return value
+
+
 def _number(action: dict, key: str, default: float | None = None, *, lo: float | None = None,
             hi: float | None = None) -> float:
     value = action.get(key, default)
-    if value is None:
-        raise ActionFailed(f"{key} must be a number", "InvalidArgument")
+    if type(value) is not float and type(value) is not int:  # (a number, the usual case, is taken as it is)
+        # As a build's Json.NET: a bool or a numeric string is converted; null, an object, an array or a string that is
+        # not a number is not (a build's InvalidArgument, in its words).
+        converted = _json_number(value)
+        if converted is None or isinstance(converted, (dict, list)):
+            raise _unconvertible(action, key, value, "float")
+        value = converted
     if not _finite(value):
         raise ActionFailed(f"{key} must be a finite number, got {value!r}", "InvalidArgument")
     if (lo is not None and value < lo) or (hi is not None and value > hi):
@@ -365,6 +435,9 @@ def _vector(value: Any, key: str, base: tuple[float, float, float] | None = None
         v = value.get(axis)
         if v is None and (base is not None or axis not in value):
             v = base[i] if base is not None else 0.0
+        elif type(v) is not float and type(v) is not int:
+            converted = _json_number(v)  # (a Vector3's float fields, converted as Json.NET converts them)
+            v = v if converted is None else converted
         if not _finite(v):
             raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
         out.append(float(v))
@@ -1031,7 +1104,13 @@ class Player:
         to. ``agentCount`` is taken into 1..:data:`MAX_AGENTS` as a build takes it. Raises ActionFailed for a count that
         is not an integer, one that leaves
         out the acting agent, a room with too few points, or answers too large for the transport."""
-        count = _number(action, "agentCount", 1)
+        count = action.get("agentCount", 1)
+        if isinstance(count, str):  # a ServerAction's int field: Json.NET parses a string of digits ("2") into it
+            converted = _json_number(count, integer=True)
+            if converted is None:
+                raise _unconvertible(action, "agentCount", count, "int")
+            count = converted
+        count = _number({"action": action.get("action"), "agentCount": count}, "agentCount")
         if count != int(count):
             raise ActionFailed(f"agentCount must be an integer, got {action['agentCount']!r}", "InvalidArgument")
         # As a build's AgentManager (addAgents): one agent for an agentCount under 2, at most one per agent colour.
@@ -1098,7 +1177,7 @@ class Player:
     # A build's AgentManager.Reset takes a whole ServerAction: any key.
     @_action("Reset", takes=ANY_ARGUMENTS)
     def _reset(self, action: dict) -> None:
-        name = action.get("sceneName")
+        name = _json_string(action.get("sceneName"))
         if name is None or name == "":
             # A build's Reset loads the active scene again when sceneName is null or empty (AgentManager's
             # ResetCoroutine), as when it is not sent.
@@ -1337,6 +1416,9 @@ class Player:
             if v is None:
                 raise ActionFailed(f"action: ChangeResolution has an invalid argument: {key} (==). Cannot convert to: int",
                                    "InvalidArgument")
+            if type(v) is not int:
+                converted = _json_number(v, integer=True)  # "300" is 300, true 1, as Json.NET converts them
+                v = v if converted is None else converted
             if not _finite(v) or v != int(v):
                 raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
                                    "InvalidArgument")
@@ -1360,7 +1442,7 @@ class Player:
         # respected. The renderers here have one quality: the name is checked and logged, frames do not change.
         if "quality" not in action:
             raise _missing("ChangeQuality", ["quality"])
-        quality = action["quality"]
+        quality = _json_string(action["quality"])
         if quality not in QUALITY_NAMES:
             raise ActionFailed(
                 f"ChangeQuality: no quality level named {quality!r} (one of {', '.join(QUALITY_NAMES)})",
@@ -1378,6 +1460,9 @@ class Player:
         # floor(maxStepCount / gridSize^2) steps of the search (in single precision, as a build's float arithmetic); one
         # more throws an InvalidOperationException (no errorCode, no actionReturn).
         steps = action.get("maxStepCount")
+        if type(steps) is not int and steps is not None:
+            converted = _json_number(steps, integer=True)  # "100" is 100, as Json.NET converts it
+            steps = steps if converted is None else converted
         if steps is None:
             steps = 10000
         elif not _finite(steps) or steps != int(steps) or not -(2**31) <= steps < 2**31:
@@ -1453,6 +1538,9 @@ class Player:
         # filled in from the camera's own. As there, the field of view is checked first, then the camera's id
         # (one out of range: a failure with no errorCode; not an integer: InvalidArgument).
         index = action.get("thirdPartyCameraId", 0)
+        if type(index) is not int:
+            converted = _json_number(index, integer=True)  # "1" is 1, as Json.NET converts it
+            index = index if converted is None else converted
         fov = action.get("fieldOfView")
         if fov is not None:
             fov = self._camera_fov(_number(action, "fieldOfView"))
