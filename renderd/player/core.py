@@ -1451,9 +1451,9 @@ class Player:
         self.log.info("quality level set to %s (frames do not change: the renderer has one quality)", quality)
 
     # An AI2-THOR 5.0.0 build's GetReachablePositions(maxStepCount, directionsRelativeAgent): directionsRelativeAgent
-    # has no effect here (the player steps along x and z). That build's method has no gridSize, so a gridSize given
-    # fails as an invalid argument; builds made after 5.0.0 (the main branch's, run by commit_id) take a gridSize there,
-    # which this player does not model.
+    # (a bool, false by default) steps along the acting agent's right and forward instead of x and z. That build's
+    # method has no gridSize, so a gridSize given fails as an invalid argument; builds made after 5.0.0 (the main
+    # branch's, run by commit_id) take a gridSize there, which this player does not model.
     @_action("GetReachablePositions", takes=(("maxStepCount", "directionsRelativeAgent"),))
     def _reachable(self, action: dict) -> list[dict[str, float]]:
         # As a build's getReachablePositions: maxStepCount (an int, 10000 when not given or null) allows
@@ -1477,8 +1477,11 @@ class Player:
         # As a build's, the search steps out from where the acting agent stands (on its grid, not the start's): only
         # the points it can walk to are found.
         agent = self._agent
+        relative = "directionsRelativeAgent" in action and _bool_argument(
+            "GetReachablePositions", "directionsRelativeAgent", action["directionsRelativeAgent"])
         try:
-            points, _ = self.scene.reachable(self.grid_size, (agent.x, agent.z), max_steps=limit)
+            points, _ = self.scene.reachable(self.grid_size, (agent.x, agent.z), max_steps=limit,
+                                             yaw=agent.yaw if relative else None)
         except TooManySteps:
             raise _exception("InvalidOperationException", "Too many steps taken in GetReachablePositions.") from None
         except OutOfBounds as exc:

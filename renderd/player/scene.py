@@ -267,7 +267,7 @@ class Scene:
         return free
 
     def reachable(self, grid_size: float, origin: tuple[float, float] | None = None,
-                  max_steps: int | None = None) -> tuple[list[tuple[float, float]], int]:
+                  max_steps: int | None = None, yaw: float | None = None) -> tuple[list[tuple[float, float]], int]:
         """The grid points (spacing ``grid_size``, aligned with ``origin``, ``(x, z)``: where the agent stands, default
         the start pose) the agent can walk to from ``origin`` in straight steps of ``grid_size`` along ``x`` and ``z``,
         ``origin`` itself included, ``x``-major; and the steps the search took. As a build's ``getReachablePositions``:
@@ -279,6 +279,12 @@ class Scene:
         outside the room (a forced teleport) it raises :class:`OutOfBounds`, as a build's search throws for a step that
         leaves the scene's bounds.
 
+        With ``yaw`` (a build's ``directionsRelativeAgent``: the agent's yaw, degrees) the search steps along the
+        agent's right and forward instead of ``+x`` and ``+z``: each point's steps towards its right, forward, left,
+        back, in that order, on the grid those directions make through ``origin`` (turned by the yaw; the same points as
+        the default's for a yaw that is a multiple of 90, found in another order). The points are still listed
+        ``x``-major.
+
         The points' free spots are found on whole rows and columns at once (a 1 cm grid has a few hundred thousand
         points); the search then walks them."""
         import numpy as np  # (this module is imported where numpy is not wanted yet)
@@ -286,13 +292,24 @@ class Scene:
         ox, oz = (self.start.x, self.start.z) if origin is None else origin
         ox, oz = round(ox, 4) + 0.0, round(oz, 4) + 0.0
         sx, _, sz = self.size
+        # The search's right and forward, (x, z) each: the world's +x and +z, or the agent's (Unity's transform.right
+        # and transform.forward at that yaw).
+        turned = yaw is not None and yaw % 360.0 != 0.0
+        if turned:
+            a = math.radians(yaw)
+            right, forward = (math.cos(a), -math.sin(a)), (math.sin(a), math.cos(a))
+        else:
+            right, forward = (1.0, 0.0), (0.0, 1.0)
         if not (-sx / 2 <= ox <= sx / 2 and -sz / 2 <= oz <= sz / 2):
             # Outside the room (a forced teleport): a build's search finds a step that leads out of the scene's bounds
-            # and throws; the first step (+x, +z, -x, -z) that does not lead towards the room, here.
-            for dx, dz in ((1, 0), (0, 1), (-1, 0), (0, -1)):
-                nx_, nz_ = ox + dx * grid_size, oz + dz * grid_size
-                if abs(nx_) >= abs(ox) and abs(nz_) >= abs(oz):
+            # and throws; the first step (right, forward, left, back) that does not lead towards the room, here.
+            for di, dk in ((1, 0), (0, 1), (-1, 0), (0, -1)):
+                nx_ = ox + (di * right[0] + dk * forward[0]) * grid_size
+                nz_ = oz + (di * right[1] + dk * forward[1]) * grid_size
+                if abs(nx_) >= abs(ox) - 1e-9 and abs(nz_) >= abs(oz) - 1e-9:
                     raise OutOfBounds((round(nx_, 4) + 0.0, round(nz_, 4) + 0.0))  # (one of the four always does)
+        if turned:
+            return self._reachable_turned(grid_size, ox, oz, right, forward, max_steps)
         i_lo = min(0, math.ceil((-sx / 2 - ox) / grid_size))
         i_hi = max(0, math.floor((sx / 2 - ox) / grid_size))
         k_lo = min(0, math.ceil((-sz / 2 - oz) / grid_size))
@@ -352,6 +369,63 @@ class Scene:
         flat = np.flatnonzero(np.frombuffer(bytes(good), dtype=np.uint8))  # ascending: x-major, z ascending
         rows, cols = np.divmod(flat, nz)
         return list(zip(xs[rows].tolist(), zs[cols].tolist())), taken
+
+    def _reachable_turned(self, grid_size: float, ox: float, oz: float, right: tuple[float, float],
+                          forward: tuple[float, float], max_steps: int | None) -> tuple[list[tuple[float, float]], int]:
+        """:meth:`reachable` on the grid through ``(ox, oz)`` along ``right`` and ``forward`` (unit vectors, (x, z)),
+        stepping right, forward, left, back: point ``(i, k)`` is ``origin + grid_size * (i * right + k * forward)``."""
+        import numpy as np  # (this module is imported where numpy is not wanted yet)
+
+        sx, _, sz = self.size
+        corners = [(cx - ox, cz - oz) for cx in (-sx / 2, sx / 2) for cz in (-sz / 2, sz / 2)]
+        along_r = [cx * right[0] + cz * right[1] for cx, cz in corners]
+        along_f = [cx * forward[0] + cz * forward[1] for cx, cz in corners]
+        i_lo, i_hi = min(0, math.ceil(min(along_r) / grid_size)), max(0, math.floor(max(along_r) / grid_size))
+        k_lo, k_hi = min(0, math.ceil(min(along_f) / grid_size)), max(0, math.floor(max(along_f) / grid_size))
+        i = np.arange(i_lo, i_hi + 1, dtype=float)[:, None]
+        k = np.arange(k_lo, k_hi + 1, dtype=float)[None, :]
+        xs = np.round(ox + grid_size * (i * right[0] + k * forward[0]), 4) + 0.0  # (+ 0.0: no -0.0)
+        zs = np.round(oz + grid_size * (i * right[1] + k * forward[1]), 4) + 0.0
+        ni, nk = xs.shape
+        free = self._free(xs, zs)
+        steps = max(1, math.ceil(grid_size / PATH_STEP))
+        r_ok = np.ones((max(ni - 1, 0), nk), dtype=bool)  # the inner points of the step from (i, k) to (i + 1, k) free
+        f_ok = np.ones((ni, max(nk - 1, 0)), dtype=bool)
+        for j in range(1, steps):
+            t = j / steps
+            r_ok &= self._free(xs[:-1] + (xs[1:] - xs[:-1]) * t, zs[:-1] + (zs[1:] - zs[:-1]) * t)
+            f_ok &= self._free(xs[:, :-1] + (xs[:, 1:] - xs[:, :-1]) * t, zs[:, :-1] + (zs[:, 1:] - zs[:, :-1]) * t)
+        plus_r = np.zeros((ni, nk), dtype=bool)
+        plus_r[:-1] = r_ok & free[1:]
+        minus_r = np.zeros((ni, nk), dtype=bool)
+        minus_r[1:] = r_ok & free[:-1]
+        plus_f = np.zeros((ni, nk), dtype=bool)
+        plus_f[:, :-1] = f_ok & free[:, 1:]
+        minus_f = np.zeros((ni, nk), dtype=bool)
+        minus_f[:, 1:] = f_ok & free[:, :-1]
+        pr, pf, mr, mf = (a.ravel().tolist() for a in (plus_r, plus_f, minus_r, minus_f))
+        seen = bytearray(ni * nk)
+        good = bytearray(ni * nk)
+        queue = [-i_lo * nk - k_lo]
+        taken = 0
+        for index in queue:
+            taken += 1
+            if not good[index]:
+                good[index] = 1
+                kk = index % nk
+                # Right, forward, left, back, as a build's rightForwardOffsets along the agent's own directions.
+                for neighbour, inside, ok in ((index + nk, index + nk < ni * nk, pr), (index + 1, kk + 1 < nk, pf),
+                                              (index - nk, index >= nk, mr), (index - 1, kk > 0, mf)):
+                    if inside and not seen[neighbour]:
+                        seen[neighbour] = 1
+                        if ok[index]:
+                            queue.append(neighbour)
+            if max_steps is not None and taken > max_steps:
+                raise TooManySteps(taken)
+        flat = np.flatnonzero(np.frombuffer(bytes(good), dtype=np.uint8))
+        px, pz = xs.ravel()[flat], zs.ravel()[flat]
+        order = np.lexsort((pz, px))  # x-major, z ascending, as the default search lists them
+        return list(zip(px[order].tolist(), pz[order].tolist())), taken
 
     def reachable_positions(self, grid_size: float,
                             origin: tuple[float, float] | None = None) -> list[tuple[float, float]]:
