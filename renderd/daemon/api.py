@@ -152,7 +152,8 @@ def _number(body: dict[str, Any], key: str, default: float | None) -> float | No
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
         raise HTTPError(400, LeaseError(f"{key} must be a number of seconds, got {_shown(value)}"))
     if not 0 <= value <= MAX_LEASE_TIMEOUT:
-        raise HTTPError(400, LeaseError(f"{key} must be between 0 and {MAX_LEASE_TIMEOUT:g} seconds, got {_shown(value)}"))
+        raise HTTPError(400, LeaseError(
+            f"{key} must be between 0 and {MAX_LEASE_TIMEOUT:g} seconds, got {_shown(value)}"))
     return float(value)
 
 

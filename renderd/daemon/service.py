@@ -32,8 +32,8 @@ import signal
 import socket
 import stat
 import struct
-import termios
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable
@@ -456,7 +456,7 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             self.lease_answers: list[list[Any]] = []
             self.reset = False  # a read found the client closed its end with something we sent unread
             self.closing_self = False  # handle_write runs: a close now is the server's own (not the client's)
-            self.lingering = False  # the server shut its sending side after a lease's answer: waits for the client's close
+            self.lingering = False  # it shut its sending side after a lease's answer: waits for the client's close
             super().__init__(*args, **kwargs)
             self.peer_pid = _peer_pid(self.socket)
 
@@ -510,14 +510,14 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
             lost = []
             with self.outbuf_lock:  # (a reentrant lock: waitress's handle_close takes it too)
                 if self.lease_answers and self.connected:
-                    # (which of several queued answers a client that left bytes unread did read cannot be told: none
-                    # of them was followed by another request, so every one of them ends)
+                    # (the answers still here were unread when the client last sent; which of them a client that left
+                    # bytes unread has read since cannot be told, so every one of them ends)
                     unread = self.total_outbufs_len or self.reset or self._socket_error() in (
                         errno.ECONNRESET, errno.EPIPE)
                     if (self.closing_self and not unread and not self.lingering and not self.read_closed
                             and all(queued for _, queued in self.lease_answers)
                             and self._unread_by_client() != 0 and self._linger()):
-                        return  # (none of it unread: the answers were read, nothing to wait for)
+                        return  # (lingering, see _linger; a client that read every byte leaves nothing to wait for)
                     for lease_id, queued in self.lease_answers:
                         if not queued:
                             lost.append((lease_id, "hung up before the answer could be written"))
@@ -682,8 +682,8 @@ class _ControlServer:
     long as it waits (``renderd.lease_waiting`` in its environ, for :meth:`Supervisor.acquire`), so that
     however many clients wait, releases (which serve them) and status requests are never queued behind
     them. Waiting requests leave API_CONNECTION_HEADROOM of the socket's connections (waitress's
-    ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until their deadline) instead of waiting,
-    and its connection closed once the refusal is written (``Connection: close``).
+    ``connection_limit``) free for the same reason: one more is refused (LeaseBusyError, which clients retry until
+    their deadline) instead of waiting, and its connection closed once the refusal is written (``Connection: close``).
     """
 
     def __init__(self, app: Any, path: str, threads: int,
