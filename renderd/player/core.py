@@ -35,7 +35,8 @@ build's AgentManager places them (:meth:`Player._initial_agents`), each reportin
 failure. Every answer lists
 every agent's metadata in agent order (its own pose, objects and last action's fields; with several agents
 also its ``agentId``) with ``activeAgentId`` the acting one, and every agent's images. Agents block each
-other's moves and teleports (:meth:`Scene.collision`'s ``others``); they are not drawn in each other's view.
+other's moves (:meth:`Scene.collision`'s ``others``), not teleports, as in a build; they are not drawn in each other's
+view.
 
 ``metadata`` is a dict ready for :func:`renderd.protocol.encode_metadata`. ``images`` is a list of
 ``(FieldType, ndarray)`` in wire order (third-party camera images first, then each agent's RGB, DEPTH, IDS,
@@ -1372,9 +1373,10 @@ class Player:
                 raise ActionFailed(f"{name}: position ({x:g}, {z:g}) is not on the grid of size {self.grid_size:g} "
                                    f"(snapToGrid is on; forceAction takes it)")
             # A spot taken and a y off the floor are a build's InvalidOperationExceptions, worded as its: a spot names
-            # what the agent would collide with (a box by its objectId, a wall by its name; another agent, which a
-            # build's check leaves out, "Agent N" here).
-            hit = self.scene.collision(x, z, others=self._others())
+            # what the agent would collide with (a box by its objectId, a wall by its name). Other agents are not
+            # checked: a build's isAgentCapsuleColliding looks only at the scene's object layers, not the agents', so a
+            # teleport onto (or into) another agent's spot is carried out.
+            hit = self.scene.collision(x, z)
             if hit is not None:
                 if hit in self.scene.surface_ids():
                     hit = self.scene.object_name(hit)
