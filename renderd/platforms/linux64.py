@@ -4,6 +4,8 @@ of the player, or an Xvfb that renderd starts (a managed display)."""
 from __future__ import annotations
 
 import logging
+import os
+import pwd
 from dataclasses import dataclass, field
 
 from renderd.platforms import gpus as gpu_mod
@@ -61,6 +63,7 @@ class Linux64(Platform):
 
         notes = list(plan.notes)
         passed_managed: list[str] = []
+        passed_foreign: list[str] = []
         # A DISPLAY set in the request's own env (not inherited) names the display as x_display does: the
         # player gets a screen of it or nothing, never another display found around it.
         named = None if request.display_given else (request.env or {}).get("DISPLAY")
@@ -82,18 +85,30 @@ class Linux64(Platform):
                 # Never adopt a display renderd manages (this process's, another launch's or another
                 # daemon's): it stops when its owner releases it, and nothing here holds a reference.
                 parsed = x11.parse_display_name(name)
-                if parsed is not None and xvfb.managed_display_pid(parsed.number) is not None:
+                listener = xvfb.display_listener(parsed.number) if parsed is not None else None
+                if listener is not None and listener[0] and xvfb.is_managed_xvfb(listener[0]):
                     passed_managed.append(name)
+                    continue
+                # Nor one another user runs (a lab server's Xvfb someone started by hand): it stops when they
+                # stop it, under players it never knew. root's server (a GPU machine's Xorg) is everyone's.
+                if listener is not None and listener[1] not in (os.geteuid(), 0):
+                    passed_foreign.append(f"{name} ({_user_name(listener[1])})")
                     continue
                 names.append(name)
             candidates = [self._candidate(n, wanted) for n in names]
-        managed_notes = []
+        passed_notes = []
         if passed_managed:
-            managed_notes.append(
+            passed_notes.append(
                 f"passed over {', '.join(passed_managed)}: Xvfb managed by renderd for someone else (it stops "
                 'when its owner releases it; managed displays are shared only through x_display="managed")'
             )
-            notes += managed_notes
+        if passed_foreign:
+            passed_notes.append(
+                f"passed over {', '.join(passed_foreign)}: an X server another user runs (it stops when that user "
+                "stops it); name it in x_display or DISPLAY to use it all the same"
+            )
+        if passed_notes:
+            notes += passed_notes
 
         probed = [c for c in candidates if c.parsed is not None]
         # One child per display, concurrently: a frozen server fails only itself, and the first usable
@@ -123,7 +138,12 @@ class Linux64(Platform):
         if xvfb_path is not None:  # (the fixes that would install it: say it is there and how to use it)
             reasons = [r.replace(x11.MANAGED_FIX, x11.managed_fix(xvfb_path)) for r in reasons]
         if not candidates:
-            others = " other than renderd's managed displays" if passed_managed else ""
+            others = (
+                " other than renderd's managed displays" if passed_managed and not passed_foreign
+                else " other than other users' X servers" if passed_foreign and not passed_managed
+                else " other than renderd's managed displays and other users' X servers" if passed_foreign
+                else ""
+            )
             reasons.append(
                 f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets{others}; fix: "
                 f"{x11.managed_fix(xvfb_path)}, or start an X server and set DISPLAY"
@@ -142,7 +162,7 @@ class Linux64(Platform):
                 )
             return self.report(request, reasons, instructions=instructions, managed=False, notes=notes)
         # Discovery found nothing usable, but renderd can start a display itself.
-        return self._managed_report(request, xvfb_path, reasons, notes=managed_notes)
+        return self._managed_report(request, xvfb_path, reasons, notes=passed_notes)
 
     def _managed_report(
         self, request: PlatformRequest, xvfb_path: str, passed_over: list[str], notes: list[str] | None = None
@@ -240,3 +260,11 @@ class Linux64(Platform):
             slots=slots,
             slot_labels=report.details.get("gpu_slots", []),
         )
+
+
+def _user_name(uid: int) -> str:
+    """``user alice (uid 1001)``, or ``uid 1001`` for a user this system does not name."""
+    try:
+        return f"user {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"

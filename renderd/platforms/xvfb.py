@@ -645,8 +645,17 @@ def is_managed_xvfb(pid: int) -> bool:
     return any(argv[i] == b"-I" and argv[i + 1] == marker for i in range(len(argv) - 1))
 
 
-def _listener_pid(socket_path: str) -> int | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+def display_listener(number: int, socket_dir: str = x11.X11_SOCKET_DIR) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the X server listening on display ``:number``'s socket, as the kernel reports it
+    (``SO_PEERCRED``; pid 0: the server runs in a pid namespace this process cannot see), or None when nothing
+    accepts connections there. Takes one connect, bounded by :data:`SOCKET_CHECK_TIMEOUT`."""
+    return _listener_credentials(os.path.join(socket_dir, f"X{number}"))
+
+
+def _listener_credentials(socket_path: str) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the process listening on ``socket_path`` (pid 0: in a pid namespace this process
+    cannot see), or None when nothing accepts connections there."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
     sock.settimeout(SOCKET_CHECK_TIMEOUT)
     try:
         sock.connect(socket_path)
@@ -655,8 +664,13 @@ def _listener_pid(socket_path: str) -> int | None:
         return None
     finally:
         sock.close()
-    pid = struct.unpack("3i", creds)[0]
-    return pid or None  # 0: the server runs in a pid namespace this process cannot see
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return pid, uid
+
+
+def _listener_pid(socket_path: str) -> int | None:
+    creds = _listener_credentials(socket_path)
+    return (creds[0] or None) if creds is not None else None  # 0: a pid namespace this process cannot see
 
 
 def _x_answers(socket_path: str, timeout: float) -> bool:
