@@ -168,6 +168,9 @@ class Player:
         #: is outdated: while a rollout is held it restarts on its own configuration with them (see _keeps_config).
         self.launch: tuple[Any, dict[str, str], list[str], Any] | None = None
         self.pair: FifoPair | None = None
+        #: ``(device, inode)`` of its server.pipe and client.pipe when they were made: a lease checks that the
+        #: paths still name them (a tmp cleaner may unlink them while the player runs).
+        self.pipe_ids: tuple[tuple[int, int] | None, tuple[int, int] | None] | None = None
         self.holder: FifoChannel | None = None  # the daemon's reader of server.pipe
         self.writer_fd: int | None = None  # the daemon's writer of client.pipe
         self.assembler: FrameAssembler | None = None
@@ -730,7 +733,7 @@ class Supervisor:
                                 if p.state == State.READY and not p.retire and p.eof_reason is None
                                 and p.check_deadline is None  # (a health check under way: one step at most)
                                 and not self._unread_output(p) and not self._display_gone(p)
-                                and not self._exited_unseen(p)
+                                and not self._exited_unseen(p) and not self._pipes_gone(p)
                             ]
                             player = next((p for p in ready if not p.outdated), ready[0] if ready else None)
                             if player is not None:
@@ -1476,8 +1479,11 @@ class Supervisor:
             program = cfg.argv
             if getattr(selection, "executable", None):  # the binary inside a macOS bundle
                 program = [selection.executable, *program[1:]]
+            self._remake_dir(self.players_dir, "the players' pipe directory")
             p.pair = FifoPair.create(self.players_dir, prefix=f"{env.name}.{p.index}.", group=self.file_group)
+            p.pipe_ids = _pipe_ids(p.pair)
             p.holder = FifoChannel(p.pair.server_path, p.pair.client_path)
+            self._remake_dir(self.log_dir, "the players' log directory")
             p.log_path = self._log_path(p)
             argv = player_argv(
                 program, width=cfg.width, height=cfg.height, quality=cfg.quality, extra_args=platform_args,
@@ -1515,6 +1521,50 @@ class Supervisor:
         p.spawning = object()
         self._spawns.append((p, p.spawning, argv, child_env, p.log_path, launch is not None))
 
+    def _remake_dir(self, path: str, what: str) -> None:
+        """Make ``path`` (the players' pipe or log directory) again when it was removed while the daemon ran (a tmp
+        cleaner: systemd-tmpfiles, tmpreaper), private as renderd made it at start (lock held). Only the directory
+        itself: a parent that is gone too is not made again (the runtime directory holds the control socket).
+        Raises RenderdError when it cannot be made; that start is then a boot failure saying so."""
+        if os.path.isdir(path):
+            return
+        try:
+            os.mkdir(path, 0o700)
+            if self.file_group is not None:  # (the group first, then the mode that lets it in)
+                os.chown(path, -1, self.file_group)
+                os.chmod(path, 0o750)
+            else:
+                os.chmod(path, 0o700)  # whatever the umask
+        except FileExistsError:
+            pass  # (made meanwhile: checked below)
+        except OSError as exc:
+            raise RenderdError(os_error_message(
+                exc, f"cannot make {what} again, removed while the daemon ran (a tmp cleaner?); make it, owned by "
+                "the daemon's user, or restart the daemon, and exclude the runtime directory from the cleaner"
+            )) from exc
+        else:
+            log.warning("%s %s was removed while the daemon ran (a tmp cleaner such as systemd-tmpfiles?): made it "
+                        "again; exclude the daemon's directories from the cleaner", what, path)
+            return
+        st = os.lstat(path)
+        if not os.path.isdir(path) or os.path.islink(path) or st.st_uid != os.geteuid():
+            raise RenderdError(
+                f"{what} {path} was removed while the daemon ran and something else is there now (not a "
+                f"directory of this user, uid {os.geteuid()}); remove it, and the daemon makes the directory again"
+            )
+
+    def _pipes_gone(self, p: Player) -> bool:
+        """Whether ``p``'s named pipes were removed (or replaced) while it ran, by a tmp cleaner most often (lock
+        held): its client could not open them, so it is recycled with new ones, never leased."""
+        if p.pair is None or p.pipe_ids is None or p.state != State.READY:
+            return False
+        if _pipe_ids(p.pair) == p.pipe_ids:
+            return False
+        self._recycle_idle(p, f"its named pipes in {p.pair.directory} were removed or replaced while it ran (a tmp "
+                              "cleaner?): restarted with new ones; exclude the daemon's runtime directory from the "
+                              "cleaner")
+        return True
+
     def _spawn_failed(self, p: Player, exc: Exception) -> None:
         """What stopped ``p``'s process from starting is its boot failure (lock held)."""
         env = p.environment
@@ -1525,6 +1575,8 @@ class Supervisor:
         else:
             log.error("%s[%d]: starting the player failed", env.name, p.index, exc_info=exc)
             reason = f"cannot start the player: {type(exc).__name__}: {exc}"
+        if isinstance(exc, (RenderdError, OSError)):  # (each failed start says why, not only the last one's FAILED)
+            log.error("%s[%d] failed to start: %s", env.name, p.index, reason)
         p.spawning = None
         self._close_player_resources(p)
         self._count_boot_failure(p, reason)
@@ -2412,6 +2464,7 @@ class Supervisor:
         if p.pair is not None:
             p.pair.remove()
             p.pair = None
+            p.pipe_ids = None
         p.assembler = None
         p.display = None
         old_selection, p.selection = p.selection, None
@@ -2544,6 +2597,19 @@ class Supervisor:
         if text != self._last_status and self._on_status is not None:
             self._last_status = text
             self._call(self._on_status, "the status callback", text)
+
+
+def _pipe_ids(pair: FifoPair) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """``(device, inode)`` of the FIFOs at ``pair``'s two paths (None for one that is not there)."""
+
+    def ident(path: str) -> tuple[int, int] | None:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            return None
+        return (st.st_dev, st.st_ino)
+
+    return ident(pair.server_path), ident(pair.client_path)
 
 
 def _signal_name(signum: int) -> str:
