@@ -2332,6 +2332,10 @@ class Supervisor:
         self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
         tail = p.proc.log_tail(REASON_LOG_LINES) if p.proc is not None else ""
         last = f"; last log line: {tail.splitlines()[-1].strip()}" if tail else ""
+        if not tail and p.log_path and not os.path.lexists(p.log_path):
+            # (a tmp cleaner or a hand removed it while the player ran: what it wrote there is gone with it, and
+            # the file the next start makes at that path holds nothing of this run)
+            last = f"; its log file {p.log_path} was removed while it ran, so nothing of its output is left to quote"
         reason = f"{'exited before readiness' if booting else 'exited'}: {how}{last}"
         if lease is not None:
             lease.player_returncode = code

@@ -81,3 +81,16 @@ def test_a_start_that_cannot_make_its_log_directory_says_why_each_time_and_a_rel
     d.signal(signal.SIGHUP)  # the reload retries the FAILED player
     wait_for(lambda: d.players()[0]["state"] == "READY", DEADLINE, "the player READY after the reload")
     assert logs.is_dir()
+
+
+def test_a_crash_whose_log_file_was_removed_while_it_ran_says_so(daemon):
+    d = daemon(fast_config(instances=1))
+    [player] = d.wait_players(lambda ps: ps[0]["state"] == "READY", timeout=DEADLINE, what="the player READY")
+    Path(player["log"]).unlink()
+    os.kill(player["pid"], signal.SIGABRT)
+    wait_for(lambda: f"demo[0] pid {player['pid']} exited" in d.output(), DEADLINE, "the crash logged")
+    out = d.output()
+    # Before, the line said only "killed by SIGABRT", and the log it pointed to (made again by the next start)
+    # held nothing of that run.
+    assert (f"demo[0] pid {player['pid']} exited: killed by SIGABRT; its log file {player['log']} was removed "
+            "while it ran") in out, out
