@@ -49,6 +49,11 @@ class Linux64(Platform):
                     [f'x_display="managed" needs Xvfb, which is not installed; fix: {xvfb.INSTALL_HINT}'],
                     managed=True,
                 )
+            problem = xvfb.socket_dir_problem()
+            if problem is not None:
+                return self.report(
+                    request, [f'x_display="managed" cannot start Xvfb: {problem}'], instructions="", managed=True
+                )
             return self._managed_report(request, xvfb_path, [])
 
         cuda, nvidia_problem = gpu_mod.nvidia_survey(env) if request.gpus else ([], None)
@@ -148,13 +153,21 @@ class Linux64(Platform):
                 f"no X display found: DISPLAY is not set and {x11.X11_SOCKET_DIR} has no sockets{others}; fix: "
                 f"{x11.managed_fix(xvfb_path)}, or start an X server and set DISPLAY"
             )
-        if explicit or xvfb_path is None:
+        problem = xvfb.socket_dir_problem() if xvfb_path is not None and not explicit else None
+        if explicit or xvfb_path is None or problem is not None:
             if xvfb_path is None and not explicit:
                 reasons.append(
                     f"no managed display is possible either: Xvfb is not installed; fix: {xvfb.INSTALL_HINT}"
                 )
+            if problem is not None:
+                reasons.append(f"no managed display is possible either: {problem}")
             instructions = None
-            if xvfb_path is not None:  # (installing it is no fix: it is there)
+            if problem is not None:  # (a managed display cannot start until the socket directory is fixed)
+                instructions = (
+                    "run an X server with GLX and a 24-bit screen at least the player's size and point DISPLAY "
+                    "or x_display at it"
+                )
+            elif xvfb_path is not None:  # (installing it is no fix: it is there)
                 instructions = (
                     "run an X server with GLX and a 24-bit screen at least the player's size and point DISPLAY "
                     f'or x_display at it, or let renderd manage one (x_display="managed"; Xvfb is installed: '

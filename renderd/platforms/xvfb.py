@@ -92,6 +92,44 @@ def find_xvfb(env: Mapping[str, str] | None = None) -> str | None:
     return shutil.which(XVFB_BINARY, path=path)
 
 
+def socket_dir_problem(socket_dir: str | None = None) -> str | None:
+    """Why an X server this process starts could not create its socket in ``socket_dir`` (default
+    :data:`x11.X11_SOCKET_DIR`), or None. A directory this user may not write to (a lab server's
+    ``/tmp/.X11-unix`` left with the wrong owner or mode) makes Xvfb -displayfd try every display number, write
+    hundreds of thousands of lines, and fail with "Failed to find a socket to listen on"."""
+    socket_dir = socket_dir or x11.X11_SOCKET_DIR
+    fix = (f"fix: as root, `chown root:root {socket_dir} && chmod 1777 {socket_dir}` (the owner and mode X servers "
+           "expect; create it so if it is missing), or run renderd as a user who may write there")
+    try:
+        st = os.stat(socket_dir)
+    except FileNotFoundError:
+        parent = os.path.dirname(socket_dir) or "."
+        if os.access(parent, os.W_OK | os.X_OK):
+            return None  # the X server creates it
+        return (f"{socket_dir}, where X servers put their sockets, does not exist and {parent} is not writable for "
+                f"{_this_user()}, so an X server this user starts cannot create it; {fix}")
+    except OSError as exc:
+        return f"{os_error_message(exc, f'cannot look at {socket_dir}, where X servers put their sockets')}; {fix}"
+    if not stat.S_ISDIR(st.st_mode):
+        return (f"{socket_dir}, where X servers put their sockets, is not a directory, so no X server can listen "
+                f"there; fix: as root, remove it and `mkdir -m 1777 {socket_dir}`")
+    if not os.access(socket_dir, os.W_OK | os.X_OK):
+        return (f"{socket_dir} is not writable for {_this_user()}: it belongs to uid {st.st_uid} with mode "
+                f"{stat.S_IMODE(st.st_mode):04o}, so an X server this user starts cannot create its socket there "
+                f"(Xvfb tries every display number, then fails: \"Failed to find a socket to listen on\"); {fix}")
+    return None
+
+
+def _this_user() -> str:
+    uid = os.geteuid()
+    try:
+        import pwd
+
+        return f"this user ({pwd.getpwuid(uid).pw_name}, uid {uid})"
+    except KeyError:
+        return f"this user (uid {uid})"
+
+
 def xvfb_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     """The part of ``env`` that changes an Xvfb started with it (:data:`XVFB_ENV_NAMES`,
     :data:`XVFB_ENV_PREFIXES`), sorted: managed displays are shared only between equal ones."""
@@ -465,6 +503,9 @@ class DisplayManager:
         binary = self.xvfb or find_xvfb(env)
         if binary is None:
             raise PlatformError(f"cannot start a managed display: Xvfb is not installed; fix: {INSTALL_HINT}")
+        problem = socket_dir_problem()
+        if problem is not None:  # (Xvfb would take seconds to fail, and quote none of this)
+            raise PlatformError(f"cannot start a managed display: {problem}")
         argv = [binary, "-displayfd", "<fd>", "+extension", "GLX", "-nolisten", "tcp", "-noreset"]
         for screen in range(screens):
             argv += ["-screen", str(screen), f"{width}x{height}x{XVFB_DEPTH}"]

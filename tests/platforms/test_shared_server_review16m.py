@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import shutil
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -84,3 +86,63 @@ def test_discovery_passes_over_an_x_server_another_user_runs(other_users_xvfb, x
     # and the other user's, named, is that display
     named = Linux64().check(PlatformRequest(width=64, height=48, x_display=foreign))
     assert named.valid and named.details["display_base"] == foreign, named.details
+
+
+_CHILD = r"""
+import json, sys
+from renderd.errors import PlatformError
+from renderd.platforms import x11, xvfb
+from renderd.platforms.linux64 import Linux64
+from renderd.platforms.request import PlatformRequest
+
+x11.X11_SOCKET_DIR = sys.argv[1]
+report = Linux64().check(PlatformRequest(width=64, height=48, x_display="managed"))
+manager = xvfb.DisplayManager()
+try:
+    display = manager.acquire(64, 48)
+    error = None
+    display.release()
+except PlatformError as exc:
+    error = str(exc)
+finally:
+    manager.shutdown()
+print(json.dumps({"valid": report.valid, "reasons": report.reasons, "error": error}))
+"""
+
+
+def _without_dac_override() -> None:
+    """In the child before exec: drop CAP_DAC_OVERRIDE and CAP_DAC_READ_SEARCH from the bounding set, so that
+    root's program is held to file modes as any other user is (a root without them cannot write a directory of
+    another user's with mode 0755)."""
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    for cap in (1, 2):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH
+        if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+            os._exit(99)
+
+
+@pytest.mark.xvfb
+def test_a_socket_directory_this_user_cannot_write_is_named_before_xvfb_is_started(tmp_path, no_xvfb_left):
+    # /tmp/.X11-unix left with another owner and mode 0755 (a lab server's cleanup, a user's mkdir): Xvfb
+    # -displayfd tried every display number (seconds, hundreds of thousands of lines of output) and failed
+    # with "Failed to find a socket to listen on", which renderd quoted without saying what was wrong. The
+    # check says it now, and no Xvfb is started.
+    if os.geteuid() != 0:
+        pytest.skip("making a directory of another user's needs root")
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    sockets = tmp_path / "x11-unix"
+    sockets.mkdir(mode=0o755)
+    os.chown(sockets, 1234, 1234)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(sockets)], capture_output=True, text=True, timeout=60,
+        preexec_fn=_without_dac_override,
+    )
+    assert child.returncode == 0, child.stderr
+    answer = json.loads(child.stdout.splitlines()[-1])
+    assert not answer["valid"], answer
+    [reason] = answer["reasons"]
+    assert f"{sockets} is not writable for this user" in reason and "mode 0755" in reason, reason
+    assert f"chmod 1777 {sockets}" in reason, reason
+    assert answer["error"] and f"{sockets} is not writable" in answer["error"], answer
