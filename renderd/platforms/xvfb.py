@@ -63,6 +63,9 @@ XVFB_STOP_GRACE = 5.0
 XVFB_KILL_WAIT = 5.0
 #: Colour depth of every managed screen (what Unity's X11 player needs).
 XVFB_DEPTH = 24
+#: How long a running managed Xvfb gets to answer a connection before it is shared with a new caller: one that
+#: does not is hung (stopped, wedged), so it is killed and replaced instead of handed out.
+XVFB_SHARE_CHECK_TIMEOUT = 10.0
 #: Deadline for checking whether anything still listens on a stopped Xvfb's socket.
 SOCKET_CHECK_TIMEOUT = 1.0
 #: How much of Xvfb's own output is quoted when it fails to start.
@@ -357,6 +360,8 @@ class DisplayManager:
         self.xvfb = xvfb
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
+        #: See :data:`XVFB_SHARE_CHECK_TIMEOUT`.
+        self.share_check_timeout = XVFB_SHARE_CHECK_TIMEOUT
         self._lock = threading.Lock()
         # Keyed by geometry and Xvfb environment (xvfb_environment). One start lock per key: a start that
         # takes long (up to start_timeout) holds back only the callers that want the same server, never
@@ -423,6 +428,27 @@ class DisplayManager:
                  env: Mapping[str, str]) -> ManagedDisplay:
         """:meth:`acquire` once the caller is counted in ``start_lock``, the start lock of ``key``."""
         with start_lock.lock:
+            shared = self._share(key)
+            if shared is not None:
+                if shared.answers(self.share_check_timeout):
+                    return shared
+                # Hung (SIGSTOPped, wedged): every player started on it would hang. Kill it; the acquire below
+                # finds it dead and starts a new one (players still on it lose it, as they would anyway).
+                if shared.alive():
+                    log.error(
+                        "managed display %s (pid %d) did not answer a connection within %g s: it is hung; "
+                        "killing it and starting a new one", shared.name, shared.pid, self.share_check_timeout,
+                    )
+                    shared.kill(f"hung: it did not answer a connection within {self.share_check_timeout:g} s")
+                try:
+                    shared._server.proc.wait(timeout=XVFB_KILL_WAIT)
+                except subprocess.TimeoutExpired:
+                    shared.release()
+                    raise PlatformError(
+                        f"the managed display {shared.name} (Xvfb pid {shared.pid}) is hung and survived SIGKILL for "
+                        f"{XVFB_KILL_WAIT:g} s (stuck in the kernel?); fix: retry later, or restart renderd"
+                    ) from None
+                shared.release()
             with self._lock:
                 self._check_open()
                 server = self._servers.get(key)
@@ -447,6 +473,17 @@ class DisplayManager:
                     return ManagedDisplay(self, server)
             self._stop(server)
             raise PlatformError("the display manager was shut down while a managed display was starting")
+
+    def _share(self, key: _Key) -> ManagedDisplay | None:
+        """A new handle on the running server of ``key``, or None (none, or it died)."""
+        with self._lock:
+            self._check_open()
+            server = self._servers.get(key)
+            if server is None or not server.alive():
+                return None  # (a dead one is reaped and replaced by the caller)
+            server.users += 1
+            log.debug("sharing managed display %s (%d users)", server.name, server.users)
+            return ManagedDisplay(self, server)
 
     def release(self, display: ManagedDisplay) -> None:
         """Drop one handle; stop the Xvfb (TERM, grace, KILL, reap) when it was the last. Idempotent."""

@@ -146,3 +146,28 @@ def test_a_socket_directory_this_user_cannot_write_is_named_before_xvfb_is_start
     assert f"{sockets} is not writable for this user" in reason and "mode 0755" in reason, reason
     assert f"chmod 1777 {sockets}" in reason, reason
     assert answer["error"] and f"{sockets} is not writable" in answer["error"], answer
+
+
+@pytest.mark.xvfb
+def test_a_hung_managed_display_is_not_shared_but_replaced(no_xvfb_left):
+    # A managed Xvfb that runs but no longer answers (stopped, wedged) was handed to every new caller of the
+    # same geometry: each player started on it hung connecting until its start timeout. It is killed and
+    # replaced by a server that answers.
+    from renderd.platforms.xvfb import DisplayManager
+
+    if shutil.which("Xvfb") is None:
+        pytest.skip("Xvfb is not installed (apt-get install xvfb)")
+    manager = DisplayManager()
+    manager.share_check_timeout = 1.0
+    first = manager.acquire(64, 48)
+    try:
+        os.kill(first.pid, signal.SIGSTOP)
+        second = manager.acquire(64, 48)
+        assert second.pid != first.pid, "a hung managed display was shared"
+        assert second.answers(5.0) and not first.alive()
+        second.release()
+        first.release()
+    finally:
+        if first.alive():  # (not reaped yet: its pid is still its own)
+            os.kill(first.pid, signal.SIGCONT)
+        manager.shutdown()
