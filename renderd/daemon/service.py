@@ -83,6 +83,11 @@ HTTP_MIN_THREADS = 8
 #: every connection is held answers ``renderd status`` still. A request being served (a lease request waiting for
 #: a player) is never cut. A request begun and not whole by then is answered 408 first, saying how much of it came.
 API_READ_TIMEOUT = 5
+#: The read deadline, in seconds, while every connection of the control socket is taken (new ones wait to be
+#: accepted): clients that trickle their requests in, more of them than the socket takes, would otherwise keep
+#: the others out for API_READ_TIMEOUT per batch. A client sends its request at once; one being served (a lease
+#: request waiting for a player) is never cut.
+API_BUSY_READ_TIMEOUT = 1
 #: The control socket's connection (waitress channel) in a request's environ: it learns the lease its answer grants.
 CHANNEL_KEY = "renderd.channel"
 #: Set (True) in a request's environ when its answer is to close the connection (``Connection: close``): a lease
@@ -602,14 +607,14 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
                         self.close_when_flushed = True
             self.server.pull_trigger()
 
-        def refuse_overdue(self) -> bool:
+        def refuse_overdue(self, why: str) -> bool:
             """The read deadline passed (server loop thread): answer a request that has begun to arrive and is not
-            whole with a 408 saying how much of it came, then close. Returns False when none has begun."""
+            whole with a 408 saying how much of it came (``why``: which deadline), then close. Returns False when
+            none has begun."""
             with self.requests_lock:
                 if self.requests or self.serving or self.lingering:
                     return False
-                return self._refuse_incomplete(
-                    RequestTimeout, f"not whole within {API_READ_TIMEOUT:g} s (renderd.daemon.service.API_READ_TIMEOUT)")
+                return self._refuse_incomplete(RequestTimeout, why)
 
         def _refuse_incomplete(self, error: type, why: str) -> bool:
             """Queue the answer ``error`` to the request begun and not whole (``requests_lock`` held), as waitress
@@ -657,18 +662,25 @@ def _control_channel(on_lost_lease: Callable[[str, str], None] | None = None) ->
 def _close_overdue_channels(server: Any) -> None:
     """Replace ``server``'s maintenance (waitress closes a channel silent for ``channel_timeout``, however slowly
     its request trickles in) with the read deadline: a channel that serves no request and has not sent a whole
-    one within API_READ_TIMEOUT of waiting for it is closed; one whose answer is still being written keeps
-    going while the client reads it."""
+    one within API_READ_TIMEOUT of waiting for it (API_BUSY_READ_TIMEOUT while every connection the socket takes is
+    taken) is closed; one whose answer is still being written keeps going while the client reads it."""
 
     def maintenance(now: float) -> None:
         monotonic = time.monotonic()
+        full = server.in_connection_overflow  # (waitress: it accepts no connection until one closes)
+        timeout = API_BUSY_READ_TIMEOUT if full else API_READ_TIMEOUT
+        if full:
+            why = (f"not whole within {timeout:g} s while every connection of the control socket was taken "
+                   "(renderd.daemon.service.API_BUSY_READ_TIMEOUT)")
+        else:
+            why = f"not whole within {timeout:g} s (renderd.daemon.service.API_READ_TIMEOUT)"
         for channel in list(server.active_channels.values()):
-            if channel.serving or channel.requests or monotonic - channel.waiting_since < API_READ_TIMEOUT:
+            if channel.serving or channel.requests or monotonic - channel.waiting_since < timeout:
                 continue
             if channel.total_outbufs_len:
-                if now - channel.last_activity < API_READ_TIMEOUT:
+                if now - channel.last_activity < timeout:
                     continue  # an answer the client is reading
-            elif channel.refuse_overdue():
+            elif channel.refuse_overdue(why):
                 continue  # answered 408, closed once that is written (or its reader too slow: above)
             channel.will_close = True
 
