@@ -414,6 +414,15 @@ def parse_gpus(text: str) -> list[int]:
     return gpus
 
 
+#: The longest argument or environment string (``NAME=value``) the kernel passes to a program, its NUL included
+#: (Linux's MAX_ARG_STRLEN, 32 pages): exec fails with E2BIG past it, so no configuration string may be longer.
+MAX_ARG_STRLEN = 32 * 4096
+#: What one environment's ``env`` table may take in all (its ``NAME=value`` strings): a quarter of the kernel's
+#: limit on a program's arguments and environment together (ARG_MAX), the daemon's own environment, the
+#: platform's variables and the argv coming on top.
+MAX_ENV_BYTES = max(MAX_ARG_STRLEN, (os.sysconf("SC_ARG_MAX") if hasattr(os, "sysconf") else 2 * 1024 * 1024) // 4)
+
+
 def _strings(value: Any) -> typing.Iterator[str]:
     """Every string in ``value`` (a string, or a list or table of them; table names included)."""
     if isinstance(value, str):
@@ -447,6 +456,17 @@ def _executable(value: str | list[str]) -> str | None:
 
 
 def _env(value: dict[str, str]) -> str | None:
+    size = 0
+    for name, text in value.items():
+        entry = len(os.fsencode(name)) + len(os.fsencode(text)) + 2  # NAME=value and its NUL
+        if entry > MAX_ARG_STRLEN:
+            return (f"{name[:100]!r} is {entry} bytes as NAME=value, over the {MAX_ARG_STRLEN} the kernel passes to a "
+                    "program as one environment variable (starting the player would fail with E2BIG)")
+        size += entry + 8  # (and the kernel's pointer to it)
+    if size > MAX_ENV_BYTES:
+        return (f"takes {size} bytes as NAME=value strings, over the {MAX_ENV_BYTES} renderd allows (a quarter of "
+                "the kernel's limit on a program's arguments and environment together, ARG_MAX): starting the "
+                "player would fail with E2BIG; pass large data in a file")
     for name in value:
         if not name or "=" in name or "\0" in name:
             return f"{name!r} is not a valid environment variable name"
@@ -649,7 +669,9 @@ class EnvironmentConfig:
         "(`AI2THOR_SERVER_TYPE`, `AI2THOR_FIFO_SERVER_PIPE_PATH`, `AI2THOR_FIFO_CLIENT_PIPE_PATH`, `AI2THOR_HOST`, "
         "`AI2THOR_PORT`, `AI2THOR_CLIENT_TOKEN`) is renderd's to set and is refused here. Values of names "
         "containing TOKEN, SECRET, PASSWORD, PASSWD, KEY or CREDENTIAL are shown as `***` by `renderd status` "
-        "and the control API.",
+        "and the control API. What the kernel could not pass to the player is refused: a `NAME=value` over 128 KiB "
+        "(`MAX_ARG_STRLEN`; any string of the configuration, an `executable` argument too), or the table over "
+        "a quarter of `ARG_MAX` in all (`renderd.config.MAX_ENV_BYTES`, 512 KiB on most machines).",
         check=_env,
     )
 
@@ -913,6 +935,13 @@ def _check_value(f: dataclasses.Field, value: Any, source: str, key: str) -> Any
             "which no path, argument, name or environment variable can hold",
             path=source, key=key,
         )
+    longest = max((len(os.fsencode(text)) for text in strings), default=0)
+    if longest >= MAX_ARG_STRLEN:  # (not quoted: the message is printed, logged and answered)
+        raise ConfigError(
+            f"holds a string of {longest} bytes, over the {MAX_ARG_STRLEN - 1} the kernel passes to a program as "
+            "one argument or environment variable (starting the player would fail with E2BIG)",
+            path=source, key=key,
+        )
     check = f.metadata.get("check")
     why = check(converted) if check else None
     if why:
@@ -953,6 +982,8 @@ def _table(cls: type, data: Any, source: str, prefix: str) -> dict[str, Any]:
         f = known.get(name)
         if f is None:
             hint = _unknown_key_hint(name, list(known), cls)
+            if isinstance(name, str) and len(name) > 100:  # (a request body's key may be a megabyte long)
+                key = f"{prefix}.{name[:100]}... ({len(name)} characters)"
             raise ConfigError(f"unknown key{hint} (known keys: {', '.join(known)})", path=source, key=key)
         values[name] = _check_value(f, value, source, key)
     return values

@@ -24,6 +24,7 @@ import json
 import logging
 import numbers
 import os
+import random
 import socket as _socket
 import stat
 import time
@@ -48,8 +49,14 @@ REQUEST_SLACK = 10.0
 #: lease nobody knows for as long as this process lives.
 LEASE_ANSWER_MARGIN = 5.0
 #: Pause before a lease request refused with LeaseBusyError (the daemon holds as many waiting requests as it
-#: can) is sent again, within the request's own timeout.
+#: can) is sent again, within the request's own timeout: on average; each pause is 0.5-1.5 times it, at random
+#: (:func:`busy_pause`), so that clients refused together do not all ask again at the same moment.
 LEASE_BUSY_RETRY = 0.5
+
+
+def busy_pause() -> float:
+    """Seconds to wait before asking again after a LeaseBusyError: :data:`LEASE_BUSY_RETRY`, jittered."""
+    return LEASE_BUSY_RETRY * (0.5 + random.random())
 #: Seconds for requests that do not wait for anything (status, release).
 DEFAULT_REQUEST_TIMEOUT = 10.0
 #: Seconds a client whose leased player died waits for the daemon to have reaped it, to learn its exit
@@ -320,7 +327,7 @@ class ControlClient:
         request waited in its queue (every control API thread busy) for longer than ``timeout``.
 
         A request the daemon cannot take in now (:class:`LeaseBusyError`: as many requests wait for a player
-        already as its control socket holds) is sent again every :data:`LEASE_BUSY_RETRY` seconds within
+        already as its control socket holds) is sent again every :data:`LEASE_BUSY_RETRY` seconds on average (jittered) within
         ``timeout``.
 
         Raises LeaseError when none can be had, RenderdError for an unknown environment, ArgumentError (a
@@ -350,9 +357,10 @@ class ControlClient:
                     "POST", f"/v1/environments/{_segment(environment)}/leases", body, timeout=remaining + slack
                 )[1]
             except LeaseBusyError:
-                if until - time.monotonic() <= LEASE_BUSY_RETRY:
+                pause = busy_pause()
+                if until - time.monotonic() <= pause:
                     raise
-                time.sleep(LEASE_BUSY_RETRY)
+                time.sleep(pause)
 
     def lease_status(self, lease_id: str, *, timeout: float | None = None) -> dict[str, Any]:
         """How a lease stands: ``ended`` (None while it runs) and ``player_exit`` (``{"returncode",
