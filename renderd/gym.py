@@ -12,9 +12,10 @@ Importing this module registers ``renderd/Unity-v0``::
 :class:`RenderdVectorEnv` is a ``gymnasium.vector.VectorEnv`` over a :class:`renderd.VectorSession`
 (players launched, or leased from the daemon, concurrently; next-step autoreset; crashed players
 replaced). Both observe ``Dict(rgb=Box(0, 255, (H, W, 3), uint8))`` plus ``depth=Box(0, max_depth,
-(H, W), float32)`` when ``depth=True``, act through ``Discrete(len(actions))`` over a configurable
-action list, and compute rewards and termination with caller-supplied functions of the
-:class:`renderd.Event`. docs/vector.md describes every argument.
+(H, W), float32)`` when ``depth=True``, and ``normals``, ``instance_segmentation``, ``semantic_segmentation``
+(each ``Box(0, 255, (H, W, 3), uint8)``) when the argument of that name is true, act through
+``Discrete(len(actions))`` over a configurable action list, and compute rewards and termination with
+caller-supplied functions of the :class:`renderd.Event`. docs/vector.md describes every argument.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 try:
     import gymnasium
@@ -91,6 +92,26 @@ _FLOAT32_MAX = float(np.finfo(np.float32).max)
 _FLOAT32_TINY = float(np.finfo(np.float32).smallest_subnormal)
 
 
+class _ColourImage(NamedTuple):
+    """An image observation offered besides RGB and depth: ``(H, W, 3)`` uint8, as the event holds it."""
+
+    key: str  # the env's argument and the observation's key
+    attr: str  # the Event attribute
+    switch: str  # the Initialize switch that asks the player for it
+    old_switch: str | None  # the switch's older name, whose value renderd's client sends under ``switch`` too
+    what: str  # how a message names it
+
+
+#: The colour image observations, in the order a player sends them (after RGB and depth).
+_COLOUR_IMAGES: tuple[_ColourImage, ...] = (
+    _ColourImage("normals", "normals_frame", "renderNormalsImage", None, "normals image"),
+    _ColourImage("instance_segmentation", "instance_segmentation_frame", "renderInstanceSegmentation",
+                 "renderObjectImage", "instance segmentation image"),
+    _ColourImage("semantic_segmentation", "semantic_segmentation_frame", "renderSemanticSegmentation",
+                 "renderClassImage", "semantic (class) segmentation image"),
+)
+
+
 def default_reward(event: Event) -> float:
     """``STEP_REWARD`` (-0.01) every step, plus ``FAILED_ACTION_REWARD`` (-0.1) when the action failed."""
     return STEP_REWARD + (0.0 if event else FAILED_ACTION_REWARD)
@@ -117,6 +138,7 @@ class _EnvSpec:
         reward_fn: Callable[[Event], float] | None,
         terminated_fn: Callable[[Event], bool] | None,
         init_params: Mapping[str, Any] | None,
+        images: Mapping[str, Any] | None = None,
     ) -> None:
         acts = list(DEFAULT_ACTIONS if actions is None else actions)
         if not acts:
@@ -190,6 +212,14 @@ class _EnvSpec:
         self.init_params = dict(init_params or {})
         if self.depth:
             self.init_params["renderDepthImage"] = True
+        wanted = dict(images or {})
+        #: The colour image observations asked for (``normals=True``...), in wire order.
+        self.images: tuple[_ColourImage, ...] = tuple(image for image in _COLOUR_IMAGES if wanted.get(image.key))
+        for image in self.images:
+            self.init_params[image.switch] = True
+            if image.old_switch is not None and image.old_switch in self.init_params:
+                # (renderd's client sends the older name's value under the new one: a False there turned it off.)
+                self.init_params[image.old_switch] = True
         try:
             encode_action({"action": "Initialize", **self.init_params})
         except ValueError as exc:
@@ -198,6 +228,8 @@ class _EnvSpec:
         obs: dict[str, spaces.Space] = {"rgb": spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)}
         if self.depth:
             obs["depth"] = spaces.Box(0.0, self.max_depth, (self.height, self.width), np.float32)
+        for image in self.images:
+            obs[image.key] = spaces.Box(0, 255, (self.height, self.width, 3), np.uint8)
         self.observation_space = spaces.Dict(obs)
         self.action_space = spaces.Discrete(len(self.actions))
 
@@ -239,8 +271,22 @@ class _EnvSpec:
             )
         elif self.depth and event.depth_frame is None:
             why = "depth=True, but the player sent no depth image"
+        elif self.depth and event.depth_frame.shape != frame.shape[:2]:
+            why = f"the player sent a depth image of shape {event.depth_frame.shape}, its RGB frame {frame.shape[:2]}"
         else:
-            return
+            for image in self.images:
+                got = getattr(event, image.attr)
+                if got is None:
+                    why = (
+                        f"{image.key}=True, but the player sent no {image.what} (Initialize asks for it with "
+                        f"{image.switch}; a player whose renderer cannot draw it refuses that Initialize)"
+                    )
+                    break
+                if got.shape != frame.shape:
+                    why = f"the player sent a {image.what} of shape {got.shape}, its RGB frame {frame.shape}"
+                    break
+            else:
+                return
         raise RenderdError(f"{where() if where is not None else ''}{why}")
 
     def observation(self, event: Event) -> dict[str, np.ndarray]:
@@ -249,23 +295,31 @@ class _EnvSpec:
         obs = {"rgb": rgb_copy(event.frame)}  # type: ignore[arg-type]
         if self.depth:
             obs["depth"] = _depth(event.depth_frame, self.max_depth)  # type: ignore[arg-type]
+        for image in self.images:
+            obs[image.key] = rgb_copy(getattr(event, image.attr))
         return obs
 
-    def new_batch(self, n: int) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-        """Uninitialised batched observation arrays for ``n`` sub-environments, and the flat RGB buffer
-        behind ``obs["rgb"]`` (with the spare byte :func:`_copy_rgb` needs)."""
+    def new_batch(self, n: int) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Uninitialised batched observation arrays for ``n`` sub-environments, and the flat buffers behind
+        ``obs["rgb"]`` and each colour image's (by key, with the spare byte :func:`_copy_rgb` needs)."""
         h, w = self.height, self.width
-        flat = np.empty(n * h * w * 3 + 1, dtype=np.uint8)
-        obs = {"rgb": flat[: n * h * w * 3].reshape(n, h, w, 3)}
-        if self.depth:
-            obs["depth"] = np.empty((n, h, w), dtype=np.float32)
-        return flat, obs
+        flats: dict[str, np.ndarray] = {}
+        obs: dict[str, np.ndarray] = {}
+        for key in ("rgb", *(image.key for image in self.images)):
+            flats[key] = np.empty(n * h * w * 3 + 1, dtype=np.uint8)
+            obs[key] = flats[key][: n * h * w * 3].reshape(n, h, w, 3)
+            if key == "rgb" and self.depth:
+                obs["depth"] = np.empty((n, h, w), dtype=np.float32)
+        return flats, obs
 
-    def fill(self, flat: np.ndarray, obs: dict[str, np.ndarray], i: int, event: Event) -> None:
+    def fill(self, flats: dict[str, np.ndarray], obs: dict[str, np.ndarray], i: int, event: Event) -> None:
         """Copy ``event``'s observation into row ``i`` of a batch from :meth:`new_batch`."""
-        _copy_rgb(event.frame, flat, i * self.height * self.width * 3)  # type: ignore[arg-type]
+        offset = i * self.height * self.width * 3
+        _copy_rgb(event.frame, flats["rgb"], offset)  # type: ignore[arg-type]
         if self.depth:
             _depth(event.depth_frame, self.max_depth, obs["depth"][i])  # type: ignore[arg-type]
+        for image in self.images:
+            _copy_rgb(getattr(event, image.attr), flats[image.key], offset)
 
     def batch(self, events: Sequence[Event]) -> dict[str, np.ndarray]:
         """New batched arrays for ``events`` (one per sub-environment), one copy of each frame."""
@@ -407,8 +461,8 @@ def _reset_failed(event: Event, what: str) -> None:
 
 
 #: RenderdEnv's own keyword arguments (the rest go to renderd.launch).
-_OWN_ARGUMENTS = ("actions", "depth", "max_depth", "scene", "max_episode_steps", "reward_fn", "terminated_fn",
-                  "init_params", "render_mode")
+_OWN_ARGUMENTS = ("actions", "depth", "max_depth", "normals", "instance_segmentation", "semantic_segmentation",
+                  "scene", "max_episode_steps", "reward_fn", "terminated_fn", "init_params", "render_mode")
 
 
 def _check_launch_kwargs(owner: str, launch_kwargs: Mapping[str, Any], own: Sequence[str]) -> None:
@@ -432,7 +486,9 @@ class RenderdEnv(gymnasium.Env):
     """One renderd player as a ``gymnasium.Env`` (registered as ``renderd/Unity-v0``).
 
     ``actions``: the discrete action list (names or action dicts; default :data:`DEFAULT_ACTIONS`).
-    ``depth``: add a ``depth`` observation (metres, clipped to ``max_depth``). ``scene``: a scene name,
+    ``depth``: add a ``depth`` observation (metres, clipped to ``max_depth``). ``normals``,
+    ``instance_segmentation``, ``semantic_segmentation``: add that observation (the player's normals, instance or
+    class segmentation image, ``(H, W, 3)`` uint8; Initialize asks for it). ``scene``: a scene name,
     a list to draw from at each reset (with the env's seeded ``np_random``), or None for the player's
     current scene; ``reset(options={"scene": ...})`` overrides it. ``max_episode_steps``: truncation
     (None: never) when the env is built directly; ``gymnasium.make`` truncates with its ``TimeLimit``
@@ -458,6 +514,9 @@ class RenderdEnv(gymnasium.Env):
         *,
         depth: bool = False,
         max_depth: float = DEFAULT_MAX_DEPTH,
+        normals: bool = False,
+        instance_segmentation: bool = False,
+        semantic_segmentation: bool = False,
         scene: str | Sequence[str] | None = None,
         max_episode_steps: int | None | _Default = _DEFAULT_LIMIT,
         reward_fn: Callable[[Event], float] | None = None,
@@ -489,6 +548,8 @@ class RenderdEnv(gymnasium.Env):
             reward_fn=reward_fn,
             terminated_fn=terminated_fn,
             init_params=init_params,
+            images={"normals": normals, "instance_segmentation": instance_segmentation,
+                    "semantic_segmentation": semantic_segmentation},
         )
         self.observation_space = self._spec.observation_space
         self.action_space = self._spec.action_space
@@ -672,6 +733,9 @@ class RenderdVectorEnv(VectorEnv):
         *,
         depth: bool = False,
         max_depth: float = DEFAULT_MAX_DEPTH,
+        normals: bool = False,
+        instance_segmentation: bool = False,
+        semantic_segmentation: bool = False,
         scene: str | Sequence[str] | None = None,
         max_episode_steps: int | None = DEFAULT_MAX_EPISODE_STEPS,
         reward_fn: Callable[[Event], float] | None = None,
@@ -717,6 +781,8 @@ class RenderdVectorEnv(VectorEnv):
                 reward_fn=reward_fn,
                 terminated_fn=terminated_fn,
                 init_params=init_params,
+                images={"normals": normals, "instance_segmentation": instance_segmentation,
+                        "semantic_segmentation": semantic_segmentation},
             )
 
         # Every argument is checked before a player is started or a passed-in vector session is taken
