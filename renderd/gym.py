@@ -616,9 +616,12 @@ class RenderdEnv(gymnasium.Env):
         if self._closes != closes:
             raise self._closed_meanwhile("reset its player")
         self.last_event = event
+        # (Before the episode begins: a frame that does not fit the observation space fails the reset, and step()
+        # then refuses, as after any reset that failed; it went on stepping an episode whose reset had raised.)
+        obs = self._spec.observation(event)
         self._elapsed = 0
         self._no_episode = None
-        return self._spec.observation(event), self._spec.info(event)
+        return obs, self._spec.info(event)
 
     def _closed_meanwhile(self, doing: str) -> CallOrderError:
         return CallOrderError(
@@ -644,6 +647,16 @@ class RenderdEnv(gymnasium.Env):
         self.last_event = event
         self._elapsed += 1
         spec = self._spec
+        try:
+            # Before reward_fn and terminated_fn: an answer that does not fit the observation space (no image asked
+            # for, another size) cannot be returned, and the episode cannot go on without the caller seeing it.
+            spec.check(event)
+        except RenderdError as exc:
+            self._no_episode = "step() after a step whose frame did not fit the observation space: call reset()"
+            exc.add_note(
+                f"the step was counted (step {self._elapsed} of the episode) and the episode ended: call reset()"
+            )
+            raise
         try:
             reward, terminated = _score(spec, event)
         except Exception as exc:
@@ -845,10 +858,6 @@ class RenderdVectorEnv(VectorEnv):
     def _batch(self) -> dict[str, np.ndarray]:
         return self._spec.batch(self._events)  # type: ignore[arg-type]
 
-    def _set_obs(self, i: int, event: Event) -> None:
-        self._spec.check(event, lambda: self._where(i))
-        self._events[i] = event
-
     def _where(self, i: int) -> str:
         """How an error about sub-environment ``i`` begins: which one, and its player."""
         pids = self.vector_session.pids
@@ -925,15 +934,26 @@ class RenderdVectorEnv(VectorEnv):
                 self._rngs[i] = seeding.np_random(seeds[i])[0]
         scenes = [self._spec.choose_scene(self._rngs[i], options) for i in slots]
         result = self.vector_session.reset(slots, scenes, **self._spec.init_params)
+        try:
+            # Every observation is checked before any is booked: a reset that raises here began no episode in the
+            # sub-environments it reset (step() refuses until they are reset again; it stepped on, each of them in
+            # the episode before, or with a frame that broke the vector session).
+            for i in slots:
+                event = result.observations[i]
+                if event is None:
+                    raise RenderdError(f"{self._where(i)}the reset produced no observation")
+                self._spec.check(event, lambda: self._where(i))
+        except RenderdError:
+            for i in slots:
+                self._events[i] = None
+            raise
         infos: dict[str, Any] = {}
         refused: dict[int, str] = {}
         for i in slots:
             event, info = result.observations[i], result.infos[i]
-            if event is None:
-                raise RenderdError(f"sub-environment {i}: the reset produced no observation")
             if info.get("reset_error"):
                 refused[i] = info["reset_error"]
-            self._set_obs(i, event)
+            self._events[i] = event
             infos = self._add_info(infos, self._info(event, info), i)
         self._elapsed[slots] = 0
         self._autoreset[slots] = False
@@ -998,6 +1018,12 @@ class RenderdVectorEnv(VectorEnv):
         """
         if not self._was_reset:
             raise CallOrderError("step() before reset(): call reset() first")
+        unset = [i for i, event in enumerate(self._events) if event is None]
+        if unset:
+            raise CallOrderError(
+                f"step() after a reset() that failed (sub-environment {unset[0]} has no observation): call reset() "
+                "again; nothing was sent"
+            )
         # (A closed or broken vector session: said of step(), not of the reset_async() an autoreset makes first.)
         self.vector_session._check_open("step()")
         acts = np.asarray(actions)
