@@ -149,6 +149,8 @@ MAX_LOOK_DOWN = 60.0
 MAX_FORCED_HORIZON = 90.0
 MAX_FORCED_DISTANCE = 100.0
 MAX_THIRD_PARTY_CAMERAS = 8
+#: The object types whose parts are receptacles (metadata ``receptacle``; things can stand on or in them in a build).
+RECEPTACLE_TYPES = frozenset({"Table", "Shelf", "Dresser", "Cabinet", "Floor"})
 #: Longer side of the small ids render used to decide which objects are visible (the frame's shape kept).
 VISIBILITY_RENDER_SIZE = 64
 #: How many wire-layout frames (keyed by camera state) a Player keeps, so an unchanged view costs nothing.
@@ -170,7 +172,7 @@ MAX_AGENTS = 6
 FIRST_AGENT_SPOT = 5
 #: What :meth:`Player.limit_metadata_size` counts for one agent's metadata besides synthetic objects and a list
 #: actionReturn (:data:`RETURN_ITEM_SIZE`): the room's objects, a few KB, and a small actionReturn; and per
-#: synthetic object (one is about 930 bytes of msgpack and 1,010 of JSON).
+#: synthetic object (one is about 940 bytes of msgpack and 1,040 of JSON).
 AGENT_METADATA_BASE = 256 * 1024
 SYNTHETIC_OBJECT_SIZE = 1100
 #: What one item of a list actionReturn takes at most, beyond :data:`AGENT_METADATA_BASE`: a position of
@@ -489,6 +491,19 @@ def _xyz(x: float, y: float, z: float) -> dict[str, float]:
     return {"x": round(x, 4), "y": round(y, 4), "z": round(z, 4)}
 
 
+def _bounds(lo: tuple[float, float, float], hi: tuple[float, float, float]) -> dict[str, Any]:
+    """An axis-aligned box from its lowest and highest corners, as a build's metadata gives one (an object's
+    ``axisAlignedBoundingBox``, the ``sceneBounds``): ``cornerPoints``, the eight corners, x-major, each axis's
+    high value first (as a build's loops over ``center + size / 2`` then ``center - size / 2``); ``center``;
+    ``size``."""
+    (lx, ly, lz), (hx, hy, hz) = lo, hi
+    return {
+        "cornerPoints": [[round(a, 4), round(b, 4), round(c, 4)] for a in (hx, lx) for b in (hy, ly) for c in (hz, lz)],
+        "center": _xyz((lx + hx) / 2, (ly + hy) / 2, (lz + hz) / 2),
+        "size": _xyz(hx - lx, hy - ly, hz - lz),
+    }
+
+
 def _synthetic_objects(n: int) -> list[dict[str, Any]]:
     """``n`` deterministic objects shaped like AI2-THOR's object metadata (about 1 KB each packed)."""
     out = []
@@ -506,7 +521,7 @@ def _synthetic_objects(n: int) -> list[dict[str, Any]]:
                 "objectType": "Synthetic",
                 "name": f"Synthetic_{i:05d}",
                 "position": _xyz(x, y, z),
-                "rotation": _xyz(0.0, (i * 37) % 360, 0.0),
+                "rotation": _xyz(0.0, float((i * 37) % 360), 0.0),
                 "visible": False,
                 "isInteractable": False,
                 "receptacle": False,
@@ -546,6 +561,17 @@ def _synthetic_objects(n: int) -> list[dict[str, Any]]:
     return out
 
 
+def _euler_angles(x: float, y: float, z: float) -> tuple[float, float, float]:
+    """A rotation of ``x`` (pitch), ``y`` (yaw), ``z`` (roll) degrees as a build's metadata reports it, from its
+    Transform's ``eulerAngles``: each angle in [0, 360), and the pitch in [0, 90] or [270, 360), a pitch past straight
+    down or up being the same orientation turned over (``180 - x``, ``y + 180``, ``z + 180``). Unity chooses another
+    split of yaw and roll at a pitch of exactly 90 or 270, which this does not model."""
+    x %= 360.0
+    if 90.0 < x < 270.0:
+        x, y, z = (180.0 - x) % 360.0, y + 180.0, z + 180.0
+    return _yaw(x) + 0.0, _yaw(y) + 0.0, _yaw(z) + 0.0  # (+ 0.0: no -0.0)
+
+
 class _Camera:
     """A third-party camera added with AddThirdPartyCamera."""
 
@@ -560,7 +586,7 @@ class _Camera:
         return {
             "thirdPartyCameraId": index,
             "position": _xyz(*self.position),
-            "rotation": _xyz(*self.rotation),
+            "rotation": _xyz(*_euler_angles(*self.rotation)),
             "fieldOfView": self.fov,
         }
 
@@ -1647,6 +1673,10 @@ class Player:
         return view
 
     def _objects(self, agent: _Agent) -> list[dict[str, Any]]:
+        """The metadata's ``objects``: the floor and the boxes (a build's sim objects: the walls and the ceiling are
+        structure, not objects), each with every key of a build's ObjectMetadata, in its order, valued as a build values
+        them for a static object that cannot be picked up, moved, opened, toggled, broken, filled, dirtied, used up,
+        cooked or sliced; then the synthetic objects (``--metadata-objects``)."""
         seen = self._visible_ids(agent)
         cx, cy, cz = agent.camera_position()
         objects = []
@@ -1659,31 +1689,55 @@ class Player:
             )
             visible = part.id_color in seen and near <= self.visibility_distance
             px, py, pz = part.center
+            receptacle = part.object_type in RECEPTACLE_TYPES
             objects.append(
                 {
-                    "objectId": part.object_id,
-                    "objectType": part.object_type,
                     "name": self.scene.object_name(part.object_id),
                     "position": _xyz(px, py, pz),
                     "rotation": _xyz(0.0, 0.0, 0.0),
                     "visible": visible,
                     "isInteractable": visible,
-                    "distance": round(math.hypot(px - agent.x, pz - agent.z), 4),
-                    "receptacle": part.object_type in ("Table", "Shelf", "Dresser", "Cabinet", "Floor"),
+                    "receptacle": receptacle,
+                    "toggleable": False,
+                    "isToggled": False,
+                    "breakable": False,
+                    "isBroken": False,
+                    "canFillWithLiquid": False,
+                    "isFilledWithLiquid": False,
+                    "fillLiquid": None,
+                    "dirtyable": False,
+                    "isDirty": False,
+                    "canBeUsedUp": False,
+                    "isUsedUp": False,
+                    "cookable": False,
+                    "isCooked": False,
+                    "temperature": "RoomTemp",
+                    "isHeatSource": False,
+                    "isColdSource": False,
+                    "sliceable": False,
+                    "isSliced": False,
+                    "openable": False,
+                    "isOpen": False,
+                    "openness": 0.0,
                     "pickupable": False,
+                    "isPickedUp": False,
                     "moveable": False,
-                    "isMoving": False,
+                    "mass": 0.0,
+                    "salientMaterials": None,
+                    # What a receptacle holds: a build lists the pickupable and moveable objects in it; here there are
+                    # none (every part stands still). Null for an object that is no receptacle, as a build's.
+                    "receptacleObjectIds": [] if receptacle else None,
+                    # As a build's: from the agent's position (not its camera) to the object's, in three dimensions.
+                    "distance": round(math.sqrt((px - agent.x) ** 2 + (py - AGENT_Y) ** 2 + (pz - agent.z) ** 2), 4),
+                    "objectType": part.object_type,
+                    "objectId": part.object_id,
+                    "assetId": "",
                     "parentReceptacles": None,
-                    "axisAlignedBoundingBox": {
-                        "center": _xyz(px, py, pz),
-                        "size": _xyz(*part.size),
-                        "cornerPoints": [
-                            [round(a, 4), round(b, 4), round(c, 4)]
-                            for a in (lx, hx)
-                            for b in (ly, hy)
-                            for c in (lz, hz)
-                        ],
-                    },
+                    "controlledObjects": None,
+                    "isMoving": False,
+                    "axisAlignedBoundingBox": _bounds(part.lo, part.hi),
+                    # A build makes an object-oriented box for pickupable objects only: null for every other.
+                    "objectOrientedBoundingBox": None,
                 }
             )
         return objects + self._synthetic
@@ -1722,10 +1776,7 @@ class Player:
             "thirdPartyCameras": cameras,
             "isSceneAtRest": True,
             "inventoryObjects": [],
-            "sceneBounds": {
-                "center": _xyz(0.0, sy / 2, 0.0),
-                "size": _xyz(sx, sy, sz),
-            },
+            "sceneBounds": _bounds((-sx / 2, 0.0, -sz / 2), (sx / 2, sy, sz / 2)),
         }
         return _View(head, tail)
 
