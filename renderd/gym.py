@@ -182,6 +182,9 @@ class _EnvSpec:
                 raise TypeError(f"{name} must be None or a callable {name}(event), not {type(fn).__name__}")
         self.reward_fn = reward_fn if reward_fn is not None else default_reward
         self.terminated_fn = terminated_fn if terminated_fn is not None else never_terminated
+        for flag, value in (("depth", depth), *sorted((images or {}).items())):
+            if not isinstance(value, (bool, np.bool_)):  # (bool("false") is True: a string from a file or a CLI)
+                raise TypeError(f"{flag} must be True or False, got {value!r} (a {type(value).__name__})")
         self.depth = bool(depth)
         if isinstance(max_depth, (bool, np.bool_)):  # (float(True) is 1.0: a flag given where the bound goes)
             raise TypeError(f"max_depth must be a positive finite number of metres, not a bool: got {max_depth!r}")
