@@ -270,6 +270,8 @@ ANY_ARGUMENTS = None
 #: The keys an action may carry whatever it takes, never an invalid argument: ``action`` itself and what a build's
 #: AgentManager reads on every step (its DynamicServerAction.AllowedExtraneousParameters: sequenceId, agentId,
 #: renderImage and the per-step image switches), and ``renderDepthImage``, this player's own per-step depth switch.
+#: A step's own normals and class segmentation switches (see Player._maps_on).
+_MAP_SWITCHES = frozenset({"renderNormalsImage", "renderClassImage", "renderSemanticSegmentation"})
 STEP_KEYS = frozenset({"action", "sequenceId", "agentId", "renderImage", "renderInstanceSegmentation",
                        "renderObjectImage", "renderClassImage", "renderNormalsImage", "renderDepthImage"})
 #: Action name -> each overload's accepted keys (its parameters and :data:`STEP_KEYS`), for the per-step check.
@@ -955,7 +957,8 @@ class Player:
                 raise ActionFailed(f"Invalid action: {name!r} is not an action this player knows", "InvalidAction")
             _check_arguments(name, action)
             self._maps_refused = False
-            self._check_step_maps(name, action)
+            if not _MAP_SWITCHES.isdisjoint(action):  # (a step without them, the usual case, checks nothing)
+                self._check_step_maps(name, action)
             result = getattr(self, method)(action)
         except ActionFailed as exc:
             success, error, code = False, exc.message, exc.code
@@ -1801,7 +1804,7 @@ class Player:
         switch an image on, for that step, and not on the AgentManager's own actions (a build reads these two in
         Initialize only). A step whose switches were refused (:meth:`_check_step_maps`) has Initialize's."""
         normals, classes = self.render_normals, self.render_classes
-        if normals and classes or self._maps_refused:
+        if normals and classes or self._maps_refused or _MAP_SWITCHES.isdisjoint(action):
             return normals, classes
         return self._step_maps(action, normals, classes)
 
