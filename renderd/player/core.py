@@ -1906,48 +1906,46 @@ class Player:
 
     def _frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Wire-layout (rgb, depth, ids) for one camera."""
+        return self._cached(self._static, self._wire_cache, self._render_frame, position, yaw, pitch, fov)
+
+    def _render_frame(self, state: RenderState) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self._to_wire(*self.renderer.render(state))
+
+    def _maps_frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray]:
+        """Wire-layout (normals, classes) for one camera, cached as :meth:`_frame` caches the frames."""
+        return self._cached(self._static_maps, self._maps_cache, self._render_maps, position, yaw, pitch, fov)
+
+    def _render_maps(self, state: RenderState) -> tuple[np.ndarray, np.ndarray]:
+        return self._maps_to_wire(*self.renderer.render_maps(state))
+
+    def _cached(self, static: dict, cache: OrderedDict, render: Callable[[RenderState], Any], position, yaw, pitch,
+                fov) -> Any:
+        """``render``'s images for one camera: with ``--static-frame`` the scene's start view, kept in ``static`` (for
+        the scene and size it was made for); else kept per view in ``cache``, with room for every image of an answer
+        (each camera's and agent's) and a few revisited ones."""
         if self.static_frame:
             key = (self.scene.name, self.width, self.height)
-            frame = self._static.get(key)
-            if frame is None:
-                frame = self._to_wire(*self.renderer.render(self._static_state()))
-                self._static = {key: frame}
-            return frame
+            images = static.get(key)
+            if images is None:
+                images = render(self._static_state())
+                static.clear()
+                static[key] = images
+            return images
         state = RenderState(self.scene, self.width, self.height, tuple(position), yaw, pitch, fov)
-        frame = self._wire_cache.get(state)
-        if frame is None:
-            frame = self._to_wire(*self.renderer.render(state))
-            self._wire_cache[state] = frame
-            # Room for every frame of an answer (each camera's and agent's) and a few revisited ones.
-            trim_cache(self._wire_cache, WIRE_CACHE_SIZE - 1 + len(self.agents) + len(self.cameras), WIRE_CACHE_BYTES)
+        images = cache.get(state)
+        if images is None:
+            images = render(state)
+            cache[state] = images
+            trim_cache(cache, WIRE_CACHE_SIZE - 1 + len(self.agents) + len(self.cameras), WIRE_CACHE_BYTES)
         else:
-            self._wire_cache.move_to_end(state)
-        return frame
+            cache.move_to_end(state)
+        return images
 
     def _static_state(self) -> RenderState:
         """What ``--static-frame`` sends: the scene's start view."""
         start = self.scene.start
         return RenderState(self.scene, self.width, self.height, (start.x, AGENT_Y + CAMERA_HEIGHT, start.z),
                            start.yaw, start.horizon, DEFAULT_FOV)
-
-    def _maps_frame(self, position, yaw, pitch, fov) -> tuple[np.ndarray, np.ndarray]:
-        """Wire-layout (normals, classes) for one camera, cached as :meth:`_frame` caches the frames."""
-        if self.static_frame:
-            key = (self.scene.name, self.width, self.height)
-            maps = self._static_maps.get(key)
-            if maps is None:
-                maps = self._maps_to_wire(*self.renderer.render_maps(self._static_state()))
-                self._static_maps = {key: maps}
-            return maps
-        state = RenderState(self.scene, self.width, self.height, tuple(position), yaw, pitch, fov)
-        maps = self._maps_cache.get(state)
-        if maps is None:
-            maps = self._maps_to_wire(*self.renderer.render_maps(state))
-            self._maps_cache[state] = maps
-            trim_cache(self._maps_cache, WIRE_CACHE_SIZE - 1 + len(self.agents) + len(self.cameras), WIRE_CACHE_BYTES)
-        else:
-            self._maps_cache.move_to_end(state)
-        return maps
 
     def _maps_to_wire(self, normals: np.ndarray, classes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The normals and class segmentation images as the wire carries them: RGBA8, alpha 255, rows bottom-up (as
