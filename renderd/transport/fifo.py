@@ -287,6 +287,16 @@ class FifoPair:
                 log.warning("%s", os_error_message(exc, "cannot remove a named pipe"))
         if self._owned:
             shutil.rmtree(self.directory, ignore_errors=True)
+            if os.path.lexists(self.directory):
+                # rmtree lists the directory through a descriptor: a process at its open-file limit (EMFILE, the
+                # very error that failed a launch: server.pipe could not be opened) has none to give it. Empty
+                # (the pipes are unlinked above), the directory goes without one.
+                try:
+                    os.rmdir(self.directory)
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    log.warning("%s", os_error_message(exc, "cannot remove the player's pipe directory"))
 
     def __enter__(self) -> FifoPair:
         return self
