@@ -555,7 +555,11 @@ class DisplayManager:
             # fork that comes after the caller gave up (XVFB_SPAWN_TIMEOUT) must not pass on descriptor
             # numbers the caller has closed, which another thread may have opened again meanwhile.
             log_file = tempfile.TemporaryFile(prefix="renderd-xvfb-")
-            read_fd, write_fd = os.pipe()
+            try:
+                read_fd, write_fd = os.pipe()
+            except BaseException:  # (out of descriptors: the log file's is not left to the garbage collector)
+                log_file.close()
+                raise
             try:
                 proc = subprocess.Popen(
                     [*argv[:2], str(write_fd), *argv[3:]],
