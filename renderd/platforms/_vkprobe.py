@@ -7,6 +7,14 @@ it runs under ``python -I`` and a driver that crashes or hangs takes only this p
 
 Output: ``{"ok": true, "api_version": "1.3.239", "devices": [{"index", "name", "type", "uuid",
 "vendor_id", "device_id", "api_version"}]}`` or ``{"ok": false, "stage": ..., "error": ...}``.
+
+Before each step it prints ``RENDERD-VULKAN-STAGE <step>`` (flushed), so a parent that kills a hung probe
+knows where it hung (loading the loader, the drivers' start in ``vkCreateInstance``, ...).
+
+The arguments are the driver libraries the ICD manifests name. When ``vkCreateInstance`` fails, or no device
+but CPU ones is found, each is opened with ``dlopen`` (the loader has tried them already) and the ones that
+cannot be opened are reported as ``"unloadable": {library: dlerror}``: a driver whose manifest is installed
+but whose library is missing or broken, which the loader only skips.
 """
 
 from __future__ import annotations
@@ -121,7 +129,26 @@ def _load_loader() -> ctypes.CDLL | None:
     return None
 
 
-def probe() -> dict:
+def _stage(name: str) -> None:
+    sys.stdout.write(f"RENDERD-VULKAN-STAGE {name}\n")
+    sys.stdout.flush()
+
+
+def _unloadable(libraries: list[str]) -> dict[str, str]:
+    """The driver libraries among ``libraries`` that the dynamic linker cannot open, with its error."""
+    _stage("dlopen-drivers")
+    failed = {}
+    for library in libraries:
+        try:
+            ctypes.CDLL(library)
+        except OSError as exc:
+            failed[library] = str(exc)
+    return failed
+
+
+def probe(libraries: list[str] | None = None) -> dict:
+    libraries = list(libraries or [])
+    _stage("loader")
     lib = _load_loader()
     if lib is None:
         return {"ok": False, "stage": "loader", "error": "the Vulkan loader (libvulkan.so.1) was not found"}
@@ -144,13 +171,17 @@ def probe() -> dict:
     instance = ctypes.c_void_p()
     lib.vkCreateInstance.restype = ctypes.c_int32
     lib.vkCreateInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    _stage("vkCreateInstance")
     result = lib.vkCreateInstance(ctypes.byref(create_info), None, ctypes.byref(instance))
     if result != VK_SUCCESS:
-        return _failed("vkCreateInstance", result, api_version=_version(instance_version))
+        return _failed(
+            "vkCreateInstance", result, api_version=_version(instance_version), unloadable=_unloadable(libraries)
+        )
     try:
         lib.vkEnumeratePhysicalDevices.restype = ctypes.c_int32
         lib.vkEnumeratePhysicalDevices.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         count = ctypes.c_uint32(0)
+        _stage("vkEnumeratePhysicalDevices")
         result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
         if result not in (VK_SUCCESS, VK_INCOMPLETE):
             return _failed("vkEnumeratePhysicalDevices", result)
@@ -172,6 +203,7 @@ def probe() -> dict:
 
         devices = []
         for index in range(count.value):
+            _stage(f"device-properties {index}")
             handle = handles[index]
             raw = (ctypes.c_uint8 * PROPERTIES_BUFFER_SIZE)()
             lib.vkGetPhysicalDeviceProperties(handle, raw)
@@ -199,8 +231,12 @@ def probe() -> dict:
                     "api_version": _version(device_api),
                 }
             )
-        return {"ok": True, "api_version": _version(instance_version), "devices": devices}
+        outcome = {"ok": True, "api_version": _version(instance_version), "devices": devices}
+        if all(d["type"] == "CPU" for d in devices):  # a GPU driver may be installed but not load
+            outcome["unloadable"] = _unloadable(libraries)
+        return outcome
     finally:
+        _stage("vkDestroyInstance")
         lib.vkDestroyInstance.restype = None
         lib.vkDestroyInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.vkDestroyInstance(instance, None)
@@ -208,7 +244,7 @@ def probe() -> dict:
 
 def main() -> int:
     try:
-        outcome = probe()
+        outcome = probe(sys.argv[1:])
     except Exception as exc:  # report anything ctypes raises instead of a traceback
         outcome = {"ok": False, "stage": "probe", "error": f"{type(exc).__name__}: {exc}"}
     # The marker separates the answer from anything a driver prints on stdout.

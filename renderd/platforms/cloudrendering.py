@@ -28,7 +28,9 @@ class CloudRendering(Platform):
         if not probe.ok:
             # Installing is the fix only when the loader or a driver is missing or broken; not when a variable
             # hides the installed drivers, or this process is short of descriptors.
-            install = probe.fix in (vulkan.LOADER_FIX, vulkan.DRIVER_FIX, vulkan.DRIVER_BROKEN_FIX)
+            install = probe.fix in (
+                vulkan.LOADER_FIX, vulkan.DRIVER_FIX, vulkan.DRIVER_BROKEN_FIX, vulkan.BROKEN_MANIFEST_FIX
+            )
             return self.report(
                 request, [f"Vulkan is not usable: {probe.error}; fix: {probe.fix}"], instructions=None if install else ""
             )
@@ -66,6 +68,12 @@ class CloudRendering(Platform):
             details["notes"] = plan.notes
         if all(d.type == "CPU" for d in devices):
             details["note"] = "only a CPU Vulkan device (software rendering: it works, slowly)"
+            if probe.broken_drivers:
+                # A GPU server whose GPU driver does not load renders on lavapipe: valid, but surely not meant.
+                details.setdefault("notes", []).append(
+                    "a Vulkan driver is installed but cannot be loaded, so players render on the CPU: "
+                    f"{'; '.join(probe.broken_drivers)}; fix: {vulkan.BROKEN_MANIFEST_FIX}"
+                )
         # Vulkan works here: what is wrong is the GPUs asked for (each reason says what to do), not an install.
         return self.report(request, plan.reasons, instructions="" if plan.reasons else None, **details)
 

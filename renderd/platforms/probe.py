@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 
 #: How much of a probe's stderr is kept for a reason (the tail, in characters).
 STDERR_TAIL_CHARS = 600
+#: How much of a probe's stdout is kept (the tail, in characters), for the progress lines a probe prints.
+STDOUT_TAIL_CHARS = 4000
 #: Seconds to read what a killed probe left in its pipes. A helper a driver started in a session of its
 #: own survives the kill of the probe's process group and may hold the pipes open; they are closed then.
 PROBE_DRAIN_TIMEOUT = 1.0
@@ -47,6 +49,8 @@ class ProbeOutcome:
     stderr: str = ""
     #: The probe was killed at its deadline (``failure`` says so).
     timed_out: bool = False
+    #: The tail of what the probe printed (progress lines: where a probe that hung or died got to).
+    stdout: str = ""
 
 
 def run_probe(
@@ -93,25 +97,27 @@ def run_probe(
         answer = _answer(stdout, marker)
         if answer is not None:  # complete before the hang (a driver that hangs as the process exits)
             log.warning("probe %s gave its answer but did not exit within %g s; killed", script, timeout)
-            return ProbeOutcome(answer, None, _tail(stderr))
+            return ProbeOutcome(answer, None, _tail(stderr), stdout=_tail(stdout, STDOUT_TAIL_CHARS))
         stuck = "" if proc.returncode is not None else f"; it survived SIGKILL (pid {proc.pid}, stuck in the kernel)"
         return ProbeOutcome(
             None,
             f"the probe did not finish within {timeout:g} s (a hung driver or server?){stuck}",
             _tail(stderr),
             timed_out=True,
+            stdout=_tail(stdout, STDOUT_TAIL_CHARS),
         )
     finally:
         if not killed and proc.poll() is None:  # an exception other than the timeout: never leave the child behind
             _kill_group(proc)
             _reap(proc, script)
     err_text = _tail(stderr)
+    out_text = _tail(stdout, STDOUT_TAIL_CHARS)
     answer = _answer(stdout, marker)
     if answer is None:
         if proc.returncode != 0:
-            return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text)
-        return ProbeOutcome(None, "the probe printed no answer", err_text)
-    return ProbeOutcome(answer, None, err_text)
+            return ProbeOutcome(None, f"the probe died ({describe_exit(proc.returncode)})", err_text, stdout=out_text)
+        return ProbeOutcome(None, "the probe printed no answer", err_text, stdout=out_text)
+    return ProbeOutcome(answer, None, err_text, stdout=out_text)
 
 
 def _answer(stdout: bytes | None, marker: str) -> dict[str, Any] | None:
@@ -185,6 +191,6 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
         pass
 
 
-def _tail(data: bytes | None) -> str:
+def _tail(data: bytes | None, chars: int = STDERR_TAIL_CHARS) -> str:
     text = (data or b"").decode("utf-8", "replace").strip()
-    return text[-STDERR_TAIL_CHARS:]
+    return text[-chars:]

@@ -60,9 +60,15 @@ DRIVER_FIX = (
     "with its Vulkan ICD (in containers: NVIDIA_DRIVER_CAPABILITIES must include graphics)"
 )
 DRIVER_BROKEN_FIX = "check the driver with `vulkaninfo --summary`; reinstall or update it"
+BROKEN_MANIFEST_FIX = (
+    "install the driver library each manifest names (for NVIDIA: the driver's user-space libraries, of the "
+    "kernel module's version; in containers NVIDIA_DRIVER_CAPABILITIES must include graphics), or remove the "
+    "stale manifest"
+)
 
 _PROBE_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_vkprobe.py")
 _PROBE_MARKER = "RENDERD-VULKAN-PROBE"
+_PROBE_STAGE_MARKER = "RENDERD-VULKAN-STAGE"
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,9 @@ class VulkanProbe:
     fix: str = ""
     api_version: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
+    #: Driver manifests the loader read whose library cannot be loaded (one sentence each), found when
+    #: no instance could be made or only CPU devices were listed: a GPU driver installed but broken.
+    broken_drivers: list[str] = field(default_factory=list)
 
 
 _cache: dict[tuple[object, ...], tuple[float, VulkanProbe]] = {}
@@ -136,6 +145,84 @@ def driver_fingerprint(env: Mapping[str, str]) -> tuple[tuple[str, tuple[int, in
     return tuple(found)
 
 
+def _manifest_files(value: str) -> list[str]:
+    """The manifest files a path list names (a directory stands for the ``.json`` files in it)."""
+    files = []
+    for path in value.split(os.pathsep):
+        if not path:
+            continue
+        if os.path.isdir(path):
+            try:
+                files += [os.path.join(path, e) for e in sorted(os.listdir(path)) if e.endswith(".json")]
+            except OSError:
+                continue
+        else:
+            files.append(path)
+    return files
+
+
+def loader_manifests(env: Mapping[str, str]) -> list[str]:
+    """The ICD manifest files the loader reads with ``env``: those VK_DRIVER_FILES names, else those
+    VK_ICD_FILENAMES names, else those in its search directories and VK_ADD_DRIVER_FILES (driver filters aside)."""
+    for var in ICD_ENV_VARS[:2]:
+        value = env.get(var)
+        if value is not None:
+            return list(dict.fromkeys(_manifest_files(value)))
+    found = []
+    for directory in _icd_search_dirs(env):
+        try:
+            names = sorted(os.listdir(directory))
+        except OSError:
+            continue
+        found += [os.path.join(directory, n) for n in names if n.endswith(".json")]
+    found += _manifest_files(env.get("VK_ADD_DRIVER_FILES", ""))
+    return list(dict.fromkeys(found))
+
+
+def _manifest_library(path: str) -> str | None:
+    """The driver library an ICD manifest names, as the loader opens it (a path relative to the manifest's
+    directory made absolute; a bare name left to the dynamic linker), or None when it names none."""
+    try:
+        with open(path, "rb") as f:
+            manifest = json.loads(f.read(MANIFEST_READ_LIMIT))
+    except (OSError, ValueError):
+        return None
+    icd = manifest.get("ICD") if isinstance(manifest, dict) else None
+    library = icd.get("library_path") if isinstance(icd, dict) else None
+    if not isinstance(library, str) or not library:
+        return None
+    if "/" not in library:
+        return library
+    return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), library))
+
+
+#: Where the probe was when it hung or died (the last ``RENDERD-VULKAN-STAGE`` it printed), for people.
+_STAGES = {
+    "loader": "while loading the Vulkan loader (libvulkan.so.1)",
+    "vkCreateInstance": "in vkCreateInstance, where the loader loads and starts every driver",
+    "vkEnumeratePhysicalDevices": "in vkEnumeratePhysicalDevices, where the drivers look for their devices "
+    "(a GPU that does not answer?)",
+    "device-properties": "reading the properties of Vulkan device",
+    "vkDestroyInstance": "in vkDestroyInstance, after the devices were listed",
+    "dlopen-drivers": "opening the driver libraries one by one, after the loader found no usable GPU driver",
+}
+
+
+def _where(stdout: str, manifests: list[str]) -> str:
+    """Where the probe got to, from its progress lines: `` in vkCreateInstance, ... (driver manifests: ...)``."""
+    stage = ""
+    for line in stdout.splitlines():
+        if line.startswith(_PROBE_STAGE_MARKER + " "):
+            stage = line[len(_PROBE_STAGE_MARKER) + 1 :].strip()
+    if not stage:
+        return " before it loaded the Vulkan loader (the Python interpreter did not start?)"
+    name, _, arg = stage.partition(" ")
+    text = " " + _STAGES.get(name, f"at {name}") + (f" {arg}" if arg else "")
+    if name in ("vkCreateInstance", "vkEnumeratePhysicalDevices", "dlopen-drivers"):
+        text += f" (driver manifests: {', '.join(manifests)})" if manifests else " (no driver manifest found)"
+    return text
+
+
 #: Failures to start the probe that say this process is short of something now, not what Vulkan is.
 _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EAGAIN})
 
@@ -177,8 +264,12 @@ def probe_vulkan(
 def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
     """The probe's result, and whether it may be cached: a missed deadline (a driver slow once, a loaded
     machine) is not, so the next check probes again."""
+    manifests = loader_manifests(env)
+    libraries = {m: lib for m in manifests if (lib := _manifest_library(m))}
     try:
-        outcome = run_probe(_PROBE_SCRIPT, [], marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True)
+        outcome = run_probe(
+            _PROBE_SCRIPT, sorted(set(libraries.values())), marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True
+        )
     except OSError as exc:
         if exc.errno in _RESOURCE_ERRNOS:
             # This process is short of descriptors, memory or processes now: nothing is known of Vulkan, and
@@ -189,18 +280,24 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
             ), False
         return VulkanProbe(False, error=f"cannot run the Vulkan probe: {exc}", fix="check the Python installation"), True
     if outcome.answer is None:
-        error = f"the Vulkan driver broke the probe: {outcome.failure}"
+        error = f"the Vulkan driver broke the probe{_where(outcome.stdout, manifests)}: {outcome.failure}"
         if outcome.stderr:
             error += f" (it said: {outcome.stderr.splitlines()[-1]})"
         return VulkanProbe(False, error=error, fix=DRIVER_BROKEN_FIX), not outcome.timed_out
     answer = outcome.answer
+    unloadable = answer.get("unloadable") if isinstance(answer.get("unloadable"), dict) else {}
+    broken = [
+        _manifest_problem(m) or f"{m} names the driver library {lib}, which cannot be loaded ({unloadable[lib]})"
+        for m, lib in libraries.items()
+        if lib in unloadable
+    ]
     if not answer.get("ok"):
         stage = answer.get("stage")
         error = str(answer.get("error", "unknown failure"))
         if stage == "loader":
             fix = LOADER_FIX
         elif stage == "vkCreateInstance":
-            hint, fix = _icd_hint(env)
+            hint, fix = _icd_hint(env, broken)
             error += hint
         else:
             fix = DRIVER_BROKEN_FIX
@@ -209,16 +306,21 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
         VulkanDevice(int(d["index"]), str(d["name"]), str(d.get("type", "OTHER")), d.get("uuid"))
         for d in answer.get("devices", [])
     ]
-    result = VulkanProbe(True, devices, api_version=str(answer.get("api_version", "")), raw=answer)
+    result = VulkanProbe(
+        True, devices, api_version=str(answer.get("api_version", "")), raw=answer, broken_drivers=broken
+    )
+    if broken:
+        log.warning("Vulkan drivers that cannot be loaded: %s", "; ".join(broken))
     if not devices:
         result.fix = DRIVER_FIX
     log.debug("Vulkan probe: %s", ", ".join(d.describe() for d in devices) or "no devices")
     return result, True
 
 
-def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
+def _icd_hint(env: Mapping[str, str], unloadable: list[str] = ()) -> tuple[str, str]:
     """(what the environment says about ICD manifests, the fix) for a failing vkCreateInstance. Names the
-    variable the loader actually used (see :data:`ICD_ENV_VARS`).
+    variable the loader actually used (see :data:`ICD_ENV_VARS`). ``unloadable``: the manifests whose driver
+    library the probe could not open (one sentence each).
 
     A VK_DRIVER_FILES or VK_ICD_FILENAMES that is set but names no file (empty, as ``VAR=`` or an unset
     variable in a unit file leaves it, or only separators) is still used by the loader: it loads no driver
@@ -248,6 +350,7 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
             verb = "does" if len(missing) == 1 else "do"
             return f" (no Vulkan driver found: {var}={value} names {listed}, which {verb} not exist{note})", fix
         broken = [why for p in value.split(os.pathsep) if p and (why := _manifest_problem(p))]
+        broken = list(dict.fromkeys([*broken, *unloadable]))
         if broken:
             fix = f"correct or remove the manifest named, or point {var} at one in /usr/share/vulkan/icd.d/"
             return f" (no usable Vulkan driver among {var}={value}: {'; '.join(broken)}{note})", fix
@@ -255,6 +358,12 @@ def _icd_hint(env: Mapping[str, str]) -> tuple[str, str]:
     hidden = _filter_hint(env)
     if hidden is not None:
         return hidden
+    manifests = loader_manifests(env)
+    broken = list(dict.fromkeys([*(why for m in manifests if (why := _manifest_problem(m))), *unloadable]))
+    if broken:
+        return f" (no usable Vulkan driver: {'; '.join(broken)})", BROKEN_MANIFEST_FIX
+    if manifests:
+        return f" (none of the installed Vulkan drivers started: {', '.join(manifests)})", DRIVER_BROKEN_FIX
     return " (no Vulkan driver (ICD) was found)", DRIVER_FIX
 
 
