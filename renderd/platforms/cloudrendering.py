@@ -55,6 +55,9 @@ class CloudRendering(Platform):
         )
         if nvidia_problem is not None:
             plan.notes.insert(0, f"{nvidia_problem}; gpus are taken as Vulkan device indices, which need not be CUDA's")
+        container_note = gpu_mod.container_vars_note(request.env)
+        if container_note is not None:
+            plan.notes.append(container_note)
         details = {
             "devices": [d.describe() for d in devices],
             "vulkan_devices": [

@@ -230,6 +230,7 @@ def plan_vulkan(
             plan.notes.append(
                 "CUDA_VISIBLE_DEVICES is set but nvidia-smi lists no GPU, so it cannot be mapped; ignored"
             )
+        gpu_devices = [d.name for d in vulkan if d.type != "CPU"]
         for g in gpus:
             if g >= len(vulkan):
                 plan.reasons.append(
@@ -239,8 +240,32 @@ def plan_vulkan(
             else:
                 plan.slots.append(g)
                 plan.labels.append(f"gpu {g} -> vulkan {g} ({vulkan[g].name})")
+                if vulkan[g].type == "CPU" and gpu_devices:
+                    plan.notes.append(
+                        f"gpu {g} is Vulkan device {g}, {vulkan[g].name}, a CPU device, while Vulkan also lists "
+                        f"{', '.join(gpu_devices)}: without nvidia-smi gpus are Vulkan device indices; use the "
+                        "index of a GPU (renderd doctor lists them) unless rendering on the CPU is meant"
+                    )
         return plan
     visible, plan.notes = apply_cuda_visible_devices(cuda, cuda_visible)
+    if not gpus and cuda_visible is not None and not visible:
+        # CUDA_VISIBLE_DEVICES="" or -1: the process is kept off the GPUs, so its players are too (left to
+        # themselves they would take a GPU). A CPU Vulkan device (lavapipe) can still render.
+        cpu = [d for d in vulkan if d.type == "CPU"]
+        if cpu:
+            plan.slots.append(cpu[0].index)
+            plan.labels.append(f"no GPU -> vulkan {cpu[0].index} ({cpu[0].name}, CPU)")
+            plan.notes.append(
+                f"no GPU is visible under CUDA_VISIBLE_DEVICES={cuda_visible!r}, so players render on the CPU "
+                f"Vulkan device {cpu[0].index} ({cpu[0].name}); unset it or list GPUs in it to render on a GPU"
+            )
+        else:
+            plan.reasons.append(
+                f"no GPU is visible under CUDA_VISIBLE_DEVICES={cuda_visible!r} and Vulkan has no CPU device to "
+                "render on instead; fix: unset CUDA_VISIBLE_DEVICES or list the GPUs to render on in it (or "
+                "install mesa-vulkan-drivers for CPU rendering)"
+            )
+        return plan
     wanted = list(gpus) if gpus else (list(range(len(visible))) if cuda_visible is not None else [])
     note = order_note(wanted, cuda_visible, cuda, device_order)
     if note is not None:
@@ -266,6 +291,26 @@ def plan_vulkan(
         plan.slots.append(index)
         plan.labels.append(f"gpu {g} -> nvidia-smi {device.index} ({device.name}) -> vulkan {index}")
     return plan
+
+
+#: Variables the NVIDIA container runtime reads when a container starts: set for a player renderd starts, they
+#: change nothing (its devices are the container's, chosen when renderd's container started).
+CONTAINER_GPU_VARS = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+
+
+def container_vars_note(overrides: Mapping[str, str] | None) -> str | None:
+    """A note when the request's own ``env`` (``overrides``) sets a variable only the NVIDIA container
+    runtime reads (:data:`CONTAINER_GPU_VARS`), else None."""
+    named = [v for v in CONTAINER_GPU_VARS if overrides and v in overrides]
+    if not named:
+        return None
+    return (
+        f"{' and '.join(f'{v}={overrides[v]!r}' for v in named)} in env {'changes' if len(named) == 1 else 'change'} "
+        "nothing for the players: the NVIDIA "
+        "container runtime reads them only when a container starts, and renderd starts players as its own "
+        "processes; choose their GPUs with gpus (or CUDA_VISIBLE_DEVICES), and set the container's GPUs when "
+        "renderd's container is started (docker run --gpus ...)"
+    )
 
 
 def plan_screens(
