@@ -362,8 +362,6 @@ def _icd_hint(env: Mapping[str, str], unloadable: list[str] = ()) -> tuple[str, 
     broken = list(dict.fromkeys([*(why for m in manifests if (why := _manifest_problem(m))), *unloadable]))
     if broken:
         return f" (no usable Vulkan driver: {'; '.join(broken)})", BROKEN_MANIFEST_FIX
-    if manifests:
-        return f" (none of the installed Vulkan drivers started: {', '.join(manifests)})", DRIVER_BROKEN_FIX
     return " (no Vulkan driver (ICD) was found)", DRIVER_FIX
 
 
