@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 from renderd.errors import describe_exit
 from renderd.platforms.probe import leave_behind, reap_left_behind
-from renderd.platforms.vulkan import VulkanDevice, loader_env_key
+from renderd.platforms.vulkan import VulkanDevice, driver_fingerprint, loader_env_key
 from renderd.process import die_with_parent
 
 log = logging.getLogger(__name__)
@@ -352,12 +352,17 @@ _tool_lock = threading.Lock()
 
 def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str | None]:
     """(stdout, None) of a tool, or (None, what went wrong) when it fails or times out; (None, None) when it
-    is not installed. Cached per command, PATH and every variable that changes what the Vulkan loader (and
-    the NVIDIA tools) find; a timeout is not."""
+    is not installed. An output is cached per command, PATH, every variable that changes what the Vulkan loader
+    (and the NVIDIA tools) find, and the drivers on disk (:func:`vulkan.driver_fingerprint`: a driver installed
+    since is seen at once); a failure or a timeout is not (a driver fixed since, say by reloading its kernel
+    module, is seen at the next check)."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
         return None, None
-    key = (" ".join(argv), binary, env.get("PATH", ""), env.get("CUDA_VISIBLE_DEVICES"), loader_env_key(env))
+    key = (
+        " ".join(argv), binary, env.get("PATH", ""), env.get("CUDA_VISIBLE_DEVICES"), loader_env_key(env),
+        driver_fingerprint(env),
+    )
     with _tool_lock:
         cached = _tool_cache.get(key)
         if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:
@@ -381,6 +386,8 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
             said = (stderr or stdout).decode("utf-8", "replace").strip()[-300:]
             log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), said)
             problem = f"it failed ({describe_exit(returncode)}" + (f": {said.splitlines()[-1]})" if said else ")")
+    if problem is not None:
+        return output, problem  # not cached: asked again at the next check
     with _tool_lock:
         now = time.monotonic()
         for old in [k for k, (at, _, _) in _tool_cache.items() if now - at >= GPU_TOOL_CACHE_SECONDS]:
