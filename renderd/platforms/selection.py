@@ -78,7 +78,9 @@ def decide(request: PlatformRequest, reports: Mapping[str, PlatformReport] | Non
             return Decision(report, [report])
         others = [get(name) for name in PLATFORMS if name not in (request.platform, "headless")]
         usable = [r for r in others if r.valid]
-        note = "No other platform that renders images can serve it either."
+        note = "No other platform that renders images can serve it either." + (
+            "" if request.platform == "headless" else f" {HEADLESS_NOTE[0].upper()}{HEADLESS_NOTE[1:]}"
+        )
         if usable:
             note = "Other platforms that can serve this request: " + ", ".join(
                 r.name + (f" ({r.details['display']})" if r.details.get("display") else "") for r in usable
@@ -92,7 +94,9 @@ def decide(request: PlatformRequest, reports: Mapping[str, PlatformReport] | Non
         return Decision(report if report.valid else None, [report])
     if request.system != "Linux":
         considered = [get(name) for name in PLATFORMS if name != "headless"]
-        return Decision(None, considered, f"renderd knows no platform for {request.system}.")
+        return Decision(
+            None, considered, f"renderd knows no platform for {request.system}. {HEADLESS_NOTE[0].upper()}{HEADLESS_NOTE[1:]}"
+        )
 
     linux = get("Linux64")
     if linux.valid and not linux.details.get("managed"):
