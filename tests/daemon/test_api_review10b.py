@@ -115,7 +115,8 @@ def test_the_limits_and_timeouts_docs_api_md_names_are_the_codes():
         f"Waiting lease requests leave {service.API_CONNECTION_HEADROOM} of them free "
         "(`renderd.daemon.service.API_CONNECTION_HEADROOM`)",
         f"a lease request that would wait when {waiting} requests wait already is answered 503 `LeaseBusyError`",
-        f"send such a request again every {client.LEASE_BUSY_RETRY:g} s within their `timeout`",
+        f"send such a request again after a pause of {client.LEASE_BUSY_RETRY:g} s on average",
+        f"each pause {client.LEASE_BUSY_RETRY / 2:g}-{client.LEASE_BUSY_RETRY * 1.5:g} s at random",
         f"the request notices within {supervisor.HANG_UP_POLL_INTERVAL:g} s",
         f"gives the requests under way up to {service.API_STOP_TIMEOUT:g} s (`renderd.daemon.service.API_STOP_TIMEOUT`)",
         f"send `deadline` = the moment they send + `timeout` + {slack - client.LEASE_ANSWER_MARGIN:g} s "
