@@ -179,6 +179,18 @@ def daemon(tmp_path: Path):
         d.cleanup()
 
 
+@pytest.fixture(scope="module")
+def shared_daemon(tmp_path_factory):
+    """One daemon on ``fast_config()``, ready, shared by a module's tests that only ask it things and leave it as
+    they found it (no lease, no signal, no configuration change): one start instead of one per test."""
+    d = DaemonProcess(tmp_path_factory.mktemp("shared-daemon"), fast_config())
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        d.cleanup()
+
+
 def fast_config(*, instances: int = 1, executable: str | None = None, extra: str = "", daemon: str = "") -> str:
     """A configuration for quick tests: headless static-frame players, short backoff."""
     exe = executable or f'["{PLAYER}", "--static-frame"]'

@@ -20,10 +20,10 @@ from tests.helpers.control_review14e import raw_request, run_renderd
 
 # -- names holding '/' -------------------------------------------------------------------------------------------
 
-def test_an_environment_name_holding_a_slash_reaches_the_api_and_is_told_apart(daemon):
+def test_an_environment_name_holding_a_slash_reaches_the_api_and_is_told_apart(shared_daemon):
     # The configuration allows no '/' in a name; a client that asks for one (percent-encoded, as ControlClient
     # and connect() send it) was answered "no such route", which said nothing about the name.
-    d = daemon(fast_config())
+    d = shared_daemon
     c = d.client
     with pytest.raises(RenderdError) as info:
         connect("a/b", socket=d.socket, timeout=1)
@@ -69,8 +69,8 @@ def test_a_name_holding_a_slash_on_the_http_listener_is_told_apart(daemon):
 
 # -- 405 ---------------------------------------------------------------------------------------------------------
 
-def test_a_405_allows_head_wherever_get_is(daemon):
-    d = daemon(fast_config())
+def test_a_405_allows_head_wherever_get_is(shared_daemon):
+    d = shared_daemon
     for request, allowed in [
         (b"PATCH /v1/health HTTP/1.0\r\n\r\n", "GET, HEAD"),
         (b"POST /metrics HTTP/1.0\r\n\r\n", "GET, HEAD"),
@@ -92,8 +92,8 @@ def test_a_405_allows_head_wherever_get_is(daemon):
 
 @pytest.mark.parametrize("args", [("status",), ("status", "--json"), ("validate", "CONFIG"), ("--version",),
                                   ("--help",), ("status", "--help")])
-def test_output_that_cannot_be_written_is_a_one_line_error(daemon, tmp_path, args):
-    d = daemon(fast_config())
+def test_output_that_cannot_be_written_is_a_one_line_error(shared_daemon, tmp_path, args):
+    d = shared_daemon
     config = tmp_path / "ok.toml"
     config.write_text(f'[environments.demo]\nexecutable = ["{PLAYER}"]\nplatform = "headless"\n')
     args = tuple(str(config) if a == "CONFIG" else a for a in args)
@@ -107,9 +107,9 @@ def test_output_that_cannot_be_written_is_a_one_line_error(daemon, tmp_path, arg
     assert run_renderd(*args, env={"RENDERD_SOCKET": d.socket}).returncode == 0
 
 
-def test_a_closed_pipe_on_stdout_is_still_a_quiet_exit_1(daemon):
+def test_a_closed_pipe_on_stdout_is_still_a_quiet_exit_1(shared_daemon):
     # (what `renderd status | head -0` gives: no message, as click does for EPIPE)
-    d = daemon(fast_config())
+    d = shared_daemon
     read, write = os.pipe()
     os.close(read)
     try:
