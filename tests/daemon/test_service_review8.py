@@ -270,7 +270,7 @@ def test_a_player_that_never_sends_its_first_frame_is_a_boot_failure_as_the_metr
 
 
 # -- mistakes in a file or a request body ---------------------------------------------------------------------
-def test_a_wrong_item_in_a_list_or_table_is_named_by_validate_and_by_put(daemon, tmp_path):
+def test_a_wrong_item_in_a_list_or_table_is_named_by_validate_and_by_put(shared_daemon, tmp_path):
     """`env = {OMP_NUM_THREADS = 4}` (a number where a string goes) was "expected a table of string to string,
     got a table": with twenty variables, or an argv list, the reader had to guess which item was wrong."""
     import subprocess
@@ -283,7 +283,7 @@ def test_a_wrong_item_in_a_list_or_table_is_named_by_validate_and_by_put(daemon,
     assert out.returncode == 1
     assert "environments.demo.env" in out.stderr and 'OMP_NUM_THREADS is integer 4' in out.stderr, out.stderr
     assert '"4"' in out.stderr, out.stderr  # how to write it
-    d = daemon(fast_config())
+    d = shared_daemon
     body = {"executable": [PLAYER, "--port", 8200], "platform": "headless"}
     with pytest.raises(ConfigError) as info:
         d.client.request("PUT", "/v1/environments/other", body)
@@ -339,7 +339,7 @@ def test_a_reload_says_when_an_environment_gone_from_the_file_is_kept_because_th
 
 
 @pytest.mark.parametrize("platform", ["headless", "CloudRendering"])
-def test_an_x_display_with_a_platform_that_uses_none_is_refused_by_validate_and_by_put(daemon, tmp_path, platform):
+def test_an_x_display_with_a_platform_that_uses_none_is_refused_by_validate_and_by_put(shared_daemon, tmp_path, platform):
     """`platform = "headless"` (or CloudRendering) with `x_display = ":1"` was accepted and the display silently
     ignored: the admin believed the players rendered on :1."""
     import subprocess
@@ -350,7 +350,7 @@ def test_an_x_display_with_a_platform_that_uses_none_is_refused_by_validate_and_
     conf.write_text(f'[environments.demo]\nplatform = "{platform}"\nx_display = ":1"\n')
     out = subprocess.run([*RENDERD, "validate", str(conf)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "environments.demo.x_display" in out.stderr, (out.stdout, out.stderr)
-    d = daemon(fast_config())
+    d = shared_daemon
     with pytest.raises(ConfigError) as info:
         d.client.request("PUT", "/v1/environments/other", {"platform": platform, "x_display": "managed"})
     assert info.value.status == 400 and "environments.other.x_display" in str(info.value)
