@@ -15,6 +15,24 @@ import pytest
 XVFB_DEADLINE = 10.0
 
 
+def read_displayfd(read_fd: int, proc: subprocess.Popen, what: str, deadline: float = XVFB_DEADLINE) -> str:
+    """The display name (":N") an Xvfb started with ``-displayfd`` writes on ``read_fd``, within ``deadline``
+    seconds; an AssertionError naming ``what`` when it exits or says nothing. Closes ``read_fd``."""
+    try:
+        data = b""
+        until = time.monotonic() + deadline
+        while b"\n" not in data:
+            remaining = until - time.monotonic()
+            assert remaining > 0, f"{what} did not announce its display"
+            if select.select([read_fd], [], [], remaining)[0]:
+                chunk = os.read(read_fd, 64)
+                assert chunk, f"{what} exited: {proc.wait(deadline)}"
+                data += chunk
+    finally:
+        os.close(read_fd)
+    return f":{int(data.strip())}"
+
+
 class _Xvfb:
     """An Xvfb with GLX started with -displayfd; ``kill()`` SIGKILLs and reaps it."""
 
@@ -30,21 +48,10 @@ class _Xvfb:
         )
         os.close(write_fd)
         try:
-            data = b""
-            deadline = time.monotonic() + XVFB_DEADLINE
-            while b"\n" not in data:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, "the test Xvfb did not announce its display"
-                if select.select([read_fd], [], [], remaining)[0]:
-                    chunk = os.read(read_fd, 64)
-                    assert chunk, f"the test Xvfb exited: {self.proc.wait(XVFB_DEADLINE)}"
-                    data += chunk
+            self.name = read_displayfd(read_fd, self.proc, "the test Xvfb")
         except BaseException:
             self.kill()
             raise
-        finally:
-            os.close(read_fd)
-        self.name = f":{int(data.strip())}"
 
     def kill(self) -> None:
         if self.proc.poll() is None:

@@ -4,17 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 from renderd.platforms.linux64 import Linux64
 from renderd.platforms.request import PlatformRequest
+
+from tests.helpers.xvfb_review14e import read_displayfd
 
 from .conftest import XVFB_START_DEADLINE, XVFB_STOP_GRACE
 
@@ -41,19 +41,7 @@ def other_users_xvfb():
         )
         started.append(proc)
         os.close(write_fd)
-        try:
-            data = b""
-            deadline = time.monotonic() + XVFB_START_DEADLINE
-            while b"\n" not in data:
-                remaining = deadline - time.monotonic()
-                assert remaining > 0, "the other user's Xvfb did not announce its display"
-                if select.select([read_fd], [], [], remaining)[0]:
-                    chunk = os.read(read_fd, 64)
-                    assert chunk, f"the other user's Xvfb exited: {proc.wait(XVFB_STOP_GRACE)}"
-                    data += chunk
-        finally:
-            os.close(read_fd)
-        return f":{int(data.strip())}"
+        return read_displayfd(read_fd, proc, "the other user's Xvfb", XVFB_START_DEADLINE)
 
     yield start
     for proc in started:
