@@ -36,6 +36,18 @@ class Linux64(Platform):
     )
 
     def check(self, request: PlatformRequest) -> PlatformReport:
+        report = self._check(request)
+        # NVIDIA_VISIBLE_DEVICES in the environment's env does nothing for an X player either (as for CloudRendering).
+        note = (
+            gpu_mod.container_vars_note(request.env)
+            if request.system == "Linux" and not request.headless
+            else None
+        )
+        if note is not None:
+            report.details["notes"] = [*report.details.get("notes", []), note]
+        return report
+
+    def _check(self, request: PlatformRequest) -> PlatformReport:
         if request.system != "Linux":
             return self.report(request, [f"Linux64 players run on Linux only (this system is {request.system})"])
         if request.headless:
