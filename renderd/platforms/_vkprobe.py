@@ -9,7 +9,10 @@ Output: ``{"ok": true, "api_version": "1.3.239", "devices": [{"index", "name", "
 "vendor_id", "device_id", "api_version"}]}`` or ``{"ok": false, "stage": ..., "error": ...}``.
 
 Before each step it prints ``RENDERD-VULKAN-STAGE <step>`` (flushed), so a parent that kills a hung probe
-knows where it hung (loading the loader, the drivers' start in ``vkCreateInstance``, ...).
+knows where it hung (loading the loader, the drivers' start in ``vkCreateInstance``, ...). The answer is
+printed (and flushed) before ``vkDestroyInstance``, followed by the stages ``vkDestroyInstance`` and ``exit``
+(after it returned): a driver that hangs or crashes in its teardown leaves a complete answer, and the parent
+can tell where the teardown stopped.
 
 The arguments are the driver libraries the ICD manifests name. When ``vkCreateInstance`` fails, or no device
 but CPU ones is found, each is opened with ``dlopen`` (the loader has tried them already) and the ones that
@@ -178,68 +181,93 @@ def probe(libraries: list[str] | None = None) -> dict:
             "vkCreateInstance", result, api_version=_version(instance_version), unloadable=_unloadable(libraries)
         )
     try:
-        lib.vkEnumeratePhysicalDevices.restype = ctypes.c_int32
-        lib.vkEnumeratePhysicalDevices.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
-        count = ctypes.c_uint32(0)
-        _stage("vkEnumeratePhysicalDevices")
-        result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
+        outcome = _listed(lib, instance, api, instance_version, libraries)
+    except Exception as exc:  # (reported, as main() does, before the instance is destroyed)
+        outcome = {"ok": False, "stage": "probe", "error": f"{type(exc).__name__}: {exc}"}
+    # The answer goes out before the teardown: a driver that hangs or crashes in vkDestroyInstance (or as the
+    # process exits) does not take the device list with it.
+    report(outcome)
+    _stage("vkDestroyInstance")
+    lib.vkDestroyInstance.restype = None
+    lib.vkDestroyInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    lib.vkDestroyInstance(instance, None)
+    _stage("exit")
+    return outcome
+
+
+def _listed(lib: ctypes.CDLL, instance: ctypes.c_void_p, api: int, instance_version: int, libraries: list[str]) -> dict:
+    """The physical devices of ``instance`` (the probe's answer), or why they cannot be listed."""
+    lib.vkEnumeratePhysicalDevices.restype = ctypes.c_int32
+    lib.vkEnumeratePhysicalDevices.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    count = ctypes.c_uint32(0)
+    _stage("vkEnumeratePhysicalDevices")
+    result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), None)
+    if result not in (VK_SUCCESS, VK_INCOMPLETE):
+        return _failed("vkEnumeratePhysicalDevices", result)
+    handles = (ctypes.c_void_p * max(count.value, 1))()
+    if count.value:
+        result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles)
         if result not in (VK_SUCCESS, VK_INCOMPLETE):
             return _failed("vkEnumeratePhysicalDevices", result)
-        handles = (ctypes.c_void_p * max(count.value, 1))()
-        if count.value:
-            result = lib.vkEnumeratePhysicalDevices(instance, ctypes.byref(count), handles)
-            if result not in (VK_SUCCESS, VK_INCOMPLETE):
-                return _failed("vkEnumeratePhysicalDevices", result)
 
-        get_props2 = None
-        if api >= VK_API_VERSION_1_1:
-            lib.vkGetInstanceProcAddr.restype = ctypes.c_void_p
-            lib.vkGetInstanceProcAddr.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-            address = lib.vkGetInstanceProcAddr(instance, b"vkGetPhysicalDeviceProperties2")
-            if address:
-                get_props2 = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(address)
-        lib.vkGetPhysicalDeviceProperties.restype = None
-        lib.vkGetPhysicalDeviceProperties.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+    get_props2 = None
+    if api >= VK_API_VERSION_1_1:
+        lib.vkGetInstanceProcAddr.restype = ctypes.c_void_p
+        lib.vkGetInstanceProcAddr.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        address = lib.vkGetInstanceProcAddr(instance, b"vkGetPhysicalDeviceProperties2")
+        if address:
+            get_props2 = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(address)
+    lib.vkGetPhysicalDeviceProperties.restype = None
+    lib.vkGetPhysicalDeviceProperties.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
 
-        devices = []
-        for index in range(count.value):
-            _stage(f"device-properties {index}")
-            handle = handles[index]
-            raw = (ctypes.c_uint8 * PROPERTIES_BUFFER_SIZE)()
-            lib.vkGetPhysicalDeviceProperties(handle, raw)
-            head = bytes(raw[: OFFSET_DEVICE_NAME + DEVICE_NAME_SIZE])
-            device_api = int.from_bytes(head[OFFSET_API_VERSION : OFFSET_API_VERSION + 4], "little")
-            uuid = None
-            if get_props2 is not None and device_api >= VK_API_VERSION_1_1:
-                ids = VkPhysicalDeviceIDProperties(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES, None)
-                props2 = VkPhysicalDeviceProperties2(
-                    VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(ids), ctypes.c_void_p)
-                )
-                get_props2(handle, ctypes.byref(props2))
-                uuid = _uuid(bytes(ids.deviceUUID))
-            name = head[OFFSET_DEVICE_NAME : OFFSET_DEVICE_NAME + DEVICE_NAME_SIZE].split(b"\0", 1)[0]
-            devices.append(
-                {
-                    "index": index,
-                    "name": name.decode("utf-8", "replace"),
-                    "type": DEVICE_TYPES.get(
-                        int.from_bytes(head[OFFSET_DEVICE_TYPE : OFFSET_DEVICE_TYPE + 4], "little"), "OTHER"
-                    ),
-                    "uuid": uuid,
-                    "vendor_id": int.from_bytes(head[OFFSET_VENDOR_ID : OFFSET_VENDOR_ID + 4], "little"),
-                    "device_id": int.from_bytes(head[OFFSET_DEVICE_ID : OFFSET_DEVICE_ID + 4], "little"),
-                    "api_version": _version(device_api),
-                }
+    devices = []
+    for index in range(count.value):
+        _stage(f"device-properties {index}")
+        handle = handles[index]
+        raw = (ctypes.c_uint8 * PROPERTIES_BUFFER_SIZE)()
+        lib.vkGetPhysicalDeviceProperties(handle, raw)
+        head = bytes(raw[: OFFSET_DEVICE_NAME + DEVICE_NAME_SIZE])
+        device_api = int.from_bytes(head[OFFSET_API_VERSION : OFFSET_API_VERSION + 4], "little")
+        uuid = None
+        if get_props2 is not None and device_api >= VK_API_VERSION_1_1:
+            ids = VkPhysicalDeviceIDProperties(VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_ID_PROPERTIES, None)
+            props2 = VkPhysicalDeviceProperties2(
+                VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, ctypes.cast(ctypes.pointer(ids), ctypes.c_void_p)
             )
-        outcome = {"ok": True, "api_version": _version(instance_version), "devices": devices}
-        if all(d["type"] == "CPU" for d in devices):  # a GPU driver may be installed but not load
-            outcome["unloadable"] = _unloadable(libraries)
-        return outcome
-    finally:
-        _stage("vkDestroyInstance")
-        lib.vkDestroyInstance.restype = None
-        lib.vkDestroyInstance.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
-        lib.vkDestroyInstance(instance, None)
+            get_props2(handle, ctypes.byref(props2))
+            uuid = _uuid(bytes(ids.deviceUUID))
+        name = head[OFFSET_DEVICE_NAME : OFFSET_DEVICE_NAME + DEVICE_NAME_SIZE].split(b"\0", 1)[0]
+        devices.append(
+            {
+                "index": index,
+                "name": name.decode("utf-8", "replace"),
+                "type": DEVICE_TYPES.get(
+                    int.from_bytes(head[OFFSET_DEVICE_TYPE : OFFSET_DEVICE_TYPE + 4], "little"), "OTHER"
+                ),
+                "uuid": uuid,
+                "vendor_id": int.from_bytes(head[OFFSET_VENDOR_ID : OFFSET_VENDOR_ID + 4], "little"),
+                "device_id": int.from_bytes(head[OFFSET_DEVICE_ID : OFFSET_DEVICE_ID + 4], "little"),
+                "api_version": _version(device_api),
+            }
+        )
+    outcome = {"ok": True, "api_version": _version(instance_version), "devices": devices}
+    if all(d["type"] == "CPU" for d in devices):  # a GPU driver may be installed but not load
+        outcome["unloadable"] = _unloadable(libraries)
+    return outcome
+
+
+_reported = False
+
+
+def report(outcome: dict) -> None:
+    """Print the answer (once: the first is the answer) and flush it, so that it reaches the parent even if
+    the driver then hangs or crashes. The marker separates it from anything a driver prints on stdout."""
+    global _reported
+    if _reported:
+        return
+    _reported = True
+    sys.stdout.write("RENDERD-VULKAN-PROBE " + json.dumps(outcome) + "\n")
+    sys.stdout.flush()
 
 
 def main() -> int:
@@ -247,9 +275,7 @@ def main() -> int:
         outcome = probe(sys.argv[1:])
     except Exception as exc:  # report anything ctypes raises instead of a traceback
         outcome = {"ok": False, "stage": "probe", "error": f"{type(exc).__name__}: {exc}"}
-    # The marker separates the answer from anything a driver prints on stdout.
-    sys.stdout.write("RENDERD-VULKAN-PROBE " + json.dumps(outcome) + "\n")
-    sys.stdout.flush()
+    report(outcome)  # (an answer probe() printed before the teardown stays the answer)
     return 0
 
 

@@ -15,13 +15,16 @@ import fnmatch
 import json
 import logging
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from renderd.platforms.probe import run_probe
+from renderd.errors import describe_exit
+from renderd.platforms.probe import ProbeOutcome, run_probe
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +100,9 @@ class VulkanProbe:
     #: Driver manifests the loader read whose library cannot be loaded (one sentence each), found when
     #: no instance could be made or only CPU devices were listed: a GPU driver installed but broken.
     broken_drivers: list[str] = field(default_factory=list)
+    #: What else went wrong but did not spoil the answer: the driver hung or crashed in its teardown
+    #: (``vkDestroyInstance``, or as the probe exited) after the probe had printed its complete answer.
+    notes: list[str] = field(default_factory=list)
 
 
 _cache: dict[tuple[object, ...], tuple[float, VulkanProbe]] = {}
@@ -204,16 +210,23 @@ _STAGES = {
     "(a GPU that does not answer?)",
     "device-properties": "reading the properties of Vulkan device",
     "vkDestroyInstance": "in vkDestroyInstance, after the devices were listed",
+    "exit": "as the probe exited (unloading the drivers), after the devices were listed",
     "dlopen-drivers": "opening the driver libraries one by one, after the loader found no usable GPU driver",
 }
 
 
-def _where(stdout: str, manifests: list[str]) -> str:
-    """Where the probe got to, from its progress lines: `` in vkCreateInstance, ... (driver manifests: ...)``."""
+def _last_stage(stdout: str) -> str:
+    """The last step the probe announced (``RENDERD-VULKAN-STAGE <step>``), or ``""``."""
     stage = ""
     for line in stdout.splitlines():
         if line.startswith(_PROBE_STAGE_MARKER + " "):
             stage = line[len(_PROBE_STAGE_MARKER) + 1 :].strip()
+    return stage
+
+
+def _where(stdout: str, manifests: list[str]) -> str:
+    """Where the probe got to, from its progress lines: `` in vkCreateInstance, ... (driver manifests: ...)``."""
+    stage = _last_stage(stdout)
     if not stage:
         return " before it loaded the Vulkan loader (the Python interpreter did not start?)"
     name, _, arg = stage.partition(" ")
@@ -266,9 +279,17 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
     machine) is not, so the next check probes again."""
     manifests = loader_manifests(env)
     libraries = {m: lib for m in manifests if (lib := _manifest_library(m))}
+    started: list[subprocess.Popen[bytes]] = []
+    begun = time.monotonic()
     try:
         outcome = run_probe(
-            _PROBE_SCRIPT, sorted(set(libraries.values())), marker=_PROBE_MARKER, env=env, timeout=timeout, isolated=True
+            _PROBE_SCRIPT,
+            sorted(set(libraries.values())),
+            marker=_PROBE_MARKER,
+            env=env,
+            timeout=timeout,
+            isolated=True,
+            on_start=started.append,
         )
     except OSError as exc:
         if exc.errno in _RESOURCE_ERRNOS:
@@ -285,6 +306,10 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
             error += f" (it said: {outcome.stderr.splitlines()[-1]})"
         return VulkanProbe(False, error=error, fix=DRIVER_BROKEN_FIX), not outcome.timed_out
     answer = outcome.answer
+    notes = []
+    if started and started[0].returncode != 0:  # the answer was complete; the driver's teardown was not
+        notes.append(_teardown_note(outcome, started[0].returncode, time.monotonic() - begun >= timeout, timeout))
+        log.warning("Vulkan probe: %s", notes[-1])
     unloadable = answer.get("unloadable") if isinstance(answer.get("unloadable"), dict) else {}
     broken = [
         _manifest_problem(m) or f"{m} names the driver library {lib}, which cannot be loaded ({unloadable[lib]})"
@@ -301,13 +326,15 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
             error += hint
         else:
             fix = DRIVER_BROKEN_FIX
-        return VulkanProbe(False, error=error, fix=fix, api_version=str(answer.get("api_version", "")), raw=answer), True
+        return VulkanProbe(
+            False, error=error, fix=fix, api_version=str(answer.get("api_version", "")), raw=answer, notes=notes
+        ), True
     devices = [
         VulkanDevice(int(d["index"]), str(d["name"]), str(d.get("type", "OTHER")), d.get("uuid"))
         for d in answer.get("devices", [])
     ]
     result = VulkanProbe(
-        True, devices, api_version=str(answer.get("api_version", "")), raw=answer, broken_drivers=broken
+        True, devices, api_version=str(answer.get("api_version", "")), raw=answer, broken_drivers=broken, notes=notes
     )
     if broken:
         log.warning("Vulkan drivers that cannot be loaded: %s", "; ".join(broken))
@@ -315,6 +342,21 @@ def _run(env: Mapping[str, str], timeout: float) -> tuple[VulkanProbe, bool]:
         result.fix = DRIVER_FIX
     log.debug("Vulkan probe: %s", ", ".join(d.describe() for d in devices) or "no devices")
     return result, True
+
+
+def _teardown_note(outcome: ProbeOutcome, returncode: int | None, deadline_passed: bool, timeout: float) -> str:
+    """Why a probe that printed its complete answer did not exit cleanly: where the driver's teardown hung
+    (killed at the deadline, or stuck past SIGKILL) or crashed (``returncode``)."""
+    name = _last_stage(outcome.stdout)
+    where = _STAGES.get(name, f"at {name}") if name in ("vkDestroyInstance", "exit") else "after the answer"
+    if returncode is None or (returncode == -signal.SIGKILL and deadline_passed):
+        what = f"hung {where} (the probe was killed at its {timeout:g} s deadline)"
+    else:
+        what = f"crashed {where} ({describe_exit(returncode)})"
+    return (
+        f"the Vulkan driver {what}; the device list it gave before is used; fix: {DRIVER_BROKEN_FIX} (players "
+        "may hang or crash as they exit too)"
+    )
 
 
 def _icd_hint(env: Mapping[str, str], unloadable: list[str] = ()) -> tuple[str, str]:
