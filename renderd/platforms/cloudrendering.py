@@ -58,6 +58,7 @@ class CloudRendering(Platform):
         container_note = gpu_mod.container_vars_note(request.env)
         if container_note is not None:
             plan.notes.append(container_note)
+        plan.notes.extend(probe.notes)  # (a driver that hung or crashed after the probe had its answer)
         details = {
             "devices": [d.describe() for d in devices],
             "vulkan_devices": [
