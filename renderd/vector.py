@@ -402,47 +402,104 @@ def _close_sessions(
     not ``together`` (from ``__del__``, which may run wherever the garbage collector does). Returns each
     session's close error (None when it closed cleanly), in order, and a Ctrl-C that came while waiting
     (every session is closed by then). The sessions at the indices ``here`` are closed in this thread: a signal
-    handler's close() interrupted their send or receive, which resumes after it (see :meth:`Session.close`)."""
+    handler's close() interrupted their send or receive, which resumes after it (see :meth:`Session.close`).
+
+    A Ctrl-C (or a signal handler's SystemExit) hurries every stop, as it does a single session's: the players not
+    stopped yet are SIGKILLed at once (see :func:`_kill_player`) rather than given the rest of their grace, and each
+    close still reaps its own before this returns."""
     errors: list[BaseException | None] = [None] * len(sessions)
+    done = [False] * len(sessions)
+    hurried = threading.Event()
     # At interpreter exit a new thread never runs (start() would wait for it forever): one after another.
     workers = 1 if not together or sys.is_finalizing() else min(len(sessions), CLOSE_THREADS)
 
+    def hurry() -> None:
+        # Interrupted: the closes under way in other threads would wait out their players' grace (the signal
+        # reaches this thread only); end those players now. Their closes then find them gone and reap them.
+        hurried.set()
+        for k, session in enumerate(sessions):
+            if not done[k]:
+                _kill_player(session)
+
     def close_one(k: int) -> None:
         try:
+            if hurried.is_set():
+                _kill_player(sessions[k])
             sessions[k].close()
         except BaseException as exc:
             errors[k] = exc
+            if isinstance(exc, _INTERRUPTS):
+                hurry()
+        finally:
+            done[k] = True
 
-    def close_every(first: int) -> None:
-        for k in range(first, len(sessions), workers):
-            if k not in here:
-                close_one(k)
+    def close_every(first: int, finished: threading.Event | None = None) -> None:
+        try:
+            for k in range(first, len(sessions), workers):
+                if k not in here and not done[k]:
+                    close_one(k)
+        finally:
+            if finished is not None:
+                finished.set()
 
     if not sessions:
         return errors, None
-    started: list[threading.Thread] = []
-    for w in range(1, workers):
-        thread = threading.Thread(target=close_every, args=(w,), name="renderd-vector-close", daemon=True)
-        try:
-            thread.start()
-        except RuntimeError:  # no thread can be started: close those here
-            close_every(w)
-            continue
-        started.append(thread)
-    for k in here:
-        close_one(k)
-    close_every(0)  # (a Ctrl-C here is kept as that session's error; the others are still closed)
     interrupt: BaseException | None = None
-    for thread in started:
-        while thread.is_alive():
-            try:
-                thread.join()
-            except _INTERRUPTS as exc:  # finish closing first
-                interrupt = interrupt or exc
+    # Each thread's end, told by an event it sets: not by join() or is_alive(), which a join interrupted by a Ctrl-C
+    # leaves saying the thread has ended while it still runs (CPython 3.11).
+    started: list[threading.Event] = []
+    mine = [*here, *(k for k in range(0, len(sessions), workers) if k not in here)]
+    w = 1
+    while True:
+        # (A Ctrl-C landing between two closes, or as a thread starts, is kept too: the work goes on, hurried.)
+        try:
+            while w < workers:
+                finished = threading.Event()
+                thread = threading.Thread(
+                    target=close_every, args=(w, finished), name="renderd-vector-close", daemon=True
+                )
+                w += 1
+                try:
+                    thread.start()
+                except RuntimeError:  # no thread can be started: close those here
+                    mine.extend(k for k in range(w - 1, len(sessions), workers) if k not in here)
+                    continue
+                started.append(finished)
+            for k in mine:
+                if not done[k]:
+                    close_one(k)  # (a Ctrl-C here is kept as that session's error; the others are still closed)
+            for finished in started:
+                finished.wait()
+            break
+        except _INTERRUPTS as exc:  # finish closing first
+            interrupt = interrupt or exc
+            hurry()
     for k, exc in enumerate(errors):
         if isinstance(exc, _INTERRUPTS):
             interrupt, errors[k] = interrupt or exc, None
     return errors, interrupt
+
+
+def _kill_player(session: Any) -> None:
+    """SIGKILL the process group of ``session``'s own player (a slot's session, or a :class:`_PlayerStopper`'s), as
+    :meth:`PlayerProcess.stop` does when a Ctrl-C interrupts its grace: for :func:`_close_sessions`, whose closes in
+    other threads the Ctrl-C does not reach. The close of the session (under way, or to come) then finds the player
+    gone and reaps it. Nothing for a leased player (its lease is released, the daemon stops it), nor for one stopped
+    already, nor in a process forked from the one that started it."""
+    if isinstance(session, _PlayerStopper):
+        session = session.session
+    process = getattr(session, "process", None)
+    signal_group = getattr(process, "_signal_group", None)
+    if (
+        signal_group is None
+        or getattr(process, "_stopped", True)
+        or getattr(process, "_owner_pid", None) != os.getpid()
+    ):
+        return
+    try:
+        signal_group(signal.SIGKILL)  # (the group's members too; not an id given to another process meanwhile)
+    except Exception as exc:  # (its close reports what is wrong with the player)
+        log.debug("could not kill player pid %s on an interrupt: %s", getattr(process, "pid", None), exc)
 
 
 class _PlayerStopper:
