@@ -101,6 +101,10 @@ MAX_NOTED_DESCENDANTS = 64
 #: :data:`DESCENDANT_NOTE_INTERVAL`): a helper a player daemonises as it starts is noted even when the player
 #: exits soon after (right after its first frame).
 DESCENDANT_FIRST_NOTE = 0.2
+#: At interpreter exit, how long (seconds) a lock the noter thread takes is waited for: that thread is a daemon
+#: thread, frozen where it stands once the exit begins, and a lock it held then (in the middle of a note) is never
+#: released; a session closed by its ``__del__`` at exit waited for it for ever.
+FINALIZING_LOCK_WAIT = 0.1
 
 #: Variables that tell a player where its endpoints are; stale ones inherited from our own environment
 #: are dropped so a player never talks to somebody else's pipes.
@@ -611,6 +615,16 @@ def _after_fork_in_child() -> None:
     _BACKGROUND_NOTER.forget()  # (its thread is the parent's; the copies here never note)
 
 
+def _acquire_unless_frozen(lock: Any) -> bool:
+    """Acquire ``lock`` (a Lock or Condition the noter thread also takes) and return True; at interpreter exit give
+    up after :data:`FINALIZING_LOCK_WAIT` and return False: the noter, a daemon thread frozen by the exit, may hold
+    it for good, and it will never touch what the lock guards again."""
+    if sys.is_finalizing():
+        return lock.acquire(timeout=FINALIZING_LOCK_WAIT)
+    lock.acquire()
+    return True
+
+
 class _BackgroundNoter:
     """One thread (``renderd-player-noter``) that notes the helpers of this process's running players whose
     :attr:`PlayerProcess.notes_on_poll` is set, each when its note is due (:meth:`PlayerProcess.note_if_due`):
@@ -634,9 +648,14 @@ class _BackgroundNoter:
             self._cond.notify()
 
     def discard(self, proc: PlayerProcess) -> None:
-        with self._cond:
+        cond = self._cond
+        if not _acquire_unless_frozen(cond):
+            return  # (at exit, held by the frozen noter thread: it never runs again)
+        try:
             self._players.discard(proc)
-            self._cond.notify()
+            cond.notify()
+        finally:
+            cond.release()
 
     def forget(self) -> None:
         """In a forked child: no thread, no player (a new lock: the parent's may have been held at the fork)."""
@@ -1097,9 +1116,13 @@ class PlayerProcess:
 
     def _take_noted(self) -> dict[int, int | psutil.Process]:
         """The noted helpers, handed over to stop() (no more are noted after this)."""
-        with self._noted_lock:
+        held = _acquire_unless_frozen(self._noted_lock)
+        try:  # (not held: at exit, by the noter thread the exit froze mid-note; it never touches them again)
             self._noting_closed = True
             noted, self._noted = self._noted, {}
+        finally:
+            if held:
+                self._noted_lock.release()
         _BACKGROUND_NOTER.discard(self)
         return noted
 
