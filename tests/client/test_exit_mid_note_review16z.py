@@ -25,7 +25,7 @@ SLOW_NOTE = textwrap.dedent("""
 
     def slow_note(self, wait=True):
         if threading.current_thread().name != "renderd-player-noter":  # (a poll's note: as it is)
-            return note(self, wait)
+            return note(self, wait=wait)
         if not self._noted_lock.acquire(blocking=wait):
             return
         try:
