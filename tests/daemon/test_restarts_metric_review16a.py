@@ -65,8 +65,9 @@ def test_a_restart_its_new_restart_policy_cancels_is_not_counted(supervisor_with
 def test_a_restart_the_daemon_stop_cancels_is_not_counted(supervisor_with):
     sup = supervisor_with(_long_backoff())
     _crash_into_a_long_backoff(sup)
-    sup.request_stop()
+    # (found before the stop is asked for: the loop may end before a look after it)
     (loop,) = [t for t in threading.enumerate() if t.name == "renderd-supervisor-test"]
+    sup.request_stop()
     loop.join(DEADLINE)
     assert not loop.is_alive()
     assert _restarts_counted(sup) == 0
