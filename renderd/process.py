@@ -1296,6 +1296,14 @@ class PlayerProcess:
             time.sleep(min(remaining, PID_POLL_INTERVAL))
         return True
 
+    def kill_now(self) -> None:
+        """SIGKILL the player's process group at once, as :meth:`stop` does when a Ctrl-C interrupts its grace: for
+        an owner whose stop runs in another thread, which the Ctrl-C does not reach. Does not reap (the stop, under
+        way or to come, does). Nothing once stopped, nor in a process forked from the one that spawned the player."""
+        if self._stopped or os.getpid() != self._owner_pid:
+            return
+        self._signal_group(signal.SIGKILL)  # (the group's members too; not an id given to another process meanwhile)
+
     def stop(self, grace: float = DEFAULT_STOP_GRACE) -> int | None:
         """Stop the player and its process group: SIGTERM (and SIGCONT, so that a stopped process acts on it),
         up to ``grace`` seconds, SIGKILL, reap.

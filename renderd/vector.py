@@ -489,15 +489,11 @@ def _kill_player(session: Any) -> None:
     if isinstance(session, _PlayerStopper):
         session = session.session
     process = getattr(session, "process", None)
-    signal_group = getattr(process, "_signal_group", None)
-    if (
-        signal_group is None
-        or getattr(process, "_stopped", True)
-        or getattr(process, "_owner_pid", None) != os.getpid()
-    ):
+    kill_now = getattr(process, "kill_now", None)  # (none for a leased player)
+    if kill_now is None:
         return
     try:
-        signal_group(signal.SIGKILL)  # (the group's members too; not an id given to another process meanwhile)
+        kill_now()
     except Exception as exc:  # (its close reports what is wrong with the player)
         log.debug("could not kill player pid %s on an interrupt: %s", getattr(process, "pid", None), exc)
 
