@@ -94,3 +94,16 @@ def test_a_body_that_is_no_json_object_is_named_in_json_words(raw, kind, method,
     error = json.loads(body)["error"]
     assert got["status"].startswith("400"), (got, error)
     assert error == {"type": "RenderdError", "message": f"request body must be a JSON object ({{...}}), got {kind}"}
+
+
+def test_reliability_md_quotes_the_lease_requests_the_control_socket_holds_as_the_code_counts_them():
+    # It said "beyond the control socket's connections less 8": waitress keeps 2 of them for itself as well.
+    import waitress.adjustments
+
+    connections = waitress.adjustments.Adjustments().connection_limit  # (the control socket leaves it as it is)
+    waiting = connections - 2 - service.API_CONNECTION_HEADROOM
+    doc = " ".join((HTTP_MD.parent / "reliability.md").read_text().split())
+    assert (f"requests that would wait beyond {waiting} (the control socket's {connections} connections, less the 2 "
+            f"waitress keeps for itself and the {service.API_CONNECTION_HEADROOM} of `API_CONNECTION_HEADROOM`) are "
+            "refused at once (503 `LeaseBusyError`)") in doc
+    assert "a lease request there is 403 `LeaseError`" in doc
