@@ -36,7 +36,10 @@ class _StateCollector(Collector):
     def collect(self) -> Iterable[GaugeMetricFamily]:
         snap = self._snapshot()
         players = GaugeMetricFamily(
-            "renderd_players", "Player slots by environment and state.", labels=["environment", "state"]
+            "renderd_players",
+            "Player slots by environment and state, as renderd status shows them (one about to start while its "
+            "environment's platform is selected is STARTING).",
+            labels=["environment", "state"],
         )
         leases = GaugeMetricFamily("renderd_leases_active", "Leases currently held.", labels=["environment"])
         wanted = GaugeMetricFamily(
@@ -63,7 +66,10 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         labels = ["environment"]
         self.restarts = Counter(
-            "renderd_player_restarts", "Players started again after they exited.", labels, registry=self.registry
+            "renderd_player_restarts",
+            "Players started again after they exited or failed to start, counted once the new process has started.",
+            labels,
+            registry=self.registry,
         )
         self.boot_failures = Counter(
             "renderd_player_boot_failures",

@@ -182,10 +182,13 @@ class Player:
         self.deadline: float | None = None  # start deadline while STARTING; restart time while BACKOFF
         self.next_open: float = 0.0
         self.spawns = 0
+        #: Times it was started again after its process exited or failed to start (a crash, a failed boot, a failed
+        #: health check): counted, as renderd_player_restarts_total is, once the new process has started (_started),
+        #: not while the restart is waited for. A restart that never happens (its environment removed, or changed, or
+        #: the daemon stopped, while it waited) is not counted; nor is a start that failed (the next one counts).
         self.restarts = 0
-        #: A restart scheduled (_schedule_restart) whose process has not started yet: it is counted in
-        #: renderd_player_restarts_total once it does (_started), so that a restart that never happens (its
-        #: environment removed, or changed, or the daemon stopped, while it waited) is not.
+        #: A restart scheduled (_schedule_restart) whose process has not started yet: counted in ``restarts`` and
+        #: renderd_player_restarts_total once it does (_started).
         self.restart_due = False
         self.boot_failures = 0  # consecutive
         self.backoff_failures = 0  # consecutive exits used for the backoff delay (see _schedule_restart)
@@ -228,6 +231,15 @@ class Player:
     @property
     def outdated(self) -> bool:
         return self.config.replaces_players(self.environment.config)
+
+    @property
+    def shown_state(self) -> str:
+        """Its state as ``renderd status`` and the counts (``renderd_players``, an environment's ``states``) give
+        it: STARTING for a slot BACKOFF only while its environment's platform is selected (about to start, nothing
+        failed), its state otherwise."""
+        if self.awaiting_platform and self.state == State.BACKOFF:
+            return State.STARTING.value
+        return self.state.value
 
     def to_dict(self) -> dict[str, Any]:
         now = time.monotonic()
@@ -287,8 +299,9 @@ class Environment:
 
     def to_dict(self) -> dict[str, Any]:
         counts: dict[str, int] = {}
-        for p in self.players:
-            counts[p.state.value] = counts.get(p.state.value, 0) + 1
+        for p in self.players:  # (as renderd status and renderd_players count them: see Player.shown_state)
+            state = p.shown_state
+            counts[state] = counts.get(state, 0) + 1
         return {
             "name": self.name,
             "source": self.source,
@@ -432,8 +445,8 @@ class Supervisor:
             out = {}
             for name, env in self.environments.items():
                 states = {s.value: 0 for s in State}
-                for p in env.players:
-                    states[p.state.value] += 1
+                for p in env.players:  # (a slot awaiting its platform is STARTING, as renderd status shows it)
+                    states[p.shown_state] += 1
                 out[name] = {
                     "states": states,
                     "leases": sum(1 for p in env.players if p.lease is not None),
@@ -1622,8 +1635,9 @@ class Supervisor:
         assert p.proc is not None and p.holder is not None
         p.holder.attach(p.proc)
         p.spawns += 1
-        if p.restart_due:  # (counted now that it has started: see Player.restart_due)
+        if p.restart_due:  # (counted now that it has started: see Player.restarts)
             p.restart_due = False
+            p.restarts += 1
             self.metrics.restarts.labels(env.name).inc()
         p.state = State.STARTING
         p.started_at = time.monotonic()
@@ -2426,8 +2440,7 @@ class Supervisor:
         p.backoff_delay = delay
         p.state = State.BACKOFF
         p.deadline = time.monotonic() + delay
-        p.restarts += 1
-        p.restart_due = True  # (counted in renderd_player_restarts_total once its process starts)
+        p.restart_due = True  # (counted in restarts and renderd_player_restarts_total once its process starts)
         log.info("%s[%d] restarting in %.3g s", p.environment.name, p.index, delay)
         self._status_update()
 
