@@ -1156,6 +1156,16 @@ class Daemon:
         if self.supervisor.stopping:
             log.info("SIGHUP ignored: the daemon is stopping")
             return
+        # A driver installed or fixed, or an X server started, since the last probes: the selections after a
+        # reload (FAILED players retried, changed environments) probe again instead of reusing the old verdict.
+        try:
+            from renderd.platforms import clear_caches
+
+            clear_caches()
+        except Exception:  # (never in the way of the reload)
+            log.exception("reload: cannot forget the platform probe results")
+        else:
+            log.info("reload: platform probe results forgotten; the next selections probe again")
         if self.config_path is None:
             log.info("SIGHUP: no configuration file was given, nothing to reload")
             return

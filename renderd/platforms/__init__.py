@@ -25,8 +25,19 @@ __all__ = [
     "Selection",
     "Decision",
     "check",
+    "clear_caches",
     "decide",
     "describe_request",
     "get_platform",
     "select",
 ]
+
+
+def clear_caches() -> None:
+    """Forget every cached probe result of this process (the Vulkan probe's, and the ``nvidia-smi``/``vulkaninfo``
+    outputs and failures): the next selection probes again. A reload of the daemon calls it, so that a driver
+    installed or fixed since is seen by the selections after it."""
+    from renderd.platforms import gpus, vulkan
+
+    vulkan.clear_cache()
+    gpus.clear_cache()

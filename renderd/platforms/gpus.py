@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from renderd.errors import describe_exit
 from renderd.platforms.probe import leave_behind, reap_left_behind
@@ -45,6 +46,13 @@ GPU_TOOL_REAP_TIMEOUT = 5.0
 GPU_TOOL_CACHE_SECONDS = 300.0
 #: Most tool outputs kept (one per command and environment); expired ones are dropped first, then the oldest.
 GPU_TOOL_CACHE_ENTRIES = 32
+#: How long a tool's failure (an error exit, a missed deadline) is reused once it failed twice in a row: a broken
+#: tool (an ``nvidia-smi`` that hangs until its deadline) then costs one run per this many seconds, not one per
+#: check, and a tool fixed since is asked again at most this long after. The first failure is not reused (a tool
+#: slow once, a driver initialising, is asked again at the next check). A reload of the daemon forgets them all.
+GPU_TOOL_FAILURE_CACHE_SECONDS = 30.0
+#: How long a failure is remembered to count the next one as "in a row" (a failure after a longer while is a first).
+GPU_TOOL_FAILURE_MEMORY_SECONDS = 300.0
 
 _NVIDIA_SMI_RE = re.compile(r"^GPU (?P<index>\d+): (?P<name>.+?) \(UUID: (?P<uuid>GPU-[0-9A-Fa-f-]+)\)\s*$")
 _VK_GPU_RE = re.compile(r"^\s*GPU(?P<index>\d+):\s*$")
@@ -347,6 +355,8 @@ def plan_screens(
 # -- running the tools ------------------------------------------------------------------------------
 
 _tool_cache: dict[tuple[object, ...], tuple[float, str | None, str | None]] = {}
+#: Failures by the same key as :data:`_tool_cache`: ``(when, what went wrong, how many in a row)``.
+_tool_failures: dict[tuple[object, ...], tuple[float, str, int]] = {}
 _tool_lock = threading.Lock()
 
 
@@ -354,8 +364,11 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
     """(stdout, None) of a tool, or (None, what went wrong) when it fails or times out; (None, None) when it
     is not installed. An output is cached per command, PATH, every variable that changes what the Vulkan loader
     (and the NVIDIA tools) find, and the drivers on disk (:func:`vulkan.driver_fingerprint`: a driver installed
-    since is seen at once); a failure or a timeout is not (a driver fixed since, say by reloading its kernel
-    module, is seen at the next check)."""
+    since is seen at once), for :data:`GPU_TOOL_CACHE_SECONDS`. A failure or a timeout is cached by the same key,
+    briefly: the first is not (a tool slow once, a driver initialising, is asked again at the next check), a second
+    in a row is reused for :data:`GPU_TOOL_FAILURE_CACHE_SECONDS` (a tool that hangs until its deadline stalls one
+    check per that many seconds, not every check; a driver fixed since is seen that long after at most).
+    :func:`clear_cache` (a reload of the daemon) forgets both."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
         return None, None
@@ -364,17 +377,20 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
         driver_fingerprint(env),
     )
     with _tool_lock:
+        now = time.monotonic()
         cached = _tool_cache.get(key)
-        if cached is not None and time.monotonic() - cached[0] < GPU_TOOL_CACHE_SECONDS:
+        if cached is not None and now - cached[0] < GPU_TOOL_CACHE_SECONDS:
             return cached[1], cached[2]
+        failed = _tool_failures.get(key)
+        if failed is not None and failed[2] >= 2 and now - failed[0] < GPU_TOOL_FAILURE_CACHE_SECONDS:
+            return None, failed[1]
     output: str | None = None
     problem: str | None = None
     try:
         returncode, stdout, stderr = _run_bounded([binary, *argv[1:]], env)
     except subprocess.TimeoutExpired:
         log.warning("%s did not answer within %g s", argv[0], GPU_TOOL_TIMEOUT)
-        # not cached: a tool slow once (a driver initialising) is asked again next time
-        return None, f"it did not answer within {GPU_TOOL_TIMEOUT:g} s"
+        problem = f"it did not answer within {GPU_TOOL_TIMEOUT:g} s"
     except OSError as exc:
         log.warning("cannot run %s: %s", argv[0], exc)
         problem = f"it cannot be run ({exc})"
@@ -386,17 +402,35 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
             said = (stderr or stdout).decode("utf-8", "replace").strip()[-300:]
             log.warning("%s failed (%s): %s", argv[0], describe_exit(returncode), said)
             problem = f"it failed ({describe_exit(returncode)}" + (f": {said.splitlines()[-1]})" if said else ")")
-    if problem is not None:
-        return output, problem  # not cached: asked again at the next check
     with _tool_lock:
         now = time.monotonic()
-        for old in [k for k, (at, _, _) in _tool_cache.items() if now - at >= GPU_TOOL_CACHE_SECONDS]:
-            del _tool_cache[old]
-        _tool_cache.pop(key, None)  # (re)inserted last: the dict's order is the entries' age
+        if problem is not None:
+            before = _tool_failures.get(key)
+            in_a_row = before[2] + 1 if before is not None and now - before[0] < GPU_TOOL_FAILURE_MEMORY_SECONDS else 1
+            if in_a_row >= 2:
+                problem += (
+                    f", {in_a_row} times in a row (it is not run again for {GPU_TOOL_FAILURE_CACHE_SECONDS:g} s, "
+                    "or until the daemon is reloaded)"
+                )
+            _remember(_tool_failures, key, now, GPU_TOOL_FAILURE_MEMORY_SECONDS)
+            _tool_failures[key] = (now, problem, in_a_row)
+            return output, problem
+        _tool_failures.pop(key, None)
+        _remember(_tool_cache, key, now, GPU_TOOL_CACHE_SECONDS)
         _tool_cache[key] = (now, output, problem)
-        while len(_tool_cache) > GPU_TOOL_CACHE_ENTRIES:
-            del _tool_cache[next(iter(_tool_cache))]
     return output, problem
+
+
+def _remember(cache: dict[tuple[object, ...], tuple[float, Any, Any]], key: tuple[object, ...], now: float,
+              lifetime: float) -> None:
+    """Make room in ``cache`` (whose values start with the time they were stored) for ``key``: drop the entries
+    older than ``lifetime``, then the oldest beyond :data:`GPU_TOOL_CACHE_ENTRIES` - 1 (``key`` included, to be
+    (re)inserted last by the caller: the dict's order is the entries' age)."""
+    cache.pop(key, None)
+    for old in [k for k, value in cache.items() if now - value[0] >= lifetime]:
+        del cache[old]
+    while len(cache) >= GPU_TOOL_CACHE_ENTRIES:
+        del cache[next(iter(cache))]
 
 
 def _run_bounded(argv: list[str], env: Mapping[str, str]) -> tuple[int, bytes, bytes]:
@@ -469,6 +503,7 @@ def vulkaninfo_devices(env: Mapping[str, str]) -> list[VulkanDevice]:
 
 
 def clear_cache() -> None:
-    """Forget cached tool outputs."""
+    """Forget cached tool outputs and failures (the next check runs the tools again)."""
     with _tool_lock:
         _tool_cache.clear()
+        _tool_failures.clear()
