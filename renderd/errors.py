@@ -8,6 +8,7 @@ other side from :data:`ERROR_TYPES`, an allow-list: a type name is never evaluat
 from __future__ import annotations
 
 import errno as _errno
+import json as _json
 import re as _re
 import signal as _signal
 from typing import Any
@@ -263,6 +264,19 @@ def error_from_dict(data: Any) -> RenderdError:
     if not hasattr(err, "reason"):
         err.reason = message
     return err
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words (its sender wrote JSON, not Python: ``null``, not NoneType)."""
+    if value is None or isinstance(value, bool):
+        return _json.dumps(value)
+    if isinstance(value, list):
+        return "an array"
+    if isinstance(value, dict):
+        return "an object"
+    if isinstance(value, str):
+        return "a string"
+    return "a number"
 
 
 def os_error_message(exc: OSError, what: str) -> str:

@@ -29,7 +29,7 @@ from renderd.config import ConfigError, parse_environment
 from renderd.daemon.leases import MAX_LEASE_TIMEOUT, open_client_pidfd
 from renderd.daemon.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from renderd.daemon.supervisor import NotFound, Supervisor
-from renderd.errors import LeaseError, RenderdError, error_to_dict
+from renderd.errors import LeaseError, RenderdError, error_to_dict, json_kind
 
 __all__ = ["make_app", "MAX_BODY_SIZE", "MAX_LEASE_TIMEOUT", "API_VERSION", "PEER_PID_KEY", "REMOTE_KEY"]
 
@@ -125,19 +125,8 @@ def _read_json(environ: dict[str, Any]) -> dict[str, Any]:
     except RecursionError:  # (arrays or objects nested some thousand deep: no request of the API's has that)
         raise HTTPError(400, RenderdError("request body is JSON nested too deep to read")) from None
     if not isinstance(body, dict):
-        raise HTTPError(400, RenderdError(f"request body must be a JSON object ({{...}}), got {_json_kind(body)}"))
+        raise HTTPError(400, RenderdError(f"request body must be a JSON object ({{...}}), got {json_kind(body)}"))
     return body
-
-
-def _json_kind(value: Any) -> str:
-    """What a decoded JSON value is, in JSON's words (the client wrote JSON, not Python: ``null``, not NoneType)."""
-    if value is None or isinstance(value, bool):
-        return json.dumps(value)
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, str):
-        return "a string"
-    return "a number"
 
 
 #: Characters of a value from a request body quoted in an error answer (a body may be a megabyte of it).

@@ -59,6 +59,7 @@ from renderd.errors import (
     PlayerTimeout,
     ProtocolError,
     RenderdError,
+    json_kind,
     os_error_message,
 )
 from renderd.protocol import (
@@ -182,7 +183,7 @@ def _allowed_sizes(agents: list[Any]) -> tuple[set[int], set[int]]:
     depth: set[int] = set()
     for i, agent in enumerate(agents):
         if not isinstance(agent, dict):
-            raise ProtocolError(f"metadata agents[{i}] is {type(agent).__name__}, expected an object")
+            raise ProtocolError(f"metadata agents[{i}] is {json_kind(agent)}, expected an object")
         try:
             width, height = int(agent["screenWidth"]), int(agent["screenHeight"])
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
@@ -283,7 +284,7 @@ class TrainPost:
             raise ProtocolError("the POST /train body has no 'metadata' part (a JSON object describing the frame)")
         metadata = self._json(self._metadata_part, "metadata")
         if not isinstance(metadata, dict):
-            raise ProtocolError(f"the metadata part must be a JSON object, got {type(metadata).__name__}")
+            raise ProtocolError(f"the metadata part must be a JSON object, got {json_kind(metadata)}")
         agents = metadata.get("agents")
         if not isinstance(agents, list) or not agents:
             raise ProtocolError("metadata has no 'agents' list (every frame must describe its agents)")
@@ -1104,8 +1105,9 @@ def make_player_app(registry: PlayerBridgeRegistry) -> Callable:
         method, handler = route
         request_method = environ.get("REQUEST_METHOD", "GET")
         if request_method != method and not (method == "GET" and request_method == "HEAD"):
-            return refuse(environ, start_response, 405, "RenderdError", f"{path} takes {method}, not {request_method}",
-                          [("Allow", method)])
+            allow = "GET, HEAD" if method == "GET" else method  # (HEAD is served wherever GET is)
+            return refuse(environ, start_response, 405, "RenderdError", f"{path} takes {allow}, not {request_method}",
+                          [("Allow", allow)])
         try:
             return handler(environ, start_response)
         except Exception as exc:  # a JSON answer, never a traceback page

@@ -291,7 +291,7 @@ def test_wrong_content_type_is_400(served):
         ({"md": {"no": "agents"}}, "no 'agents' list"),
         ({"rgb": b"\x00" * 35}, "image part 'image' is 35 bytes"),
         ({"md": {"agents": [{"screenWidth": 0, "screenHeight": 3}]}}, "screen size 0 x 3"),
-        ({"md": {"agents": ["x"]}}, "agents\\[0\\] is str"),
+        ({"md": {"agents": ["x"]}}, "agents\\[0\\] is a string, expected an object"),
         ({"md": {"agents": [{"screenWidth": float("inf"), "screenHeight": 3}]}}, "screenWidth/screenHeight"),
         # Valid JSON that msgpack cannot carry: answered 400 and the stream failed, not a 500.
         ({"md": {**metadata(), "big": 2**70}}, "msgpack cannot carry"),
