@@ -2596,12 +2596,15 @@ class Supervisor:
             leased = sum(1 for p in env.players if p.state == State.LEASED)
             failed = sum(1 for p in env.players if p.state == State.FAILED)
             exited = sum(1 for p in env.players if p.state == State.EXITED)  # (not restarted: its restart policy)
+            if env.removing:  # (wanted 0, as GET /v1/health and renderd_players_wanted say: none of them serves)
+                parts.append(f"{env.name} being removed, {len(env.players)} player(s) stopping")
+                continue
             part = f"{env.name} {ready + leased}/{env.config.instances} up ({leased} leased)"
             if failed:
                 part += f", {failed} failed"
             if exited:
                 part += f", {exited} exited"
-            if env.held is not None and not env.removing:
+            if env.held is not None:
                 part += f", {env.held}"
             parts.append(part)
         return "; ".join(parts) or "no environments"

@@ -111,3 +111,22 @@ def test_a_slot_awaiting_its_platform_is_counted_starting_not_backoff(supervisor
     ready_pid(sup)
     text = sup.metrics.render().decode()
     assert re.search(r'renderd_players\{environment="demo",state="READY"\} 1\.0', text), text
+
+
+# -- 3. the status line (systemd's STATUS=) of an environment being removed ----------------------------------------
+def test_the_status_line_says_an_environment_is_being_removed_not_that_it_wants_its_players(supervisor_with):
+    # A player that ignores SIGTERM (and never becomes ready) takes its stop_grace to stop once its environment
+    # is removed: meanwhile GET /v1/health and renderd_players_wanted say 0 wanted, and so must the status line.
+    statuses: list[str] = []
+    exe = '["/bin/sh", "-c", "trap \'\' TERM; exec sleep 30"]'
+    sup = supervisor_with(fast_config(executable=exe).replace("stop_grace = 2.0", "stop_grace = 3.0"),
+                          on_status=statuses.append)
+    wait_for(lambda: only_player(sup) is not None and only_player(sup).state == State.STARTING, DEADLINE,
+             "the player starting")
+    sup.delete_environment("demo")
+    wait_for(lambda: only_player(sup).state == State.STOPPING, DEADLINE, "the removed environment's player stopping")
+    assert sup.health()["environments"]["demo"]["wanted"] == 0
+    wait_for(lambda: statuses and "demo being removed, 1 player(s) stopping" in statuses[-1], 5.0,
+             "the status line to say the environment is being removed")
+    assert "0/1 up" not in statuses[-1], statuses
+    wait_for(lambda: "demo" not in sup.environments, DEADLINE, "the environment gone")
