@@ -33,8 +33,8 @@ Agents, as a build has them: the player starts with one, and a Reset leaves one 
 build's AgentManager places them (:meth:`Player._initial_agents`), each reporting that Initialize; an action's
 ``agentId`` (0 by default) names the agent that acts, and one that names none is answered by agent 0 as a
 failure. Every answer lists
-every agent's metadata in agent order (its own pose, objects and last action's fields; with several agents
-also its ``agentId``) with ``activeAgentId`` the acting one, and every agent's images. Agents block each
+every agent's metadata in agent order (its own pose, objects and last action's fields, and its ``agentId``, as
+a build's AgentManager sets every map's) with ``activeAgentId`` the acting one, and every agent's images. Agents block each
 other's moves (:meth:`Scene.collision`'s ``others``), not teleports, as in a build; they are not drawn in each other's
 view.
 
@@ -572,6 +572,36 @@ def _euler_angles(x: float, y: float, z: float) -> tuple[float, float, float]:
     if 90.0 < x < 270.0:
         x, y, z = (180.0 - x) % 360.0, y + 180.0, z + 180.0
     return _yaw(x) + 0.0, _yaw(y) + 0.0, _yaw(z) + 0.0  # (+ 0.0: no -0.0)
+
+
+#: Where a build's agent holds an object: its hand, a child of the agent's camera, this far below it (y) and ahead of
+#: it (z) in the camera's frame (metres; an iTHOR agent's default hand position).
+HAND_OFFSET = (0.0, -0.16, 0.38)
+_HAND_LOCAL = {"localPosition": _xyz(*HAND_OFFSET), "localRotation": _xyz(0.0, 0.0, 0.0)}
+
+
+def _hand_pose(agent: "_Agent") -> dict[str, Any]:
+    """A build's ``heldObjectPose``: its agent's hand (:data:`HAND_OFFSET` from the camera, turned with it), world
+    ``position`` and ``rotation`` (a Transform's ``eulerAngles``: the camera's pitch and the agent's yaw), then
+    ``localPosition`` and ``localRotation`` (relative to the camera)."""
+    cx, cy, cz = agent.camera_position()
+    yaw, pitch = math.radians(agent.yaw), math.radians(agent.horizon)
+    _, down, ahead = HAND_OFFSET
+    # The camera's up and forward vectors (renderd.player.renderer.camera_basis), without numpy.
+    up = (math.sin(yaw) * math.sin(pitch), math.cos(pitch), math.cos(yaw) * math.sin(pitch))
+    forward = (math.sin(yaw) * math.cos(pitch), -math.sin(pitch), math.cos(yaw) * math.cos(pitch))
+    position = _xyz(*(c + down * u + ahead * f + 0.0 for c, u, f in zip((cx, cy, cz), up, forward)))
+    return {"position": position, "rotation": _xyz(*_euler_angles(agent.horizon, agent.yaw, 0.0)), **_HAND_LOCAL}
+
+
+#: The return slots of a build's MetadataWrapper that only actions this player does not have fill, as a build sends
+#: them after any other action (its agent empties them once each answer is made); ``visibleRange`` null as without
+#: Initialize's ``alwaysReturnVisibleRange``.
+_NO_EXTRA_RETURNS: dict[str, Any] = {
+    "flatSurfacesOnGrid": [], "distances": [], "normals": [], "isOpenableGrid": [], "segmentedObjectIds": [],
+    "objectIdsInBox": [], "actionIntReturn": 0, "actionFloatReturn": 0.0, "actionStringsReturn": [],
+    "actionFloatsReturn": [], "actionVector3sReturn": [], "visibleRange": None,
+}
 
 
 class _Camera:
@@ -1647,7 +1677,7 @@ class Player:
         else:
             listed, colors, images = None, 0, []
         if len(agents) == 1:
-            views = [self._view(agents[0], None, listed, colors)]
+            views = [self._view(agents[0], 0, listed, colors)]
         else:
             for agent in agents:
                 if agent.outcome is None:
@@ -1655,8 +1685,8 @@ class Player:
             views = [self._view(agent, i, listed, colors) for i, agent in enumerate(agents)]
         return Answer(views, [a.outcome for a in agents], self.active, self.sequence_id, images)
 
-    def _view(self, agent: _Agent, agent_id: int | None, cameras: tuple | None, colors: int) -> _View:
-        """The agent's view of the player's state (``agent_id``: its index with several agents, else None;
+    def _view(self, agent: _Agent, agent_id: int, cameras: tuple | None, colors: int) -> _View:
+        """The agent's view of the player's state (``agent_id``: its index;
         ``cameras``: the third-party cameras' states, None for an answer without images, whose agent maps list
         no camera; ``colors``: 1 when the answer has the instance segmentation images, whose colours the maps list,
         2 when it also has the class segmentation images, whose colours they list too, else 0), from the cache when
@@ -1745,10 +1775,10 @@ class Player:
             )
         return objects + self._synthetic
 
-    def _build_view(self, agent: _Agent, agent_id: int | None, list_cameras: bool, list_colors: int) -> _View:
+    def _build_view(self, agent: _Agent, agent_id: int, list_cameras: bool, list_colors: int) -> _View:
         """An agent's metadata's state-decided parts. Reads only what :meth:`_view`'s key holds (and constants).
-        ``agent_id``: the ``agentId`` a build's map of several agents has (``None`` with one agent: its map
-        keeps the shape it had before this player had several). ``list_cameras``: the map's ``thirdPartyCameras``
+        ``agent_id``: the map's ``agentId``, the agent's index (a build's AgentManager sets every map's, one agent's
+        too). ``list_cameras``: the map's ``thirdPartyCameras``
         lists the cameras (``[]`` with none), else it is null, as a build's map for an answer without images.
         ``list_colors``: ``colors`` lists every part's segmentation colour (1), and with 2 each object type's class
         segmentation colour after the first part of that type (named by the type, as a build's ImageSynthesis lists
@@ -1756,9 +1786,7 @@ class Player:
         AgentManager fills the list where it adds them)."""
         cameras = [c.metadata(i) for i, c in enumerate(self.cameras)] if list_cameras else None
         sx, sy, sz = self.scene.size
-        head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height}
-        if agent_id is not None:
-            head["agentId"] = agent_id
+        head = {"name": "agent", "screenWidth": self.width, "screenHeight": self.height, "agentId": agent_id}
         tail = {
             "sceneName": self.scene_name,
             "depthFormat": "Meters",
@@ -1766,6 +1794,8 @@ class Player:
             "cameraFarPlane": CAMERA_FAR_PLANE,
             "fov": self.fov,
             "cameraPosition": _xyz(*agent.camera_position()),
+            # A build's camera is orthographic only for an action that asks (and reports its size then): else -1.
+            "cameraOrthSize": -1.0,
             "agent": {
                 "name": "agent",
                 "position": _xyz(agent.x, AGENT_Y, agent.z),
@@ -1774,12 +1804,18 @@ class Player:
                 "isStanding": agent.standing,
                 "inHighFrictionArea": False,
             },
+            "heldObjectPose": _hand_pose(agent),
+            "arm": None,  # (a build's default agent has no arm)
             "objects": self._objects(agent),
             "colors": self._colors(list_colors == 2) if list_colors else None,
             "thirdPartyCameras": cameras,
+            # What the agent's capsule touched while it moved: a blocked move here stops before it touches anything.
+            "collided": False,
+            "collidedObjects": [],
             "isSceneAtRest": True,
             "inventoryObjects": [],
             "sceneBounds": _bounds((-sx / 2, 0.0, -sz / 2), (sx / 2, sy, sz / 2)),
+            **_NO_EXTRA_RETURNS,
         }
         return _View(head, tail)
 
