@@ -1163,9 +1163,9 @@ class Daemon:
 
             clear_caches()
         except Exception:  # (never in the way of the reload)
-            log.exception("reload: cannot forget the platform probe results")
+            log.exception("SIGHUP: cannot forget the platform probe results")
         else:
-            log.info("reload: platform probe results forgotten; the next selections probe again")
+            log.info("SIGHUP: platform probe results forgotten; the next platform selections probe again")
         if self.config_path is None:
             log.info("SIGHUP: no configuration file was given, nothing to reload")
             return
