@@ -1635,10 +1635,12 @@ class Supervisor:
         assert p.proc is not None and p.holder is not None
         p.holder.attach(p.proc)
         p.spawns += 1
+        restart = ""
         if p.restart_due:  # (counted now that it has started: see Player.restarts)
             p.restart_due = False
             p.restarts += 1
             self.metrics.restarts.labels(env.name).inc()
+            restart = f", restart {p.restarts}"  # (the log says which start renderd status's RESTARTS counts)
         p.state = State.STARTING
         p.started_at = time.monotonic()
         p.ready_at = None
@@ -1651,9 +1653,9 @@ class Supervisor:
         self._watch(p.holder.fileno(), ("ready", p))
         self._watch(p.proc.fileno(), ("exit", p))
         log.info(
-            "started %s[%d] pid %d (%dx%d, %s, log %s)%s",
+            "started %s[%d] pid %d (%dx%d, %s, log %s%s)%s",
             env.name, p.index, p.proc.pid, cfg.width, cfg.height, _platform_name(p.selection) or "no platform",
-            p.log_path, " on the previous configuration: the rollout is held" if held else "",
+            p.log_path, restart, " on the previous configuration: the rollout is held" if held else "",
         )
         self._watch_display(p.display)  # (last: a display found dead here stops the player at once)
         self._status_update()

@@ -5,6 +5,7 @@ platform is STARTING, not BACKOFF). Real daemons and in-process supervisors, rea
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -130,3 +131,17 @@ def test_the_status_line_says_an_environment_is_being_removed_not_that_it_wants_
              "the status line to say the environment is being removed")
     assert "0/1 up" not in statuses[-1], statuses
     wait_for(lambda: "demo" not in sup.environments, DEADLINE, "the environment gone")
+
+
+def test_the_log_says_which_start_is_a_restart_and_its_number_as_restarts_counts_it(supervisor_with, caplog):
+    caplog.set_level(logging.INFO, logger="renderd.daemon.supervisor")
+    sup = supervisor_with()  # (backoff_initial 0.05 s)
+    for n in (1, 2):
+        pid = ready_pid(sup)
+        os.kill(pid, signal.SIGABRT)
+        wait_for(lambda: ready_pid(sup) != pid, DEADLINE, "the crashed player restarted and READY")
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("started demo[0]")]
+    assert len(started) == 3, started
+    assert "restart" not in started[0], started  # (the first start is no restart)
+    assert [re.search(r", restart (\d+)\)", m).group(1) for m in started[1:]] == ["1", "2"], started
+    assert only_player(sup).restarts == 2 and _restarts_metric(sup) == 2
