@@ -52,21 +52,41 @@ def setup_answered(family: int, address: object, timeout: float) -> bool:
     return True
 
 
+#: The first TCP port of X displays (display N listens on 6000 + N).
+X_TCP_PORT = 6000
+
+
+def xlib_name(name: str) -> str:
+    """``name`` as python-xlib parses it: libxcb's protocols ``inet`` and ``inet6`` become ``tcp`` and an IPv6
+    host loses its brackets (``[::1]:0`` -> ``::1:0``); python-xlib refuses both. Other names are unchanged."""
+    protocol, slash, rest = name.rpartition("/") if "/" in name else ("", "", name)
+    if protocol in ("inet", "inet6"):
+        protocol = "tcp"
+    if rest.startswith("["):
+        close = rest.find("]")
+        if close > 0:
+            rest = rest[1:close] + rest[close + 1 :]
+    return f"{protocol}{slash}{rest}"
+
+
 def connect_as_xcb() -> None:
-    """Make python-xlib reach a local display as libxcb does (and so libX11, Unity's X11 player and every GLX
-    client): on Linux through the abstract socket first, then through the file. python-xlib tries the
-    abstract socket only when the file is missing, so a file this process may not open (its mode, a
-    security module) failed the probe where the player connects."""
+    """Make python-xlib reach a display as libxcb does (and so libX11, Unity's X11 player and every GLX
+    client). A local display: on Linux through the abstract socket first, then through the file. python-xlib
+    tries the abstract socket only when the file is missing, so a file this process may not open (its mode, a
+    security module) failed the probe where the player connects. A display on a host: over TCP to each address
+    the host has (IPv6 too; python-xlib tries IPv4 only), with the cookie for an IPv6 peer looked up as libxcb
+    does (python-xlib fails on one)."""
     import socket
 
+    import Xlib.error
     import Xlib.support.connect
 
-    if not sys.platform.startswith("linux"):
-        return
+    linux = sys.platform.startswith("linux")
     file_first = Xlib.support.connect.get_socket
+    ipv4_auth = Xlib.support.connect.get_auth
 
     def get_socket(dname, protocol, host, dno):  # type: ignore[no-untyped-def]
-        if protocol in (None, "unix") and host in ("", "unix", None):
+        if linux and protocol in (None, "unix") and host in ("", "unix", None):
             sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 sock.connect("\0" + X11_SOCKET_PATH % dno)
@@ -74,9 +94,49 @@ def connect_as_xcb() -> None:
                 sock.close()
             else:
                 return sock
+        if protocol != "unix" and host and host != "unix":  # (as python-xlib and libxcb decide it is TCP)
+            try:
+                return socket.create_connection((host, X_TCP_PORT + dno))
+            except OSError as exc:
+                raise Xlib.error.DisplayConnectionError(dname, str(exc)) from None
         return file_first(dname, protocol, host, dno)
 
+    def get_auth(sock, dname, protocol, host, dno):  # type: ignore[no-untyped-def]
+        if sock.family == socket.AF_INET6:
+            return ipv6_auth(sock, dno)
+        return ipv4_auth(sock, dname, protocol, host, dno)
+
     Xlib.support.connect.get_socket = get_socket
+    Xlib.support.connect.get_auth = get_auth
+
+
+def ipv6_auth(sock, dno):  # type: ignore[no-untyped-def]
+    """The cookie for display ``dno`` reached over IPv6 on ``sock``, as libxcb looks it up: an IPv4-mapped peer
+    by its IPv4 address, another by its IPv6 address; for the loopback address, the local cookie if there is
+    none for the address. ``(b"", b"")`` when there is none."""
+    import socket
+
+    import Xlib.error
+    from Xlib import xauth
+
+    packed = socket.inet_pton(socket.AF_INET6, sock.getpeername()[0].split("%")[0])
+    if packed[:12] == b"\0" * 10 + b"\xff\xff":
+        family, addr = xauth.FamilyInternet, packed[12:]
+        loopback = addr[0] == 127
+    else:
+        family, addr = xauth.FamilyInternetV6, packed
+        loopback = packed == b"\0" * 15 + b"\1"
+    try:
+        authority = xauth.Xauthority()
+    except Xlib.error.XauthError:
+        return b"", b""
+    attempts = [(family, addr)] + ([(xauth.FamilyLocal, socket.gethostname().encode())] if loopback else [])
+    for family, addr in attempts:
+        try:
+            return authority.get_best_auth(family, addr, dno)
+        except Xlib.error.XNoAuthError:
+            pass
+    return b"", b""
 
 
 def probe_one(name: str) -> dict:
@@ -85,7 +145,7 @@ def probe_one(name: str) -> dict:
 
     facts: dict = {"name": name, "ok": False}
     try:
-        display = Xlib.display.Display(name)
+        display = Xlib.display.Display(xlib_name(name))
     except Xlib.error.DisplayNameError as exc:
         facts["error"] = f"not a valid X display name ({exc})"
         facts["error_kind"] = "name"
@@ -96,7 +156,8 @@ def probe_one(name: str) -> dict:
             facts["error"] = f"the X server refused the connection ({said})".replace("\n", " ")
             facts["error_kind"] = "refused"
             return facts
-        facts["error"] = f"cannot connect ({exc})".replace("\n", " ").strip()
+        said = str(exc).replace(f'"{xlib_name(name)}"', f'"{name}"')  # (the name as given, not as translated)
+        facts["error"] = f"cannot connect ({said})".replace("\n", " ").strip()
         facts["error_kind"] = "connect"
         return facts
     except (ConnectionError, OSError) as exc:

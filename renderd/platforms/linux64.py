@@ -215,7 +215,7 @@ class Linux64(Platform):
                 name,
                 None,
                 wanted,
-                [f"{name!r} is not an X display name; fix: use a name like ':0' or ':1.0', or {x11.MANAGED_FIX}"],
+                [f"{x11.display_name_problem(name)}; fix: use such a name, or {x11.MANAGED_FIX}"],
             )
         screens = wanted if wanted is not None else ([parsed.screen] if parsed.screen is not None else None)
         return _Candidate(name, parsed, screens)

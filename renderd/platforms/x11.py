@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import glob
+import ipaddress
 import logging
 import os
 import pwd
@@ -44,7 +45,19 @@ _PROBE_MARKER = "RENDERD-X11-PROBE"
 #: What the probe answers when python-xlib cannot be imported.
 XLIB_MISSING = "python-xlib is not installed"
 _BARE_RE = re.compile(r"^\d+(?:\.\d+)?$")
-_NAME_RE = re.compile(r"^(?P<host>[^:]*):(?P<number>\d+)(?:\.(?P<screen>\d+))?$")
+#: ``:NUMBER[.SCREEN]`` at the end of a name; the host is what comes before (it may hold colons: IPv6).
+_TAIL_RE = re.compile(r":(?P<number>\d+)(?:\.(?P<screen>\d+))?$")
+#: A host name or IPv4 address, as python-xlib's display names allow them (less the colons of IPv6).
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+#: Protocols a display name may start with (``tcp/host:0``): python-xlib knows ``tcp`` and ``unix``, libxcb (every X
+#: client, Unity's player included) ``inet`` and ``inet6`` too; the probe reaches those over TCP.
+DISPLAY_PROTOCOLS = ("tcp", "inet", "inet6", "unix")
+#: The forms of X display names renderd takes, for its errors.
+DISPLAY_NAME_FORMS = (
+    "[PROTOCOL/]HOST:NUMBER[.SCREEN], such as ':0', ':1.0', 'unix:1', 'localhost:10.0', 'tcp/host:0', "
+    "'[::1]:0' (PROTOCOL: tcp, inet, inet6 or unix; HOST: empty for this machine's socket, a host name, an IPv4 "
+    "address or an IPv6 address, bracketed or not)"
+)
 
 MANAGED_FIX = 'let renderd start an Xvfb (x_display="managed"; needs the xvfb package: apt-get install xvfb)'
 
@@ -59,16 +72,30 @@ def managed_fix(xvfb_path: str | None) -> str:
 
 @dataclass(frozen=True)
 class DisplayName:
-    """A parsed X display name ``[host]:number[.screen]``."""
+    """A parsed X display name ``[protocol/][host]:number[.screen]``. ``host`` is as written (``[::1]`` keeps its
+    brackets); ``protocol`` is None when the name has none."""
 
     host: str
     number: int
     screen: int | None
+    protocol: str | None = None
 
     @property
     def base(self) -> str:
-        """The name without its screen: ``:1`` for ``:1.2``."""
-        return f"{self.host}:{self.number}"
+        """The name without its screen: ``:1`` for ``:1.2``, ``tcp/host:1`` for ``tcp/host:1.2``."""
+        prefix = f"{self.protocol}/" if self.protocol else ""
+        return f"{prefix}{self.host}:{self.number}"
+
+    @property
+    def address(self) -> str:
+        """The host without IPv6 brackets (``::1`` for ``[::1]``)."""
+        return self.host[1:-1] if self.host.startswith("[") else self.host
+
+    @property
+    def tcp(self) -> bool:
+        """Whether clients reach this display over TCP (as libxcb and python-xlib decide it): a host other than
+        ``unix`` is named and the protocol is not ``unix``."""
+        return self.protocol != "unix" and self.host not in ("", "unix")
 
     def with_screen(self, screen: int) -> str:
         return f"{self.base}.{screen}"
@@ -78,16 +105,65 @@ class DisplayName:
 
 
 def parse_display_name(name: str) -> DisplayName | None:
-    """Parse ``:1``, ``:1.0``, ``unix:1.0`` or ``host:10.0``; ``None`` when it is not a display name.
+    """Parse ``:1``, ``:1.0``, ``unix:1.0``, ``host:10.0``, ``tcp/host:0``, ``[::1]:0`` (see
+    :data:`DISPLAY_NAME_FORMS`); ``None`` when it is not a display name (:func:`display_name_problem` says why).
     A number without a colon (``1``, ``0.0``) is taken as AI2-THOR takes ``x_display``: ``:1``, ``:0.0``."""
+    parsed = _parse(name)
+    return parsed if isinstance(parsed, DisplayName) else None
+
+
+def display_name_problem(name: str) -> str | None:
+    """Why ``name`` is not an X display name renderd can use (None when it is), saying what and where."""
+    why = display_name_error(name)
+    return None if why is None else f"{name!r} is not an X display name: {why}; expected {DISPLAY_NAME_FORMS}"
+
+
+def display_name_error(name: str) -> str | None:
+    """What is wrong in ``name`` as an X display name (``"it does not end with ':NUMBER' ..."``), or None."""
+    parsed = _parse(name)
+    return None if isinstance(parsed, DisplayName) else parsed
+
+
+def _parse(name: str) -> DisplayName | str:
+    """What :func:`parse_display_name` returns, or why there is none. The name is split as libxcb splits it
+    (the protocol before the ``/``, the number after the last ``:``), and only what python-xlib (through the probe)
+    and X clients both take is a name."""
     name = name.strip()
     if ":" not in name and _BARE_RE.match(name):
         name = ":" + name
-    match = _NAME_RE.match(name)
-    if match is None:
+    protocol: str | None = None
+    rest = name
+    if "/" in rest:
+        protocol, _, rest = rest.partition("/")
+        if protocol not in DISPLAY_PROTOCOLS:
+            return f"{protocol!r} before the '/' is not a protocol (tcp, inet, inet6 or unix)"
+    tail = _TAIL_RE.search(rest)
+    if tail is None:
+        return "it does not end with ':NUMBER' or ':NUMBER.SCREEN'"
+    host = rest[: tail.start()]
+    problem = _host_problem(host)
+    if problem is not None:
+        return problem
+    if protocol in ("tcp", "inet", "inet6") and not host:
+        return f"protocol {protocol!r} needs a host (as in '{protocol}/localhost:{tail['number']}')"
+    screen = tail["screen"]
+    return DisplayName(host, int(tail["number"]), None if screen is None else int(screen), protocol)
+
+
+def _host_problem(host: str) -> str | None:
+    if not host or _HOSTNAME_RE.fullmatch(host):
         return None
-    screen = match.group("screen")
-    return DisplayName(match.group("host"), int(match.group("number")), None if screen is None else int(screen))
+    bracketed = host.startswith("[") and host.endswith("]")
+    literal = host[1:-1] if bracketed else host
+    if bracketed or ":" in literal:
+        try:
+            ipaddress.IPv6Address(literal)
+        except ValueError:
+            return f"the host {host!r} is not an IPv6 address"
+        if "%" in literal:
+            return f"the host {host!r} has a zone index, which X clients do not all take"
+        return None
+    return f"the host {host!r} is not a host name or IP address"
 
 
 def socket_displays(socket_dir: str = X11_SOCKET_DIR) -> list[str]:
@@ -250,7 +326,7 @@ def screen_reasons(
     # Xvfb takes the display as ":N" only ("unix:N" and "host:N" are unrecognised options); a display on
     # a host is reached over TCP, which an X server does not listen on unless told to.
     server = f":{parsed.number}" if parsed else base
-    remote = parsed is not None and parsed.host not in ("", "unix")
+    remote = parsed is not None and parsed.tcp
     if managed:
         return _managed_screen_reasons(facts, screen, width, height, label)
     if not facts.ok:
@@ -339,7 +415,7 @@ def _local_server_socket(parsed: DisplayName) -> str | None:
     """The socket of a local X server on display ``parsed.number`` when ``parsed`` names this machine by a host
     name (``localhost:1``, ``127.0.0.1:1``, its own name), else None. Such a name is reached over TCP, which X
     servers do not listen on unless told to (``-listen tcp``)."""
-    if parsed.host.strip("[]").lower() not in {"localhost", "127.0.0.1", "::1", socket.gethostname().lower()}:
+    if parsed.address.lower() not in {"localhost", "127.0.0.1", "::1", socket.gethostname().lower()}:
         return None
     path = os.path.join(X11_SOCKET_DIR, f"X{parsed.number}")
     try:
@@ -363,7 +439,7 @@ def _tcp_only_reason(facts: DisplayFacts, parsed: DisplayName, screen: int, loca
     local = f":{parsed.number}" if screen == 0 else f":{parsed.number}.{screen}"
     return (
         f"X display {facts.name} is not reachable: {facts.error}; fix: an X server runs on this machine's display "
-        f":{parsed.number} ({local_socket}), but {parsed.host}:{parsed.number} is reached over TCP, "
+        f":{parsed.number} ({local_socket}), but {parsed.base} is reached over TCP, "
         f"which it does not listen on (X servers do not by default): use {local!r} to reach it through its "
         f"socket, or restart it with -listen tcp (starting another server there fails: the display is taken)"
     )
