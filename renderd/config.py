@@ -102,7 +102,6 @@ SOCKET_ENV_VAR = "RENDERD_SOCKET"
 MAX_SOCKET_PATH = 107
 #: Environment names appear in URLs and file names: keep them to a safe alphabet.
 ENVIRONMENT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_X_DISPLAY = re.compile(r"^[A-Za-z0-9_.-]*:\d+(\.\d+)?$")
 #: The most seconds any setting or argument accepts (a week: a Unity build's cold start or a long step fits
 #: with room to spare). Every wait in renderd has a deadline; an infinite or absurd number of seconds is a
 #: mistake that would make one never end (or overflow the poll timeout).
@@ -374,16 +373,31 @@ def _resolution(value: int) -> str | None:
     return None
 
 
-#: A display number without its colon (``0``, ``1.0``), which AI2-THOR's ``x_display`` takes as ``:0``, ``:1.0``.
-_BARE_X_DISPLAY = re.compile(r"^\d+(\.\d+)?$")
-
-
 def x_display_problem(value: str) -> str | None:
-    """Why ``value`` cannot be an ``x_display`` setting (None when it can): as the configuration, launch() and
-    renderd doctor check it."""
-    if value in ("auto", "managed") or _X_DISPLAY.fullmatch(value) or _BARE_X_DISPLAY.fullmatch(value):
+    """Why ``value`` cannot be an ``x_display`` setting (None when it can): ``auto``, ``managed`` or an X display name
+    in any form X clients and the probe take (:data:`renderd.platforms.x11.DISPLAY_NAME_FORMS`), a number without its
+    colon taken as AI2-THOR's ``x_display`` takes it (``0`` as ``:0``); white space around it is refused. The
+    configuration, launch() and renderd doctor all check it here."""
+    if value in ("auto", "managed"):
         return None
-    return f"{value!r} is not auto, managed or an X display name such as ':0', ':1.0' (or '0', '1.0', as ':0', ':1.0')"
+    from renderd.platforms import x11  # (here: renderd.platforms imports this module)
+
+    why = "it has white space around it" if value != value.strip() else x11.display_name_error(value)
+    if why is None:
+        return None
+    return (f"{value!r} is not auto, managed or an X display name: {why}; expected auto, managed, a display number "
+            f"('0', '1.0', as ':0', ':1.0') or {x11.DISPLAY_NAME_FORMS}")
+
+
+def display_variable_problem(value: str) -> str | None:
+    """Why ``value`` cannot be a player's ``DISPLAY`` (None when it can): an X display name as X clients take it, so
+    with its ``:NUMBER`` (a bare ``0`` is AI2-THOR's ``x_display`` form, not a ``DISPLAY``)."""
+    from renderd.platforms import x11
+
+    why = "it has white space around it" if value != value.strip() else x11.display_name_error(value)
+    if why is None and ":" not in value:
+        why = "it has no ':NUMBER' (DISPLAY=:0, not DISPLAY=0)"
+    return None if why is None else f"DISPLAY {value!r} is not an X display name: {why}; expected {x11.DISPLAY_NAME_FORMS}"
 
 
 def _gpus(value: list[int]) -> str | None:
@@ -474,8 +488,8 @@ def _env(value: dict[str, str]) -> str | None:
         if reason is not None:
             return reason
     display = value.get("DISPLAY", "")
-    if display and not _X_DISPLAY.fullmatch(display):  # it names the player's display, as x_display does
-        return f"DISPLAY {display!r} is not an X display name such as ':0' or ':1.0' (or empty)"
+    if display:  # it names the player's display, as x_display does (empty: none)
+        return display_variable_problem(display)
     return None
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from renderd.config import parse_gpus, resolve_executable
+from renderd.config import parse_gpus, resolve_executable, x_display_problem
 from renderd.errors import ConfigError
 from renderd.platforms import x11
 from renderd.platforms.request import PLATFORM_NAMES, X_DISPLAY_AUTO, X_DISPLAY_MANAGED, PlatformRequest
@@ -23,19 +23,6 @@ from renderd.protocol import MAX_RESOLUTION
 
 EXIT_SERVED = 0
 EXIT_NOT_SERVED = 1
-
-
-def _x_display_problem(value: str) -> str | None:
-    """Why ``--x-display`` cannot be an ``x_display`` (None when it can): ``auto``, ``managed`` or an X display name
-    in any form X clients and the probe take (:data:`renderd.platforms.x11.DISPLAY_NAME_FORMS`), as launch() takes
-    it; white space around it is refused, as the configuration refuses it."""
-    if value in (X_DISPLAY_AUTO, X_DISPLAY_MANAGED):
-        return None
-    why = "it has white space around it" if value != value.strip() else x11.display_name_error(value)
-    if why is None:
-        return None
-    return (f"{value!r} is not auto, managed or an X display name: {why}; expected auto, managed, a display number "
-            f"('0', '1.0', as ':0', ':1.0') or {x11.DISPLAY_NAME_FORMS}")
 
 
 def _parse_gpus(value: str | None) -> tuple[int, ...]:
@@ -108,7 +95,7 @@ def doctor_command(
             "pass --platform Linux64 (or auto), or leave --x-display out"
         )
     if x_display is not None:
-        problem = _x_display_problem(x_display)
+        problem = x_display_problem(x_display)
         if problem:  # (a name no platform could use: the command line's mistake, not a finding)
             raise click.BadParameter(problem, param_hint="--x-display")
     if executable is not None:
