@@ -21,6 +21,7 @@ from renderd.errors import (
     PlayerTimeout,
     ProtocolError,
     RenderdError,
+    os_error_message,
 )
 
 __version__ = "0.1.0"
@@ -58,7 +59,17 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'renderd' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    try:
+        imported = importlib.import_module(module)
+    except OSError as exc:
+        # Importing reads the module's files: a process with no descriptor left (at its RLIMIT_NOFILE) gets EMFILE
+        # from inside the import machinery, which names neither renderd nor what to do. (Nothing is kept of the
+        # failed import: the next use of the name imports it again.)
+        raise RenderdError(
+            os_error_message(exc, f"renderd.{name} could not be loaded: importing {module} opens its files")
+            + "; close some files, or import renderd's modules (renderd.client, renderd.vector) before opening many"
+        ) from exc
+    value = getattr(imported, name)
     globals()[name] = value
     return value
 
