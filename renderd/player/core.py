@@ -378,22 +378,66 @@ def _unconvertible(action: dict, key: str, value: Any, kind: str) -> ActionFaile
                         f"Cannot convert to: {kind}", "InvalidArgument")
 
 
-def _json_number(value: Any, integer: bool = False) -> Any:
-    """``value`` as Json.NET converts it to a build's float (or, ``integer``, int) parameter, when it is a bool or a
-    string: a bool is 1 or 0, a string is parsed as .NET parses it (``"30"``, ``" 1,000.5 "``, ``"1e3"``; for an int
-    only digits and a sign). Returns ``None`` for a string that is not such a number (``"abc"``, ``"1_0"``, ``"0x10"``:
-    .NET refuses them), and anything else (a number, null, an object) unchanged."""
+#: What a build answers when .NET's parse of an argument string throws (``Single.Parse`` or ``Int32.Parse`` of ``"abc"``):
+#: a FormatException, which its ActionDispatcher does not catch as a conversion (an ArgumentException, InvalidArgument),
+#: so its agent answers it as any exception: lastActionSuccess false, errorCode null, the exception's text (a build
+#: follows it with its stack trace).
+FORMAT_EXCEPTION = "System.FormatException: Input string was not in a correct format."
+#: The same for an int argument beyond 32 bits (``Convert.ToInt32`` of ``3e9``, ``Int32.Parse`` of ``"99999999999"``).
+INT32_OVERFLOW = "System.OverflowException: Value was either too large or too small for an Int32."
+
+
+def _int_argument(action: dict, key: str, value: Any, *, whole_action: bool = False) -> int:
+    """``value`` as Json.NET converts it to a build's int parameter (``(int)JToken``: ``Convert.ToInt32``): an integer
+    as it is, a bool 1 or 0, a float rounded to the nearest integer, a tie to the even one (``2.5`` is 2, ``3.5`` 4,
+    as Python's ``round``), a string of digits and a sign (``Int32.Parse``) as its number. Raises ActionFailed as a
+    build answers what it cannot convert: null, an object or an array ``InvalidArgument`` (an ArgumentException, in its
+    words); a string that is not such a number :data:`FORMAT_EXCEPTION`; a value beyond 32 bits
+    :data:`INT32_OVERFLOW` (both with errorCode null). ``whole_action``: the field of an action a build reads into a
+    whole ServerAction (Initialize's ``agentCount``), whose Json.NET reader rounds a float alike but raises its own
+    exceptions, which this player answers ``InvalidArgument`` (as for any value there it cannot read)."""
+    if type(value) is int:
+        number = value
+    elif isinstance(value, bool):
+        return int(value)
+    elif isinstance(value, float):
+        # Convert.ToInt32(double): -2147483648.5 <= value < 2147483647.5, else an OverflowException (NaN too).
+        if not -2147483648.5 <= value < 2147483647.5:
+            if whole_action:
+                raise _unconvertible(action, key, value, "int")
+            raise ActionFailed(INT32_OVERFLOW)
+        return round(value)
+    elif isinstance(value, str):
+        match = _NET_INT.match(value)
+        if match is None:
+            if whole_action:
+                raise _unconvertible(action, key, value, "int")
+            raise ActionFailed(FORMAT_EXCEPTION)
+        number = int(match.group(1)) if len(match.group(1)) <= 20 else 2**64  # (beyond 32 bits either way)
+    else:
+        raise _unconvertible(action, key, value, "int")
+    if not -(2**31) <= number < 2**31:
+        if whole_action:
+            raise _unconvertible(action, key, value, "int")
+        raise ActionFailed(INT32_OVERFLOW)
+    return number
+
+
+def _json_number(value: Any) -> Any:
+    """``value`` as Json.NET converts it to a build's float parameter, when it is a bool or a string: a bool is 1 or 0,
+    a string is parsed as .NET parses it (``"30"``, ``" 1,000.5 "``, ``"1e3"``). Returns ``None`` for a string that is
+    not such a number (``"abc"``, ``"1_0"``, ``"0x10"``: .NET refuses them), and anything else (a number, null, an
+    object) unchanged. (An int parameter's: :func:`_int_argument`.)"""
     if isinstance(value, bool):
         return int(value)
     if not isinstance(value, str):
         return value
-    match = (_NET_INT if integer else _NET_FLOAT).match(value)
+    match = _NET_FLOAT.match(value)
     if match is None:
-        return None if integer else _NET_SPECIAL.get(value.strip())
-    text = match.group(1).replace(",", "")
+        return _NET_SPECIAL.get(value.strip())
     try:
-        return int(text) if integer else float(text)
-    except (ValueError, OverflowError):  # (more digits than int() takes: not a number this player can use)
+        return float(match.group(1).replace(",", ""))
+    except (ValueError, OverflowError):  # (more digits than float() takes: not a number this player can use)
         return None
 
 
@@ -410,12 +454,20 @@ def _json_string(value: Any) -> Any:
 
 
 def _number(action: dict, key: str, default: float | None = None, *, lo: float | None = None,
-            hi: float | None = None) -> float:
+            hi: float | None = None, whole_action: bool = False) -> float:
+    """The float argument ``key`` (``default`` when not given), converted as a build's Json.NET converts it, within
+    ``lo``..``hi`` (this player's own limits). ``whole_action``: an action a build reads into a whole ServerAction
+    (Initialize, LookUp, LookDown), whose Json.NET reader raises its own exception for a string that is not a number,
+    which this player answers ``InvalidArgument``; an action dispatched by its method's signature converts each
+    argument with ``(float)JToken``, whose parse of such a string throws a FormatException (:data:`FORMAT_EXCEPTION`,
+    errorCode null)."""
     value = action.get(key, default)
     if type(value) is not float and type(value) is not int:  # (a number, the usual case, is taken as it is)
-        # As a build's Json.NET: a bool or a numeric string is converted; null, an object, an array or a string that is
-        # not a number is not (a build's InvalidArgument, in its words).
+        # As a build's Json.NET: a bool or a numeric string is converted; null, an object or an array is not (an
+        # ArgumentException: a build's InvalidArgument, in its words), nor a string that is not a number (see above).
         converted = _json_number(value)
+        if converted is None and isinstance(value, str) and not whole_action:
+            raise ActionFailed(FORMAT_EXCEPTION)
         if converted is None or isinstance(converted, (dict, list)):
             raise _unconvertible(action, key, value, "float")
         value = converted
@@ -1072,7 +1124,7 @@ class Player:
         given = {}
         for key in ("gridSize", "rotateStepDegrees", "fieldOfView", "visibilityDistance"):
             if key in action:
-                given[key] = _number(action, key)
+                given[key] = _number(action, key, whole_action=True)
         snap = _flag(action.get("snapToGrid"), True)
         settings: dict[str, Any] = dict(_DEFAULT_SETTINGS)
         failure = None
@@ -1164,17 +1216,10 @@ class Player:
         to. ``agentCount`` is taken into 1..:data:`MAX_AGENTS` as a build takes it. Raises ActionFailed for a count that
         is not an integer, one that leaves
         out the acting agent, a room with too few points, or answers too large for the transport."""
-        count = action.get("agentCount", 1)
-        if isinstance(count, str):  # a ServerAction's int field: Json.NET parses a string of digits ("2") into it
-            converted = _json_number(count, integer=True)
-            if converted is None:
-                raise _unconvertible(action, "agentCount", count, "int")
-            count = converted
-        count = _number({"action": action.get("action"), "agentCount": count}, "agentCount")
-        if count != int(count):
-            raise ActionFailed(f"agentCount must be an integer, got {action['agentCount']!r}", "InvalidArgument")
+        # A ServerAction's int field: Json.NET reads a string of digits ("2") into it, and rounds a float (2.5 is 2).
+        count = _int_argument(action, "agentCount", action.get("agentCount", 1), whole_action=True)
         # As a build's AgentManager (addAgents): one agent for an agentCount under 2, at most one per agent colour.
-        count = min(max(int(count), 1), MAX_AGENTS)
+        count = min(max(count, 1), MAX_AGENTS)
         if self.active >= count:
             raise ActionFailed(f"Initialize: agentId {self.active} would name none of the {count} agent(s) "
                                f"agentCount makes", "InvalidArgument")
@@ -1340,7 +1385,7 @@ class Player:
         # As a build's physics agent (PhysicsRemoteFPSAgentController's LookUp and LookDown): degrees below 0, or
         # not a multiple of 0.1, fail (no errorCode); 0 (ServerAction's own default) looks 30 degrees; a look past
         # the limit fails with the errorCode LookDownCantExceedMin, up as well as down.
-        degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES)
+        degrees = _number(action, "degrees", DEFAULT_LOOK_DEGREES, whole_action=True)
         if degrees < 0:
             raise ActionFailed(f"{action['action']} action requires positive degree value. Invalid value used: "
                                f"{_cs_float(degrees)}")
@@ -1467,23 +1512,12 @@ class Player:
     @_action("ChangeResolution", takes=(("x", "y"),))
     def _change_resolution(self, action: dict) -> None:
         # As a build's ActionDispatcher: each argument given is converted first (null cannot be: an int has no null,
-        # InvalidArgument in the build's words), then every one not given is named (MissingArguments), then the sizes
-        # are checked.
+        # InvalidArgument in the build's words; "300" is 300, true 1, 300.5 is 300, as Json.NET converts them), then
+        # every one not given is named (MissingArguments), then the sizes are checked.
         size = {}
         for key in ("x", "y"):
-            if key not in action:
-                continue
-            v = action[key]
-            if v is None:
-                raise ActionFailed(f"action: ChangeResolution has an invalid argument: {key} (==). Cannot convert to: int",
-                                   "InvalidArgument")
-            if type(v) is not int:
-                converted = _json_number(v, integer=True)  # "300" is 300, true 1, as Json.NET converts them
-                v = v if converted is None else converted
-            if not _finite(v) or v != int(v):
-                raise ActionFailed(f"ChangeResolution {key} must be an integer 1..{MAX_RESOLUTION}, got {v!r}",
-                                   "InvalidArgument")
-            size[key] = int(v)
+            if key in action:
+                size[key] = _int_argument(action, key, action[key])
         missing = [key for key in ("x", "y") if key not in size]
         if missing:
             raise _missing("ChangeResolution", missing)
@@ -1521,15 +1555,8 @@ class Player:
         # floor(maxStepCount / gridSize^2) steps of the search (in single precision, as a build's float arithmetic); one
         # more throws an InvalidOperationException (no errorCode, no actionReturn).
         steps = action.get("maxStepCount")
-        if type(steps) is not int and steps is not None:
-            converted = _json_number(steps, integer=True)  # "100" is 100, as Json.NET converts it
-            steps = steps if converted is None else converted
-        if steps is None:
-            steps = 10000
-        elif not _finite(steps) or steps != int(steps) or not -(2**31) <= steps < 2**31:
-            shown = _clip(steps if isinstance(steps, str) else repr(steps), 100)
-            raise ActionFailed(f"action: GetReachablePositions has an invalid argument: maxStepCount (=={shown}). "
-                               f"Cannot convert to: int", "InvalidArgument")
+        # "100" is 100, 100.5 is 100, as Json.NET converts them (an int? parameter: null is not given).
+        steps = 10000 if steps is None else _int_argument(action, "maxStepCount", steps)
         grid = struct.unpack("<f", struct.pack("<f", self.grid_size))[0]
         square = struct.unpack("<f", struct.pack("<f", grid * grid))[0]
         limit = math.floor(struct.unpack("<f", struct.pack("<f", int(steps) / square))[0])
@@ -1603,14 +1630,10 @@ class Player:
         # (one out of range: a failure with no errorCode; not an integer: InvalidArgument).
         index = action.get("thirdPartyCameraId", 0)
         if type(index) is not int:
-            converted = _json_number(index, integer=True)  # "1" is 1, as Json.NET converts it
-            index = index if converted is None else converted
+            index = _int_argument(action, "thirdPartyCameraId", index)  # "1" is 1, 0.4 is 0, as Json.NET converts them
         fov = action.get("fieldOfView")
         if fov is not None:
             fov = self._camera_fov(_number(action, "fieldOfView"))
-        if not _finite(index) or index != int(index):
-            raise ActionFailed(f"thirdPartyCameraId must be an integer, got {index!r}", "InvalidArgument")
-        index = int(index)
         if not 0 <= index < len(self.cameras):
             raise ActionFailed(f"thirdPartyCameraId {index!r} does not name one of the {len(self.cameras)} camera(s)")
         camera = self.cameras[index]
