@@ -51,10 +51,11 @@ def test_a_player_that_hangs_while_idle_is_replaced(supervisor_with):
     p = _ready(sup)
     pid = p.pid
     os.kill(pid, signal.SIGSTOP)  # alive, never answering
-    wait_for(lambda: "health check" in p.reason and p.restarts >= 1, DEADLINE, "the hung player replaced")
-    assert "did not answer a health check (Pass) within step_timeout (1 s): hung" in p.reason
-    new = _ready(sup)
-    assert new.pid != pid
+    # (the reason stays until the new player is READY; the restart counts once its process has started)
+    reason = wait_for(lambda: "health check" in p.reason and p.reason, DEADLINE, "the hung player stopped")
+    assert "did not answer a health check (Pass) within step_timeout (1 s): hung" in reason
+    new = wait_for(lambda: (q := _ready(sup)).pid != pid and q, DEADLINE, "the hung player replaced")
+    assert new.restarts == 1
     assert 'renderd_player_idle_failures_total{environment="demo",how="health_check"} 1.0' in sup.metrics.render().decode()
 
 
