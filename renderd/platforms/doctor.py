@@ -16,8 +16,7 @@ import click
 
 from renderd.config import parse_gpus, resolve_executable, x_display_problem
 from renderd.errors import ConfigError
-from renderd.platforms import x11
-from renderd.platforms.request import PLATFORM_NAMES, X_DISPLAY_AUTO, X_DISPLAY_MANAGED, PlatformRequest
+from renderd.platforms.request import PLATFORM_NAMES, PlatformRequest
 from renderd.platforms.selection import check, decide, describe_request
 from renderd.protocol import MAX_RESOLUTION
 
