@@ -57,9 +57,37 @@ def test_numeric_strings_and_bools_reach_every_kind_of_number_argument():
     assert len(md["agents"]) == 2 and p.grid_size == 0.5 and _agent(md)["fov"] == 60
 
 
-@pytest.mark.parametrize("value, shown", [("abc", "abc"), ("1_0", "1_0"), ("0x10", "0x10"), ("1e", "1e"), ("", ""),
-                                          ("1.2.3", "1.2.3"), (None, ""), ([30], "[30]")])
+#: What a build answers when .NET's parse of an argument string throws: its ActionDispatcher catches only an
+#: ArgumentException as a conversion (InvalidArgument), so its agent answers the FormatException as any exception,
+#: errorCode null and the exception's text.
+FORMAT = "System.FormatException: Input string was not in a correct format."
+NOT_NUMBERS = ["abc", "1_0", "0x10", "1e", "", "1.2.3"]
+
+
+@pytest.mark.parametrize("value", NOT_NUMBERS)
+def test_a_string_net_cannot_parse_as_a_float_fails_as_a_build_answers_the_format_exception(value):
+    p = _player()
+    refused = _step(p, {"action": "RotateRight", "degrees": value})
+    assert not refused["lastActionSuccess"] and refused["errorCode"] is None
+    assert refused["errorMessage"] == FORMAT
+    assert refused["agent"]["rotation"]["y"] == 0 and refused["agent"]["cameraHorizon"] == 0
+
+
+@pytest.mark.parametrize("value", NOT_NUMBERS)
+def test_a_whole_server_action_s_float_field_that_is_not_a_number_is_an_invalid_argument_named(value):
+    # LookUp takes a whole ServerAction, read by Json.NET's serializer: the player refuses such a field
+    # InvalidArgument, naming it in a build's words (docs/player.md).
+    p = _player()
+    refused = _step(p, {"action": "LookUp", "degrees": value})
+    assert not refused["lastActionSuccess"] and refused["errorCode"] == "InvalidArgument"
+    assert refused["errorMessage"] == (
+        f"action: LookUp has an invalid argument: degrees (=={value}). Cannot convert to: float")
+    assert refused["agent"]["rotation"]["y"] == 0 and refused["agent"]["cameraHorizon"] == 0
+
+
+@pytest.mark.parametrize("value, shown", [(None, ""), ([30], "[30]")])
 def test_what_json_net_cannot_convert_to_a_float_is_an_invalid_argument_named_as_a_build_names_it(value, shown):
+    # null, an object or an array: Json.NET's conversion raises an ArgumentException, a build's InvalidArgument.
     p = _player()
     refused = _step(p, {"action": "RotateRight", "degrees": value} if value is not None else
                     {"action": "LookUp", "degrees": None})
@@ -72,10 +100,11 @@ def test_what_json_net_cannot_convert_to_a_float_is_an_invalid_argument_named_as
 
 def test_an_int_argument_takes_digits_only_and_a_string_argument_takes_a_number_as_its_text():
     p = _player()
-    for value in ("32.0", "1,000", "3e1"):  # Int32.Parse refuses them
+    for value in ("32.0", "1,000", "3e1"):  # Int32.Parse refuses them: a FormatException, errorCode null
         refused = _step(p, {"action": "ChangeResolution", "x": value, "y": 24})
-        assert not refused["lastActionSuccess"] and refused["errorCode"] == "InvalidArgument"
-        assert refused["screenWidth"] == 16
+        assert not refused["lastActionSuccess"] and refused["errorCode"] is None, value
+        assert refused["errorMessage"] == FORMAT
+        assert (refused["screenWidth"], refused["screenHeight"]) == (16, 12)
     refused = _step(p, {"action": "Initialize", "agentCount": "2.0"})
     assert refused["errorMessage"] == (
         "action: Initialize has an invalid argument: agentCount (==2.0). Cannot convert to: int")
@@ -84,13 +113,13 @@ def test_an_int_argument_takes_digits_only_and_a_string_argument_takes_a_number_
     assert not quality["lastActionSuccess"] and "no quality level named '5'" in quality["errorMessage"]
 
 
-def test_a_real_player_converts_a_numeric_string_and_refuses_one_that_is_not_a_number(spawn):
+def test_a_real_player_converts_a_numeric_string_and_fails_one_that_is_not_a_number_as_a_build(spawn):
     p = spawn(["-screen-width", "32", "-screen-height", "24"])
     p.start_session()
     turned = p.step("RotateRight", degrees="30")
     assert turned.metadata["lastActionSuccess"], turned.metadata["errorMessage"]
     assert turned.metadata["agent"]["rotation"]["y"] == 30
     refused = p.step("MoveAhead", moveMagnitude="abc")
-    assert refused.metadata["errorCode"] == "InvalidArgument"
-    assert refused.metadata["errorMessage"] == (
-        "action: MoveAhead has an invalid argument: moveMagnitude (==abc). Cannot convert to: float")
+    assert not refused.metadata["lastActionSuccess"] and refused.metadata["errorCode"] is None
+    assert refused.metadata["errorMessage"] == FORMAT
+    assert refused.metadata["agent"]["position"]["z"] == -2

@@ -48,7 +48,7 @@ def test_every_missing_argument_is_named_in_a_build_s_words(action, keys):
 
 @pytest.mark.parametrize("action, quoted", [
     # Given arguments are converted before the missing ones are named: a wrong kind is InvalidArgument.
-    ({"action": "ChangeResolution", "x": 2.5}, "2.5"),
+    ({"action": "ChangeResolution", "x": [32]}, "x"),
     ({"action": "AddThirdPartyCamera", "rotation": 90}, "rotation"),
     ({"action": "AddThirdPartyCamera", "position": [0, 2, 0]}, "position"),
     ({"action": "AddThirdPartyCamera", "fieldOfView": None}, "fieldOfView"),
@@ -59,6 +59,30 @@ def test_a_given_argument_of_the_wrong_kind_is_found_before_the_missing_ones(act
     assert agent["lastActionSuccess"] is False and agent["errorCode"] == "InvalidArgument", agent["errorMessage"]
     assert quoted in agent["errorMessage"]
     assert (p.width, p.height, len(p.cameras)) == (16, 12, 0)
+
+
+def test_a_given_fraction_is_converted_before_the_missing_ones_are_named():
+    # Json.NET converts 2.5 to a build's int (Convert.ToInt32 rounds it to even: 2), so the conversion passes and the
+    # missing y is named next; nothing changes.
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "ChangeResolution", "x": 2.5})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] == "MissingArguments"
+    assert agent["errorMessage"] == _missing("ChangeResolution", "y")
+    assert (p.width, p.height) == (16, 12)
+    # Given both, the fraction is the size taken.
+    agent = _run(p, {"action": "ChangeResolution", "x": 2.5, "y": 24})
+    assert agent["lastActionSuccess"], agent["errorMessage"]
+    assert (agent["screenWidth"], agent["screenHeight"]) == (2, 24) == (p.width, p.height)
+
+
+def test_a_given_string_net_cannot_parse_fails_before_the_missing_ones_are_named():
+    # Int32.Parse("2.5") throws a FormatException while the given argument is converted, before a build's
+    # ActionDispatcher names the missing ones; its agent answers it as any exception: errorCode null.
+    p = Player(width=16, height=12)
+    agent = _run(p, {"action": "ChangeResolution", "x": "2.5"})
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] is None
+    assert agent["errorMessage"] == "System.FormatException: Input string was not in a correct format."
+    assert (p.width, p.height) == (16, 12)
 
 
 @pytest.mark.parametrize("key", ["x", "y"])

@@ -213,8 +213,16 @@ def test_third_party_cameras(player):
 def test_unknown_and_malformed_actions_answer_errors(player):
     ev = player.step("Fly")
     assert not ev and ev.metadata["errorCode"] == "InvalidAction" and "Fly" in ev.metadata["errorMessage"]
+    before = player.step("Pass").metadata["agent"]["rotation"]["y"]
+    # A string .NET cannot parse: a build's FormatException, answered as any exception (errorCode null).
     ev = player.step("RotateLeft", degrees="a lot")
-    assert not ev and ev.metadata["errorCode"] == "InvalidArgument"
+    assert not ev and ev.metadata["errorCode"] is None
+    assert ev.metadata["errorMessage"] == "System.FormatException: Input string was not in a correct format."
+    assert ev.metadata["agent"]["rotation"]["y"] == before
+    # What Json.NET cannot convert at all (an array for a float): InvalidArgument.
+    ev = player.step("RotateLeft", degrees=[30])
+    assert not ev and ev.metadata["errorCode"] == "InvalidArgument" and "degrees" in ev.metadata["errorMessage"]
+    assert ev.metadata["agent"]["rotation"]["y"] == before
     ev = player.step({"noAction": True})
     assert not ev and ev.metadata["errorCode"] == "InvalidAction"
     assert player.step("Pass")  # still serving

@@ -72,8 +72,18 @@ def test_a_standing_that_is_no_bool_fails_invalid_argument(standing):
 
 def test_an_argument_that_cannot_be_converted_fails_before_the_missing_ones_are_named():
     p = Player(width=16, height=12)
+    # (standing is missing in each: the conversion's failure comes first.) What Json.NET cannot convert (null, an
+    # array): InvalidArgument naming the argument.
+    for horizon, shown in ((None, ""), ([0], "[0]")):
+        agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": horizon})
+        assert agent["errorCode"] == "InvalidArgument" and not agent["lastActionSuccess"]
+        assert agent["errorMessage"] == (
+            f"action: TeleportFull has an invalid argument: horizon (=={shown}). Cannot convert to: float")
+    # A string .NET cannot parse: its FormatException, which a build's agent answers as any exception.
     agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": "level"})
-    assert agent["errorCode"] == "InvalidArgument" and "horizon" in agent["errorMessage"]
+    assert agent["errorCode"] is None and not agent["lastActionSuccess"]
+    assert agent["errorMessage"] == "System.FormatException: Input string was not in a correct format."
+    assert (p.x, p.z) == (0, -2)
     # The range checks run only once the arguments are all there: a horizon past the limits and no standing is a
     # missing argument, not the failure of the horizon.
     agent = _run(p, {"action": "TeleportFull", "position": SPOT, "rotation": {"y": 0}, "horizon": 75})

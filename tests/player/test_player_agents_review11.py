@@ -119,21 +119,30 @@ def test_agents_block_each_other(session):
 
 def test_reset_leaves_one_agent_and_initialize_without_agent_count_makes_one(session):
     # A build's Reset loads the scene again, which has one agent (the new AgentManager answers as agent 0); its
-    # Initialize makes agentCount agents, 1 when none is given. With one agent the answer is as it always was.
+    # Initialize makes agentCount agents, 1 when none is given. The one agent's map has its agentId, 0, as a
+    # build's AgentManager sets every map's.
     initialize(session)
     reset = session.step({"action": "Reset", "agentId": 1, "sequenceId": 0})
     assert reset and reset.events == [reset] and reset.metadata["lastAction"] == "Reset"
-    assert "agentId" not in reset.metadata and position(reset) == PLACED[0]
+    assert reset.metadata["agentId"] == 0 and position(reset) == PLACED[0]
     assert session.step("MoveAhead", agentId=1).metadata["errorCode"] == "InvalidArgument"
     initialize(session)
     one = session.step("Initialize")
-    assert one and one.events == [one] and "agentId" not in one.metadata
-    # agentCount must be an integer (a build takes one under 2 as 1 and one over 6 as 6: see
-    # test_player_fidelity_review11.py); a refused Initialize changes nothing.
+    assert one and one.events == [one] and one.metadata["agentId"] == 0
+    # agentCount is a build's ServerAction int field: Json.NET reads "2" as 2 and rounds a fraction to the nearest
+    # integer, a tie to the even one (a build takes one under 2 as 1 and one over 6 as 6: see
+    # test_player_fidelity_review11.py).
     initialize(session)
-    for count in (2.5, "2.5", None):  # ("2" is 2, as a build's Json.NET reads it)
+    for count, made in ((3.5, 4), (2.5, 2), ("3", 3)):
+        rounded = session.step("Initialize", agentCount=count)
+        assert rounded, rounded.metadata["errorMessage"]
+        assert [e.metadata["agentId"] for e in rounded.events] == list(range(made)), count
+    # What Json.NET cannot read into the int field fails, InvalidArgument; a refused Initialize changes nothing.
+    initialize(session)
+    for count in ("2.5", None):
         refused = session.step("Initialize", agentCount=count)
         assert not refused and refused.metadata["errorCode"] == "InvalidArgument"
+        assert "agentCount" in refused.metadata["errorMessage"]
         assert len(refused.events) == 2
     refused = session.step("Initialize", agentCount=1, agentId=1)  # the acting agent would be gone
     assert not refused and "agentId 1 would name none of the 1 agent(s)" in refused.metadata["errorMessage"]

@@ -124,7 +124,7 @@ def test_every_action_is_registered():
     [
         ({"action": "NoSuchAction"}, "InvalidAction"),
         ({"sequenceId": 3}, "InvalidAction"),
-        ({"action": "RotateLeft", "degrees": "lots"}, "InvalidArgument"),
+        ({"action": "RotateLeft", "degrees": "lots"}, None),  # a build's FormatException: no errorCode
         ({"action": "MoveAhead", "moveMagnitude": float("nan")}, "InvalidArgument"),
         ({"action": "ChangeResolution", "x": 0, "y": 10}, "InvalidArgument"),
         ({"action": "ChangeResolution", "x": 10}, "MissingArguments"),
@@ -137,8 +137,8 @@ def test_every_action_is_registered():
         # Values that once ended the player (OverflowError, ValueError, an unpackable echo):
         ({"action": "MoveAhead", "moveMagnitude": 10**400}, "InvalidArgument"),
         ({"action": "Teleport", "position": {"x": 10**400, "y": 0, "z": 0}}, "InvalidArgument"),
-        ({"action": "ChangeResolution", "x": float("inf"), "y": 10}, "InvalidArgument"),
-        ({"action": "ChangeResolution", "x": float("nan"), "y": 10}, "InvalidArgument"),
+        ({"action": "ChangeResolution", "x": float("inf"), "y": 10}, None),  # a build's OverflowException
+        ({"action": "ChangeResolution", "x": float("nan"), "y": 10}, None),
         ({"action": "Pass", "sequenceId": 2**64}, "InvalidArgument"),
         ({"action": "Pass\ud800"}, "InvalidAction"),
     ],
@@ -152,6 +152,28 @@ def test_bad_actions_fail_without_raising(action, code):
     assert agent["errorMessage"]
     answer = p.answer(action)  # and the answer can be sent: its metadata packs, as msgpack and as JSON
     assert answer.packed_metadata() and answer.json_metadata()
+
+
+@pytest.mark.parametrize(
+    "action, message",
+    [
+        ({"action": "RotateLeft", "degrees": "lots"},
+         "System.FormatException: Input string was not in a correct format."),
+        ({"action": "ChangeResolution", "x": float("inf"), "y": 10},
+         "System.OverflowException: Value was either too large or too small for an Int32."),
+        ({"action": "ChangeResolution", "x": float("nan"), "y": 10},
+         "System.OverflowException: Value was either too large or too small for an Int32."),
+    ],
+)
+def test_what_net_cannot_parse_or_fit_fails_as_a_build_answers_the_exception(action, message):
+    # A build's ActionDispatcher catches only an ArgumentException as a conversion (InvalidArgument): .NET's
+    # FormatException and OverflowException are answered as any exception, errorCode null and their text.
+    p = Player(width=16, height=16)
+    md, _ = p.handle(action)
+    agent = md["agents"][0]
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] is None
+    assert agent["errorMessage"] == message
+    assert (p.width, p.height, p.yaw) == (16, 16, 0.0)
 
 
 def test_a_failed_initialize_changes_nothing():

@@ -56,9 +56,18 @@ def test_max_step_count_limits_the_search_as_a_build():
     assert _run(p, {"action": "GetReachablePositions", "maxStepCount": None})["actionReturn"] == every
     assert _run(p, {"action": "GetReachablePositions", "maxStepCount": (len(every) + 1) // 16 - 1})[
         "lastActionSuccess"] is False
-    # An int parameter: a value that is not one is refused, as a build cannot convert it.
+    # An int parameter: Json.NET rounds a fraction to the nearest integer (Convert.ToInt32), not down; enough - 1
+    # steps would fail.
+    rounded = _run(p, {"action": "GetReachablePositions", "maxStepCount": enough - 0.4})
+    assert rounded["lastActionSuccess"] and rounded["actionReturn"] == every
+    # What Json.NET cannot convert (an array) is refused, InvalidArgument; a string .NET cannot parse fails as a
+    # build answers the FormatException (errorCode null), returning nothing.
+    agent = _run(p, {"action": "GetReachablePositions", "maxStepCount": [100]})
+    assert agent["errorCode"] == "InvalidArgument" and agent["errorMessage"] == (
+        "action: GetReachablePositions has an invalid argument: maxStepCount (==[100]). Cannot convert to: int")
     agent = _run(p, {"action": "GetReachablePositions", "maxStepCount": "many"})
-    assert agent["errorCode"] == "InvalidArgument" and "maxStepCount" in agent["errorMessage"]
+    assert agent["lastActionSuccess"] is False and agent["errorCode"] is None and agent["actionReturn"] is None
+    assert agent["errorMessage"] == "System.FormatException: Input string was not in a correct format."
 
 
 def test_from_outside_the_room_the_search_fails_as_a_builds_leaving_the_scene_bounds():
