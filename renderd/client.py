@@ -25,6 +25,7 @@ import os
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ from renderd.process import (
     DEFAULT_QUALITY,
     DEFAULT_STOP_GRACE,
     NOT_INHERITED,
+    LeasedPlayer,
     PlayerOnDisplay,
     PlayerProcess,
     check_frame_size,
@@ -208,7 +210,13 @@ class Session:
         self._closing = False  # set by close(): a send or receive that fails meanwhile says it was closed
         self._broken_during: str | None = None  # the action whose step broke the session
         self._closer: int | None = None  # the thread running close()
+        # Taken (never released) by the first close(): two close() calls at once (threads) cannot both see the session
+        # open and both stop the player and run on_close; the second waits for the first (see close()).
+        self._close_once = threading.Lock()
         self._closed = threading.Event()  # set once close() has released everything
+        # Guards the hand-over of on_close (see _run_on_close): close() and a VectorSession's stop of a slot's player
+        # in another thread run it once between them.
+        self._on_close_lock = threading.Lock()
         # close() left the pipes to a step still using them: one it interrupted in its own thread (a signal
         # handler), or one another thread had not ended within CLOSE_WAITER_TIMEOUT. Cleared by whoever closes them.
         self._channel_left_open = False
@@ -744,20 +752,23 @@ class Session:
         call under way (in any thread), it stops the player and leaves the pipes, and the player's pidfd, to that
         call, which closes them as it lets go of them (see ``VectorSession._hold_fds``).
         """
-        if self._state is SessionState.CLOSED:
-            if self._closer != threading.get_ident() and os.getpid() == self._owner_pid:
-                # Another thread's close() is under way (a watchdog's, and this thread's `with` exit): return
-                # once it has stopped the player and released the pipes, as a close() does. (Not in the thread
-                # running it, a signal handler there: that would wait for itself. Nor once the interpreter is
-                # exiting: a daemon thread running it then never runs again.)
-                while not self._closed.wait(0.1) and not sys.is_finalizing():
-                    pass
-            return
         if os.getpid() != self._owner_pid:
             # A copy of the session inherited over fork: the player, its pipes and its lease belong to the
             # process that made it, which still uses them. Only this copy is closed.
             self._state = SessionState.CLOSED
             self._pending = None
+            return
+        if self._state is SessionState.CLOSED or not self._close_once.acquire(blocking=False):
+            # Another close() was first (the lock is this check and its mark in one step: two threads' calls at once
+            # cannot both go on). One of another thread under way (a watchdog's, and this thread's `with` exit):
+            # return once it has stopped the player and released the pipes, as a close() does. (Not in the thread
+            # running it, a signal handler there: that would wait for itself; nor before that close() has said
+            # which thread runs it, in the instant after it took the lock; nor once the interpreter is exiting: a
+            # daemon thread running it then never runs again.)
+            closer = self._closer
+            if closer is not None and closer != threading.get_ident():
+                while not self._closed.wait(0.1) and not sys.is_finalizing():
+                    pass
             return
         self._closer = threading.get_ident()
         self._closing = True
@@ -801,9 +812,7 @@ class Session:
                     if self.process is not None:
                         self.process.stop(self.stop_grace)
                     else:
-                        on_close, self._on_close = self._on_close, None
-                        if on_close is not None:
-                            on_close(error)
+                        self._run_on_close(error)
                 finally:
                     deadline = time.monotonic() + CLOSE_WAITER_TIMEOUT
                     while self._other_thread_inside():
@@ -842,12 +851,32 @@ class Session:
                 finally:
                     self._state = SessionState.CLOSED  # (a step that waited meanwhile may have taken its answer)
                     self._pending = None
-                    on_close, self._on_close = self._on_close, None
                     try:
-                        if on_close is not None:
-                            on_close(error)
+                        self._run_on_close(error)
                     finally:
                         self._closed.set()
+
+    def _run_on_close(self, error: BaseException | None) -> None:
+        """Run ``on_close(error)`` unless it has run already (it runs once, whoever calls this first)."""
+        with self._on_close_lock:
+            on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close(error)
+
+    def _stop_player(self, error: BaseException) -> None:
+        """For the holding vector session, closing while one of its calls still runs in another thread: stop the owned
+        player (SIGTERM, grace, SIGKILL, reap), or run ``on_close(error)`` (a lease released uncleanly: the daemon
+        stops it), without closing the pipes. This session's own close() later finds the player stopped, and runs
+        ``on_close`` only if it has not run."""
+        if self.process is not None:
+            self.process.stop(self.stop_grace)
+        else:
+            self._run_on_close(error)
+
+    def _set_holder(self, holder: Any) -> None:
+        """Make ``holder`` (a :class:`~renderd.VectorSession`, held weakly) the one whose calls poll, read and write this
+        session's descriptors (see :meth:`close`), or with None no longer."""
+        self._holder = weakref.ref(holder) if holder is not None else None
 
     def _hand_over(self) -> bool:
         """For the holding vector session's :meth:`_hold_fds`, under its lock: leave the pipes (and the kept
@@ -863,14 +892,32 @@ class Session:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        # A session dropped without close(): do not leave a player running. (No logging here: this may run
-        # at interpreter shutdown.)
-        if getattr(self, "_state", SessionState.CLOSED) is not SessionState.CLOSED:
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        # A session dropped without close(): do not leave a player running, and say so (a ResourceWarning, as an
+        # unclosed file or subprocess.Popen gives), unless a vector session holds it (it warns for its slots) or it is
+        # a copy inherited over fork (its player is the parent's). No logging: this may run at interpreter shutdown.
+        if getattr(self, "_state", SessionState.CLOSED) is SessionState.CLOSED:
+            return
+        try:
+            if self._holder is None and self._owner_pid == os.getpid():
+                _warn(f"unclosed renderd session {self._describe_player()}; close it (or use `with`)",
+                      ResourceWarning, stacklevel=2, source=self)
+        finally:
             try:
                 self.close()
             except Exception:
                 pass
+
+    def _describe_player(self) -> str:
+        """Which player this session stands for, for the warning of :meth:`__del__`: pid and executable."""
+        process = self.process
+        if process is not None:
+            return f"(player pid {self._pid}, {getattr(process, 'executable', '?')})"
+        if isinstance(getattr(self.channel, "player", None), LeasedPlayer):
+            return f"(leased player pid {self._pid})"
+        if self._pid is None:
+            return f"(channel {type(self.channel).__name__})"
+        return f"(player pid {self._pid})"
 
     def __repr__(self) -> str:
         return f"<renderd.Session pid={self._pid} {self._state.value} seq={self._sequence_id}>"
@@ -1142,7 +1189,8 @@ def launch_player(
             # variable of ``env`` overrides the platform's (RENDERD_PLATFORM included).
             if "DISPLAY" in choice.env:
                 full_env["DISPLAY"] = choice.env["DISPLAY"]
-        process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log)
+        # (the log kept open for reading: a crash quotes it even once a tmp cleaner removed it while the player ran)
+        process = PlayerProcess.spawn(argv, full_env, log_path, show_log_path=keep_log, keep_log_open=True)
         watch: PlayerProcess | PlayerOnDisplay = process
         if choice.display is not None:  # a managed Xvfb: its death is the player's end too
             watch = display_watch = PlayerOnDisplay(process, choice.display)

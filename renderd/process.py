@@ -530,6 +530,24 @@ def _open_log(path: str) -> int | None:
     return fd
 
 
+def _open_log_reader(log_fd: int, path: str) -> int | None:
+    """The regular log file open for writing as ``log_fd`` open again for reading (``O_RDONLY | O_CLOEXEC``: no player
+    inherits it), so that its tail can be read however the file is renamed or removed meanwhile; None without a
+    descriptor to spare (EMFILE: the tail is then read from ``path``) or when it cannot be opened."""
+    fd = _open_log(f"/proc/self/fd/{log_fd}")
+    if fd is None:  # (no /proc): the file at the path, if it is the one open for writing
+        fd = _open_log(path)
+        if fd is not None:
+            try:
+                same = os.path.samestat(os.fstat(fd), os.fstat(log_fd))
+            except OSError:
+                same = False
+            if not same:
+                os.close(fd)
+                fd = None
+    return fd
+
+
 def _tail_of(fd: int, lines: int, since: tuple[int, int, int, bytes] | None = None) -> str:
     """What :func:`_read_log_tail` quotes, read from the regular file open as ``fd``."""
     if lines <= 0:
@@ -612,6 +630,7 @@ def _after_fork_in_child() -> None:
     (which takes the noted pidfds, to close them) would wait for it for good."""
     for proc in list(_player_processes):
         proc._noted_lock = threading.Lock()
+        proc._log_lock = threading.Lock()
     _BACKGROUND_NOTER.forget()  # (its thread is the parent's; the copies here never note)
 
 
@@ -760,12 +779,21 @@ class PlayerProcess:
         log_path: str | None,
         show_log_path: bool = True,
         log_start: tuple[int, int, int, bytes] | None = None,
+        log_fd: int | None = None,
     ) -> None:
         self._popen = popen
         self.pid: int = popen.pid
         self.pgid: int = popen.pid  # the player leads its own group
+        #: The program the player runs (its argv[0], as spawned).
+        args = popen.args
+        self.executable: str = os.fsdecode(args[0] if isinstance(args, (list, tuple)) and args else args)
         self.log_path = log_path
         self._log_start = log_start  # where its output begins in an appended log (see _log_start)
+        # The log file open for reading since the spawn (see _open_log_reader), so that its tail is still quoted once
+        # the file has been removed (a tmp cleaner) or replaced; closed by stop(). Guarded by _log_lock: a stop() of
+        # another thread does not close it under a read (whose number could by then be another file's).
+        self._log_fd = log_fd
+        self._log_lock = threading.Lock()  # (a new one in a forked child: _after_fork_in_child)
         self.show_log_path = show_log_path
         self.pidfd: int | None = _open_pidfd(popen.pid)
         self.started_at = time.monotonic()
@@ -842,12 +870,15 @@ class PlayerProcess:
         die_with_parent: bool = True,
         show_log_path: bool = True,
         log_group: int | None = None,
+        keep_log_open: bool = False,
     ) -> PlayerProcess:
         """Start ``argv`` in a new process group with stdout and stderr appended to ``log_path``.
 
         The log file is created with mode 0600 if missing (``None`` discards the output); with
         ``log_group`` (a group id) it gets that group and mode 0640. stdin is ``/dev/null``; no other file
-        descriptor is inherited. Raises :class:`RenderdError` when the log cannot be opened or the program
+        descriptor is inherited. With ``keep_log_open`` a regular log file is also kept open for reading (one
+        descriptor, ``O_CLOEXEC``: the player does not inherit it) until :meth:`stop`, so that :meth:`log_tail` quotes
+        the player's own file even after it was removed (a tmp cleaner) or replaced at its path. Raises :class:`RenderdError` when the log cannot be opened or the program
         cannot be started (the OSError is chained).
         """
         log_fd: int | None = None
@@ -869,6 +900,9 @@ class PlayerProcess:
                 if log_fd is not None:
                     os.close(log_fd)
                 raise RenderdError(os_error_message(exc, "cannot open the player's log file")) from exc
+        read_fd = None
+        if keep_log_open and log_fd is not None and log_start is not None:  # (log_start: a regular file)
+            read_fd = _open_log_reader(log_fd, log_path)
         out = log_fd if log_fd is not None else subprocess.DEVNULL
         try:
             popen = subprocess.Popen(
@@ -882,7 +916,11 @@ class PlayerProcess:
                 process_group=0,
                 preexec_fn=_die_with_parent_fn(os.getpid(), subreaper=True) if die_with_parent else None,
             )
-        except OSError as exc:
+        except BaseException as exc:
+            if read_fd is not None:
+                os.close(read_fd)
+            if not isinstance(exc, OSError):
+                raise
             what = "cannot start the player" if exc.filename else f"cannot start the player {argv[0]}"
             raise RenderdError(os_error_message(exc, what)) from exc
         finally:
@@ -892,7 +930,7 @@ class PlayerProcess:
             from renderd.config import redact_argv  # (config imports this module)
 
             log.debug("spawned player pid %d: %s", popen.pid, " ".join(redact_argv(list(argv))))
-        proc = cls(popen, log_path=log_path, show_log_path=show_log_path, log_start=log_start)
+        proc = cls(popen, log_path=log_path, show_log_path=show_log_path, log_start=log_start, log_fd=read_fd)
         if die_with_parent:
             proc.spawned_by = threading.current_thread()
         return proc
@@ -989,8 +1027,20 @@ class PlayerProcess:
 
     def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
         """The last ``lines`` lines of the player's log ("" when there is none), of what it wrote there: not
-        what an appended log held before it started."""
+        what an appended log held before it started. Spawned with ``keep_log_open``, until :meth:`stop`: read from
+        the file the player was started with, open since the spawn, so its lines are quoted even once the file was
+        removed (a tmp cleaner) or another put at its path; else from the file now at ``log_path``."""
+        with self._log_lock:
+            if self._log_fd is not None:
+                return _tail_of(self._log_fd, lines, self._log_start)
         return _read_log_tail(self.log_path, lines, self._log_start)
+
+    def _close_log(self) -> None:
+        """Close the log file kept open for :meth:`log_tail` (idempotent); waits for a read of it under way."""
+        with self._log_lock:
+            fd, self._log_fd = self._log_fd, None
+            if fd is not None:
+                os.close(fd)
 
     def crashed(self, context: str) -> PlayerCrashed:
         """A :class:`PlayerCrashed` for ``context``, with the exit status and the tail of the log."""
@@ -1330,6 +1380,7 @@ class PlayerProcess:
             # A copy inherited over fork: the player is the parent's child, to stop (and reap) there.
             self._stopped = True
             self._close_pidfd()
+            self._close_log()
             self._close_all(list(self._take_noted().values()))
             return self._returncode
         outside: list[int | psutil.Process] = []
@@ -1361,6 +1412,7 @@ class PlayerProcess:
             self._kill_and_reap()  # interrupted during the grace: end it the hard way, then go on
             self._stopped = True
             self._close_pidfd()
+            self._close_log()
             self._close_all(outside)
             raise
         try:
@@ -1369,6 +1421,7 @@ class PlayerProcess:
         finally:
             self._stopped = True
             self._close_pidfd()
+            self._close_log()
             self._close_all(outside)
 
     @staticmethod
@@ -1411,6 +1464,15 @@ class PlayerProcess:
         fd, self.pidfd = self.pidfd, None
         if fd is not None:
             os.close(fd)
+
+    def __del__(self) -> None:
+        # (a process object dropped without stop(): its log reader is not left open)
+        fd, self._log_fd = getattr(self, "_log_fd", None), None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def __repr__(self) -> str:
         return f"<PlayerProcess pid={self.pid} {describe_exit(self._returncode)}>"

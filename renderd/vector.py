@@ -48,6 +48,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -509,13 +510,12 @@ class _PlayerStopper:
 
     def close(self) -> None:
         session = self.session
-        process = getattr(session, "process", None)
-        if process is not None:
-            process.stop(session.stop_grace)
-        elif isinstance(session, Session):
-            on_close, session._on_close = session._on_close, None
-            if on_close is not None:
-                on_close(CallOrderError("the VectorSession was closed while a call of it still ran in another thread"))
+        if isinstance(session, Session):
+            session._stop_player(
+                CallOrderError("the VectorSession was closed while a call of it still ran in another thread")
+            )
+        elif getattr(session, "process", None) is not None:
+            session.process.stop(session.stop_grace)
 
 
 def _indent(text: str) -> str:
@@ -837,7 +837,7 @@ class VectorSession:
         """Make this vector session the holder of a slot's ``session``: a close() of it from outside (another thread,
         a signal handler, on_event) asks :meth:`_hold_fds` what to do with its descriptors."""
         if isinstance(session, Session):
-            session._holder = weakref.ref(self)
+            session._set_holder(self)
 
     def _hold_fds(self, session: Session) -> bool:
         """Called by ``session.close()`` (a slot's session closed from outside), once it is marked closed. With a call of
@@ -889,7 +889,7 @@ class VectorSession:
         if not isinstance(session, Session):
             return
         if not keep:
-            session._holder = None
+            session._set_holder(None)
         if session._fds_held:
             session._finish_close(holder=True)
 
@@ -2333,12 +2333,35 @@ class VectorSession:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if getattr(self, "_state", _VectorState.CLOSED) is not _VectorState.CLOSED:
+    def __del__(self, _warn: Callable[..., None] = warnings.warn) -> None:
+        # Dropped without close(): its players are stopped, and a ResourceWarning (as an unclosed file or
+        # subprocess.Popen gives) says so, naming them; not for a copy inherited over fork (the players are the
+        # parent's). No logging: this may run at interpreter shutdown.
+        if getattr(self, "_state", _VectorState.CLOSED) is _VectorState.CLOSED:
+            return
+        try:
+            if self._owner_pid == os.getpid():
+                _warn(f"unclosed renderd VectorSession of {len(self._slots)} players {self._describe_players()}; "
+                      "close it (or use `with`)", ResourceWarning, stacklevel=2, source=self)
+        finally:
             try:
                 self._close(together=False)  # (no threads started from the garbage collector)
             except Exception:
                 pass
+
+    def _describe_players(self) -> str:
+        """The slots' players, for the warning of :meth:`__del__`: pids and executables."""
+        players = []
+        for slot in self._slots:
+            session = slot.session
+            process = getattr(session, "process", None)
+            if session is None:
+                players.append("-")
+            elif process is not None:
+                players.append(f"pid {session.pid} ({getattr(process, 'executable', '?')})")
+            else:
+                players.append(f"pid {session.pid}")
+        return "(" + ", ".join(players) + ")"
 
     def __repr__(self) -> str:
         states = ",".join(_STATE_LETTERS[s.state] for s in self._slots)

@@ -141,8 +141,9 @@ def test_a_vector_session_collected_as_garbage_closes_without_threads(no_leaks, 
         real_start(thread)
 
     monkeypatch.setattr(threading.Thread, "start", start)
-    del vs
-    gc.collect()
+    with pytest.warns(ResourceWarning, match="unclosed renderd VectorSession of 2 players"):
+        del vs
+        gc.collect()
     monkeypatch.undo()
     assert started == [] and all(s.closed for s in sessions), (started, sessions)
 
