@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import renderd
 
 from tests.daemon.conftest import fast_config
@@ -30,7 +32,8 @@ def test_a_forgotten_resized_session_frees_its_lease_at_once_and_is_recycled(dae
     d = daemon(fast_config(extra="width = 64\nheight = 48"))
     session = renderd.connect("demo", socket=d.socket, timeout=10)
     session.reset(width=32, height=24)
-    del session  # no reference cycle keeps it: released (uncleanly: it was resized) right here
+    with pytest.warns(ResourceWarning, match="unclosed renderd session"):  # (the leak is named, as it should be)
+        del session  # no reference cycle keeps it: released (uncleanly: it was resized) right here
     with renderd.connect("demo", socket=d.socket, timeout=10) as session:
         event = session.step("MoveAhead")
         assert (event.screen_width, event.screen_height) == (64, 48)

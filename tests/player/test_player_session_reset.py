@@ -49,15 +49,15 @@ class PlayerChannel:
 def test_a_size_the_player_refuses_raises_and_is_not_recorded():
     player = Player(width=64, height=48, renderer=NumpyRenderer())
     player.limit_answer_size(player.largest_answer_size(64, 48, 0))  # no larger frame fits this "transport"
-    session = Session(PlayerChannel(player), width=64, height=48)
-    session.wait_ready(DEADLINE)
-    with pytest.raises(ValueError, match=r"refused ChangeResolution to 128 x 96: ChangeResolution: .* transport"):
-        session.reset("FloorPlan2", width=128, height=96, gridSize=0.5)
-    assert (session.width, session.height, session._width, session._height) == (64, 48, 64, 48)
-    assert player.grid_size != 0.5  # Initialize was not sent, and its parameters are not kept
-    event = session.reset("FloorPlan2")  # the session stays usable
-    assert event and event.metadata["lastAction"] == "Initialize" and "gridSize" not in session._init_params
-    assert event.frame.shape == (48, 64, 3)
+    with Session(PlayerChannel(player), width=64, height=48) as session:
+        session.wait_ready(DEADLINE)
+        with pytest.raises(ValueError, match=r"refused ChangeResolution to 128 x 96: ChangeResolution: .* transport"):
+            session.reset("FloorPlan2", width=128, height=96, gridSize=0.5)
+        assert (session.width, session.height, session._width, session._height) == (64, 48, 64, 48)
+        assert player.grid_size != 0.5  # Initialize was not sent, and its parameters are not kept
+        event = session.reset("FloorPlan2")  # the session stays usable
+        assert event and event.metadata["lastAction"] == "Initialize" and "gridSize" not in session._init_params
+        assert event.frame.shape == (48, 64, 3)
 
 
 @pytest.mark.parametrize("size", [{"width": MAX_RESOLUTION + 1}, {"width": 0}, {"height": -5}])
