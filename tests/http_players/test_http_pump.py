@@ -22,12 +22,15 @@ def pumped(tmp_path):
     """(session, player, pump, bridge): an HTTP player behind a pump, a Session on the FIFO pair."""
     with pumped_bridge() as made:
         player = spawn_player(made.server.port, made.bridge.token, log_path=str(tmp_path / "player.log"))
+        session = None
         try:
             made.channel.attach(player)
             session = Session(made.channel, step_timeout=DEADLINE)
             session.wait_ready(DEADLINE)
             yield session, player, made.pump, made.bridge, made.done
         finally:
+            if session is not None:
+                session.close()
             player.stop(1.0)
 
 
