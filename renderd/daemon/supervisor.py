@@ -1607,7 +1607,10 @@ class Supervisor:
             proc: PlayerProcess | None = None
             failure: Exception | None = None
             try:
-                proc = PlayerProcess.spawn(argv, child_env, log_path, show_log_path=True, log_group=self.file_group)
+                # (keep_log_open: one descriptor per player, so that a crash's log lines are quoted even when a tmp
+                # cleaner removed the file while the player ran)
+                proc = PlayerProcess.spawn(argv, child_env, log_path, show_log_path=True, log_group=self.file_group,
+                                           keep_log_open=True)
                 # Its helpers are noted by the loop without the lock (_note_helpers), not by each poll() made with it.
                 proc.notes_on_poll = False
             except Exception as exc:
@@ -2348,10 +2351,12 @@ class Supervisor:
         self.metrics.crashes.labels(env.name, "signal" if code < 0 else f"exit_{min(code, 255)}").inc()
         tail = p.proc.log_tail(REASON_LOG_LINES) if p.proc is not None else ""
         last = f"; last log line: {tail.splitlines()[-1].strip()}" if tail else ""
-        if not tail and p.log_path and not os.path.lexists(p.log_path):
-            # (a tmp cleaner or a hand removed it while the player ran: what it wrote there is gone with it, and
-            # the file the next start makes at that path holds nothing of this run)
-            last = f"; its log file {p.log_path} was removed while it ran, so nothing of its output is left to quote"
+        if p.log_path and not os.path.lexists(p.log_path):
+            # (a tmp cleaner or a hand removed it while the player ran: the file the next start makes at that path
+            # holds nothing of this run; what the player wrote is quoted from the file it was started with, kept
+            # open since: see keep_log_open in _run_spawns)
+            last += (f"; its log file {p.log_path} was removed while it ran"
+                     + (" (quoted from the file it had open)" if tail else ", with nothing of its output to quote"))
         reason = f"{'exited before readiness' if booting else 'exited'}: {how}{last}"
         if lease is not None:
             lease.player_returncode = code
