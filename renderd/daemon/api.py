@@ -423,13 +423,16 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
         unknown = sorted(set(body) - {"client_pid", "timeout", "deadline"})
         if unknown:
             raise HTTPError(400, LeaseError(f"unknown lease request key(s): {_keys(unknown)}"))
+        peer_pid = environ.get(PEER_PID_KEY)
+        if "client_pid" not in body and peer_pid is not None and peer_pid > 0:
+            # (the control socket: without a client_pid, the process asking holds the lease, as when it names itself)
+            body["client_pid"] = peer_pid
         pid = body.get("client_pid")
         if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
             raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {_shown(pid)}"))
         timeout = _number(body, "timeout", None)
         deadline = _deadline(body)
         supervisor.describe(name)  # 404 before anything else
-        peer_pid = environ.get(PEER_PID_KEY)
         if peer_pid is not None:  # (the control socket: the process asking is known)
             pid = _client_process(pid, peer_pid)
         try:
