@@ -227,7 +227,9 @@ def test_launch_with_every_keyword_of_the_design(tmp_path):
 
 def test_launch_executable_as_a_path_an_argv_list_and_a_log_path(tmp_path):
     log = tmp_path / "player.log"
-    with renderd.launch(PLAYER, width=32, height=32, log_path=str(log)) as env:
+    with renderd.launch(executable=Path(PLAYER), width=32, height=32, log_path=str(log), args=("--static-frame",),
+                        env={"MY_VAR": "1"}) as env:
+        assert _environ(env.pid)["MY_VAR"] == "1" and "--static-frame" in _cmdline(env.pid)
         assert _after(_cmdline(env.pid), "-logFile") == str(log)
         assert env.step("MoveAhead")
     assert log.exists() and log.stat().st_size > 0  # kept after close
@@ -269,6 +271,17 @@ def test_the_errors_of_the_design_and_their_attributes(tmp_path):
         renderd.launch([PLAYER, "--fault-at-start", "hang"], width=32, height=32, start_timeout=0.5)
     assert timed_out.value.deadline == "start_timeout" and timed_out.value.seconds == 0.5
     assert "start_timeout" in str(timed_out.value)
+
+    assert "0.5" in str(timed_out.value)
+
+    with renderd.launch([PLAYER, "--static-frame"], width=32, height=32, step_timeout=0.5) as env:
+        with pytest.raises(renderd.PlayerTimeout) as step_late:
+            env.step("RenderdFault", fault="hang")
+        assert step_late.value.deadline == "step_timeout" and "step_timeout" in str(step_late.value)
+    with renderd.launch([PLAYER, "--static-frame"], width=32, height=32, step_timeout=600.0) as env:
+        with pytest.raises(renderd.PlayerCrashed) as exited:  # EOF is a crash, at once, not a timeout
+            env.step("RenderdFault", fault="exit", code=3)
+        assert exited.value.returncode == 3 and "exit code 3" in str(exited.value)
 
     with pytest.raises(renderd.ProtocolError) as garbage:
         renderd.launch([PLAYER, "--fault-at-start", "garbage"], width=32, height=32, start_timeout=60.0)
@@ -445,6 +458,14 @@ def test_control_api_routes(daemon):
     assert status == 404 and set(missing["error"]) >= {"type", "message"}
     status, bad = _json(daemon.socket, "PUT", "/v1/environments/extra2", {"width": 0})
     assert 400 <= status < 500 and bad["error"]["type"] == "ConfigError"
+    conn = _UnixHTTPConnection(daemon.socket)
+    try:
+        conn.request("PUT", "/v1/environments/extra2", body=b"{not json",
+                     headers={"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        assert resp.status == 400 and set(json.loads(resp.read())["error"]) == {"type", "message"}
+    finally:
+        conn.close()
 
     status, lease = _json(daemon.socket, "POST", "/v1/environments/demo/leases",
                           {"client_pid": os.getpid(), "timeout": DEADLINE})
@@ -477,3 +498,209 @@ def test_a_lease_request_with_no_body_on_the_control_socket(daemon):
     assert status == 200, released
     status, released = _json(daemon.socket, "DELETE", f"/v1/leases/{lease['lease']}")
     assert status == 200, released
+
+
+def test_remote_control_over_the_http_listener_needs_the_token(daemon):
+    host, port = daemon.http.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=DEADLINE)
+    try:
+        conn.request("GET", "/v1/health")
+        resp = conn.getresponse()
+        body = json.loads(resp.read())
+        assert resp.status == 401 and set(body["error"]) >= {"type", "message"}
+        token = (Path(daemon.runtime_dir) / "control.token").read_text().strip()
+        conn.request("GET", "/v1/health", headers={"Authorization": f"Bearer {token}"})
+        resp = conn.getresponse()
+        assert resp.status == 200 and json.loads(resp.read())["status"] == "ready"
+        # The HTTP players' routes: GET /ping -> pong; POST /train with a wrong token -> 403; keep-alive HTTP/1.1.
+        conn.request("GET", "/ping")
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.read() == b"pong" and resp.version == 11
+        boundary = "renderdContractBoundary"
+        form = (f'--{boundary}\r\nContent-Disposition: form-data; name="metadata"\r\n\r\n{{}}\r\n'
+                f'--{boundary}\r\nContent-Disposition: form-data; name="token"\r\n\r\nwrong\r\n'
+                f"--{boundary}--\r\n").encode()
+        conn.request("POST", "/train", body=form,
+                     headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+        resp = conn.getresponse()
+        resp.read()
+        assert resp.status == 403
+    finally:
+        conn.close()
+
+
+def test_an_http_player_is_bridged_onto_the_same_session(daemon):
+    status, put = _json(daemon.socket, "PUT", "/v1/environments/web",
+                        {"executable": PLAYER, "transport": "http", "width": 32, "height": 24})
+    assert status == 201, put
+    try:
+        with renderd.connect("web", socket=daemon.socket, timeout=DEADLINE) as env:
+            assert env.step("MoveAhead").frame.shape == (24, 32, 3)
+    finally:
+        status, _ = _json(daemon.socket, "DELETE", "/v1/environments/web")
+        assert 200 <= status < 300
+
+
+def test_a_vector_session_masks_a_resetting_slot(daemon):
+    with renderd.connect_many(environment="demo", n=2, socket=daemon.socket) as vec:
+        vec.reset_async([0])
+        out = vec.step(["MoveAhead", "MoveAhead"])
+        assert out.infos[1].get("resetting") in (None, False)
+        if out.infos[0].get("resetting"):
+            assert out.infos[0]["dropped_action"] is True
+
+
+def test_renderd_start_with_no_configuration_serves_demo_and_leaves_nothing(tmp_path):
+    sock, run = str(tmp_path / "r.sock"), tmp_path / "run"
+    env = {k: v for k, v in os.environ.items() if k not in ("NOTIFY_SOCKET", "WATCHDOG_USEC")}
+    env["RENDERD_SOCKET"] = sock  # (the socket of a command that talks to the daemon, without --socket)
+    with open(tmp_path / "log", "wb") as log:
+        proc = subprocess.Popen([*RENDERD, "start", "--runtime-dir", str(run)], stdout=log,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    player = None
+    try:
+        def ready() -> bool:
+            assert proc.poll() is None, (tmp_path / "log").read_text()
+            try:
+                status, body = _json(sock, "GET", "/v1/health")
+            except OSError:
+                return False
+            return status == 200 and body["status"] == "ready"
+
+        wait_for(ready, DEADLINE, "the daemon to be ready")
+        status, demo = _json(sock, "GET", "/v1/environments/demo")
+        assert status == 200, demo
+        done = _cli("status", env={"RENDERD_SOCKET": sock})
+        assert done.returncode == 0 and "demo" in done.stdout, done.stderr
+        with renderd.connect("demo", socket=sock, timeout=DEADLINE) as session:
+            player = session.pid
+            assert os.path.basename(_cmdline(player)[1]) == "renderd-player" or "renderd-player" in str(
+                _cmdline(player))
+            assert session.step("MoveAhead").frame.shape == (300, 300, 3)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(DEADLINE) == 0
+        assert not os.path.exists(sock)
+        left = [p for p in run.rglob("*") if p.is_fifo() or p.is_socket()] if run.exists() else []
+        assert left == []
+        assert wait_for(lambda: not any(p.info["ppid"] == proc.pid for p in psutil.process_iter(["ppid"])),
+                        DEADLINE, "the players to be gone")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+
+
+def test_lease_errors_of_connect(daemon):
+    with pytest.raises(renderd.RenderdError) as unknown:  # (a 404, RenderdError as docs/api.md has it)
+        renderd.connect("nosuch", socket=daemon.socket, timeout=1.0)
+    assert "no environment named 'nosuch'" in str(unknown.value)
+    held = [renderd.connect("demo", socket=daemon.socket, timeout=DEADLINE) for _ in range(2)]
+    try:
+        with pytest.raises(renderd.LeaseError):
+            renderd.connect("demo", socket=daemon.socket, timeout=0.5)
+    finally:
+        for session in held:
+            session.close()
+
+
+# -- the wire, as an AI2-THOR controller speaks it to the reference player -------------------------------------
+
+
+def _read_message(f) -> list[tuple[int, bytes]]:
+    import struct
+
+    fields = []
+    while True:
+        header = f.read(5)
+        assert len(header) == 5, f"short header {header!r}"
+        kind, length = struct.unpack("!BI", header)
+        if kind == 255:
+            assert length == 0
+            return fields
+        body = f.read(length)
+        assert len(body) == length
+        fields.append((kind, body))
+
+
+@pytest.mark.parametrize("screenshot", ["True", "False"])
+def test_the_player_speaks_the_fifo_framing_of_the_design(tmp_path, screenshot):
+    import msgpack
+
+    server, client = tmp_path / "server.pipe", tmp_path / "client.pipe"
+    os.mkfifo(server)
+    os.mkfifo(client)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AI2THOR_", "RENDERD_"))}
+    env.update(AI2THOR_SERVER_TYPE="FIFO", AI2THOR_FIFO_SERVER_PIPE_PATH=str(server),
+               AI2THOR_FIFO_CLIENT_PIPE_PATH=str(client), AI2THOR_SERVER_SIDE_SCREENSHOT=screenshot)
+    proc = subprocess.Popen([PLAYER, "-screen-fullscreen", "0", "-screen-quality", "7", "-screen-width", "8",
+                             "-screen-height", "6", "-logFile", str(tmp_path / "log")], env=env,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        fd = os.open(server, os.O_RDONLY | os.O_NONBLOCK)  # (never blocks; the player opens its end)
+        wait_for(lambda: _readable(fd, proc), DEADLINE, "the first message")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as out:
+            first = _read_message(out)
+            assert first[0][0] == 1  # METADATA first
+            meta = msgpack.unpackb(first[0][1])
+            assert meta["sequenceId"] == 0 and "activeAgentId" in meta
+            agent = meta["agents"][0]
+            for key in ("screenWidth", "screenHeight", "lastAction", "lastActionSuccess", "errorMessage",
+                        "actionReturn", "depthFormat"):
+                assert key in agent, key
+            kinds = [k for k, _ in first[1:]]
+            assert kinds == ([4] if screenshot == "True" else []), kinds
+            if screenshot == "True":
+                assert len(first[1][1]) == 8 * 6 * 3
+                rows = np.frombuffer(first[1][1], np.uint8).reshape(6, 8, 3)  # rows bottom-up on the wire
+                assert not np.array_equal(rows, rows[::-1])
+                with renderd.launch(width=8, height=6, platform="headless", args=()) as session:
+                    pass  # (headless sends no image: the size is all this checks)
+                assert (session.width, session.height) == (8, 6)
+                with renderd.launch(width=8, height=6, env={"RENDERD_PLATFORM": "Linux64"}) as session:
+                    assert session.last_event.frame.shape == (6, 8, 3)
+                    np.testing.assert_array_equal(session.last_event.frame, rows[::-1])  # top row first
+            with open(client, "wb") as into:
+                action = json.dumps({"action": "MoveAhead", "sequenceId": 1}).encode()
+                import struct
+
+                into.write(struct.pack("!BI", 2, len(action)) + action + b"\xff\x00\x00\x00\x00")
+                into.flush()
+                answer = _read_message(out)
+                meta = msgpack.unpackb(answer[0][1])
+                assert meta["sequenceId"] == 1 and meta["agents"][0]["lastAction"] == "MoveAhead"
+    finally:
+        proc.terminate()
+        proc.wait(DEADLINE)
+
+
+def _readable(fd: int, proc: subprocess.Popen) -> bool:
+    import select
+
+    assert proc.poll() is None, "the player exited"
+    return bool(select.select([fd], [], [], 0.05)[0])
+
+
+def test_a_daemon_player_gets_the_design_command_line_and_environment(daemon):
+    status, put = _json(daemon.socket, "PUT", "/v1/environments/gpu",
+                        {"executable": [PLAYER, "--static-frame"], "platform": "CloudRendering", "gpus": [0],
+                         "width": 32, "height": 24, "quality": "Ultra", "env": {"MY_VAR": "1"}})
+    assert status == 201, put
+    try:
+        status, lease = _json(daemon.socket, "POST", "/v1/environments/gpu/leases",
+                              {"client_pid": os.getpid(), "timeout": DEADLINE})
+        assert status == 201, lease
+        argv, environ = _cmdline(lease["pid"]), _environ(lease["pid"])
+        assert _after(argv, "-screen-fullscreen") == "0" and _after(argv, "-screen-width") == "32"
+        assert _after(argv, "-screen-height") == "24" and "-screen-quality" in argv and "-logFile" in argv
+        assert _after(argv, "-force-device-index") == "0"
+        assert environ["AI2THOR_SERVER_TYPE"] == "FIFO" and environ["MY_VAR"] == "1"
+        assert environ["AI2THOR_FIFO_SERVER_PIPE_PATH"] == lease["server_pipe"]
+        assert environ["AI2THOR_FIFO_CLIENT_PIPE_PATH"] == lease["client_pipe"]
+        for pipe in (lease["server_pipe"], lease["client_pipe"]):
+            assert os.stat(os.path.dirname(pipe)).st_mode & 0o077 == 0  # only the service user
+        status, _ = _json(daemon.socket, "DELETE", f"/v1/leases/{lease['lease']}", {"clean": False})
+        assert status == 200
+    finally:
+        status, _ = _json(daemon.socket, "DELETE", "/v1/environments/gpu")
+        assert 200 <= status < 300
