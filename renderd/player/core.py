@@ -316,7 +316,10 @@ def _check_arguments(name: str, action: dict) -> int:
     (``InvalidArgument``), as a build's ActionDispatcher fails an action whose arguments name no parameter of the
     overload it chose, naming the invalid argument(s) and what the action takes."""
     accepted = _ACCEPTED[name]
-    if accepted is None or not action.keys() - accepted[0]:  # (the usual case: every key taken by the first)
+    if accepted is None:  # a whole ServerAction: any key, read by Json.NET's serializer (one that cannot be: raises)
+        _read_server_action(action)
+        return 0
+    if not action.keys() - accepted[0]:  # (the usual case: every key taken by the first)
         return 0
     index = _overload(action.keys() - STEP_KEYS, accepted) if len(accepted) > 1 else 0
     invalid = sorted(action.keys() - accepted[index], key=repr)
@@ -394,8 +397,9 @@ def _int_argument(action: dict, key: str, value: Any, *, whole_action: bool = Fa
     build answers what it cannot convert: null, an object or an array ``InvalidArgument`` (an ArgumentException, in its
     words); a string that is not such a number :data:`FORMAT_EXCEPTION`; a value beyond 32 bits
     :data:`INT32_OVERFLOW` (both with errorCode null). ``whole_action``: the field of an action a build reads into a
-    whole ServerAction (Initialize's ``agentCount``), whose Json.NET reader rounds a float alike but raises its own
-    exceptions, which this player answers ``InvalidArgument`` (as for any value there it cannot read)."""
+    whole ServerAction (Initialize's ``agentCount``), whose Json.NET reader rounds a float alike: what it cannot read
+    has been answered before the action runs (:func:`_read_server_action`), so the ``InvalidArgument`` here is only a
+    fallback."""
     if type(value) is int:
         number = value
     elif isinstance(value, bool):
@@ -421,6 +425,135 @@ def _int_argument(action: dict, key: str, value: Any, *, whole_action: bool = Fa
             raise _unconvertible(action, key, value, "int")
         raise ActionFailed(INT32_OVERFLOW)
     return number
+
+
+#: The first line of what a build answers when Json.NET's serializer cannot read a value into a field of a whole
+#: ServerAction (Initialize, Reset, LookUp, LookDown), or into an axis of a Vector3 argument (every action's
+#: ``position`` and ``rotation``): its ActionDispatcher's ``ToObject`` throws a JsonReaderException or a
+#: JsonSerializationException, which is not an ArgumentException, so its agent's catch-all answers it,
+#: lastActionSuccess false, errorCode null, the exception's ``ToString()`` (a build follows this line with the stack
+#: trace). The message ends with the value's JSON path and no line or position: a build's action JObject comes from
+#: ``JsonConvert.DeserializeObject<JObject>``, whose JTokenWriter keeps no line information.
+_JSON_READER = "Newtonsoft.Json.JsonReaderException: "
+_JSON_SERIALIZATION = "Newtonsoft.Json.JsonSerializationException: "
+#: A null read into a value type: Convert.ChangeType's exception, the inner one of Json.NET's (on the same line).
+_NULL_CAST = " ---> System.InvalidCastException: Null object cannot be converted to a value type."
+#: The .NET names of the field types a value is read into, for Json.NET's messages.
+_NET_TYPES = {"int": "System.Int32", "float": "System.Single", "bool": "System.Boolean"}
+#: What Json.NET's reader names a JSON value's token in "Unexpected token" (the kinds no field type here takes).
+_TOKEN_NAMES = {bool: "Boolean", dict: "StartObject", list: "StartArray"}
+#: The reader method's word for each field type, in "Error reading <word>. Unexpected token: ...".
+_READ_WORDS = {"int": "integer", "float": "double", "float?": "double", "bool": "boolean", "string": "string"}
+
+
+def _net_general(value: float) -> str:
+    """``value`` as .NET writes a double (``ToString()``, 15 significant digits): ``3000000000``, ``1E+20``."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    return f"{value:.15G}"
+
+
+def _json_net_read(kind: str, value: Any, path: str) -> None:
+    """Raise ActionFailed as a build answers Json.NET's serializer reading ``value`` into a field of type ``kind``
+    (``int``, ``float``, ``float?`` (nullable), ``bool``, ``string``) at the JSON path ``path``, when it cannot
+    (JsonReader's ReadAsInt32, ReadAsDouble, ReadAsBoolean, ReadAsString, then the serializer's conversion); return
+    when it can (the value is then converted where the action reads it)."""
+    if value is None or value == "":  # (a reader reads an empty string as null)
+        if kind in ("int", "float", "bool"):
+            raise ActionFailed(f"{_JSON_SERIALIZATION}Error converting value {{null}} to type '{_NET_TYPES[kind]}'. "
+                               f"Path '{path}'.{_NULL_CAST}")
+        return
+    if type(value) is bool:
+        if kind in ("bool", "string"):
+            return
+    elif isinstance(value, (int, float)):
+        if kind != "int":
+            return
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:  # a BigInteger: its (int) cast overflows
+            raise ActionFailed(INT32_OVERFLOW)
+        if not -2147483648.5 <= value < 2147483647.5:  # Convert.ToInt32 of a long or a double (NaN too) overflows
+            shown = str(value) if isinstance(value, int) else _net_general(value)
+            raise ActionFailed(f"{_JSON_READER}Could not convert to integer: {shown}. Path '{path}'. ---> "
+                               f"{INT32_OVERFLOW}")
+        return
+    elif isinstance(value, str):
+        if kind == "string":
+            return
+        if kind == "int":
+            match = _NET_INT.match(value)
+            if match is not None and len(match.group(1)) <= 12 and -(2**31) <= int(match.group(1)) < 2**31:
+                return
+            raise ActionFailed(f"{_JSON_READER}Could not convert string to integer: {value}. Path '{path}'.")
+        if kind == "bool":
+            if value.strip(" \t\n\v\f\r\0").lower() in ("true", "false"):
+                return
+            raise ActionFailed(f"{_JSON_READER}Could not convert string to boolean: {value}. Path '{path}'.")
+        if _NET_FLOAT.match(value) is not None or value.strip() in _NET_SPECIAL:
+            return
+        raise ActionFailed(f"{_JSON_READER}Could not convert string to double: {value}. Path '{path}'.")
+    token = _TOKEN_NAMES.get(type(value))
+    if token is None:
+        return  # (nothing else comes out of JSON)
+    raise ActionFailed(f"{_JSON_READER}Error reading {_READ_WORDS[kind]}. Unexpected token: {token}. Path '{path}'.")
+
+
+def _field_kinds(fields: str) -> dict[str, str]:
+    """``kind: name name ... kind: name ...`` as {name: kind}."""
+    kinds: dict[str, str] = {}
+    kind = ""
+    for word in fields.split():
+        if word.endswith(":"):
+            kind = word[:-1]
+        else:
+            kinds[word] = kind
+    return kinds
+
+
+#: The fields of an AI2-THOR 5 build's ServerAction that Json.NET reads as a number, a bool, a string or a Vector3 (its
+#: x, y and z), by name: what a whole-ServerAction action's keys are read into. Fields of other types (arrays, objects)
+#: and keys that name no field are not read here (Json.NET ignores a key that names no field). Left out: what a build's
+#: AgentManager reads from every action before it dispatches it (action, sequenceId, renderImage,
+#: renderInstanceSegmentation; see docs/player.md for what the player does with them).
+_SERVER_ACTION_FIELDS = _field_kinds("""
+int: agentCount targetFrameRate objectVariation agentId thirdPartyCameraId horizon randomSeed numPlacementAttempts
+     maxStepCount
+float: timeScale dronePositionRandomNoiseSigma gridSize y fieldOfView x z pushAngle handDistance movementGaussianMu
+       movementGaussianSigma rotateGaussianMu rotateGaussianSigma maxAgentsDistance moveMagnitude startAgentsRotatedBy
+       visibilityDistance cameraY TimeUntilRoomTemp timeStep mass drag angularDrag minDistance maxDistance noise
+       agentRadius rotateStepDegrees degrees r g b TimeToWaitForObjectsToComeToRest scale speed radius
+float?: fixedDeltaTime massThreshold
+bool: makeAgentsVisible allowAgentsToIntersect standing forceAction applyActionNoise forceKinematic
+      alwaysReturnVisibleRange snapToGrid rotateOnTeleport forceVisible anywhere randomizeOpen autoSimulation
+      simplifyPhysics uniquePickupableObjectTypes randomizeObjectAppearance renderDepthImage renderSemanticSegmentation
+      renderNormalsImage renderFlowImage placeStationary allowDecayTemperature topView orthographic grid manualInteract
+      fastActionEmit returnToStart handCameraSpace stopArmMovementOnContact disableRendering restrictMovement
+string: quality objectType receptacleObjectType receptacleObjectId objectId skyboxColor sceneName fillLiquid StateChange
+        agentControllerType agentMode visibilityScheme coordinateSpace
+Vector3: rotation position direction
+""")
+#: The same by lower-case name: Json.NET matches a key to a field by its exact name, else ignoring case.
+_SERVER_ACTION_FIELDS_ANY_CASE = {name.lower(): kind for name, kind in _SERVER_ACTION_FIELDS.items()}
+
+
+def _read_server_action(action: dict) -> None:
+    """Raise ActionFailed as a build answers an action it reads into a whole ServerAction (Initialize, Reset, LookUp,
+    LookDown) when Json.NET's serializer cannot read one of its values into the field it names: the keys in the
+    action's order, the first that fails answered (see :func:`_json_net_read`). Run for those actions only."""
+    for key, value in action.items():
+        kind = _SERVER_ACTION_FIELDS.get(key)
+        if kind is None:
+            kind = _SERVER_ACTION_FIELDS_ANY_CASE.get(key.lower()) if isinstance(key, str) else None
+            if kind is None:
+                continue
+        if kind == "Vector3":
+            if isinstance(value, dict):
+                for axis, v in value.items():
+                    if isinstance(axis, str) and axis.lower() in ("x", "y", "z"):
+                        _json_net_read("float", v, f"{key}.{axis}")
+            continue  # (another value: the action's own conversion answers it)
+        _json_net_read(kind, value, key)
 
 
 def _json_number(value: Any) -> Any:
@@ -457,10 +590,10 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
             hi: float | None = None, whole_action: bool = False) -> float:
     """The float argument ``key`` (``default`` when not given), converted as a build's Json.NET converts it, within
     ``lo``..``hi`` (this player's own limits). ``whole_action``: an action a build reads into a whole ServerAction
-    (Initialize, LookUp, LookDown), whose Json.NET reader raises its own exception for a string that is not a number,
-    which this player answers ``InvalidArgument``; an action dispatched by its method's signature converts each
-    argument with ``(float)JToken``, whose parse of such a string throws a FormatException (:data:`FORMAT_EXCEPTION`,
-    errorCode null)."""
+    (Initialize, LookUp, LookDown), whose Json.NET reader throws its own exceptions, answered before the action runs
+    (:func:`_read_server_action`; the ``InvalidArgument`` here is only a fallback); an action dispatched by its
+    method's signature converts each argument with ``(float)JToken``, whose parse of a string that is not a number
+    throws a FormatException (:data:`FORMAT_EXCEPTION`, errorCode null)."""
     value = action.get(key, default)
     if type(value) is not float and type(value) is not int:  # (a number, the usual case, is taken as it is)
         # As a build's Json.NET: a bool or a numeric string is converted; null, an object or an array is not (an
@@ -482,23 +615,37 @@ def _number(action: dict, key: str, default: float | None = None, *, lo: float |
     return float(value)
 
 
-def _vector(value: Any, key: str, base: tuple[float, float, float] | None = None) -> tuple[float, float, float]:
-    """``value`` ({x, y, z}) as a tuple: an axis not given is 0, or with ``base`` (an optional vector, as
-    UpdateThirdPartyCamera takes them) an axis not given or null is ``base``'s."""
+#: ``base`` for :func:`_vector` of an optional vector whose axes not given are filled in later (each ``None``).
+KEEP_AXES: tuple[None, None, None] = (None, None, None)
+
+
+def _vector(value: Any, key: str, base: tuple[Any, Any, Any] | None = None) -> tuple[Any, Any, Any]:
+    """``value`` ({x, y, z}) as a tuple, read as a build's Json.NET reads it into a Vector3: its keys in their order,
+    each naming an axis in any case (``X`` is x), an axis not given 0. With ``base`` (an optional vector, as
+    UpdateThirdPartyCamera's OptionalVector3, whose axes are nullable floats) an axis not given or null is ``base``'s
+    (``None`` with :data:`KEEP_AXES`). An axis Json.NET cannot read (null in a Vector3, ``"abc"``, a bool, an
+    object) fails as a build answers the exception (:func:`_json_net_read`, errorCode null, the path ``key.axis``);
+    one that is not finite is this player's own InvalidArgument, as is a ``value`` that is not an object."""
     if not isinstance(value, dict):
         raise ActionFailed(f"{key} must be an object with x, y and z, got {value!r}", "InvalidArgument")
-    out = []
-    for i, axis in enumerate(("x", "y", "z")):
-        v = value.get(axis)
-        if v is None and (base is not None or axis not in value):
-            v = base[i] if base is not None else 0.0
-        elif type(v) is not float and type(v) is not int:
-            converted = _json_number(v)  # (a Vector3's float fields, converted as Json.NET converts them)
-            v = v if converted is None else converted
-        if not _finite(v):
-            raise ActionFailed(f"{key}.{axis} must be a finite number, got {v!r}", "InvalidArgument")
-        out.append(float(v))
-    return out[0], out[1], out[2]
+    out: list[Any] = [0.0, 0.0, 0.0] if base is None else list(base)
+    for axis, v in value.items():
+        i = _AXES.get(axis.lower()) if isinstance(axis, str) else None
+        if i is None:
+            continue  # (a key that names no field: Json.NET ignores it)
+        if type(v) is not float and type(v) is not int:
+            if v is None and base is not None:
+                continue  # a nullable axis: not given
+            _json_net_read("float", v, f"{key}.{axis}")
+            v = _json_number(v)  # (a string .NET parses, as Json.NET converts it)
+        out[i] = v
+    for i, v in enumerate(out):
+        if v is not None and not _finite(v):
+            raise ActionFailed(f"{key}.{'xyz'[i]} must be a finite number, got {v!r}", "InvalidArgument")
+    return tuple(v if v is None else float(v) for v in out)  # type: ignore[return-value]
+
+
+_AXES = {"x": 0, "y": 1, "z": 2}
 
 
 def _bool_argument(name: str, key: str, value: Any) -> bool:
@@ -870,13 +1017,27 @@ class _Agent:
 
 
 def _agent_index(value: Any, agents: int) -> int | None:
-    """The agent an action's ``agentId`` names (an integer, or a float with an integer's value, as Json.NET
-    reads one into a build's int), or ``None`` if it names none of the ``agents``."""
-    if type(value) is int and 0 <= value < agents:  # (the usual case, first)
-        return value
-    if not _finite(value) or value != int(value) or not 0 <= value < agents:
+    """The agent an action's ``agentId`` names, or ``None`` if it names none of the ``agents``. Converted as a build's
+    AgentManager converts it, ``(int)JToken`` (``Convert.ToInt32``): an integer as it is, a float rounded to the
+    nearest integer, a tie to the even one (``1.5`` names agent 2), a bool 1 or 0 (``true`` names agent 1), a string
+    of digits and a sign as ``Int32.Parse`` reads it (``"1"`` names agent 1). What it cannot convert (null, ``"1.5"``,
+    ``"abc"``, an object, a value beyond 32 bits) names no agent: a build throws there, outside any action."""
+    if type(value) is int:  # (the usual case, first)
+        return value if 0 <= value < agents else None
+    if isinstance(value, bool):
+        index = int(value)
+    elif isinstance(value, float):
+        if not -2147483648.5 <= value < 2147483647.5:  # (Convert.ToInt32 overflows; NaN too)
+            return None
+        index = round(value)
+    elif isinstance(value, str):
+        match = _NET_INT.match(value)
+        if match is None or len(match.group(1)) > 12:
+            return None
+        index = int(match.group(1))
+    else:
         return None
-    return int(value)
+    return index if 0 <= index < agents else None
 
 
 class Player:
@@ -1117,10 +1278,11 @@ class Player:
         # but 90, 180, 270 or a multiple of 360 fails; else snapToGrid is set), visibilityDistance (applied when
         # above 0), gridSize (not above 0 or above 5 fails). Whether that failed or not, AgentManager then sets the
         # depth and segmentation switches from the action and adds the other agents, each running the same Initialize.
-        # A build's failures there set no errorCode (null). What the player refuses for its own reasons (an
-        # argument that is not a number, as a build cannot even read the action then; limits a build does not
-        # have, where it would stop answering or the transport could not carry the answer) is refused
-        # (InvalidArgument) with nothing applied.
+        # A build's failures there set no errorCode (null). An action whose values Json.NET cannot read into the
+        # ServerAction (a string that is not a number, null) has failed before this runs, as a build's does
+        # (_read_server_action: errorCode null, nothing applied). What the player refuses for its own reasons (limits
+        # a build does not have, where it would stop answering or the transport could not carry the answer) is
+        # refused (InvalidArgument) with nothing applied.
         given = {}
         for key in ("gridSize", "rotateStepDegrees", "fieldOfView", "visibilityDistance"):
             if key in action:
@@ -1628,9 +1790,13 @@ class Player:
         # camera's value, as in a build, whose AgentManager.UpdateThirdPartyCamera takes them as optional values
         # filled in from the camera's own. As there, the field of view is checked first, then the camera's id
         # (one out of range: a failure with no errorCode; not an integer: InvalidArgument).
+        # The arguments are converted first, in the parameters' order (thirdPartyCameraId, position, rotation,
+        # fieldOfView), then the field of view is checked, then the id.
         index = action.get("thirdPartyCameraId", 0)
         if type(index) is not int:
             index = _int_argument(action, "thirdPartyCameraId", index)  # "1" is 1, 0.4 is 0, as Json.NET converts them
+        given = {key: _vector(action[key], key, KEEP_AXES) for key in ("position", "rotation")
+                 if action.get(key) is not None}
         fov = action.get("fieldOfView")
         if fov is not None:
             fov = self._camera_fov(_number(action, "fieldOfView"))
@@ -1638,10 +1804,10 @@ class Player:
             raise ActionFailed(f"thirdPartyCameraId {index!r} does not name one of the {len(self.cameras)} camera(s)")
         camera = self.cameras[index]
         position, rotation = camera.position, camera.rotation
-        if action.get("position") is not None:
-            position = _vector(action["position"], "position", position)
-        if action.get("rotation") is not None:
-            rotation = _vector(action["rotation"], "rotation", rotation)
+        if "position" in given:
+            position = tuple(c if v is None else v for v, c in zip(given["position"], position))
+        if "rotation" in given:
+            rotation = tuple(c if v is None else v for v, c in zip(given["rotation"], rotation))
         camera.position, camera.rotation, camera.fov = position, rotation, camera.fov if fov is None else fov
         return None
 

@@ -74,27 +74,32 @@ def test_a_string_net_cannot_parse_as_a_float_fails_as_a_build_answers_the_forma
 
 
 @pytest.mark.parametrize("value", NOT_NUMBERS)
-def test_a_whole_server_action_s_float_field_that_is_not_a_number_is_an_invalid_argument_named(value):
-    # LookUp takes a whole ServerAction, read by Json.NET's serializer: the player refuses such a field
-    # InvalidArgument, naming it in a build's words (docs/player.md).
+def test_a_whole_server_action_s_float_field_that_is_not_a_number_fails_as_json_net_s_reader_throws(value):
+    # LookUp takes a whole ServerAction, read by Json.NET's serializer, whose reader throws a JsonReaderException for
+    # such a field (an empty string is read as null, which a float cannot hold: a JsonSerializationException); a
+    # build's agent answers either as any exception, errorCode null (docs/player.md).
     p = _player()
     refused = _step(p, {"action": "LookUp", "degrees": value})
-    assert not refused["lastActionSuccess"] and refused["errorCode"] == "InvalidArgument"
+    assert not refused["lastActionSuccess"] and refused["errorCode"] is None
     assert refused["errorMessage"] == (
-        f"action: LookUp has an invalid argument: degrees (=={value}). Cannot convert to: float")
+        f"Newtonsoft.Json.JsonReaderException: Could not convert string to double: {value}. Path 'degrees'." if value
+        else "Newtonsoft.Json.JsonSerializationException: Error converting value {null} to type 'System.Single'. "
+             "Path 'degrees'. ---> System.InvalidCastException: Null object cannot be converted to a value type.")
     assert refused["agent"]["rotation"]["y"] == 0 and refused["agent"]["cameraHorizon"] == 0
 
 
 @pytest.mark.parametrize("value, shown", [(None, ""), ([30], "[30]")])
 def test_what_json_net_cannot_convert_to_a_float_is_an_invalid_argument_named_as_a_build_names_it(value, shown):
-    # null, an object or an array: Json.NET's conversion raises an ArgumentException, a build's InvalidArgument.
+    # null, an object or an array, for an argument a build converts by itself: Json.NET's conversion raises an
+    # ArgumentException, a build's InvalidArgument. (null in a whole ServerAction's field: see above.)
     p = _player()
     refused = _step(p, {"action": "RotateRight", "degrees": value} if value is not None else
-                    {"action": "LookUp", "degrees": None})
-    name = "RotateRight" if value is not None else "LookUp"
+                    {"action": "ChangeResolution", "x": 32, "y": None})
+    key, kind = ("degrees", "float") if value is not None else ("y", "int")
+    name = "RotateRight" if value is not None else "ChangeResolution"
     assert not refused["lastActionSuccess"] and refused["errorCode"] == "InvalidArgument"
     assert refused["errorMessage"] == (
-        f"action: {name} has an invalid argument: degrees (=={shown}). Cannot convert to: float")
+        f"action: {name} has an invalid argument: {key} (=={shown}). Cannot convert to: {kind}")
     assert refused["agent"]["rotation"]["y"] == 0 and refused["agent"]["cameraHorizon"] == 0
 
 
@@ -105,9 +110,9 @@ def test_an_int_argument_takes_digits_only_and_a_string_argument_takes_a_number_
         assert not refused["lastActionSuccess"] and refused["errorCode"] is None, value
         assert refused["errorMessage"] == FORMAT
         assert (refused["screenWidth"], refused["screenHeight"]) == (16, 12)
-    refused = _step(p, {"action": "Initialize", "agentCount": "2.0"})
-    assert refused["errorMessage"] == (
-        "action: Initialize has an invalid argument: agentCount (==2.0). Cannot convert to: int")
+    refused = _step(p, {"action": "Initialize", "agentCount": "2.0"})  # a ServerAction's field: Json.NET's reader
+    assert refused["errorCode"] is None and refused["errorMessage"] == (
+        "Newtonsoft.Json.JsonReaderException: Could not convert string to integer: 2.0. Path 'agentCount'.")
     # ChangeQuality's quality is a string: the number 5 is the name "5", which is no quality level.
     quality = _step(p, {"action": "ChangeQuality", "quality": 5})
     assert not quality["lastActionSuccess"] and "no quality level named '5'" in quality["errorMessage"]

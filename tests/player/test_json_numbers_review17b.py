@@ -92,17 +92,19 @@ def test_what_json_net_cannot_convert_at_all_is_still_an_invalid_argument():
         assert not agent["lastActionSuccess"] and agent["errorCode"] == "InvalidArgument", value
 
 
-def test_a_whole_server_action_s_field_is_read_by_json_net_s_serializer_which_the_player_refuses_as_before():
+def test_a_whole_server_action_s_field_is_read_by_json_net_s_serializer_whose_exceptions_a_build_answers():
     # Initialize, LookUp and LookDown take a whole ServerAction: Json.NET's reader rounds an int field's fraction as
-    # above, and throws its own exceptions for what it cannot read, which the player answers InvalidArgument.
+    # above, and throws its own exceptions for what it cannot read, which a build answers as any exception (errorCode
+    # null, the exception's first line: see test_server_action_fields_review17h.py).
     p = _player()
     looked = _agent(p, {"action": "LookUp", "degrees": "abc"})
-    assert looked["errorCode"] == "InvalidArgument" and looked["errorMessage"] == (
-        "action: LookUp has an invalid argument: degrees (==abc). Cannot convert to: float")
+    assert looked["errorCode"] is None and looked["errorMessage"] == (
+        "Newtonsoft.Json.JsonReaderException: Could not convert string to double: abc. Path 'degrees'.")
     for count in ("2.5", "two", 2**40, 1e10, None):
         md, _ = p.handle({"action": "Initialize", "agentCount": count})
         agent = md["agents"][0]
-        assert agent["errorCode"] == "InvalidArgument" and "agentCount" in agent["errorMessage"], count
+        assert not agent["lastActionSuccess"] and agent["errorCode"] is None, count
+        assert "Path 'agentCount'." in agent["errorMessage"], count
         assert len(md["agents"]) == 1
     md, _ = p.handle({"action": "Initialize", "agentCount": "2"})
     assert md["agents"][0]["lastActionSuccess"] and len(md["agents"]) == 2

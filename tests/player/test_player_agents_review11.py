@@ -93,10 +93,11 @@ def test_initialize_makes_the_agents_a_build_makes_and_agent_id_picks_the_one_th
     assert session.step("Pass").events[0].metadata["lastAction"] == "Pass"  # no agentId: agent 0
 
 
-@pytest.mark.parametrize("agent_id", [3, -1, 1.5, "1", None, True])
+@pytest.mark.parametrize("agent_id", [3, -1, 2.5 + 1, "1.5", "one", None, [1]])
 def test_an_agent_id_that_names_no_agent_is_a_failed_action_agent_0_answers(session, agent_id):
-    # A build indexes its agent list with the id and dies of the exception (its emit loop ends: it never answers
-    # again); the player answers with a failure instead, changing nothing, as it did for any agentId but 0.
+    # A build indexes its agent list with the id (converted by (int)JToken: 3.5 is 4, "1.5" cannot be) and dies of
+    # the exception (its emit loop ends: it never answers again); the player answers with a failure instead,
+    # changing nothing, as it did for any agentId but 0.
     initialize(session, agents=3)
     event = session.step("MoveAhead", agentId=agent_id)
     assert not event and event.metadata["errorCode"] == "InvalidArgument"
@@ -137,12 +138,13 @@ def test_reset_leaves_one_agent_and_initialize_without_agent_count_makes_one(ses
         rounded = session.step("Initialize", agentCount=count)
         assert rounded, rounded.metadata["errorMessage"]
         assert [e.metadata["agentId"] for e in rounded.events] == list(range(made)), count
-    # What Json.NET cannot read into the int field fails, InvalidArgument; a refused Initialize changes nothing.
+    # What Json.NET cannot read into the int field fails as a build answers its exception (errorCode null, the
+    # path named); a refused Initialize changes nothing.
     initialize(session)
     for count in ("2.5", None):
         refused = session.step("Initialize", agentCount=count)
-        assert not refused and refused.metadata["errorCode"] == "InvalidArgument"
-        assert "agentCount" in refused.metadata["errorMessage"]
+        assert not refused and refused.metadata["errorCode"] is None
+        assert "Path 'agentCount'." in refused.metadata["errorMessage"]
         assert len(refused.events) == 2
     refused = session.step("Initialize", agentCount=1, agentId=1)  # the acting agent would be gone
     assert not refused and "agentId 1 would name none of the 1 agent(s)" in refused.metadata["errorMessage"]

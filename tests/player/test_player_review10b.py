@@ -49,11 +49,16 @@ def test_initialize_gives_a_parameter_it_is_not_sent_its_default():
     assert _turned(p) == pytest.approx(90)
 
 
-def test_initialize_with_a_null_switch_turns_it_off():
-    # null is a switch not given: Initialize's default (off), not the earlier Initialize's value.
+def test_initialize_without_a_switch_turns_it_off_and_a_null_one_fails_as_json_net_reads_it():
+    # A switch not given is Initialize's default (off), not the earlier Initialize's value. null is no bool: a
+    # build's Json.NET cannot read the action into its ServerAction and throws (errorCode null), nothing applied.
     p = Player(width=32, height=24)
     assert p.handle({"action": "Initialize", "renderDepthImage": True})[0]["agents"][0]["lastActionSuccess"]
     md, images = p.handle({"action": "Initialize", "renderDepthImage": None, "gridSize": 0.5})
+    assert not md["agents"][0]["lastActionSuccess"] and md["agents"][0]["errorCode"] is None
+    assert "{null} to type 'System.Boolean'. Path 'renderDepthImage'." in md["agents"][0]["errorMessage"]
+    assert FieldType.DEPTH_IMAGE in _kinds(images) and p.grid_size == 0.25
+    md, images = p.handle({"action": "Initialize", "gridSize": 0.5})
     assert md["agents"][0]["lastActionSuccess"]
     assert _kinds(images) == {FieldType.RGB_IMAGE}
 
@@ -105,7 +110,9 @@ def test_update_third_party_camera_keeps_the_axes_it_is_not_given():
     assert md["agents"][0]["lastActionSuccess"], md["agents"][0]["errorMessage"]
     assert md["agents"][0]["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
     md, _ = p.handle({"action": "UpdateThirdPartyCamera", "thirdPartyCameraId": 0, "position": {"x": "left"}})
-    assert md["agents"][0]["errorCode"] == "InvalidArgument"
+    assert not md["agents"][0]["lastActionSuccess"] and md["agents"][0]["errorCode"] is None  # Json.NET's reader
+    assert md["agents"][0]["errorMessage"] == (
+        "Newtonsoft.Json.JsonReaderException: Could not convert string to double: left. Path 'position.x'.")
     assert md["agents"][0]["thirdPartyCameras"][0]["position"] == {"x": 1.0, "y": 2.2, "z": -1.0}
 
 
