@@ -704,3 +704,16 @@ def test_a_daemon_player_gets_the_design_command_line_and_environment(daemon):
     finally:
         status, _ = _json(daemon.socket, "DELETE", "/v1/environments/gpu")
         assert 200 <= status < 300
+
+
+def test_launch_on_a_managed_x_display():
+    with renderd.launch(width=32, height=24, platform="Linux64", x_display="managed") as env:
+        environ = _environ(env.pid)
+        assert environ["DISPLAY"] and environ["RENDERD_PLATFORM"] == "Linux64"
+        assert env.step("MoveAhead").frame.shape == (24, 32, 3)
+
+    def no_xvfb() -> bool:
+        return not [p for p in psutil.Process().children(recursive=True)
+                    if p.name() == "Xvfb" and p.status() != psutil.STATUS_ZOMBIE]
+
+    wait_for(no_xvfb, DEADLINE, "the managed Xvfb to be released at close()")
