@@ -432,7 +432,10 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
             raise HTTPError(400, LeaseError(f"client_pid must be the client's process id (an integer), got {_shown(pid)}"))
         timeout = _number(body, "timeout", None)
         deadline = _deadline(body)
-        supervisor.describe(name)  # 404 before anything else
+        try:
+            supervisor.describe(name)  # 404 before anything else
+        except NotFound as exc:  # (a LeaseError: no lease can be granted there, as renderd.connect() reports it)
+            raise HTTPError(404, LeaseError(str(exc))) from None
         if peer_pid is not None:  # (the control socket: the process asking is known)
             pid = _client_process(pid, peer_pid)
         try:
@@ -457,6 +460,8 @@ def make_app(supervisor: Supervisor, *, http_listener: str = "", control_socket:
                 # The control socket's server: a thread more while the request waits (see Supervisor.acquire).
                 on_wait=environ.get("renderd.lease_waiting"),
             )
+        except NotFound as exc:  # (removed while the request waited)
+            raise HTTPError(404, LeaseError(str(exc))) from None
         except LeaseError as exc:
             raise HTTPError(503, exc, [("Retry-After", "1")]) from None
         if pid_namespace is not None:  # (the player's pid is this namespace's: see renderd.daemon.client.connect)

@@ -286,5 +286,5 @@ def test_an_environment_name_reaches_the_daemon_as_given(daemon, name):
     d = daemon(fast_config())
     with pytest.raises(RenderdError) as info:
         connect(name, socket=d.socket, timeout=1)
-    assert type(info.value) is RenderdError and info.value.status == 404
+    assert type(info.value) is LeaseError and info.value.status == 404  # (no lease can be granted there)
     assert f"no environment named {name!r}" in str(info.value)

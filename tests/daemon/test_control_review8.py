@@ -27,7 +27,7 @@ def test_an_environment_name_holding_a_slash_reaches_the_api_and_is_told_apart(s
     c = d.client
     with pytest.raises(RenderdError) as info:
         connect("a/b", socket=d.socket, timeout=1)
-    assert type(info.value) is RenderdError and info.value.status == 404
+    assert type(info.value) is LeaseError and info.value.status == 404
     assert "no environment named 'a/b'" in str(info.value)
     with pytest.raises(RenderdError) as info:
         c.request("GET", "/v1/environments/a%2Fb")
