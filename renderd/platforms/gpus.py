@@ -358,6 +358,9 @@ _tool_cache: dict[tuple[object, ...], tuple[float, str | None, str | None]] = {}
 #: Failures by the same key as :data:`_tool_cache`: ``(when, what went wrong, how many in a row)``.
 _tool_failures: dict[tuple[object, ...], tuple[float, str, int]] = {}
 _tool_lock = threading.Lock()
+#: Counts :func:`clear_cache` calls: a run that began before one (a driver fixed, an X server started, then the daemon
+#: reloaded) keeps neither its output nor its failure, which describe the drivers as they were before.
+_tool_generation = 0
 
 
 def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str | None]:
@@ -368,7 +371,7 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
     briefly: the first is not (a tool slow once, a driver initialising, is asked again at the next check), a second
     in a row is reused for :data:`GPU_TOOL_FAILURE_CACHE_SECONDS` (a tool that hangs until its deadline stalls one
     check per that many seconds, not every check; a driver fixed since is seen that long after at most).
-    :func:`clear_cache` (a reload of the daemon) forgets both."""
+    :func:`clear_cache` (a reload of the daemon) forgets both, and a run under way as it is called keeps neither."""
     binary = shutil.which(argv[0], path=env.get("PATH"))
     if binary is None:
         return None, None
@@ -378,6 +381,7 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
     )
     with _tool_lock:
         now = time.monotonic()
+        generation = _tool_generation
         cached = _tool_cache.get(key)
         if cached is not None and now - cached[0] < GPU_TOOL_CACHE_SECONDS:
             return cached[1], cached[2]
@@ -404,6 +408,8 @@ def _run_tool(argv: list[str], env: Mapping[str, str]) -> tuple[str | None, str 
             problem = f"it failed ({describe_exit(returncode)}" + (f": {said.splitlines()[-1]})" if said else ")")
     with _tool_lock:
         now = time.monotonic()
+        if generation != _tool_generation:  # (cleared while it ran: answered, not kept)
+            return output, problem
         if problem is not None:
             before = _tool_failures.get(key)
             in_a_row = before[2] + 1 if before is not None and now - before[0] < GPU_TOOL_FAILURE_MEMORY_SECONDS else 1
@@ -503,7 +509,10 @@ def vulkaninfo_devices(env: Mapping[str, str]) -> list[VulkanDevice]:
 
 
 def clear_cache() -> None:
-    """Forget cached tool outputs and failures (the next check runs the tools again)."""
+    """Forget cached tool outputs and failures (the next check runs the tools again); a run under way meanwhile
+    answers its caller but keeps nothing."""
+    global _tool_generation
     with _tool_lock:
+        _tool_generation += 1
         _tool_cache.clear()
         _tool_failures.clear()

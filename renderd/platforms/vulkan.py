@@ -107,6 +107,9 @@ class VulkanProbe:
 
 _cache: dict[tuple[object, ...], tuple[float, VulkanProbe]] = {}
 _cache_lock = threading.Lock()
+#: Counts :func:`clear_cache` calls: a probe that began before one (a driver fixed, then the daemon reloaded) answers
+#: its caller but is not cached (it describes the drivers as they were before).
+_cache_generation = 0
 
 #: The dynamic linker's cache: rewritten (ldconfig) when a package installs or removes a shared library, such
 #: as the Vulkan loader or a driver.
@@ -241,8 +244,11 @@ _RESOURCE_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.EA
 
 
 def clear_cache() -> None:
-    """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again)."""
+    """Forget every cached probe result (the next :func:`probe_vulkan` runs the probe again); a probe under way
+    meanwhile answers its caller but is not cached."""
+    global _cache_generation
     with _cache_lock:
+        _cache_generation += 1
         _cache.clear()
 
 
@@ -256,14 +262,17 @@ def probe_vulkan(
     not change (:func:`driver_fingerprint`), for at most :data:`VULKAN_PROBE_CACHE_SECONDS`."""
     key = (loader_env_key(env), driver_fingerprint(env))
     now = time.monotonic()
-    if use_cache:
-        with _cache_lock:
+    with _cache_lock:
+        generation = _cache_generation
+        if use_cache:
             cached = _cache.get(key)
             if cached is not None and now - cached[0] < VULKAN_PROBE_CACHE_SECONDS:
                 return cached[1]
     result, cacheable = _run(env, timeout)
     if cacheable:
         with _cache_lock:
+            if generation != _cache_generation:  # (cleared while it ran: see clear_cache)
+                return result
             now = time.monotonic()
             for old in [k for k, (at, _) in _cache.items() if now - at >= VULKAN_PROBE_CACHE_SECONDS]:
                 del _cache[old]
