@@ -210,9 +210,10 @@ class Session:
         self._closing = False  # set by close(): a send or receive that fails meanwhile says it was closed
         self._broken_during: str | None = None  # the action whose step broke the session
         self._closer: int | None = None  # the thread running close()
-        # Taken (never released) by the first close(): two close() calls at once (threads) cannot both see the session
-        # open and both stop the player and run on_close; the second waits for the first (see close()).
-        self._close_once = threading.Lock()
+        # Claimed by the first close(), with its thread, in one step (dict.setdefault: no other thread, nor a signal
+        # handler, runs in between): two close() calls at once (threads) cannot both see the session open and both
+        # stop the player and run on_close, and the second knows at once which thread's close() to wait for.
+        self._close_claim: dict[str, tuple[int, object]] = {}
         self._closed = threading.Event()  # set once close() has released everything
         # Guards the hand-over of on_close (see _run_on_close): close() and a VectorSession's stop of a slot's player
         # in another thread run it once between them.
@@ -758,19 +759,19 @@ class Session:
             self._state = SessionState.CLOSED
             self._pending = None
             return
-        if self._state is SessionState.CLOSED or not self._close_once.acquire(blocking=False):
-            # Another close() was first (the lock is this check and its mark in one step: two threads' calls at once
-            # cannot both go on). One of another thread under way (a watchdog's, and this thread's `with` exit):
-            # return once it has stopped the player and released the pipes, as a close() does. (Not in the thread
-            # running it, a signal handler there: that would wait for itself; nor before that close() has said
-            # which thread runs it, in the instant after it took the lock; nor once the interpreter is exiting: a
-            # daemon thread running it then never runs again.)
-            closer = self._closer
-            if closer is not None and closer != threading.get_ident():
+        claim = (threading.get_ident(), object())
+        if self._state is SessionState.CLOSED or self._close_claim.setdefault("close", claim) is not claim:
+            # Another close() was first (its claim is this check and its mark in one step, with its thread: two
+            # threads' calls at once cannot both go on). One of another thread under way (a watchdog's, and this
+            # thread's `with` exit), however far it has got: return once it has stopped the player and released the
+            # pipes, as a close() does. (Not in the thread running it, a signal handler there: that would wait for
+            # itself; nor once the interpreter is exiting: a daemon thread running it then never runs again.)
+            first = self._close_claim.get("close")
+            if first is not None and first[0] != claim[0]:
                 while not self._closed.wait(0.1) and not sys.is_finalizing():
                     pass
             return
-        self._closer = threading.get_ident()
+        self._closer = claim[0]
         self._closing = True
         error = self._error
         if error is None and self._state is SessionState.PENDING:
