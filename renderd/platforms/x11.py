@@ -49,6 +49,8 @@ _BARE_RE = re.compile(r"^\d+(?:\.\d+)?$")
 _TAIL_RE = re.compile(r":(?P<number>\d+)(?:\.(?P<screen>\d+))?$")
 #: A host name or IPv4 address, as python-xlib's display names allow them (less the colons of IPv6).
 _HOSTNAME_RE = re.compile(r"[A-Za-z0-9._-]+")
+#: The highest number of a display reached over TCP (it listens on port 6000 + its number).
+MAX_TCP_DISPLAY = 65535 - 6000
 #: Protocols a display name may start with (``tcp/host:0``): python-xlib knows ``tcp`` and ``unix``, libxcb (every X
 #: client, Unity's player included) ``inet`` and ``inet6`` too; the probe reaches those over TCP.
 DISPLAY_PROTOCOLS = ("tcp", "inet", "inet6", "unix")
@@ -147,7 +149,12 @@ def _parse(name: str) -> DisplayName | str:
     if protocol in ("tcp", "inet", "inet6") and not host:
         return f"protocol {protocol!r} needs a host (as in '{protocol}/localhost:{tail['number']}')"
     screen = tail["screen"]
-    return DisplayName(host, int(tail["number"]), None if screen is None else int(screen), protocol)
+    parsed = DisplayName(host, int(tail["number"]), None if screen is None else int(screen), protocol)
+    if parsed.tcp and parsed.number > MAX_TCP_DISPLAY:
+        # (X clients keep the port in 16 bits: they, and the probe, would reach port 6000 + N - 65536, another display's)
+        return (f"display {parsed.number} is reached over TCP on port 6000 + {parsed.number}, beyond the last port "
+                f"(65535): a display on a host is numbered 0..{MAX_TCP_DISPLAY}")
+    return parsed
 
 
 def _host_problem(host: str) -> str | None:
