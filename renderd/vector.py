@@ -146,6 +146,7 @@ def _after_fork_in_child() -> None:
             vs._call_lock = threading.RLock()
             vs._calls, vs._leftover = 0, False
         if vs._state is not _VectorState.CLOSED and vs._owner_pid != os.getpid():
+            vs._close_claim = {}  # (a close() a parent thread had just begun is the parent's: this copy's is its own)
             vs._state = _VectorState.BROKEN
             vs._round = None
             vs._error = CallOrderError(
@@ -676,6 +677,9 @@ class VectorSession:
         # Set once close() has finished; the thread running it (a close() in another thread waits for it).
         self._closed = threading.Event()
         self._closer: int | None = None
+        # Claimed by the first close(), with its thread, in one step (dict.setdefault: no other thread, nor a signal
+        # handler, runs in between): two close() calls at once cannot both find it open and both close everything.
+        self._close_claim: dict[str, tuple[int, object]] = {}
         # The call under way (step(), send(), recv(), reset(), reset_async()): whether there is one (another call
         # meanwhile, from another thread or from on_event or a signal handler in its own, is refused), in which
         # thread, its name; and whether a close() from another thread left the pipes to it (it still ran after
@@ -2063,9 +2067,12 @@ class VectorSession:
         self._close(together=True)
 
     def _close(self, *, together: bool) -> None:
-        if self._state is _VectorState.CLOSED:
+        claim = (threading.get_ident(), object())
+        if self._state is _VectorState.CLOSED or self._close_claim.setdefault("close", claim) is not claim:
+            first = self._close_claim.get("close")
             if (
-                self._closer not in (None, threading.get_ident())
+                first is not None
+                and first[0] != claim[0]
                 and os.getpid() == self._owner_pid
                 and not self._inside_here()
             ):
