@@ -631,6 +631,7 @@ def _after_fork_in_child() -> None:
     for proc in list(_player_processes):
         proc._noted_lock = threading.Lock()
         proc._log_lock = threading.Lock()
+        proc._log_readers = set()  # (the parent's threads)
     _BACKGROUND_NOTER.forget()  # (its thread is the parent's; the copies here never note)
 
 
@@ -794,6 +795,11 @@ class PlayerProcess:
         # another thread does not close it under a read (whose number could by then be another file's).
         self._log_fd = log_fd
         self._log_lock = threading.Lock()  # (a new one in a forked child: _after_fork_in_child)
+        # The threads inside log_tail(), and a close of the log that one of them owes: a stop() from a signal handler
+        # that interrupted a read in its own thread (which holds _log_lock, or is about to take it) leaves the file to
+        # that read, which closes it as it ends, instead of waiting for it for good (see _close_log).
+        self._log_readers: set[int] = set()
+        self._log_close_due = False
         self.show_log_path = show_log_path
         self.pidfd: int | None = _open_pidfd(popen.pid)
         self.started_at = time.monotonic()
@@ -1030,14 +1036,29 @@ class PlayerProcess:
         what an appended log held before it started. Spawned with ``keep_log_open``, until :meth:`stop`: read from
         the file the player was started with, open since the spawn, so its lines are quoted even once the file was
         removed (a tmp cleaner) or another put at its path; else from the file now at ``log_path``."""
-        with self._log_lock:
-            if self._log_fd is not None:
-                return _tail_of(self._log_fd, lines, self._log_start)
+        me = threading.get_ident()
+        if me in self._log_readers:  # (a signal handler interrupting this thread's read of it: the file at the path)
+            return _read_log_tail(self.log_path, lines, self._log_start)
+        self._log_readers.add(me)
+        try:
+            with self._log_lock:
+                if self._log_fd is not None:
+                    return _tail_of(self._log_fd, lines, self._log_start)
+        finally:
+            self._log_readers.discard(me)
+            if self._log_close_due:  # (a stop from a signal handler in this thread came during the read)
+                self._close_log()
         return _read_log_tail(self.log_path, lines, self._log_start)
 
     def _close_log(self) -> None:
-        """Close the log file kept open for :meth:`log_tail` (idempotent); waits for a read of it under way."""
+        """Close the log file kept open for :meth:`log_tail` (idempotent); waits for a read of it under way in another
+        thread. Called from a signal handler that interrupted a read in its own thread, it leaves the file to that
+        read, which closes it as it ends (waiting for it there would wait for good)."""
+        if threading.get_ident() in self._log_readers:
+            self._log_close_due = True
+            return
         with self._log_lock:
+            self._log_close_due = False
             fd, self._log_fd = self._log_fd, None
             if fd is not None:
                 os.close(fd)
