@@ -11,7 +11,7 @@ import time
 import psutil
 
 import renderd
-from renderd.client import Session, SessionState
+from renderd.client import Session
 from tests.client.conftest import START
 
 SMALL = {"width": 16, "height": 16, "platform": "headless", "start_timeout": START, "step_timeout": START}
