@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import importlib
-import logging
 import numbers
 import os
 import sys
@@ -52,6 +51,7 @@ from renderd.process import (
     PlayerProcess,
     check_frame_size,
     endpoint_variable_error,
+    exit_safe_logger,
     player_argv,
     player_env,
     resolve_executable,
@@ -69,7 +69,7 @@ __all__ = [
     "connect",
 ]
 
-log = logging.getLogger(__name__)
+log = exit_safe_logger(__name__)  # (its code runs at interpreter exit too: a session's __del__)
 
 #: Seconds a new player has to send its first frame (a Unity build may load for minutes on a cold disk).
 DEFAULT_START_TIMEOUT = 300.0

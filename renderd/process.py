@@ -64,8 +64,6 @@ __all__ = [
     "PlayerOnDisplay",
 ]
 
-log = logging.getLogger(__name__)
-
 #: Unity quality levels by the names AI2-THOR uses (``-screen-quality`` takes the number).
 QUALITY_SETTINGS: dict[str, int] = {
     "DONOTUSE": 0,
@@ -101,10 +99,75 @@ MAX_NOTED_DESCENDANTS = 64
 #: :data:`DESCENDANT_NOTE_INTERVAL`): a helper a player daemonises as it starts is noted even when the player
 #: exits soon after (right after its first frame).
 DESCENDANT_FIRST_NOTE = 0.2
-#: At interpreter exit, how long (seconds) a lock the noter thread takes is waited for: that thread is a daemon
-#: thread, frozen where it stands once the exit begins, and a lock it held then (in the middle of a note) is never
-#: released; a session closed by its ``__del__`` at exit waited for it for ever.
+#: At interpreter exit, how long (seconds) a lock a daemon thread may hold is waited for: the exit freezes daemon
+#: threads where they stand, and a lock one held then is never released (the noter thread's in the middle of a note,
+#: the log reader's of a thread quoting a player's log, a logging handler's of a thread writing a record); a session
+#: closed by its ``__del__`` at exit waited for it for ever.
 FINALIZING_LOCK_WAIT = 0.1
+
+
+class _FrozenHandlerFilter(logging.Filter):
+    """A filter of one of renderd's loggers: once the interpreter is exiting (``sys.is_finalizing()``), a record is not
+    handed to its handlers when the lock of one of those that would write it is held, and stays held for
+    :data:`FINALIZING_LOCK_WAIT` seconds. The exit freezes daemon threads where they stand: one frozen while a handler
+    wrote its record (renderd's noter thread, or any thread of the application logging through the same handler) holds
+    that handler's lock for good, and the player's stop, logging as a session's ``__del__`` closes it at exit, waited
+    for it for ever. Such a record is dropped (that handler writes nothing again). No other thread runs once the
+    interpreter is exiting, so a lock found free stays free for the handler. Costs nothing before the exit but the
+    check, and only for a record that is logged."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self._logger = logger
+        # (bound now: at the very end of the exit, module globals may be gone)
+        self._is_finalizing = sys.is_finalizing
+        self._logging = logging
+        self._wait = FINALIZING_LOCK_WAIT
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not self._is_finalizing():
+            return True
+        try:
+            return not self._blocked(record)
+        except Exception:  # noqa: BLE001 - (logging torn down at the very end of the exit): as logging would
+            return True
+
+    def _blocked(self, record: logging.LogRecord) -> bool:
+        """Whether a handler that would write ``record`` (as ``Logger.callHandlers`` finds them) has its lock held."""
+        found = 0
+        logger: Any = self._logger
+        while logger is not None:
+            for handler in logger.handlers:
+                found += 1
+                if record.levelno >= handler.level and not self._free(handler.lock):
+                    return True
+            if not logger.propagate:
+                break
+            logger = logger.parent
+        last = self._logging.lastResort
+        return found == 0 and last is not None and record.levelno >= last.level and not self._free(last.lock)
+
+    def _free(self, lock: Any) -> bool:
+        if lock is None:
+            return True
+        if not lock.acquire(timeout=self._wait):
+            return False
+        lock.release()
+        return True
+
+
+def exit_safe_logger(name: str) -> logging.Logger:
+    """``logging.getLogger(name)``, filtered so that a record logged at interpreter exit never waits for ever for a
+    handler's lock that a frozen daemon thread holds (see :class:`_FrozenHandlerFilter`): for renderd's modules whose
+    code runs at exit (a session's ``__del__``)."""
+    logger = logging.getLogger(name)
+    if not any(isinstance(f, _FrozenHandlerFilter) for f in logger.filters):
+        logger.addFilter(_FrozenHandlerFilter(logger))
+    return logger
+
+
+log = exit_safe_logger(__name__)
+
 
 #: Variables that tell a player where its endpoints are; stale ones inherited from our own environment
 #: are dropped so a player never talks to somebody else's pipes.
@@ -636,9 +699,9 @@ def _after_fork_in_child() -> None:
 
 
 def _acquire_unless_frozen(lock: Any) -> bool:
-    """Acquire ``lock`` (a Lock or Condition the noter thread also takes) and return True; at interpreter exit give
-    up after :data:`FINALIZING_LOCK_WAIT` and return False: the noter, a daemon thread frozen by the exit, may hold
-    it for good, and it will never touch what the lock guards again."""
+    """Acquire ``lock`` (a Lock or Condition a daemon thread may also take: the noter thread, a thread quoting a
+    player's log) and return True; at interpreter exit give up after :data:`FINALIZING_LOCK_WAIT` and return False:
+    a daemon thread frozen by the exit may hold it for good, and it will never touch what the lock guards again."""
     if sys.is_finalizing():
         return lock.acquire(timeout=FINALIZING_LOCK_WAIT)
     lock.acquire()
@@ -1053,15 +1116,21 @@ class PlayerProcess:
     def _close_log(self) -> None:
         """Close the log file kept open for :meth:`log_tail` (idempotent); waits for a read of it under way in another
         thread. Called from a signal handler that interrupted a read in its own thread, it leaves the file to that
-        read, which closes it as it ends (waiting for it there would wait for good)."""
+        read, which closes it as it ends (waiting for it there would wait for good). At interpreter exit it waits for
+        a read of another thread :data:`FINALIZING_LOCK_WAIT` seconds only: that thread, a daemon thread the exit froze
+        in the middle of its read, never reads the file again."""
         if threading.get_ident() in self._log_readers:
             self._log_close_due = True
             return
-        with self._log_lock:
+        held = _acquire_unless_frozen(self._log_lock)
+        try:
             self._log_close_due = False
             fd, self._log_fd = self._log_fd, None
             if fd is not None:
                 os.close(fd)
+        finally:
+            if held:
+                self._log_lock.release()
 
     def crashed(self, context: str) -> PlayerCrashed:
         """A :class:`PlayerCrashed` for ``context``, with the exit status and the tail of the log."""

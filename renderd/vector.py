@@ -38,7 +38,6 @@ from __future__ import annotations
 import enum
 import errno
 import functools
-import logging
 import math
 import numbers
 import os
@@ -71,7 +70,7 @@ from renderd.errors import (
     RenderdError,
 )
 from renderd.event import Event
-from renderd.process import check_size
+from renderd.process import check_size, exit_safe_logger
 from renderd.protocol import encode_action
 from renderd.transport import fifo as _fifo
 
@@ -85,7 +84,7 @@ __all__ = [
     "launch_many",
 ]
 
-log = logging.getLogger(__name__)
+log = exit_safe_logger(__name__)  # (its code runs at interpreter exit too: a session's __del__)
 
 #: How many players (or leases) are tried, one after another, to replace one crashed slot before the
 #: failure is raised instead.

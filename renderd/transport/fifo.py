@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import logging
 import math
 import os
 import select
@@ -39,7 +38,7 @@ import time
 from typing import Any, Sequence
 
 from renderd.errors import PlayerCrashed, PlayerTimeout, ProtocolError, RenderdError, os_error_message
-from renderd.process import PID_POLL_INTERVAL, PlayerWatch, _descendants
+from renderd.process import PID_POLL_INTERVAL, PlayerWatch, _descendants, exit_safe_logger
 from renderd.protocol import (
     DEFAULT_MAX_BODY_SIZE,
     NEED_DATA,
@@ -60,7 +59,7 @@ __all__ = [
     "pipe_max_size",
 ]
 
-log = logging.getLogger(__name__)
+log = exit_safe_logger(__name__)  # (its code runs at interpreter exit too: a session's __del__)
 
 SERVER_PIPE_NAME = "server.pipe"
 CLIENT_PIPE_NAME = "client.pipe"
